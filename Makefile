@@ -1,0 +1,37 @@
+# Every target bootstraps .venv itself; `make setup` is idempotent.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+export WANDB_MODE ?= offline
+export WANDB_SILENT ?= true
+
+.PHONY: setup data demo test bench results clean
+
+setup: $(STAMP) data
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel -c constraints.txt
+	$(PIP) install -q -c constraints.txt torch==2.14.1 torchvision==0.29.1
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+data:
+	@bash scripts/get_data.sh
+
+demo: setup
+	bash scripts/demo.sh
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) benchmarks/glimpse.py
+	$(PY) benchmarks/draw.py
+	$(PY) benchmarks/beam.py
+	$(PY) benchmarks/vit.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache runs wandb

@@ -1,0 +1,1 @@
+"""Subcommands of the `zoo` CLI (see zoo/cli.py)."""

@@ -1,0 +1,113 @@
+"""Robust image loading for the CLI: any file PIL can open, in any mode or size."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+from zoo.errors import UserError
+
+# Decompression-bomb guard: huge images are accepted, then downscaled on load.
+Image.MAX_IMAGE_PIXELS = None
+MAX_SIDE = 4096
+
+
+def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
+    """Open an image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated.
+
+    Handles RGBA/LA/P with transparency (composited on black, like the training canvases),
+    16-bit and float grayscale (rescaled by their range), CMYK, and very large images
+    (downscaled so the longer side is at most MAX_SIDE). Raises UserError for a missing file,
+    a directory, a non-image or a truncated file."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, not an image")
+    try:
+        with Image.open(path) as img:
+            img.draft("RGB", (MAX_SIDE, MAX_SIDE))  # JPEG: decode at reduced size when huge
+            img = ImageOps.exif_transpose(img)
+            img.load()
+            img = _to_8bit(img)
+    except UserError:
+        raise
+    except Exception as exc:  # PIL raises many types for bad files
+        raise UserError(f"{path}: not a readable image ({type(exc).__name__}: {exc})") from None
+    if max(img.size) > MAX_SIDE:
+        img.thumbnail((MAX_SIDE, MAX_SIDE))
+    return img.convert("RGB" if channels == 3 else "L")
+
+
+def _to_8bit(img: Image.Image) -> Image.Image:
+    if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        array = np.asarray(img, dtype=np.float64)
+        lo, hi = float(array.min()), float(array.max())
+        array = (array - lo) / (hi - lo) * 255.0 if hi > lo else np.zeros_like(array)
+        return Image.fromarray(array.round().astype(np.uint8), mode="L")
+    if img.mode == "P":
+        img = img.convert("RGBA")
+    if img.mode in ("RGBA", "LA", "PA"):
+        background = Image.new("RGBA", img.size, (0, 0, 0, 255))
+        return Image.alpha_composite(background, img.convert("RGBA")).convert("RGB")
+    if img.mode not in ("RGB", "L"):
+        img = img.convert("RGB")
+    return img
+
+
+def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> torch.Tensor:
+    """PIL image -> float tensor [C, H, W] in [0, 1], resized to size=(H, W) if given."""
+    if size is not None and (img.height, img.width) != tuple(size):
+        img = img.resize((size[1], size[0]), Image.BILINEAR)
+    array = np.asarray(img, dtype=np.float32) / 255.0
+    if array.ndim == 2:
+        array = array[None]
+    else:
+        array = array.transpose(2, 0, 1)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def load_images(paths, channels: int, size: tuple[int, int] | None = None, strict_size: bool = False):
+    """Load many images; returns (tensor [N, C, H, W] of the good ones, good_paths, errors).
+
+    errors is a list of one-line messages for the bad files, so that a partly bad batch still
+    processes the good images. With strict_size, an image whose size differs from `size` is an
+    error (models that cannot rescale, e.g. RAM's coordinates); otherwise it is resized."""
+    tensors, good, errors = [], [], []
+    for p in paths:
+        try:
+            img = load_image(p, channels)
+            if strict_size and size is not None and (img.height, img.width) != tuple(size):
+                raise UserError(f"{p}: image is {img.width}x{img.height}, the model expects "
+                                f"{size[1]}x{size[0]}")
+            tensors.append(image_to_tensor(img, size))
+            good.append(str(p))
+        except UserError as exc:
+            errors.append(str(exc))
+    batch = torch.stack(tensors) if tensors else torch.empty(0, channels, *(size or (0, 0)))
+    return batch, good, errors
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_save_image(img: Image.Image, path: str | os.PathLike, **save_kwargs) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    fmt = save_kwargs.pop("format", None) or Path(path).suffix.lstrip(".").upper().replace("JPG", "JPEG")
+    img.save(buffer, format=fmt, **save_kwargs)
+    atomic_write_bytes(path, buffer.getvalue())

@@ -1,0 +1,91 @@
+"""The papers' comparison models: a fully connected network (2 hidden layers) and a small CNN.
+
+RAM (Mnih et al. 2014, Table 1-2) and DRAW compare against exactly these two kinds; recipes set
+their sizes so that the parameter budget is comparable to RAM's (about 0.1-0.3 M parameters).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.errors import UserError
+from zoo.models.base import ZooModule
+
+
+def mlp(in_features: int, hidden: list[int], num_classes: int, dropout: float) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Flatten()]
+    for width in hidden:
+        layers += [nn.Linear(in_features, width), nn.ReLU(inplace=True), nn.Dropout(dropout)]
+        in_features = width
+    layers.append(nn.Linear(in_features, num_classes))
+    return nn.Sequential(*layers)
+
+
+def small_cnn(in_chans: int, channels: list[int], kernel_size: int, hidden: int, num_classes: int,
+              dropout: float) -> nn.Sequential:
+    """conv-BN-ReLU-maxpool blocks, global average pooling, one hidden FC layer."""
+    layers: list[nn.Module] = []
+    for width in channels:
+        layers += [nn.Conv2d(in_chans, width, kernel_size, padding=kernel_size // 2, bias=False),
+                   nn.BatchNorm2d(width), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+        in_chans = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_chans, hidden), nn.ReLU(inplace=True),
+               nn.Dropout(dropout), nn.Linear(hidden, num_classes)]
+    return nn.Sequential(*layers)
+
+
+class Classifier(ZooModule):
+    """A plain image classifier (MLP or CNN) trained with cross-entropy.
+
+    images [B, C, H, W] in [0, 1] -> logits [B, num_classes]."""
+
+    family = "baseline"
+
+    def __init__(self, arch: str = "cnn", image_size: int = 28, in_chans: int = 1, num_classes: int = 10,
+                 hidden: list[int] = (256, 256), channels: list[int] = (32, 64, 128), kernel_size: int = 3,
+                 cnn_hidden: int = 256, dropout: float = 0.1, lr: float = 1e-3, weight_decay: float = 0.0,
+                 cosine_schedule: bool = True):
+        super().__init__()
+        self.save_hyperparameters()
+        if arch == "mlp":
+            self.net = mlp(in_chans * image_size * image_size, list(hidden), num_classes, dropout)
+        elif arch == "cnn":
+            self.net = small_cnn(in_chans, list(channels), kernel_size, cnn_hidden, num_classes, dropout)
+        else:
+            raise UserError(f"unknown baseline arch '{arch}' (mlp or cnn)")
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        expected = (self.hparams.in_chans, self.hparams.image_size, self.hparams.image_size)
+        if tuple(images.shape[1:]) != expected:
+            raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected}")
+        return self.net(images)
+
+    def _step(self, batch, stage: str):
+        images, labels = batch
+        logits = self(images)
+        loss = F.cross_entropy(logits, labels)
+        acc = (logits.argmax(-1) == labels).float().mean()
+        self.log(f"{stage}/loss", loss, prog_bar=stage != "train", sync_dist=stage != "train")
+        self.log(f"{stage}/acc", acc, prog_bar=True, sync_dist=stage != "train")
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        images, labels = batch
+        logits = self(images)
+        self.log("test/loss", F.cross_entropy(logits, labels), sync_dist=True)
+        self.log("test/acc", (logits.argmax(-1) == labels).float().mean(), sync_dist=True)
+        self.log("test/error_pct", 100 * (logits.argmax(-1) != labels).float().mean(), sync_dist=True)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        if not self.hparams.cosine_schedule:
+            return optimizer
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, self.trainer.max_epochs or 1))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}

@@ -1,0 +1,382 @@
+"""DRAW (Gregor et al. 2015, arXiv 1502.04623): a recurrent VAE that draws on a canvas, with the
+Gaussian filterbank attention of zoo.attention.filterbank, and the paper's sec. 4.1
+"differentiable RAM" classifier that only reads.
+
+Generator, one step t = 1..T (eqs. 3-8):
+    x^_t   = x - sigmoid(c_{t-1})                                  eq. 3
+    r_t    = read(x, x^_t, h_dec_{t-1})                            eq. 4
+    h_enc_t = LSTM_enc(h_enc_{t-1}, [r_t, h_dec_{t-1}])            eq. 5
+    z_t ~ q(z_t | h_enc_t) = N(mu_t, sigma_t)                      eqs. 6, 1-2; fresh noise each t
+    h_dec_t = LSTM_dec(h_dec_{t-1}, z_t)                           eq. 7
+    c_t    = c_{t-1} + write(h_dec_t)                              eq. 8
+Loss (eqs. 9-12): L = -log Bernoulli(x | sigmoid(c_T)) + sum_t KL(q(z_t|h_enc_t) || N(0, I)),
+    KL_t = 1/2 sum_d (mu^2 + sigma^2 - log sigma^2) - 1/2 per latent dimension d    eq. 11
+Without attention, read = [x, x^] (eq. 17) and write = W(h_dec_t) (eq. 18): the same code with
+`attention: none`.
+
+Data: pixels are binarized. Training re-samples a binarization every step (dynamic); validation
+and test use one fixed binarization that is a function of the image and `binarize_seed` only
+(`fixed_binarize`), so every model, batch size and order sees the same binary test set.
+
+Evaluation (test_step): the negative ELBO in nats/image (the paper's "<=" numbers), an
+importance-weighted bound with `iwae_samples` samples (Burda et al. 2016; chunked), and the KL
+of each step.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.attention import filterbank as fb
+from zoo.errors import UserError
+from zoo.models.base import ZooModule
+
+ATTENTION_KINDS = ("none", "filterbank")
+BINARIZATIONS = ("dynamic", "fixed")
+
+
+# ----------------------------------------------------------------------------- pieces
+def kl_std_normal(mu: torch.Tensor, logsigma: torch.Tensor) -> torch.Tensor:
+    """KL(N(mu, sigma^2) || N(0, 1)) summed over the last dim (eq. 11): [..., Z] -> [...].
+
+    The constant is -1/2 per latent dimension (per step): 1/2 (mu^2 + sigma^2 - log sigma^2 - 1)."""
+    return 0.5 * (mu.pow(2) + torch.exp(2 * logsigma) - 2 * logsigma - 1).sum(-1)
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _hash32(v: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixing hash on int64 tensors (values stay < 2^63: no overflow)."""
+    v = v & _MASK32
+    v = (((v >> 16) ^ v) * 0x45D9F3B) & _MASK32
+    v = (((v >> 16) ^ v) * 0x45D9F3B) & _MASK32
+    return (v >> 16) ^ v
+
+
+def fixed_binarize(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """A fixed stochastic binarization: pixel on iff u < intensity, with u ~ U[0, 1) a hash of
+    (seed, the image's 8-bit content, the pixel index). Deterministic per image, independent of
+    batch size, order and device. x [B, ...] in [0, 1] -> same shape in {0, 1}."""
+    flat = x.detach().reshape(x.shape[0], -1)
+    q = (flat * 255).round().to(torch.int64)  # the uint8 image the loader divided by 255
+    P = q.shape[1]
+    weights = torch.randint(1, 1 << 20, (P,), generator=torch.Generator().manual_seed(int(seed)))
+    key = _hash32((q * weights.to(x.device)).sum(1) + int(seed))  # [B] image identity
+    pixel = torch.arange(P, device=x.device, dtype=torch.int64)
+    u = _hash32(_hash32(key[:, None] ^ (pixel[None, :] * 0x9E3779B1 & _MASK32)) + int(seed))
+    u = u.to(torch.float64) / float(1 << 32)
+    return (u < flat.double()).to(x.dtype).reshape(x.shape)
+
+
+def _check_size(value, name: str, lo: int = 1, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        bound = f" and <= {hi}" if hi is not None else ""
+        raise UserError(f"DRAW config: {name} must be an integer >= {lo}{bound}, got {value!r}")
+    return value
+
+
+def _check_images(images: torch.Tensor, chans: int, size: int) -> None:
+    expected = (chans, size, size)
+    if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+        raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected} "
+                        "(channels, height, width)")
+
+
+# ----------------------------------------------------------------------------- generator
+class DRAW(ZooModule):
+    """The DRAW generative model. images [B, C, S, S] in [0, 1] (binarized here) -> bound in nats."""
+
+    family = "draw"
+
+    def __init__(self, image_size: int = 28, in_chans: int = 1, T: int = 64, enc_size: int = 256,
+                 dec_size: int = 256, z_size: int = 100, attention: str = "filterbank", read_n: int = 2,
+                 write_n: int = 5, lr: float = 1e-3, betas: list[float] = (0.9, 0.999),
+                 train_binarization: str = "dynamic", binarize_seed: int = 0,
+                 iwae_samples: int = 1000, iwae_chunk: int = 100, iwae_batches: int | None = None,
+                 num_figure_images: int = 8):
+        super().__init__()
+        self.save_hyperparameters()
+        S = _check_size(image_size, "image_size")
+        C = _check_size(in_chans, "in_chans")
+        self.T = _check_size(T, "T")
+        for name in ("enc_size", "dec_size", "z_size", "iwae_samples", "iwae_chunk"):
+            _check_size(self.hparams[name], name)
+        if attention not in ATTENTION_KINDS:
+            raise UserError(f"DRAW config: attention must be one of {ATTENTION_KINDS}, got {attention!r}")
+        if train_binarization not in BINARIZATIONS:
+            raise UserError(f"DRAW config: train_binarization must be one of {BINARIZATIONS}, "
+                            f"got {train_binarization!r}")
+        self.S, self.C = S, C
+        if attention == "filterbank":
+            _check_size(read_n, "read_n", 1, S)
+            _check_size(write_n, "write_n", 1, S)
+            self.read_attn = fb.FilterbankAttention(dec_size, S, S, read_n)  # eq. 21 from h_dec_{t-1}
+            self.write_attn = fb.FilterbankAttention(dec_size, S, S, write_n)  # its own parameters
+            read_size = 2 * C * read_n * read_n
+            self.write_patch = nn.Linear(dec_size, C * write_n * write_n)  # eq. 28: w_t
+        else:
+            read_size = 2 * C * S * S  # eq. 17
+            self.write_patch = nn.Linear(dec_size, C * S * S)  # eq. 18
+        self.encoder = nn.LSTMCell(read_size + dec_size, enc_size)  # eq. 5
+        self.q = nn.Linear(enc_size, 2 * z_size)  # eqs. 1-2: mu, log sigma
+        self.decoder = nn.LSTMCell(z_size, dec_size)  # eq. 7
+
+    # ------------------------------------------------------------------ one step's pieces
+    def _read(self, x, x_hat, h_dec):
+        """x, x_hat [B, C, S, S], h_dec [B, dec] -> (r [B, read_size], FilterParams | None)."""
+        if self.hparams.attention == "none":
+            return torch.cat([x, x_hat], 1).flatten(1), None  # eq. 17
+        params, fx, fy = self.read_attn(h_dec)
+        return fb.read(x, x_hat, fx, fy, params.gamma).flatten(1), params  # eq. 27
+
+    def _write(self, h_dec):
+        """h_dec [B, dec] -> (canvas increment [B, C, S, S], FilterParams | None)."""
+        w = self.write_patch(h_dec)
+        if self.hparams.attention == "none":
+            return w.view(-1, self.C, self.S, self.S), None  # eq. 18
+        n = self.hparams.write_n
+        params, fx, fy = self.write_attn(h_dec)
+        return fb.write(w.view(-1, self.C, n, n), fx, fy, params.gamma), params  # eq. 29
+
+    # ------------------------------------------------------------------ the model
+    def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None, record: bool = False) -> dict:
+        """Encode and reconstruct binary images x [B, C, S, S].
+
+        noise: [T, B, Z] standard normal draws, one fresh draw per step (sampled here if None).
+        Returns logits [B, C, S, S] (= c_T), kl [T, B] (closed form), log_pq [B] = sum_t
+        log p(z_t) - log q(z_t | ...) at the sampled z (for importance weights), and with
+        `record` also per-step mu, logsigma, z, canvases (logits) and read/write parameters."""
+        _check_images(x, self.C, self.S)
+        B, Z = x.shape[0], self.hparams.z_size
+        if noise is None:
+            noise = torch.randn(self.T, B, Z, device=x.device, dtype=x.dtype)
+        h_enc = c_enc = x.new_zeros(B, self.hparams.enc_size)
+        h_dec = c_dec = x.new_zeros(B, self.hparams.dec_size)
+        canvas = x.new_zeros(B, self.C, self.S, self.S)
+        kls, log_pq = [], x.new_zeros(B)
+        rec: dict[str, list] = {"mu": [], "logsigma": [], "z": [], "canvas": [], "read": [], "write": []}
+        for t in range(self.T):
+            x_hat = x - torch.sigmoid(canvas)  # eq. 3
+            r, read_params = self._read(x, x_hat, h_dec)  # eq. 4
+            h_enc, c_enc = self.encoder(torch.cat([r, h_dec], 1), (h_enc, c_enc))  # eq. 5
+            mu, logsigma = self.q(h_enc).chunk(2, dim=1)
+            z = mu + torch.exp(logsigma) * noise[t]  # eq. 6, reparameterised with this step's draw
+            h_dec, c_dec = self.decoder(z, (h_dec, c_dec))  # eq. 7
+            increment, write_params = self._write(h_dec)
+            canvas = canvas + increment  # eq. 8
+            kls.append(kl_std_normal(mu, logsigma))
+            # log N(z; 0, I) - log N(z; mu, sigma): the 2 pi terms cancel, (z - mu)/sigma = noise
+            log_pq = log_pq + (0.5 * noise[t].pow(2) - 0.5 * z.pow(2) + logsigma).sum(1)
+            if record:
+                for key, value in (("mu", mu), ("logsigma", logsigma), ("z", z), ("canvas", canvas),
+                                   ("read", read_params), ("write", write_params)):
+                    rec[key].append(value)
+        out = {"logits": canvas, "kl": torch.stack(kls), "log_pq": log_pq}
+        if record:
+            out.update({k: (torch.stack(v) if k in ("mu", "logsigma", "z", "canvas") else v)
+                        for k, v in rec.items()})
+        return out
+
+    @staticmethod
+    def reconstruction_nll(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """-log Bernoulli(x | sigmoid(logits)) in nats per image (eq. 9): [B, ...] -> [B]."""
+        return F.binary_cross_entropy_with_logits(logits, x, reduction="none").flatten(1).sum(1)
+
+    def negative_elbo(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> dict:
+        """x binary [B, C, S, S] -> {nelbo, rec, kl: [B], kl_steps: [T, B], log_w: [B]}."""
+        out = self(x, noise)
+        rec = self.reconstruction_nll(out["logits"], x)
+        kl = out["kl"].sum(0)
+        return {"nelbo": rec + kl, "rec": rec, "kl": kl, "kl_steps": out["kl"],
+                "log_w": -rec + out["log_pq"]}  # log p(x, z) - log q(z | x) at the sampled z
+
+    @torch.no_grad()
+    def iwae_bound(self, x: torch.Tensor, samples: int | None = None, chunk: int | None = None) -> torch.Tensor:
+        """Importance-weighted bound: -log 1/K sum_k p(x, z_k)/q(z_k | x) in nats, x [B, ...] -> [B].
+
+        K samples run as `chunk`-sized replicas of the batch, so memory stays that of a
+        B * chunk batch."""
+        K = samples or self.hparams.iwae_samples
+        chunk = min(chunk or self.hparams.iwae_chunk, K)
+        B = x.shape[0]
+        log_ws = []
+        for start in range(0, K, chunk):
+            k = min(chunk, K - start)
+            xr = x.repeat_interleave(k, dim=0)  # [B * k, ...], rows b*k .. b*k+k-1 are image b
+            log_ws.append(self.negative_elbo(xr)["log_w"].view(B, k))
+        log_w = torch.cat(log_ws, 1)  # [B, K]
+        return -(torch.logsumexp(log_w.double(), 1) - math.log(K)).to(x.dtype)
+
+    # ------------------------------------------------------------------ generation
+    @torch.no_grad()
+    def sample(self, n: int, generator: torch.Generator | None = None) -> dict:
+        """Draw n images from the prior: z_t ~ N(0, I) (eq. 13-14).
+
+        Returns images [n, C, S, S] (Bernoulli means), canvases [T, n, C, S, S] (sigmoid of each
+        c_t) and write: list of T FilterParams (None without attention)."""
+        n = _check_size(n, "n")
+        h_dec = c_dec = self.q.weight.new_zeros(n, self.hparams.dec_size)
+        canvas = self.q.weight.new_zeros(n, self.C, self.S, self.S)
+        canvases, writes = [], []
+        for _ in range(self.T):
+            z = torch.randn(n, self.hparams.z_size, generator=generator).to(canvas)
+            h_dec, c_dec = self.decoder(z, (h_dec, c_dec))
+            increment, params = self._write(h_dec)
+            canvas = canvas + increment
+            canvases.append(torch.sigmoid(canvas))
+            writes.append(params)
+        return {"images": canvases[-1], "canvases": torch.stack(canvases), "write": writes}
+
+    def classify(self, images):
+        raise UserError("this is a DRAW generator (family 'draw'); classification needs a "
+                        "draw_classifier model")
+
+    # ------------------------------------------------------------------ Lightning
+    def _binarize(self, images: torch.Tensor, train: bool) -> torch.Tensor:
+        _check_images(images, self.C, self.S)
+        if train and self.hparams.train_binarization == "dynamic":
+            return torch.bernoulli(images)
+        return fixed_binarize(images, self.hparams.binarize_seed)
+
+    def training_step(self, batch, batch_idx):
+        x = self._binarize(batch[0], train=True)
+        terms = self.negative_elbo(x)
+        loss = terms["nelbo"].mean()
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/kl", terms["kl"].mean())
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x = self._binarize(batch[0], train=False)
+        terms = self.negative_elbo(x)
+        B = x.shape[0]
+        self.log("val/loss", terms["nelbo"].mean(), prog_bar=True, batch_size=B, sync_dist=True)
+        self.log("val/rec", terms["rec"].mean(), batch_size=B, sync_dist=True)
+        self.log("val/kl", terms["kl"].mean(), batch_size=B, sync_dist=True)
+
+    def test_step(self, batch, batch_idx):
+        x = self._binarize(batch[0], train=False)
+        terms = self.negative_elbo(x)
+        B = x.shape[0]
+        self.log("test/nelbo", terms["nelbo"].mean(), batch_size=B, sync_dist=True)
+        self.log("test/rec", terms["rec"].mean(), batch_size=B, sync_dist=True)
+        self.log("test/kl", terms["kl"].mean(), batch_size=B, sync_dist=True)
+        kl_steps = terms["kl_steps"].mean(1)
+        for t in range(self.T):
+            self.log(f"test/kl_step{t + 1:03d}", kl_steps[t], batch_size=B, sync_dist=True)
+        limit = self.hparams.iwae_batches
+        if self.hparams.iwae_samples > 0 and (limit is None or batch_idx < limit):
+            self.log(f"test/iwae_k{self.hparams.iwae_samples}", self.iwae_bound(x).mean(),
+                     batch_size=B, sync_dist=True)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas))
+
+    @torch.no_grad()
+    def attention_figures(self, batch) -> dict:
+        from zoo.viz import draw as viz
+
+        images = batch[0] if isinstance(batch, (list, tuple)) else batch
+        x = self._binarize(images[: self.hparams.num_figure_images], train=False)
+        out = self(x, record=True)
+        canvases = torch.sigmoid(out["canvas"])  # [T, n, C, S, S]
+        read_n = self.hparams.read_n if self.hparams.attention == "filterbank" else None
+        write_n = self.hparams.write_n if self.hparams.attention == "filterbank" else None
+        strip = viz.reconstruction_strip(x, canvases, out["read"], out["write"], read_n, write_n)
+        samples = self.sample(16, generator=torch.Generator().manual_seed(0))
+        return {"draw/reconstruction (input, steps, final)": strip,
+                "draw/samples": viz.sample_grid(samples["images"], nrow=4, scale=2)}
+
+
+# ----------------------------------------------------------------------------- classifier
+class DRAWClassifier(ZooModule):
+    """DRAW's differentiable-attention classifier (sec. 4.1): an LSTM reads one N x N filterbank
+    glimpse per step (no writing, no latent), attention parameters from its previous state, and
+    classifies from its state after T glimpses. Trained end to end with plain backprop.
+
+    images [B, C, S, S] in [0, 1] -> logits [B, num_classes]."""
+
+    family = "draw_classifier"
+
+    def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,
+                 read_n: int = 12, hidden_size: int = 256, glimpse_hidden: int = 256,
+                 lr: float = 1e-3, weight_decay: float = 0.0, cosine_schedule: bool = True,
+                 num_figure_images: int = 8):
+        super().__init__()
+        self.save_hyperparameters()
+        S = _check_size(image_size, "image_size")
+        self.C = _check_size(in_chans, "in_chans")
+        self.S = S
+        self.T = _check_size(T, "T")
+        _check_size(read_n, "read_n", 1, S)
+        _check_size(num_classes, "num_classes", 2)
+        _check_size(hidden_size, "hidden_size")
+        _check_size(glimpse_hidden, "glimpse_hidden", 0)
+        self.attn = fb.FilterbankAttention(hidden_size, S, S, read_n)  # eq. 21 from h_{t-1}
+        glimpse = self.C * read_n * read_n
+        self.embed = (nn.Sequential(nn.Linear(glimpse, glimpse_hidden), nn.ReLU()) if glimpse_hidden
+                      else nn.Identity())
+        self.rnn = nn.LSTMCell(glimpse_hidden or glimpse, hidden_size)
+        self.head = nn.Linear(hidden_size, num_classes)
+
+    def forward(self, images: torch.Tensor, record: bool = False):
+        """images [B, C, S, S] -> logits [B, classes] (and per-step FilterParams with `record`)."""
+        _check_images(images, self.C, self.S)
+        B = images.shape[0]
+        h = c = images.new_zeros(B, self.hparams.hidden_size)
+        reads = []
+        for _ in range(self.T):
+            params, fx, fy = self.attn(h)
+            glimpse = fb.filter_read(images, fx, fy, params.gamma).flatten(1)  # [B, C N N], eq. 27
+            h, c = self.rnn(self.embed(glimpse.to(images.dtype)), (h, c))
+            reads.append(params)
+        logits = self.head(h)
+        return (logits, reads) if record else logits
+
+    def classify(self, images: torch.Tensor) -> torch.Tensor:
+        """images [B, C, S, S] -> class probabilities [B, classes]."""
+        return torch.softmax(self(images), -1)
+
+    def sample(self, *args, **kwargs):
+        raise UserError("this is a DRAW classifier (family 'draw_classifier'); it reads but cannot "
+                        "draw: sampling needs a draw generator model")
+
+    def _step(self, batch, stage: str):
+        images, labels = batch
+        logits = self(images)
+        loss = F.cross_entropy(logits, labels)
+        wrong = (logits.argmax(-1) != labels).float().mean()
+        sync = stage != "train"
+        self.log(f"{stage}/loss", loss, prog_bar=stage != "train", sync_dist=sync)
+        self.log(f"{stage}/acc", 1 - wrong, prog_bar=True, sync_dist=sync)
+        if stage == "test":
+            self.log("test/error_pct", 100 * wrong, sync_dist=True)
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        if not self.hparams.cosine_schedule:
+            return optimizer
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, self.trainer.max_epochs or 1))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+
+    @torch.no_grad()
+    def attention_figures(self, batch) -> dict:
+        from zoo.viz import draw as viz
+
+        images = batch[0][: self.hparams.num_figure_images]
+        logits, reads = self(images, record=True)
+        return {"draw_classifier/glimpses": viz.glimpse_strip(images, reads, self.hparams.read_n)}

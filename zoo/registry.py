@@ -1,0 +1,186 @@
+"""Model names -> recipes and released weights.
+
+Every recipe `configs/<family>/<recipe>.yaml` that has a `model:` section is a registry entry named
+`<family>_<recipe>` (e.g. configs/ram/fmnist_centered.yaml -> "ram_fmnist_centered"): the recipe
+holds every hyperparameter, so the registry duplicates none. Released weights are listed in
+`weights/MANIFEST.json`:
+
+    {"<name>": {"file": "<name>.safetensors", "sha256": "...", "url": "optional mirror",
+                "config": {class_path, init_args, data},
+                "metadata": {"task", "dataset", "metrics", "recipe", "device", ...}}}
+
+The manifest's config is the architecture the weights were trained with; it wins over the recipe
+when pretrained weights are loaded.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import importlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from zoo import hub
+from zoo.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get("ZOO_CONFIG_DIR", REPO_ROOT / "configs"))
+
+
+def weights_dir() -> Path:
+    return Path(os.environ.get("ZOO_WEIGHTS_DIR", REPO_ROOT / "weights"))
+
+
+@dataclass
+class Entry:
+    name: str
+    recipe: Path | None  # the YAML the entry comes from
+    model: dict  # {"class_path", "init_args"}
+    data: dict | None = None  # {"class_path", "init_args"} of the recipe's datamodule
+    weights: dict | None = None  # the manifest record, when weights are released
+    metadata: dict = field(default_factory=dict)
+
+
+def _manifest() -> dict:
+    path = weights_dir() / "MANIFEST.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _entries() -> dict[str, Entry]:
+    entries: dict[str, Entry] = {}
+    root = config_dir()
+    for path in sorted(root.glob("*/*.yaml")):
+        family = path.parent.name
+        if family.startswith(("_", "base")) or path.stem.startswith("_"):
+            continue
+        recipe = yaml.safe_load(path.read_text()) or {}
+        model = recipe.get("model")
+        if not isinstance(model, dict) or "class_path" not in model:
+            continue
+        name = f"{family}_{path.stem}"
+        model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
+        entries[name] = Entry(name, path, model, recipe.get("data"),
+                              metadata={"family": family,
+                                        "recipe": f"python train.py fit --config configs/{family}/{path.name}"})
+    for name, record in _manifest().items():
+        entry = entries.get(name) or Entry(name, None, record["config"], record["config"].get("data"))
+        entry.weights = record
+        entry.metadata = {**entry.metadata, **record.get("metadata", {}), "sha256": record.get("sha256")}
+        entries[name] = entry
+    return entries
+
+
+def get_entry(name: str) -> Entry:
+    entries = _entries()
+    if name not in entries:
+        close = difflib.get_close_matches(name, list(entries), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `zoo list` shows them all"
+        raise UserError(f"unknown model '{name}'{hint}")
+    return entries[name]
+
+
+def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
+    """Names of registered models matching a glob `pattern`; only those with released weights
+    when `pretrained`."""
+    return sorted(n for n, e in _entries().items()
+                  if fnmatch.fnmatch(n, pattern) and (e.weights is not None or not pretrained))
+
+
+def import_class(path: str):
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"cannot import '{path}': {exc}") from None
+
+
+def instantiate(spec: dict, **overrides):
+    """Instantiate {class_path, init_args} with overrides on top (a model or a data module)."""
+    cls = import_class(spec["class_path"])
+    init_args = {k: v for k, v in (spec.get("init_args") or {}).items() if not k.startswith("_")}
+    try:
+        return cls(**{**init_args, **overrides})
+    except TypeError as exc:
+        raise UserError(f"{spec['class_path']}: bad arguments ({exc})") from None
+
+
+def build(config: dict, **overrides):
+    """A model from its config; the data config rides along for eval.py and the CLI."""
+    model = instantiate(config, **overrides)
+    if config.get("data"):
+        model._zoo_data_config = config["data"]
+    return model
+
+
+def load_into(model, path: str | os.PathLike, sha256: str | None = None, expected_class: str | None = None):
+    """Load weights from `path` into `model`, refusing another model's checkpoint clearly."""
+    from zoo.models.base import class_path
+
+    state, config = hub.load_weights(hub.fetch(path, sha256))
+    expected = expected_class or class_path(model)
+    if config and config.get("class_path") != expected:
+        raise UserError(f"{path}: checkpoint is a {config.get('family', '?')} model "
+                        f"({config.get('class_path')}), not {expected}")
+    check_state_dict(model, state, source=str(path))
+    model.load_state_dict(state)
+    return model
+
+
+def check_state_dict(model, state: dict, source: str) -> None:
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    mismatched = [f"{k} {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+                  for k in own if k in state and own[k].shape != state[k].shape]
+    if missing or unexpected or mismatched:
+        parts = []
+        if mismatched:
+            parts.append("shapes differ: " + "; ".join(mismatched[:5]) + (" …" if len(mismatched) > 5 else ""))
+        if missing:
+            parts.append(f"missing {len(missing)} tensors (e.g. {', '.join(missing[:3])})")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} tensors (e.g. {', '.join(unexpected[:3])})")
+        raise UserError(f"{source}: weights do not fit the model: " + "; ".join(parts))
+
+
+def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathLike | None = None, **overrides):
+    """Build the registered model `name`.
+
+    pretrained: load its released weights (verified against the manifest's sha256).
+    checkpoint: load weights from this .ckpt/.safetensors instead (it must be this model's kind).
+    overrides: hyperparameters replacing the recipe's."""
+    entry = get_entry(name)
+    if pretrained and checkpoint:
+        raise UserError("give either pretrained=True or checkpoint=..., not both")
+    if pretrained:
+        if entry.weights is None:
+            available = ", ".join(list_models(pretrained=True)) or "none yet"
+            raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
+        record = entry.weights
+        model = build({**record["config"], "data": record["config"].get("data") or entry.data}, **overrides)
+        local = weights_dir() / record["file"]
+        location = local if local.is_file() or not record.get("url") else record["url"]
+        return load_into(model, location, record.get("sha256"))
+    model = build({**entry.model, "data": entry.data}, **overrides)
+    if checkpoint is not None:
+        load_into(model, checkpoint)
+    return model
+
+
+def load_checkpoint(path: str | os.PathLike, **overrides):
+    """Rebuild a model from a zoo checkpoint alone: a Lightning .ckpt (weights_only) or a
+    .safetensors with its config in metadata or a sidecar .json."""
+    state, config = hub.load_weights(hub.fetch(path))
+    if not config or "class_path" not in config:
+        raise UserError(f"{path}: no zoo config inside; use zoo.create_model(NAME, checkpoint=PATH)")
+    model = build(config, **overrides)
+    check_state_dict(model, state, source=str(path))
+    model.load_state_dict(state)
+    return model
