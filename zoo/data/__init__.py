@@ -1,0 +1,1 @@
+"""LightningDataModules: Fashion-MNIST variants, FashionScenes captions, COCO/Flickr captions."""

@@ -1,0 +1,238 @@
+"""Fashion-MNIST and the RAM paper's task variants (Mnih et al. 2014, sec. 4.1).
+
+Where the IDX files are looked for, in order:
+1. `$ZOO_DATA_DIR/fashion-mnist`, then `./data/fashion-mnist` (plain or .gz IDX files);
+2. Debian's `/usr/share/datasets/fashion-mnist` (package dataset-fashion-mnist);
+3. torchvision's download into `./data` (online users);
+4. otherwise a UserError that says how to get the data.
+
+Variants (canvases are built once, vectorised, from a seed; the test set uses a fixed seed):
+- centered:     the 28x28 images as they are;
+- translated:   the item at a uniformly random position on a 60x60 canvas;
+- cluttered60:  translated 60x60 plus 4 distractors;
+- cluttered100: translated 100x100 plus 8 distractors.
+Distractors are random 8x8 crops of other training images pasted at random positions (pixel max).
+"""
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from zoo.errors import UserError
+
+CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+         "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+ITEM_SIZE = 28
+
+
+# variant name -> (canvas size, number of distractors)
+VARIANTS = {"centered": (28, 0), "translated": (60, 0), "cluttered60": (60, 4), "cluttered100": (100, 8)}
+
+
+# ----------------------------------------------------------------------------- IDX files
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Parse an IDX file (plain or gzip) of unsigned bytes into an array, checking its header."""
+    path = Path(path)
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as exc:
+        raise UserError(f"{path}: cannot read IDX file ({exc})") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or not 1 <= raw[3] <= 4:
+        raise UserError(f"{path}: not an IDX file of unsigned bytes (bad magic number)")
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise UserError(f"{path}: truncated IDX header")
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    expected = int(np.prod(shape))
+    if len(raw) - header != expected:
+        raise UserError(f"{path}: corrupt IDX file: header says {shape} ({expected} bytes), "
+                        f"file holds {len(raw) - header} bytes of data")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def _find(directory: Path, stem: str) -> Path | None:
+    for candidate in (directory / stem, directory / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def data_dirs() -> list[Path]:
+    dirs = []
+    if os.environ.get("ZOO_DATA_DIR"):
+        dirs.append(Path(os.environ["ZOO_DATA_DIR"]) / "fashion-mnist")
+    dirs += [Path("data/fashion-mnist"), DEBIAN_DIR]
+    return dirs
+
+
+def _download_root() -> Path:
+    return Path(os.environ.get("ZOO_DATA_DIR", "data"))
+
+
+def locate(split: str) -> tuple[Path, Path]:
+    """Paths of the (images, labels) IDX files of `split`, downloading as a last resort."""
+    if split not in FILES:
+        raise UserError(f"unknown Fashion-MNIST split '{split}' (train or test)")
+    image_stem, label_stem = FILES[split]
+    for directory in data_dirs():
+        images, labels = _find(directory, image_stem), _find(directory, label_stem)
+        if images or labels:
+            if not (images and labels):
+                missing = image_stem if images is None else label_stem
+                raise UserError(f"{directory}: {missing}[.gz] is missing")
+            return images, labels
+    raw = _download_root() / "FashionMNIST" / "raw"  # torchvision's layout
+    if _find(raw, image_stem) is None:
+        try:
+            from torchvision.datasets import FashionMNIST
+
+            FashionMNIST(str(_download_root()), train=(split == "train"), download=True)
+        except Exception as exc:
+            raise UserError(
+                "Fashion-MNIST not found (looked in " + ", ".join(map(str, data_dirs())) +
+                f") and the download failed ({type(exc).__name__}). Install Debian's "
+                "dataset-fashion-mnist, or put the IDX files in $ZOO_DATA_DIR/fashion-mnist") from None
+    return _find(raw, image_stem), _find(raw, label_stem)
+
+
+def load_fashion_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images uint8 [N, 28, 28], labels int64 [N]) of the "train" or "test" split."""
+    image_path, label_path = locate(split)
+    images, labels = read_idx(image_path), read_idx(label_path)
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        raise UserError(f"{image_path} / {label_path}: shapes {images.shape} and {labels.shape} do not match")
+    if labels.max(initial=0) >= len(CLASS_NAMES):
+        raise UserError(f"{label_path}: labels outside 0..9")
+    return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
+
+
+# ----------------------------------------------------------------------------- variants
+def make_variant(images: np.ndarray, variant: str, seed: int,
+                 distractor_source: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Place 28x28 items on canvases. Returns (canvases uint8 [N, S, S], boxes int [N, 4] as
+    x0, y0, x1, y1 of the item, exclusive ends). Deterministic in `seed`; vectorised over N."""
+    if variant not in VARIANTS:
+        raise UserError(f"unknown variant '{variant}' (choose from {', '.join(VARIANTS)})")
+    size, n_distractors = VARIANTS[variant]
+    images = np.asarray(images, dtype=np.uint8)
+    n = len(images)
+    if size == ITEM_SIZE:
+        boxes = np.tile(np.array([0, 0, ITEM_SIZE, ITEM_SIZE]), (n, 1))
+        return images.copy(), boxes
+    rng = np.random.default_rng(seed)
+    canvases = np.zeros((n, size, size), dtype=np.uint8)
+    top = rng.integers(0, size - ITEM_SIZE + 1, size=n)
+    left = rng.integers(0, size - ITEM_SIZE + 1, size=n)
+    _paste_max(canvases, images, top, left)
+    if n_distractors:
+        source = images if distractor_source is None else np.asarray(distractor_source, dtype=np.uint8)
+        patch = 8
+        for _ in range(n_distractors):
+            # an 8x8 crop of another random image, at a random place on the canvas
+            which = rng.integers(0, len(source), size=n)
+            cy = rng.integers(0, ITEM_SIZE - patch + 1, size=n)
+            cx = rng.integers(0, ITEM_SIZE - patch + 1, size=n)
+            crops = _crop(source[which], cy, cx, patch)
+            _paste_max(canvases, crops, rng.integers(0, size - patch + 1, size=n),
+                       rng.integers(0, size - patch + 1, size=n))
+    boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
+    return canvases, boxes
+
+
+def _crop(images: np.ndarray, top: np.ndarray, left: np.ndarray, size: int) -> np.ndarray:
+    rows = top[:, None] + np.arange(size)  # [N, size]
+    cols = left[:, None] + np.arange(size)
+    return images[np.arange(len(images))[:, None, None], rows[:, :, None], cols[:, None, :]]
+
+
+def _paste_max(canvases: np.ndarray, patches: np.ndarray, top: np.ndarray, left: np.ndarray) -> None:
+    """canvases[n, top:top+h, left:left+w] = max(canvas, patch) for every n at once."""
+    h, w = patches.shape[1:]
+    index = (np.arange(len(canvases))[:, None, None], (top[:, None] + np.arange(h))[:, :, None],
+             (left[:, None] + np.arange(w))[:, None, :])
+    canvases[index] = np.maximum(canvases[index], patches)
+
+
+# ----------------------------------------------------------------------------- datamodule
+class FashionMNISTDataModule(L.LightningDataModule):
+    """Fashion-MNIST variants as (images float [B, 1, S, S] in [0, 1], labels int64 [B]).
+
+    The validation split is carved out of train with `split_seed`; train canvases are drawn
+    with `seed`, validation canvases with `seed + 1`, and the test canvases always with
+    `test_seed`, so the test set is the same for every run. `limit_train` keeps the first N
+    training examples (after the split) for quick runs."""
+
+    def __init__(self, variant: str = "centered", batch_size: int = 128, seed: int = 0,
+                 val_size: int = 5000, split_seed: int = 0, test_seed: int = 1234,
+                 limit_train: int | None = None, limit_eval: int | None = None,
+                 num_workers: int = 0, eval_batch_size: int | None = None):
+        super().__init__()
+        if variant not in VARIANTS:
+            raise UserError(f"unknown variant '{variant}' (choose from {', '.join(VARIANTS)})")
+        self.save_hyperparameters()
+        self.variant = variant
+        self.image_size = VARIANTS[variant][0]
+        self.num_classes = len(CLASS_NAMES)
+        self.class_names = CLASS_NAMES
+        self.datasets: dict[str, TensorDataset] = {}
+        #: which split test_dataloader() serves: eval.py sets "val" for `--split val`
+        self.test_split = "test"
+        self.boxes: dict[str, torch.Tensor] = {}
+
+    def _build(self, images, labels, seed, distractors):
+        canvases, boxes = make_variant(images.numpy(), self.variant, seed, distractors)
+        return TensorDataset(torch.from_numpy(canvases).unsqueeze(1), labels), torch.from_numpy(boxes)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        hp = self.hparams
+        train_images, train_labels = load_fashion_mnist("train")
+        order = torch.randperm(len(train_images), generator=torch.Generator().manual_seed(hp.split_seed))
+        val_idx, train_idx = order[:hp.val_size], order[hp.val_size:]
+        if hp.limit_train:
+            train_idx = train_idx[:hp.limit_train]
+        distractors = train_images.numpy()
+        test_images, test_labels = load_fashion_mnist("test")
+        val_eval = val_idx[:hp.limit_eval] if hp.limit_eval else val_idx
+        test_slice = slice(0, hp.limit_eval) if hp.limit_eval else slice(None)
+        self.datasets["train"], self.boxes["train"] = self._build(
+            train_images[train_idx], train_labels[train_idx], hp.seed, distractors)
+        self.datasets["val"], self.boxes["val"] = self._build(
+            train_images[val_eval], train_labels[val_eval], hp.seed + 1, distractors)
+        # The test canvases come from the whole fixed test set, then are cut, so a limited
+        # evaluation sees exactly the first examples of the full one.
+        dataset, boxes = self._build(test_images, test_labels, hp.test_seed, distractors)
+        self.datasets["test"] = TensorDataset(*(t[test_slice] for t in dataset.tensors))
+        self.boxes["test"] = boxes[test_slice]
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        batch_size = self.hparams.batch_size if split == "train" else (self.hparams.eval_batch_size or self.hparams.batch_size)
+        return DataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle,
+                          num_workers=self.hparams.num_workers, drop_last=False,
+                          persistent_workers=self.hparams.num_workers > 0)
+
+    def train_dataloader(self):
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self):
+        return self._loader(self.test_split, shuffle=False)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        images, labels = batch
+        return images.float().div_(255.0), labels

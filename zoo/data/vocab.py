@@ -1,0 +1,174 @@
+"""Caption vocabulary, the shared caption tokenizer, and length-bucketed batching.
+
+One tokenizer (`tokenize`) turns every caption into words: training captions (for the
+vocabulary and the targets) and the reference strings that metrics receive go through the same
+rules, so a word the model learns is spelled the way it is scored.
+
+The vocabulary is built from TRAINING captions only (Xu et al. 2015 setup; a vocabulary that
+counts test captions leaks test words into the model and inflates scores).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, Sampler
+
+from zoo.errors import UserError
+
+PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
+SPECIALS = (PAD, START, END, UNK)
+PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
+
+_NON_WORD = re.compile(r"[^a-z0-9']+")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase, drop punctuation, split on whitespace.
+
+    Apostrophes inside a word survive ("man's"); those at its edges are dropped. Hyphens and
+    other punctuation separate words ("t-shirt" -> ["t", "shirt"]), as PTBTokenizer + the
+    coco-caption punctuation filter would mostly do for the references."""
+    words = _NON_WORD.sub(" ", str(text).lower()).split()
+    return [w for w in (w.strip("'") for w in words) if w]
+
+
+class Vocab:
+    """Index <-> word map with the special tokens <pad>=0, <start>=1, <end>=2, <unk>=3."""
+
+    pad_id, start_id, end_id, unk_id = PAD_ID, START_ID, END_ID, UNK_ID
+
+    def __init__(self, itos: Sequence[str]):
+        itos = [str(w) for w in itos]
+        if tuple(itos[:len(SPECIALS)]) != SPECIALS:
+            raise UserError(f"vocabulary must start with the special tokens {list(SPECIALS)}, "
+                            f"got {itos[:len(SPECIALS)]}")
+        if len(set(itos)) != len(itos):
+            dupes = sorted(w for w, c in Counter(itos).items() if c > 1)
+            raise UserError(f"vocabulary has duplicate entries: {dupes[:5]}")
+        self.itos: list[str] = itos
+        self.stoi: dict[str, int] = {w: i for i, w in enumerate(itos)}
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_itos(cls, itos: Sequence[str]) -> "Vocab":
+        return cls(itos)
+
+    @classmethod
+    def build(cls, token_lists: Iterable[Sequence[str]], min_freq: int = 1,
+              max_size: int | None = None) -> "Vocab":
+        """Words seen at least `min_freq` times, most frequent first (ties alphabetical, so the
+        result does not depend on caption order). `max_size` caps the number of WORDS, the four
+        special tokens not counted. Pass training captions only."""
+        if min_freq < 1:
+            raise UserError(f"min_freq must be >= 1, got {min_freq}")
+        counts = Counter()
+        for tokens in token_lists:
+            counts.update(tokens)
+        for special in SPECIALS:
+            counts.pop(special, None)
+        words = sorted((w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w))
+        if max_size is not None:
+            words = words[:max_size]
+        return cls(list(SPECIALS) + words)
+
+    # ------------------------------------------------------------------ use
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.stoi
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Vocab) and self.itos == other.itos
+
+    def __repr__(self) -> str:
+        return f"Vocab({len(self)} entries: {self.itos[4:10]}...)"
+
+    @property
+    def num_words(self) -> int:
+        """Entries that are not special tokens."""
+        return len(self.itos) - len(SPECIALS)
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        """Word ids, no <start>/<end> added; unknown words become <unk>."""
+        return [self.stoi.get(t, UNK_ID) for t in tokens]
+
+    def encode_caption(self, tokens: Sequence[str], max_len: int | None = None) -> list[int]:
+        """[<start>, w1 .. wn, <end>] with at most `max_len` words (cut if longer)."""
+        ids = self.encode(tokens if max_len is None else tokens[:max_len])
+        return [START_ID, *ids, END_ID]
+
+    def decode(self, ids) -> list[str]:
+        """Words up to the first <end>; <pad>, <start>, <unk> dropped. Accepts a list or a 1-D tensor."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        words = []
+        for i in ids:
+            i = int(i)
+            if i == END_ID:
+                break
+            if i < len(SPECIALS) or i >= len(self.itos):
+                continue
+            words.append(self.itos[i])
+        return words
+
+
+def pad_captions(encoded: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encoded captions -> (captions int64 [N, T] padded with <pad>=0, lengths int64 [N])."""
+    lengths = torch.tensor([len(c) for c in encoded], dtype=torch.long)
+    out = torch.full((len(encoded), int(lengths.max()) if len(encoded) else 0), PAD_ID, dtype=torch.long)
+    for row, ids in enumerate(encoded):  # once per dataset, at setup
+        out[row, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    return out, lengths
+
+
+class BucketBatchSampler(BatchSampler):
+    """Batches of similar caption length ("sortish" batching).
+
+    Indices come from `sampler` (random for training; Lightning swaps in a DistributedSampler
+    under DDP, which works because the argument is called `sampler`). They are cut into pools
+    of `batch_size * pool_batches`; each pool is sorted by length and split into batches, and the
+    batches of a pool are shuffled. So a batch holds near-equal lengths (little padding, as in
+    the authors' length-bucketed minibatches) while the epoch order stays random."""
+
+    def __init__(self, sampler: Sampler[int] | Iterable[int], lengths: Sequence[int] | np.ndarray,
+                 batch_size: int, drop_last: bool = False, pool_batches: int = 50, seed: int = 0):
+        if batch_size < 1:
+            raise UserError(f"batch_size must be >= 1, got {batch_size}")
+        super().__init__(sampler, batch_size, drop_last)
+        self.lengths = np.asarray(lengths)
+        self.pool_batches = max(1, int(pool_batches))
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        self.epoch += 1  # a new batch order each epoch even when nobody calls set_epoch
+        order = np.fromiter(iter(self.sampler), dtype=np.int64)
+        pool = self.batch_size * self.pool_batches
+        for start in range(0, len(order), pool):
+            chunk = order[start:start + pool]
+            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches = [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+            if self.drop_last and len(batches[-1]) < self.batch_size:
+                batches.pop()
+            for b in rng.permutation(len(batches)):
+                yield batches[b].tolist()
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        if not self.drop_last:
+            return -(-n // self.batch_size) if n else 0
+        # drop_last drops at most one short batch per pool
+        pool = self.batch_size * self.pool_batches
+        full, rest = divmod(n, pool)
+        return full * self.pool_batches + rest // self.batch_size
