@@ -58,7 +58,7 @@ def _entries() -> dict[str, Entry]:
     root = config_dir()
     for path in sorted(root.glob("*/*.yaml")):
         family = path.parent.name
-        if family.startswith(("_", "base")) or path.stem.startswith("_"):
+        if family == "base" or family.startswith("_") or path.stem.startswith("_"):
             continue
         recipe = yaml.safe_load(path.read_text()) or {}
         model = recipe.get("model")

@@ -1,7 +1,10 @@
-"""The papers' comparison models: a fully connected network (2 hidden layers) and a small CNN.
+"""The papers' comparison models: a fully connected network (2 hidden layers) and CNNs.
 
-RAM (Mnih et al. 2014, Table 1-2) and DRAW compare against exactly these two kinds; recipes set
-their sizes so that the parameter budget is comparable to RAM's (about 0.1-0.3 M parameters).
+- `mlp`: RAM's FC baseline (Mnih et al. 2014, sec. 4.1): two hidden layers of 256 ReLUs.
+- `paper_cnn`: RAM's convolutional baseline (sec. 4.1): one layer of 8 10x10 filters with
+  stride 5, a fully connected layer of 256 ReLUs, softmax.
+- `cnn`: a stronger modern small CNN (conv-BN-ReLU-pool blocks, global pooling), for context.
+Recipes keep the parameter budget comparable to RAM's (about 0.1-0.3 M parameters).
 """
 from __future__ import annotations
 
@@ -35,6 +38,14 @@ def small_cnn(in_chans: int, channels: list[int], kernel_size: int, hidden: int,
     return nn.Sequential(*layers)
 
 
+def paper_cnn(in_chans: int, image_size: int, filters: int, kernel_size: int, stride: int, hidden: int,
+              num_classes: int, dropout: float) -> nn.Sequential:
+    side = (image_size - kernel_size) // stride + 1
+    return nn.Sequential(nn.Conv2d(in_chans, filters, kernel_size, stride=stride), nn.ReLU(inplace=True),
+                         nn.Flatten(), nn.Linear(filters * side * side, hidden), nn.ReLU(inplace=True),
+                         nn.Dropout(dropout), nn.Linear(hidden, num_classes))
+
+
 class Classifier(ZooModule):
     """A plain image classifier (MLP or CNN) trained with cross-entropy.
 
@@ -44,7 +55,7 @@ class Classifier(ZooModule):
 
     def __init__(self, arch: str = "cnn", image_size: int = 28, in_chans: int = 1, num_classes: int = 10,
                  hidden: list[int] = (256, 256), channels: list[int] = (32, 64, 128), kernel_size: int = 3,
-                 cnn_hidden: int = 256, dropout: float = 0.1, lr: float = 1e-3, weight_decay: float = 0.0,
+                 cnn_hidden: int = 256, stride: int = 5, dropout: float = 0.1, lr: float = 1e-3, weight_decay: float = 0.0,
                  cosine_schedule: bool = True):
         super().__init__()
         self.save_hyperparameters()
@@ -52,8 +63,12 @@ class Classifier(ZooModule):
             self.net = mlp(in_chans * image_size * image_size, list(hidden), num_classes, dropout)
         elif arch == "cnn":
             self.net = small_cnn(in_chans, list(channels), kernel_size, cnn_hidden, num_classes, dropout)
+        elif arch == "paper_cnn":
+            # `channels[0]` filters of kernel_size x kernel_size at `stride`, then cnn_hidden units
+            self.net = paper_cnn(in_chans, image_size, channels[0], kernel_size, stride, cnn_hidden,
+                                 num_classes, dropout)
         else:
-            raise UserError(f"unknown baseline arch '{arch}' (mlp or cnn)")
+            raise UserError(f"unknown baseline arch '{arch}' (mlp, paper_cnn or cnn)")
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         expected = (self.hparams.in_chans, self.hparams.image_size, self.hparams.image_size)

@@ -1,0 +1,338 @@
+"""COCO / Flickr captioning data from the standard files.
+
+Two annotation formats:
+- `coco`: the COCO captions JSON (`captions_train2014.json`, ...), read through pycocotools:
+  `images[{id, file_name}]`, `annotations[{id, image_id, caption}]`; one file per split, each
+  with its image folder (`<split>_image_root`, else `image_root`).
+- `karpathy`: Karpathy's split JSON (`dataset_coco.json`, `dataset_flickr8k.json`,
+  `dataset_flickr30k.json`): `images[]` with `filepath` (COCO only), `filename`, `split`
+  (train / restval / val / test), `sentences[{tokens, raw}]`, and `cocoid` or `imgid`. Image
+  paths are `image_root/filepath/filename`. `restval_in_train` folds restval into train (the
+  usual COCO practice: 113,287 training images).
+
+The vocabulary comes from the training captions only (min-frequency and size caps, Xu et al.
+2015 use 10k words). Training examples are (image, caption) pairs with length-bucketed batches;
+captions longer than `max_len` words are left out of training. Evaluation batches hold each image
+once with its raw reference strings, for free-running decoding and coco-caption scoring.
+
+Images: resized so the shorter side is `resize_size`, then cropped to `image_size` (random crop
+for training when `random_crop`, centre crop otherwise; never flipped, which would swap "left"
+and "right" in the captions), scaled to [0, 1] and normalised with the ImageNet mean/std when
+`normalize` (pretrained timm encoders expect it). `dm.image_mean` / `dm.image_std` say which.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+from zoo.data.vocab import BucketBatchSampler, Vocab, pad_captions, tokenize
+from zoo.errors import UserError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+FORMATS = ("coco", "karpathy")
+KARPATHY_SPLITS = ("train", "restval", "val", "test")
+
+
+@dataclass
+class CaptionedImage:
+    image_id: int | str
+    path: Path
+    references: list[str] = field(default_factory=list)  # raw strings, for scoring
+    tokens: list[list[str]] = field(default_factory=list)  # tokenised, for training
+
+
+# ----------------------------------------------------------------------------- readers
+def _read_json(path: str | os.PathLike, what: str):
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file ({what})")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, expected a {what} JSON file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({what}): {exc.msg} at line {exc.lineno}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read {what} ({exc})") from None
+
+
+def read_coco_captions(annotation_file: str | os.PathLike, image_root: str | os.PathLike) -> list[CaptionedImage]:
+    """Images with their captions from a COCO captions JSON, through pycocotools' index."""
+    from pycocotools.coco import COCO
+
+    path = Path(annotation_file)
+    data = _read_json(path, "COCO captions annotations")
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
+            or not isinstance(data.get("annotations"), list):
+        raise UserError(f"{path}: not a COCO captions file (needs 'images' and 'annotations' lists)")
+    for k, img in enumerate(data["images"]):
+        if not isinstance(img, dict) or "id" not in img or not isinstance(img.get("file_name"), str):
+            raise UserError(f"{path}: images[{k}] needs an 'id' and a 'file_name'")
+    for k, ann in enumerate(data["annotations"]):
+        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
+            raise UserError(f"{path}: annotations[{k}] needs an 'image_id' and a 'caption' string")
+        ann.setdefault("id", k)  # pycocotools indexes annotations by id
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+        coco = COCO()
+        coco.dataset = data
+        coco.createIndex()
+    unknown = [a["image_id"] for a in data["annotations"] if a["image_id"] not in coco.imgs]
+    if unknown:
+        raise UserError(f"{path}: {len(unknown)} captions refer to images not listed (e.g. image_id {unknown[0]})")
+    root = Path(image_root)
+    out = []
+    for image_id in sorted(coco.imgs):
+        captions = [a["caption"] for a in coco.imgToAnns.get(image_id, [])]
+        if not captions:
+            continue  # nothing to learn from or score against
+        out.append(CaptionedImage(image_id, root / coco.imgs[image_id]["file_name"], captions,
+                                  [tokenize(c) for c in captions]))
+    if not out:
+        raise UserError(f"{path}: no captioned images")
+    return out
+
+
+def read_karpathy(split_file: str | os.PathLike, image_root: str | os.PathLike,
+                  restval_in_train: bool = True) -> dict[str, list[CaptionedImage]]:
+    """{"train", "val", "test"} -> images with captions, from a Karpathy split JSON."""
+    path = Path(split_file)
+    data = _read_json(path, "Karpathy split")
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise UserError(f"{path}: not a Karpathy split file (needs an 'images' list)")
+    root = Path(image_root)
+    splits: dict[str, list[CaptionedImage]] = {"train": [], "val": [], "test": []}
+    for k, img in enumerate(data["images"]):
+        if not isinstance(img, dict) or not isinstance(img.get("filename"), str) \
+                or img.get("split") not in KARPATHY_SPLITS or not isinstance(img.get("sentences"), list):
+            raise UserError(f"{path}: images[{k}] needs 'filename', 'sentences' and a 'split' in "
+                            f"{list(KARPATHY_SPLITS)}")
+        split = img["split"]
+        if split == "restval":
+            if not restval_in_train:
+                continue
+            split = "train"
+        refs, tokens = [], []
+        for s in img["sentences"]:
+            if not isinstance(s, dict) or not ("raw" in s or "tokens" in s):
+                raise UserError(f"{path}: images[{k}].sentences needs 'tokens' or 'raw' per sentence")
+            raw = s.get("raw") if isinstance(s.get("raw"), str) else " ".join(map(str, s.get("tokens", [])))
+            refs.append(raw)
+            # the file's tokens when given (already lowercased, punctuation-free), through the same
+            # tokenizer so both formats spell words alike
+            tokens.append(tokenize(" ".join(map(str, s["tokens"]))) if isinstance(s.get("tokens"), list)
+                          else tokenize(raw))
+        if not refs:
+            continue
+        image_id = img.get("cocoid", img.get("imgid", k))
+        splits[split].append(CaptionedImage(image_id, root / img.get("filepath", "") / img["filename"],
+                                            refs, tokens))
+    return splits
+
+
+def build_transform(image_size: int, resize_size: int | None, train: bool, random_crop: bool,
+                    normalize: bool):
+    """PIL image -> float tensor [3, image_size, image_size]."""
+    from torchvision import transforms as T
+
+    steps = [T.Resize(resize_size or image_size),
+             T.RandomCrop(image_size) if (train and random_crop) else T.CenterCrop(image_size),
+             T.ToTensor()]
+    if normalize:
+        steps.append(T.Normalize(IMAGENET_MEAN, IMAGENET_STD))
+    return T.Compose(steps)
+
+
+def _load_rgb(path: Path):
+    from zoo.io import load_image
+
+    return load_image(path, channels=3)
+
+
+# ----------------------------------------------------------------------------- datasets
+class CaptionPairs(Dataset):
+    """One (image, caption) pair per example."""
+
+    def __init__(self, images: list[CaptionedImage], pair_image: list[int], captions: torch.Tensor,
+                 lengths: torch.Tensor, transform):
+        self.images, self.pair_image = images, pair_image
+        self.captions, self.lengths, self.transform = captions, lengths, transform
+
+    def __len__(self) -> int:
+        return len(self.pair_image)
+
+    def __getitem__(self, i: int):
+        record = self.images[self.pair_image[i]]
+        return self.transform(_load_rgb(record.path)), self.captions[i], self.lengths[i], record.image_id
+
+
+def collate_pairs(samples):
+    images, captions, lengths, ids = zip(*samples)
+    lengths = torch.stack(lengths)
+    return {"images": torch.stack(images), "captions": torch.stack(captions)[:, :int(lengths.max())],
+            "lengths": lengths, "image_ids": list(ids)}
+
+
+class CaptionImages(Dataset):
+    """Each image once, with its references (and its first caption, for a validation loss)."""
+
+    def __init__(self, images: list[CaptionedImage], first: torch.Tensor, first_lengths: torch.Tensor, transform):
+        self.images, self.first, self.first_lengths, self.transform = images, first, first_lengths, transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        record = self.images[i]
+        return (self.transform(_load_rgb(record.path)), self.first[i], self.first_lengths[i], record.image_id,
+                list(record.references))
+
+
+def collate_images(samples):
+    images, captions, lengths, ids, refs = zip(*samples)
+    lengths = torch.stack(lengths)
+    return {"images": torch.stack(images), "captions": torch.stack(captions)[:, :int(lengths.max())],
+            "lengths": lengths, "image_ids": list(ids), "references": list(refs)}
+
+
+# ----------------------------------------------------------------------------- datamodule
+class CaptionsDataModule(L.LightningDataModule):
+    """COCO or Flickr captions (see the module docstring). `dm.vocab` is available after
+    `setup()`, and also before it (reading it loads the training annotations, not the images)."""
+
+    def __init__(self, format: str = "karpathy", karpathy_json: str | None = None,
+                 train_annotations: str | None = None, val_annotations: str | None = None,
+                 test_annotations: str | None = None, image_root: str = "data/coco",
+                 train_image_root: str | None = None, val_image_root: str | None = None,
+                 test_image_root: str | None = None, restval_in_train: bool = True,
+                 image_size: int = 224, resize_size: int | None = 256, random_crop: bool = True,
+                 normalize: bool = True, batch_size: int = 64, eval_batch_size: int | None = None,
+                 max_len: int = 20, min_freq: int = 5, max_vocab: int | None = 10000,
+                 num_workers: int = 4, seed: int = 0, bucket_pool: int = 50,
+                 limit_train: int | None = None, limit_eval: int | None = None, check_files: bool = True):
+        super().__init__()
+        self.save_hyperparameters()
+        if format not in FORMATS:
+            raise UserError(f"captions: unknown format '{format}' (choose from {', '.join(FORMATS)})")
+        if format == "karpathy" and not karpathy_json:
+            raise UserError("captions: format 'karpathy' needs karpathy_json (e.g. data/coco/dataset_coco.json)")
+        if format == "coco" and not train_annotations:
+            raise UserError("captions: format 'coco' needs train_annotations (e.g. captions_train2014.json)")
+        if max_len < 1 or min_freq < 1:
+            raise UserError(f"captions: max_len and min_freq must be >= 1, got {max_len} and {min_freq}")
+        self.image_size = image_size
+        self.in_chans = 3
+        self.image_mean = IMAGENET_MEAN if normalize else (0.0, 0.0, 0.0)
+        self.image_std = IMAGENET_STD if normalize else (1.0, 1.0, 1.0)
+        #: which split test_dataloader() serves: eval.py sets "val" for `--split val`
+        self.test_split = "test"
+        self._records: dict[str, list[CaptionedImage]] = {}
+        self._vocab: Vocab | None = None
+        self.datasets: dict[str, Dataset] = {}
+
+    # ------------------------------------------------------------------ annotations
+    def records(self, split: str) -> list[CaptionedImage]:
+        """Images + captions of "train", "val" or "test" (annotations only, no pixels)."""
+        if split in self._records:
+            return self._records[split]
+        hp = self.hparams
+        if hp.format == "karpathy":
+            self._records.update(read_karpathy(hp.karpathy_json, hp.image_root, hp.restval_in_train))
+            for name, records in self._records.items():
+                if not records and (name == "train" or name == split):
+                    raise UserError(f"{hp.karpathy_json}: no images in the '{name}' split")
+        else:
+            annotations = {"train": hp.train_annotations, "val": hp.val_annotations,
+                           "test": hp.test_annotations}[split]
+            if not annotations:
+                raise UserError(f"captions: no {split}_annotations given for format 'coco'")
+            root = getattr(hp, f"{split}_image_root") or hp.image_root
+            self._records[split] = read_coco_captions(annotations, root)
+        return self._records[split]
+
+    @property
+    def vocab(self) -> Vocab:
+        if self._vocab is None:
+            hp = self.hparams
+            vocab = Vocab.build((t for r in self.records("train") for t in r.tokens),
+                                min_freq=hp.min_freq, max_size=hp.max_vocab)
+            if vocab.num_words == 0:
+                raise UserError(f"captions: empty vocabulary: no training word occurs {hp.min_freq}+ times")
+            self._vocab = vocab
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def _check_files(self, split: str, records: Sequence[CaptionedImage]) -> None:
+        missing = [r.path for r in records if not r.path.is_file()]
+        if missing:
+            raise UserError(f"captions: {len(missing)} of {len(records)} {split} images are missing, "
+                            f"e.g. {missing[0]} (check image_root)")
+
+    # ------------------------------------------------------------------ datasets
+    def setup(self, stage: str | None = None) -> None:
+        hp = self.hparams
+        vocab = self.vocab
+        if "train" not in self.datasets and stage in (None, "fit"):
+            records = self.records("train")[:hp.limit_train] if hp.limit_train else self.records("train")
+            if hp.check_files:
+                self._check_files("train", records)
+            encoded, pair_image = [], []
+            for k, r in enumerate(records):
+                for tokens in r.tokens:
+                    if 0 < len(tokens) <= hp.max_len:
+                        encoded.append(vocab.encode_caption(tokens))
+                        pair_image.append(k)
+            if not encoded:
+                raise UserError(f"captions: no training caption has 1..max_len={hp.max_len} words")
+            captions, lengths = pad_captions(encoded)
+            transform = build_transform(hp.image_size, hp.resize_size, True, hp.random_crop, hp.normalize)
+            self.datasets["train"] = CaptionPairs(records, pair_image, captions, lengths, transform)
+        wanted = {"fit": ["val"], "validate": ["val"], "test": [self.test_split]}.get(stage, ["val", "test"])
+        for split in wanted:
+            if split in self.datasets:
+                continue
+            if hp.format == "coco" and not getattr(hp, f"{split}_annotations") and stage is None:
+                continue  # optional split not configured
+            records = self.records(split)
+            if hp.limit_eval:
+                records = records[:hp.limit_eval]
+            if hp.check_files:
+                self._check_files(split, records)
+            first = [vocab.encode_caption(r.tokens[0], hp.max_len) for r in records]
+            transform = build_transform(hp.image_size, hp.resize_size, False, False, hp.normalize)
+            self.datasets[split] = CaptionImages(records, *pad_captions(first), transform)
+
+    def train_dataloader(self) -> DataLoader:
+        data = self.datasets["train"]
+        sampler = RandomSampler(data, generator=torch.Generator().manual_seed(self.hparams.seed))
+        batches = BucketBatchSampler(sampler, data.lengths.numpy(), self.hparams.batch_size,
+                                     pool_batches=self.hparams.bucket_pool, seed=self.hparams.seed)
+        return DataLoader(data, batch_sampler=batches, collate_fn=collate_pairs,
+                          num_workers=self.hparams.num_workers,
+                          persistent_workers=self.hparams.num_workers > 0)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        if split not in self.datasets:
+            raise UserError(f"captions: the '{split}' split is not set up (annotations given?)")
+        return DataLoader(self.datasets[split], batch_size=self.hparams.eval_batch_size or self.hparams.batch_size,
+                          shuffle=False, collate_fn=collate_images, num_workers=self.hparams.num_workers,
+                          persistent_workers=self.hparams.num_workers > 0)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.test_split)

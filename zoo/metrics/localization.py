@@ -1,0 +1,92 @@
+"""Attention localisation on scenes with known item boxes (FashionScenes).
+
+For each generated word that names an item, take the attention map `alpha` the decoder used to
+emit that word, find its peak (argmax over the h x w grid of annotation vectors), map the peak
+cell to the pixel coordinates of its centre, and ask whether that point lies inside the box of
+the item the word names. The score is the fraction of such item words that land inside.
+
+How words map to boxes:
+- an item word is a word in `item_words` (by default: every word that names a box anywhere in
+  the evaluated set, e.g. the head words "shirt", "bag", "boot");
+- a word counts as a hit when the peak lies inside ANY box of the image labelled with that word.
+  With repeated items ("a red shirt left of a blue shirt") the words cannot be matched to
+  boxes without parsing colours and relations, and looking at either shirt is looking at a shirt;
+- an item word whose item is not in the image (a hallucinated "bag") has no box to look at:
+  it is left out of the fraction and counted in `absent` by `localization_stats`.
+
+Box convention: x0, y0, x1, y1 in pixels of the image the model saw, x1/y1 exclusive, so a
+box covers the continuous square [x0, x1) x [y0, y1); grid cell (r, c) of an h x w grid over an
+H x W image has its centre at ((c + 0.5) W / w, (r + 0.5) H / h).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+
+def _as_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().float().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def _pair(x) -> tuple[int, int]:
+    if isinstance(x, (int, np.integer)):
+        return int(x), int(x)
+    h, w = x
+    return int(h), int(w)
+
+
+def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequence[Sequence[str]],
+                       words: Sequence[Sequence[str]], image_size, item_words: Iterable[str] | None = None) -> dict:
+    """Per-split counts: {"localization": hits / scored (nan if none), "hits", "scored", "absent"}.
+
+    alphas:    per image, array-like [T_i, h*w] (or [T_i, h, w]); row t is the attention used to
+               emit words[i][t] (rows beyond len(words[i]), e.g. the <end> step, are ignored).
+    grids:     (h, w) for all images, or a list of one (h, w) per image.
+    boxes:     per image, array-like [n_i, 4] (x0, y0, x1, y1), pixels of the model's input.
+    box_words: per image, the item word of each box.
+    words:     per image, the generated words.
+    image_size: H (square) or (H, W) of the model's input, for all images."""
+    n = len(words)
+    if not (len(alphas) == len(boxes) == len(box_words) == n):
+        raise ValueError(f"alphas, boxes, box_words and words must have one entry per image, got "
+                         f"{len(alphas)}, {len(boxes)}, {len(box_words)}, {n}")
+    per_image_grid = isinstance(grids, (list, tuple)) and len(grids) == n and n > 0 \
+        and not isinstance(grids[0], (int, np.integer))
+    H, W = _pair(image_size)
+    vocab = set(item_words) if item_words is not None else {w for ws in box_words for w in ws}
+    hits = scored = absent = 0
+    for i in range(n):  # per image: a few words each, once per evaluation
+        h, w = _pair(grids[i] if per_image_grid else grids)
+        alpha = _as_numpy(alphas[i]).reshape(-1, h * w) if len(words[i]) else np.zeros((0, h * w))
+        if alpha.shape[0] < len(words[i]):
+            raise ValueError(f"image {i}: {alpha.shape[0]} attention maps for {len(words[i])} words")
+        img_boxes = _as_numpy(boxes[i]).reshape(-1, 4)
+        labels = list(box_words[i])
+        peak = alpha[:len(words[i])].argmax(1)  # [T]
+        px = (peak % w + 0.5) * W / w
+        py = (peak // w + 0.5) * H / h
+        inside = ((img_boxes[None, :, 0] <= px[:, None]) & (px[:, None] < img_boxes[None, :, 2]) &
+                  (img_boxes[None, :, 1] <= py[:, None]) & (py[:, None] < img_boxes[None, :, 3]))  # [T, n]
+        for t, word in enumerate(words[i]):
+            if word not in vocab:
+                continue
+            match = [k for k, label in enumerate(labels) if label == word]
+            if not match:
+                absent += 1
+                continue
+            scored += 1
+            hits += bool(inside[t, match].any())
+    return {"localization": hits / scored if scored else math.nan, "hits": hits, "scored": scored,
+            "absent": absent}
+
+
+def attention_localization(alphas: Sequence, grids, boxes: Sequence, box_words: Sequence[Sequence[str]],
+                           words: Sequence[Sequence[str]], image_size,
+                           item_words: Iterable[str] | None = None) -> float:
+    """Fraction of item words whose attention peak falls inside that item's box (nan when no
+    word names an item present in its image). See `localization_stats` for the arguments."""
+    return localization_stats(alphas, grids, boxes, box_words, words, image_size, item_words)["localization"]
