@@ -1,0 +1,127 @@
+"""Batched beam search vs one image at a time, and captioner training throughput.
+
+    python benchmarks/beam.py [--checkpoint PATH | --model NAME] [--batch-size 64] [--beam-size 5]
+
+Decoding: the FashionScenes captioner (trained weights when given or released, else the recipe
+with random weights) captions B images with `zoo.decoding.beam_search` once for the whole batch (B x k rows per
+step), and once per image (k rows per step, what public ports do). Both must return identical
+captions. Random weights give degenerate (often empty) captions while the beams still run to
+max_len, so quote figures measured with trained weights (`--checkpoint` or released weights).
+On CPU the per-row compute (the additive attention's tanh over L x A per row and step, the LSTM)
+is the same in both, so the ratio there is bounded by the per-call overhead it removes.
+Training: images/s of full optimisation steps (teacher-forced forward, backward, Adam) for soft
+and hard attention. Prints a table and writes results/bench_beam.json.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from zoo.results import write_json  # noqa: E402
+
+RECIPE = "sat_soft_scenes"
+
+
+def load_model(args):
+    import zoo
+
+    if args.checkpoint:
+        return zoo.load_checkpoint(args.checkpoint), args.checkpoint
+    if args.model in zoo.list_models(pretrained=True):
+        return zoo.create_model(args.model, pretrained=True), f"{args.model} (released weights)"
+    words = ["a", "an", "the", "red", "blue", "green", "shirt", "bag", "coat", "left", "of", "right", "above",
+             "below", "and", "there", "is", "pair", "trousers", "dress"]
+    model = zoo.create_model(args.model, vocab=["<pad>", "<start>", "<end>", "<unk>"] + words)
+    return model, f"{args.model} (random weights)"
+
+
+def timed(fn, repeats: int) -> tuple[float, object]:
+    fn()  # warm-up
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def bench_decoding(model, args) -> dict:
+    torch.manual_seed(0)
+    H, W = model.hparams.image_size
+    images = torch.rand(args.batch_size, 3, H, W)
+    kw = dict(beam_size=args.beam_size, max_len=args.max_len)
+    batched_s, batched = timed(lambda: model.caption(images, **kw), args.repeats)
+    per_image_s, per_image = timed(lambda: [model.caption(images[i:i + 1], **kw)[0] for i in range(len(images))],
+                                   args.repeats)
+    identical = [r["words"] for r in batched] == [r["words"] for r in per_image]
+    lengths = [len(r["words"]) for r in batched]
+    return {"batch_size": args.batch_size, "beam_size": args.beam_size, "max_len": args.max_len,
+            "batched_s": batched_s, "per_image_s": per_image_s, "speedup": per_image_s / batched_s,
+            "batched_images_per_s": args.batch_size / batched_s, "identical_captions": identical,
+            "mean_caption_words": sum(lengths) / len(lengths),
+            "finished_fraction": sum(r["finished"] for r in batched) / len(batched)}
+
+
+def bench_training(attention: str, args) -> dict:
+    import zoo
+
+    torch.manual_seed(0)
+    vocab = ["<pad>", "<start>", "<end>", "<unk>"] + [f"w{i}" for i in range(43)]  # FashionScenes' size
+    model = zoo.create_model(f"sat_{attention}_scenes", vocab=vocab).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    H, W = model.hparams.image_size
+    B, T = args.batch_size, args.train_caption_len + 2
+    captions = torch.randint(4, len(vocab), (B, T))
+    captions[:, 0], captions[:, -1] = 1, 2
+    batch = {"images": torch.rand(B, 3, H, W), "captions": captions, "lengths": torch.full((B,), T),
+             "image_ids": list(range(B))}
+    model.log = lambda *a, **k: None  # no trainer attached here
+
+    def step():
+        optimizer.zero_grad()
+        model.training_step(batch, 0).backward()
+        optimizer.step()
+
+    seconds, _ = timed(lambda: [step() for _ in range(args.train_steps)], 1)
+    return {"attention": attention, "batch_size": B, "caption_tokens": T, "steps": args.train_steps,
+            "images_per_s": B * args.train_steps / seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--model", default=RECIPE)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--beam-size", type=int, default=5)
+    parser.add_argument("--max-len", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--train-steps", type=int, default=5)
+    parser.add_argument("--train-caption-len", type=int, default=12, help="words per training caption")
+    parser.add_argument("--out", default="results/bench_beam.json")
+    args = parser.parse_args()
+
+    model, source = load_model(args)
+    model.eval()
+    decoding = bench_decoding(model, args)
+    training = [bench_training(a, args) for a in ("soft", "hard")]
+    print(f"model: {source}; torch threads: {torch.get_num_threads()}")
+    print(f"beam search, B={decoding['batch_size']}, k={decoding['beam_size']}, max_len={decoding['max_len']}:")
+    print(f"  batched   {decoding['batched_s'] * 1e3:9.1f} ms  ({decoding['batched_images_per_s']:.1f} images/s)")
+    print(f"  per image {decoding['per_image_s'] * 1e3:9.1f} ms")
+    print(f"  speedup   {decoding['speedup']:9.1f} x   identical captions: {decoding['identical_captions']}")
+    for t in training:
+        print(f"training ({t['attention']}), B={t['batch_size']}, {t['caption_tokens']} tokens: "
+              f"{t['images_per_s']:.1f} images/s")
+    path = write_json(args.out, {"benchmark": "beam", "model": source, "decoding": decoding, "training": training,
+                                 "args": vars(args)})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

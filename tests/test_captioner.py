@@ -1,0 +1,356 @@
+"""The Show-Attend-Tell captioner: the paper's pieces (scalar gate, deep output, doubly stochastic
+term, pads out of the loss), gradient paths, a tiny fit, caption() output, checkpoint round-trips
+through Lightning and safetensors, and the `zoo caption` CLI's exit codes."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import structured_images
+from PIL import Image
+
+from zoo.cli import main as zoo_main
+from zoo.errors import UserError
+from zoo.models.captioner import Captioner
+
+SPECIALS = ["<pad>", "<start>", "<end>", "<unk>"]
+VOCAB = SPECIALS + ["a", "red", "blue", "shirt", "bag", "left", "of", "right"]
+TINY = dict(embed_dim=16, hidden_dim=24, attention_dim=12, dropout=0.0, image_size=[32, 32], decode_max_len=6,
+            backbone={"kind": "stem", "in_chans": 3, "channels": [8, 16], "strides": [4, 2]})
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(attention="soft", **kw):
+    torch.manual_seed(0)
+    return Captioner(vocab=VOCAB, attention=attention, **{**TINY, **kw})
+
+
+def batch_of(B=4, T=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    captions = torch.zeros(B, T, dtype=torch.long)
+    lengths = torch.randint(3, T + 1, (B,), generator=g)
+    lengths[0] = T
+    for b in range(B):
+        n = int(lengths[b])
+        captions[b, 0], captions[b, n - 1] = 1, 2
+        captions[b, 1:n - 1] = torch.randint(4, len(VOCAB), (n - 2,), generator=g)
+    return {"images": torch.rand(B, 3, 32, 32, generator=g), "captions": captions, "lengths": lengths}
+
+
+# ----------------------------------------------------------------------------- the paper's pieces
+def test_gate_is_one_scalar_per_step():
+    model = tiny()
+    assert model.f_beta.weight.shape == (1, TINY["hidden_dim"])
+    batch = batch_of()
+    out = model(batch["images"], batch["captions"])
+    B, T = batch["captions"].shape
+    assert out["beta"].shape == (B, T - 1)
+    assert out["alpha"].shape[:2] == (B, T - 1)
+    # beta = sigmoid(f_beta(h_{t-1})) multiplies the context: a gate shut by its bias zeroes it.
+    annotations, _ = model.encode(batch["images"])
+    projected = model.attend.score.project_keys(annotations)
+    h, c = model.init_state(annotations)
+    with torch.no_grad():
+        model.f_beta.bias.fill_(-1e4)
+    shut = model.step(batch["captions"][:, 0], h, c, projected, annotations, "soft")
+    other = model.step(batch["captions"][:, 0], h, c, projected, torch.randn_like(annotations) * 5, "soft")
+    assert torch.all(shut["beta"] == 0)
+    torch.testing.assert_close(shut["logits"], other["logits"])
+
+
+def test_deep_output_uses_previous_word_hidden_and_context():
+    model = tiny(gate=False)
+    batch = batch_of()
+    annotations, _ = model.encode(batch["images"])
+    projected = model.attend.score.project_keys(annotations)
+    h, c = model.init_state(annotations)
+    prev = batch["captions"][:, 0]
+    out = model.step(prev, h, c, projected, annotations, "soft")
+    context = torch.einsum("bl,bld->bd", out["alpha"], annotations)
+    expected = model.L_o(torch.tanh(model.embed(prev) + model.L_h(out["h"]) + model.L_z(context)))
+    torch.testing.assert_close(out["logits"], expected)
+
+
+def test_pads_are_masked_from_the_loss():
+    model = tiny()
+    model.eval()
+    batch = batch_of()
+    losses = model._losses(batch, "soft")
+    # More padding columns change nothing.
+    padded = dict(batch, captions=F.pad(batch["captions"], (0, 3), value=0))
+    losses_padded = model._losses(padded, "soft")
+    for key in ("nll", "nll_word", "doubly_stochastic", "loss"):
+        torch.testing.assert_close(losses[key], losses_padded[key])
+    # And the NLL is the per-caption sum over the real words only, computed one image at a time.
+    out = losses["out"]
+    manual = []
+    for b in range(batch["captions"].shape[0]):
+        n = int(batch["lengths"][b])
+        targets = batch["captions"][b, 1:n]
+        manual.append(F.cross_entropy(out["logits"][b, :n - 1], targets, reduction="sum"))
+    torch.testing.assert_close(losses["nll"], torch.stack(manual).mean())
+
+
+def test_doubly_stochastic_regularisation():
+    model = tiny(alpha_c=0.7)
+    model.eval()
+    batch = batch_of()
+    losses = model._losses(batch, "soft")
+    alpha = losses["out"]["alpha"]  # [B, T-1, L]
+    expected = []
+    for b in range(alpha.shape[0]):
+        steps = int(batch["lengths"][b]) - 1  # real steps: the words and <end>
+        expected.append(((1 - alpha[b, :steps].sum(0)) ** 2).sum())
+    torch.testing.assert_close(losses["doubly_stochastic"], torch.stack(expected).mean())
+    torch.testing.assert_close(losses["loss"], losses["nll"] + 0.7 * losses["doubly_stochastic"])
+
+
+# ----------------------------------------------------------------------------- gradients
+def test_gradients_reach_every_parameter_soft():
+    model = tiny()
+    model.train()
+    model._losses(batch_of(), "soft")["loss"].backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
+    assert not missing, missing
+
+
+def test_frozen_backbone_gets_no_gradient():
+    model = tiny(backbone={**TINY["backbone"], "trainable": False})
+    model.train()
+    model._losses(batch_of(), "soft")["loss"].backward()
+    assert all(p.grad is None for p in model.encoder.parameters())
+    assert model.init_h[0].weight.grad is not None
+    assert not any(p is q for p in model.encoder.parameters() for g in
+                   model.configure_optimizers().param_groups for q in g["params"])
+
+
+def test_hard_attention_trains_attention_only_through_reinforce():
+    model = tiny("hard")
+    model.train()
+    batch = batch_of()
+    score_params = list(model.attend.score.parameters())
+    model._losses(batch, "sample")["nll"].backward()
+    assert all(p.grad is None or torch.all(p.grad == 0) for p in score_params)
+    model.zero_grad()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        model.baseline.value.fill_(1.0)
+    with pytest.MonkeyPatch.context() as mp:  # force a sampled minibatch
+        mp.setattr(torch, "rand", lambda *a, **k: torch.ones(()))
+        loss = model.training_step(batch, 0)
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in score_params)
+    assert float(model.baseline.value) != 1.0  # b <- 0.9 b + 0.1 mean(cost)
+
+
+# ----------------------------------------------------------------------------- fit and caption
+def test_tiny_fit_memorises_captions():
+    model = tiny(hidden_dim=48, attention_dim=24)
+    model.train()
+    batch = batch_of(B=4, T=6, seed=3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(80):
+        loss = model._losses(batch, "soft")["nll"]
+        first = first if first is not None else loss.item()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert float(loss) < 0.1 * first
+    results = model.caption(batch["images"], beam_size=3)
+    expected = [[VOCAB[i] for i in c[1:int(n) - 1]] for c, n in zip(batch["captions"].tolist(), batch["lengths"])]
+    assert sum(r["words"] == e for r, e in zip(results, expected)) >= 3
+
+
+@pytest.mark.parametrize("attention", ["soft", "hard"])
+def test_caption_output_format_and_batching(attention):
+    model = tiny(attention)
+    images = torch.rand(5, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    results = model.caption(images, beam_size=3, max_len=6)
+    assert len(results) == 5
+    for r in results:
+        n = len(r["words"])
+        assert all(isinstance(w, str) and w not in ("<pad>", "<start>", "<end>") for w in r["words"])
+        assert r["alpha"].shape == (n, 4, 4) and r["beta"].shape == (n,)
+        torch.testing.assert_close(r["alpha"].sum((1, 2)), torch.ones(n))
+        assert torch.all((r["beta"] > 0) & (r["beta"] < 1))
+        assert isinstance(r["score"], float) and isinstance(r["finished"], bool)
+        if attention == "hard":
+            assert r["locations"].shape == (n, 2)
+            flat = r["alpha"].flatten(1).argmax(1)
+            assert torch.equal(r["locations"][:, 0] * 4 + r["locations"][:, 1], flat)
+        else:
+            assert "locations" not in r
+    one_by_one = [model.caption(images[i:i + 1], beam_size=3, max_len=6)[0]["words"] for i in range(5)]
+    assert [r["words"] for r in results] == one_by_one
+    assert model.training  # caption() restores the mode it found
+
+
+def test_model_without_vocabulary_refuses_to_caption():
+    model = Captioner(vocab=None, **TINY)
+    with pytest.raises(UserError, match="vocabulary"):
+        model.caption(torch.rand(1, 3, 32, 32))
+    with pytest.raises(UserError, match="empty vocabulary"):
+        Captioner(vocab=SPECIALS, **TINY)
+
+
+# ----------------------------------------------------------------------------- Lightning + checkpoints
+def scene_datamodule(tmp_path):
+    from zoo.data.scenes import FashionScenesDataModule
+
+    def items(split):
+        return structured_images(300, 0 if split == "train" else 1)
+
+    return FashionScenesDataModule(num_train=48, num_val=8, num_test=8, batch_size=16, canvas_size=32,
+                                   item_sizes=[12], max_items=2, item_loader=items, cache_dir=str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Two training steps + one validation epoch through Lightning, vocab taken from the data."""
+    import lightning as L
+
+    tmp_path = tmp_path_factory.mktemp("captioner")
+    torch.set_num_threads(1)
+    dm = scene_datamodule(tmp_path)
+    model = Captioner(vocab=None, beam_size=2, **TINY)
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, logger=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        default_root_dir=str(tmp_path), accelerator="cpu", gradient_clip_val=5.0)
+    trainer.fit(model, datamodule=dm)
+    ckpt = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(ckpt)
+    return {"model": model, "dm": dm, "trainer": trainer, "ckpt": ckpt, "tmp": tmp_path}
+
+
+def test_vocab_from_datamodule_and_validation_metrics(trained):
+    model, dm, trainer = trained["model"], trained["dm"], trained["trainer"]
+    assert model.hparams.vocab == list(dm.vocab.itos)
+    assert all(isinstance(w, str) for w in model.hparams.vocab)
+    metrics = trainer.callback_metrics
+    for name in ("val/loss", "val/Bleu_4", "val/CIDEr", "val/ROUGE_L", "val/localization"):
+        assert name in metrics, sorted(metrics)
+    assert model.last_eval["stage"] == "val" and len(model.last_eval["predictions"]) == 8
+
+
+def test_checkpoint_round_trip(trained, tmp_path):
+    import zoo
+    from zoo import hub
+
+    model = trained["model"].eval()
+    images = trained["dm"].datasets["val"].__getitems__([0, 1, 2])["images"]
+    reference = model.caption(images, beam_size=2)
+    loaded = zoo.load_checkpoint(trained["ckpt"]).eval()
+    assert loaded.family == "captioner" and loaded.hparams.vocab == model.hparams.vocab
+    again = loaded.caption(images, beam_size=2)
+    assert [r["words"] for r in again] == [r["words"] for r in reference]
+    torch.testing.assert_close(again[0]["alpha"], reference[0]["alpha"])
+    # released weights: safetensors + config
+    path = tmp_path / "sat.safetensors"
+    hub.save_release(model, model.zoo_config(), path)
+    released = zoo.load_checkpoint(path).eval()
+    assert [r["words"] for r in released.caption(images, beam_size=2)] == [r["words"] for r in reference]
+
+
+# ----------------------------------------------------------------------------- CLI
+@pytest.fixture(scope="module")
+def cli_files(trained, tmp_path_factory):
+    from zoo import hub
+    from zoo.models.baselines import Classifier
+
+    root = tmp_path_factory.mktemp("cli")
+    model = trained["model"]
+    weights = root / "captioner.safetensors"
+    hub.save_release(model, model.zoo_config(), weights)
+    other = Classifier(arch="mlp", image_size=28, hidden=[8])
+    other_path = root / "classifier.safetensors"
+    hub.save_release(other, other.zoo_config(), other_path)
+    empty_config = model.zoo_config()
+    empty_config["init_args"]["vocab"] = SPECIALS
+    empty = root / "empty_vocab.safetensors"
+    hub.save_release(model, empty_config, empty)
+    rgb = (np.random.default_rng(0).random((40, 50, 3)) * 255).astype(np.uint8)
+    good = root / "scene.png"
+    Image.fromarray(rgb).save(good)
+    gray16 = root / "gray16.png"
+    Image.fromarray((np.random.default_rng(1).random((20, 20)) * 60000).astype(np.uint16)).save(gray16)
+    rgba = root / "rgba.png"
+    Image.fromarray(np.dstack([rgb, np.full(rgb.shape[:2], 128, np.uint8)]), "RGBA").save(rgba)
+    text = root / "notes.png"
+    text.write_text("not an image")
+    truncated = root / "truncated.png"
+    truncated.write_bytes(good.read_bytes()[:60])
+    return {"weights": weights, "other": other_path, "empty": empty, "good": good, "gray16": gray16,
+            "rgba": rgba, "text": text, "truncated": truncated, "root": root}
+
+
+def run_zoo(args, capsys):
+    code = zoo_main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_captions_to_stdout_and_json_with_overlays(cli_files, capsys):
+    f = cli_files
+    code, out, err = run_zoo(["caption", f["good"], f["gray16"], f["rgba"], "--checkpoint", f["weights"],
+                              "--beam-size", "2"], capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert [line.split("\t")[0] for line in lines] == [str(f["good"]), str(f["gray16"]), str(f["rgba"])]
+    overlays = f["root"] / "overlays"
+    code, out, err = run_zoo(["caption", f["good"], f["rgba"], "--checkpoint", f["weights"], "--json",
+                              "--attention-dir", overlays], capsys)
+    assert code == 0, err
+    payload = json.loads(out)
+    assert [r["image"] for r in payload["results"]] == [str(f["good"]), str(f["rgba"])]
+    for record in payload["results"]:
+        n = len(record["words"])
+        assert record["caption"] == " ".join(record["words"])
+        assert len(record["beta"]) == n and np.asarray(record["alpha"]).shape == (n, *record["grid"])
+        assert Image.open(record["attention_png"]).size[0] > 0
+    assert sorted(p.name for p in overlays.iterdir()) == ["rgba.png", "scene.png"]
+
+
+@pytest.mark.parametrize("bad", ["missing", "directory", "text", "truncated"])
+def test_cli_bad_images_exit_2_with_one_line(cli_files, capsys, bad):
+    f = cli_files
+    path = {"missing": f["root"] / "nope.png", "directory": f["root"], "text": f["text"],
+            "truncated": f["truncated"]}[bad]
+    code, out, err = run_zoo(["caption", path, "--checkpoint", f["weights"]], capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and str(path) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("which, message", [("other", "not a captioner"), ("empty", "empty vocabulary"),
+                                            ("missing", "no such")])
+def test_cli_bad_checkpoints_exit_2(cli_files, capsys, which, message):
+    f = cli_files
+    path = f.get(which, f["root"] / "missing.safetensors")
+    code, out, err = run_zoo(["caption", f["good"], "--checkpoint", path], capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_cli_partly_bad_batch_captions_the_good_ones(cli_files, capsys):
+    f = cli_files
+    code, out, err = run_zoo(["caption", f["good"], f["text"], f["root"] / "nope.png", f["rgba"],
+                              "--checkpoint", f["weights"]], capsys)
+    assert code == 1
+    assert [line.split("\t")[0] for line in out.strip().splitlines()] == [str(f["good"]), str(f["rgba"])]
+    assert len(err.strip().splitlines()) == 2 and str(f["text"]) in err and "nope.png" in err
+
+
+def test_cli_bad_beam_size(cli_files, capsys):
+    code, _, err = run_zoo(["caption", cli_files["good"], "--checkpoint", cli_files["weights"],
+                            "--beam-size", "0"], capsys)
+    assert code == 2 and "--beam-size" in err

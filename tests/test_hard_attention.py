@@ -1,0 +1,133 @@
+"""Hard attention: the REINFORCE surrogate gives the authors' gradient and, in expectation over the
+samples, the exact gradient of the expected cost (checked by enumerating every sample path)."""
+import itertools
+
+import pytest
+import torch
+
+from zoo.attention.hard import (HardAttention, MovingAverageBaseline, reinforce_surrogate,
+                                sample_locations)
+from zoo.attention.scores import build_score
+
+
+def test_reinforce_gradient_equals_exact_gradient_in_expectation():
+    """Two steps over L=3 locations; step 2's distribution depends on step 1's sample; the cost
+    depends on both. Summing (probability x surrogate gradient) over all 9 sample paths must give
+    reward_scale x d E[cost] / d theta exactly, for any baseline."""
+    torch.manual_seed(0)
+    L = 3
+    theta1 = torch.randn(L, requires_grad=True)
+    theta2 = torch.randn(L, L, requires_grad=True)  # row s1: logits of step 2 given s1
+    cost_table = torch.randn(L, L) * 2 + 3
+    reward_scale, baseline = 0.1, torch.tensor(2.5)
+
+    def log_alphas(s1):
+        return torch.stack([torch.log_softmax(theta1, -1), torch.log_softmax(theta2[s1], -1)])  # [2, L]
+
+    # Exact: d/dtheta of E[cost] = sum_paths p(path) cost(path).
+    expected_cost = sum(log_alphas(s1)[0, s1].exp() * log_alphas(s1)[1, s2].exp() * cost_table[s1, s2]
+                        for s1, s2 in itertools.product(range(L), repeat=2))
+    exact = torch.autograd.grad(expected_cost, [theta1, theta2])
+
+    # Estimator, averaged over every path with its (constant) probability.
+    estimate = [torch.zeros_like(theta1), torch.zeros_like(theta2)]
+    for s1, s2 in itertools.product(range(L), repeat=2):
+        la = log_alphas(s1)
+        prob = (la[0, s1] + la[1, s2]).exp().detach()
+        surrogate = reinforce_surrogate(la.unsqueeze(0), torch.tensor([[s1, s2]]), cost_table[s1, s2].view(1),
+                                        baseline, reward_scale=reward_scale, entropy_coef=0.0)
+        for acc, g in zip(estimate, torch.autograd.grad(surrogate, [theta1, theta2])):
+            acc += prob * g
+    for e, x in zip(estimate, exact):
+        torch.testing.assert_close(e, reward_scale * x, rtol=1e-5, atol=1e-6)
+
+
+def test_surrogate_gradient_has_the_authors_form():
+    """d/d alpha = (b - cost) * scale * (-onehot(s) / alpha) + lambda_e (log alpha + 1), averaged
+    over the batch and summed over the real (unmasked) steps."""
+    torch.manual_seed(1)
+    B, T, L = 3, 4, 5
+    alpha = torch.softmax(torch.randn(B, T, L), -1).requires_grad_(True)
+    locations = torch.randint(0, L, (B, T))
+    cost = torch.rand(B) * 5
+    b, scale, lam = torch.tensor(1.7), 0.1, 0.002
+    step_mask = torch.ones(B, T)
+    step_mask[1, 2:] = 0
+    surrogate = reinforce_surrogate(alpha.log(), locations, cost, b, step_mask, scale, lam)
+    (grad,) = torch.autograd.grad(surrogate, alpha)
+    onehot = torch.nn.functional.one_hot(locations, L).float()
+    authors = (b - cost).view(B, 1, 1) * scale * (-onehot / alpha) + lam * (alpha.log() + 1)
+    torch.testing.assert_close(grad, (authors * step_mask[..., None] / B).detach(), rtol=1e-5, atol=1e-7)
+
+
+def test_surrogate_is_finite_with_masked_locations():
+    scores = torch.randn(2, 1, 4, requires_grad=True)
+    mask = torch.tensor([True, True, False, False])
+    log_alpha = torch.log_softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), -1)
+    surrogate = reinforce_surrogate(log_alpha, torch.tensor([[0], [1]]), torch.ones(2), 0.0)
+    surrogate.backward()
+    assert torch.isfinite(surrogate) and torch.isfinite(scores.grad).all()
+    assert torch.all(scores.grad[..., 2:] == 0)
+
+
+def test_baseline_moving_average():
+    baseline = MovingAverageBaseline(0.9)
+    assert float(baseline.value) == 0.0
+    costs = [torch.tensor([1.0, 3.0]), torch.tensor([4.0, 4.0])]
+    expected = 0.0
+    for c in costs:
+        baseline.update(c)
+        expected = 0.9 * expected + 0.1 * float(c.mean())
+    assert float(baseline.value) == pytest.approx(expected)
+    assert "value" in baseline.state_dict()
+
+
+def test_samples_follow_alpha_and_skip_masked_locations():
+    alpha = torch.tensor([0.5, 0.3, 0.2, 0.0])
+    log_alpha = torch.log(alpha).clamp(min=torch.finfo(torch.float32).min).expand(40000, 4)
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.bincount(sample_locations(log_alpha, gen), minlength=4).float() / 40000
+    assert counts[3] == 0
+    torch.testing.assert_close(counts, alpha, atol=0.01, rtol=0)
+
+
+def test_modes_and_gradient_paths():
+    torch.manual_seed(2)
+    B, L, D = 4, 6, 3
+    score = build_score("additive", D, 5, attention_dim=7)
+    attend = HardAttention(score)
+    keys = torch.randn(B, L, D)
+    values = torch.randn(B, L, D, requires_grad=True)
+    query = torch.randn(B, 5)
+    out = attend(score.project_keys(keys), values, query, mode="sample")
+    torch.testing.assert_close(out.context, values[torch.arange(B), out.location])
+    out.context.sum().backward()
+    # The sample blocks the path into the attention network; only REINFORCE may train it then.
+    assert all(p.grad is None or torch.all(p.grad == 0) for p in score.parameters())
+    assert values.grad.abs().sum() > 0
+    argmax = attend(score.project_keys(keys), values, query, mode="argmax")
+    assert torch.equal(argmax.location, argmax.alpha.argmax(-1))
+    expected = attend(score.project_keys(keys), values, query, mode="expected")
+    torch.testing.assert_close(expected.context, torch.einsum("bl,bld->bd", expected.alpha, values))
+    expected.context.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in score.parameters())
+    with pytest.raises(ValueError, match="mode"):
+        attend(score.project_keys(keys), values, query, mode="soft")
+
+
+def test_reinforce_learns_to_attend_to_the_rewarding_location():
+    """A bandit: cost 0 at location 2, cost 1 elsewhere; REINFORCE + baseline finds location 2."""
+    torch.manual_seed(3)
+    logits = torch.zeros(1, 1, 5, requires_grad=True)
+    optimizer = torch.optim.SGD([logits], lr=2.0)
+    baseline = MovingAverageBaseline(0.9)
+    for _ in range(150):
+        log_alpha = torch.log_softmax(logits, -1).expand(64, 1, 5)
+        s = sample_locations(log_alpha[:, 0].detach()).unsqueeze(1)
+        cost = (s[:, 0] != 2).float()
+        loss = reinforce_surrogate(log_alpha, s, cost, baseline.value, reward_scale=1.0, entropy_coef=0.002)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        baseline.update(cost)
+    assert torch.softmax(logits, -1)[0, 0, 2] > 0.9

@@ -1,0 +1,98 @@
+"""Attention scores: how well each annotation vector (key) answers the decoder's query.
+
+Show, Attend and Tell (Xu et al. 2015) scores locations with an MLP, eq. (4):
+`e_ti = f_att(a_i, h_{t-1})`; the other members of the family are the usual alternatives:
+
+- "dot":        e_i = k_i . q
+- "scaled_dot": e_i = k_i . q / sqrt(d)
+- "general":    e_i = k_i^T W q                  (bilinear)
+- "additive":   e_i = w^T tanh(W_k k_i + W_q q + b)   (the paper's f_att; tanh, not ReLU)
+
+The key side of every score does not change over the decoding steps, so each scorer splits into
+`project_keys(keys)` (once per image) and `forward(projected, query)` (once per step): the
+per-step cost is then O(L * d) instead of O(L * D * d).
+
+When the key and query widths differ, "dot" and "scaled_dot" project the query to the key width
+with a linear map (otherwise they would be undefined); "general" and "additive" handle it by their
+own weights.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class AttentionScore(nn.Module):
+    """Base class. keys [B, L, Dk] -> projected [B, L, P] once; (projected, query [B, Dq]) -> [B, L]."""
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return keys
+
+    def forward(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def score(self, keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        """Both halves at once: keys [B, L, Dk], query [B, Dq] -> scores [B, L]."""
+        return self(self.project_keys(keys), query)
+
+
+class DotScore(AttentionScore):
+    def __init__(self, key_dim: int, query_dim: int, scaled: bool = False):
+        super().__init__()
+        self.query_proj = nn.Identity() if key_dim == query_dim else nn.Linear(query_dim, key_dim, bias=False)
+        self.scale = 1.0 / math.sqrt(key_dim) if scaled else 1.0
+
+    def forward(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        q = self.query_proj(query)  # [B, Dk]
+        return torch.bmm(projected, q.unsqueeze(-1)).squeeze(-1) * self.scale
+
+
+class GeneralScore(AttentionScore):
+    """Bilinear k^T W q; W is applied to the keys once so a step is one batched dot product."""
+
+    def __init__(self, key_dim: int, query_dim: int):
+        super().__init__()
+        self.weight = nn.Linear(key_dim, query_dim, bias=False)  # k^T W as a map Dk -> Dq
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.weight(keys)  # [B, L, Dq]
+
+    def forward(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(projected, query.unsqueeze(-1)).squeeze(-1)
+
+
+class AdditiveScore(AttentionScore):
+    """The paper's f_att (eq. 4): a one-hidden-layer MLP with tanh over [a_i, h_{t-1}]."""
+
+    def __init__(self, key_dim: int, query_dim: int, attention_dim: int):
+        super().__init__()
+        self.key_proj = nn.Linear(key_dim, attention_dim)  # carries the MLP's bias
+        self.query_proj = nn.Linear(query_dim, attention_dim, bias=False)
+        self.out = nn.Linear(attention_dim, 1)
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.key_proj(keys)  # [B, L, A]
+
+    def forward(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(projected + self.query_proj(query).unsqueeze(1))  # [B, L, A]
+        return self.out(hidden).squeeze(-1)
+
+
+SCORES = ("dot", "scaled_dot", "general", "additive")
+
+
+def build_score(name: str, key_dim: int, query_dim: int, attention_dim: int | None = None) -> AttentionScore:
+    """The score `name` (one of SCORES) for keys of width key_dim and queries of width query_dim."""
+    if name == "dot":
+        return DotScore(key_dim, query_dim)
+    if name == "scaled_dot":
+        return DotScore(key_dim, query_dim, scaled=True)
+    if name == "general":
+        return GeneralScore(key_dim, query_dim)
+    if name == "additive":
+        if not attention_dim:
+            raise ValueError("the additive score needs attention_dim")
+        return AdditiveScore(key_dim, query_dim, attention_dim)
+    raise ValueError(f"unknown attention score {name!r}; choose one of {', '.join(SCORES)}")

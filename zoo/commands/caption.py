@@ -1,0 +1,99 @@
+"""zoo caption IMAGE... : caption images with a Show-Attend-Tell model, optionally with per-word
+attention overlays (one PNG per image) or JSON holding every word's alpha map and gate beta.
+
+Images are loaded robustly (any mode or size, EXIF rotation), resized to the model's input size
+and captioned in batches. Bad files are reported one line each on stderr while the good ones are
+captioned; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad model/argument)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model
+from zoo.errors import UserError
+
+DEFAULT_MODEL = "sat_soft_scenes"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...)")
+    add_model_arguments(parser, default_model=DEFAULT_MODEL)
+    parser.add_argument("--beam-size", type=int, default=None,
+                        help="beam width (1 = greedy; default: the model's own setting)")
+    parser.add_argument("--max-len", type=int, default=None, help="longest caption in words")
+    parser.add_argument("--batch-size", type=int, default=32, help="images captioned at once")
+    parser.add_argument("--attention-dir", metavar="DIR",
+                        help="write one attention overlay PNG per image here")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON with per-word alpha maps and beta gates")
+
+
+def _overlay_names(paths: list[str]) -> list[str]:
+    """<stem>.png per image, made unique when two inputs share a stem."""
+    names, used = [], set()
+    for p in paths:
+        stem = Path(p).stem or "image"
+        name, k = f"{stem}.png", 1
+        while name in used:
+            name, k = f"{stem}_{k}.png", k + 1
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def run(args) -> int:
+    from zoo.io import atomic_save_image, load_images
+
+    if args.beam_size is not None and args.beam_size < 1:
+        raise UserError(f"--beam-size must be >= 1, got {args.beam_size}")
+    if args.max_len is not None and args.max_len < 1:
+        raise UserError(f"--max-len must be >= 1, got {args.max_len}")
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
+    attention_dir = Path(args.attention_dir) if args.attention_dir else None
+    if attention_dir is not None and attention_dir.exists() and not attention_dir.is_dir():
+        raise UserError(f"--attention-dir {attention_dir}: exists and is not a directory")
+
+    model = resolve_model(args, "captioner", "a captioner")
+    if getattr(model, "embed", None) is None:
+        raise UserError("the model has an empty vocabulary (it was never trained)")
+    beam_size = args.beam_size or int(model.hparams.get("beam_size", 3))
+    images, good, errors = load_images(args.images, channels=3, size=tuple(model.hparams.image_size))
+    report_bad_files(errors, "caption")
+
+    results = []
+    for start in range(0, len(good), args.batch_size):
+        results += model.caption(images[start:start + args.batch_size], beam_size=beam_size, max_len=args.max_len)
+
+    overlays = {}
+    if attention_dir is not None and good:
+        from zoo.viz.caption import caption_figure
+
+        for path, name, image, result in zip(good, _overlay_names(good), images, results):
+            target = attention_dir / name
+            atomic_save_image(caption_figure(image, result), target)
+            overlays[path] = str(target)
+
+    if args.json:
+        records = []
+        for path, result in zip(good, results):
+            record = {"image": path, "caption": " ".join(result["words"]), "words": result["words"],
+                      "beta": [round(float(b), 6) for b in result["beta"]],
+                      "alpha": [[[round(float(v), 6) for v in row] for row in word] for word in result["alpha"].tolist()],
+                      "grid": list(result["alpha"].shape[1:]) or None, "score": result["score"],
+                      "finished": result["finished"]}
+            if "locations" in result:
+                record["locations"] = result["locations"].tolist()
+            if path in overlays:
+                record["attention_png"] = overlays[path]
+            records.append(record)
+        print(json.dumps({"model": args.checkpoint or args.model, "beam_size": beam_size, "results": records,
+                          "errors": errors}, indent=1))
+    else:
+        for path, result in zip(good, results):
+            print(f"{path}\t{' '.join(result['words'])}")
+        if overlays:
+            import sys
+
+            print(f"zoo caption: attention overlays in {attention_dir}/", file=sys.stderr)
+    return exit_code(len(good), errors)

@@ -1,0 +1,157 @@
+"""Batched greedy decoding and batched beam search over B x k hypotheses.
+
+Both run the step function on all images (and all beams) at once: one call per time step, never
+one per image. The only host syncs are the occasional "is everything finished?" check (every
+`check_every` steps) and the final conversion of the chosen hypotheses to Python lists.
+
+Beam search semantics (tests/test_decoding.py holds a per-image reference with the same rules):
+- each image keeps k hypotheses ranked by their summed log-probability;
+- a hypothesis that emits <end> is finished: it stays in the beam with its score frozen (its only
+  continuation costs 0), so it competes with the live ones for the k slots;
+- the search stops when every beam of every image is finished, or after `max_len` steps;
+- the answer is the finished hypothesis with the best length-normalised score
+  `score / length ** length_penalty` (length counts the words and the <end>);
+- fallback: when no hypothesis of an image ends by `max_len`, the best normalised unfinished one
+  is returned (truncated, `finished=False`) instead of failing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+StepFn = Callable[[torch.Tensor, Any, Any], tuple[torch.Tensor, Any, dict]]
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[int]  # the words' ids, without <start> and <end>
+    score: float  # summed log-probability (including the <end> step when finished)
+    finished: bool  # False when the hypothesis was cut at max_len
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [n_words, ...]
+
+
+def tree_map(fn: Callable[[torch.Tensor], torch.Tensor], tree: Any) -> Any:
+    if tree is None:
+        return None
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return {k: tree_map(fn, v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        mapped = [tree_map(fn, v) for v in tree]
+        return type(tree)(*mapped) if hasattr(tree, "_fields") else type(tree)(mapped)
+    return tree
+
+
+def _results(tokens: torch.Tensor, n_words: torch.Tensor, scores: torch.Tensor, finished: torch.Tensor,
+             extras: dict[str, torch.Tensor]) -> list[DecodeResult]:
+    """tokens [B, T], n_words [B], scores [B], finished [B], extras name -> [B, T, ...] -> per image."""
+    tokens_list, n_list = tokens.tolist(), n_words.tolist()
+    score_list, finished_list = scores.tolist(), finished.tolist()
+    return [DecodeResult(tokens_list[b][:n_list[b]], score_list[b], bool(finished_list[b]),
+                         {name: value[b, :n_list[b]] for name, value in extras.items()})
+            for b in range(len(n_list))]
+
+
+@torch.no_grad()
+def greedy_decode(step_fn: StepFn, state: Any, static: Any, batch_size: int, start_id: int, end_id: int,
+                  max_len: int, check_every: int = 4) -> list[DecodeResult]:
+    """Pick the most likely word at every step, for B images at once. state/static: trees of [B, ...]."""
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    device = _device_of(state, static)
+    tokens = torch.full((batch_size,), start_id, dtype=torch.long, device=device)
+    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
+    n_words = torch.zeros(batch_size, dtype=torch.long, device=device)
+    scores = torch.zeros(batch_size, device=device)
+    out_tokens, out_extras = [], []
+    for t in range(max_len):
+        log_probs, state, extras = step_fn(tokens, state, static)  # [B, V]
+        step_logp, tokens = log_probs.max(dim=-1)
+        scores = scores + torch.where(finished, torch.zeros_like(step_logp), step_logp)
+        ended = tokens == end_id
+        n_words = n_words + (~finished & ~ended).long()
+        finished = finished | ended
+        out_tokens.append(tokens)
+        out_extras.append(extras)
+        if (t + 1) % check_every == 0 and bool(finished.all()):
+            break
+    extras = {name: torch.stack([e[name] for e in out_extras], dim=1) for name in out_extras[0]} if out_extras else {}
+    return _results(torch.stack(out_tokens, dim=1), n_words, scores, finished, extras)
+
+
+@torch.no_grad()
+def beam_search(step_fn: StepFn, state: Any, static: Any, batch_size: int, beam_size: int, start_id: int,
+                end_id: int, max_len: int, length_penalty: float = 1.0, check_every: int = 4) -> list[DecodeResult]:
+    """Beam search for B images at once over B * k rows. state/static: trees of [B, ...]."""
+    if beam_size < 1 or max_len < 1:
+        raise ValueError(f"beam_size and max_len must be >= 1, got {beam_size}, {max_len}")
+    B, k = batch_size, beam_size
+    device = _device_of(state, static)
+    expand = lambda x: x.repeat_interleave(k, dim=0)  # noqa: E731  [B, ...] -> [B * k, ...]
+    state, static = tree_map(expand, state), tree_map(expand, static)
+    offsets = (torch.arange(B, device=device) * k).unsqueeze(1)  # [B, 1]
+    tokens = torch.full((B * k,), start_id, dtype=torch.long, device=device)
+    # Only beam 0 is alive at the start, so the k copies of <start> do not fill the beam with clones.
+    scores = torch.full((B, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    finished = torch.zeros(B, k, dtype=torch.bool, device=device)
+    lengths = torch.zeros(B, k, dtype=torch.long, device=device)  # tokens emitted, <end> included
+    token_hist, parent_hist, extras_hist = [], [], []
+    for t in range(max_len):
+        log_probs, state, extras = step_fn(tokens, state, static)  # [B * k, V]
+        V = log_probs.shape[-1]
+        log_probs = log_probs.view(B, k, V)
+        # A finished hypothesis continues with <end> at no cost: its score is frozen.
+        frozen = torch.full_like(log_probs, float("-inf"))
+        frozen[..., end_id] = 0.0
+        log_probs = torch.where(finished.unsqueeze(-1), frozen, log_probs)
+        candidates = (scores.unsqueeze(-1) + log_probs).view(B, k * V)
+        scores, index = candidates.topk(k, dim=1)  # [B, k], sorted best first
+        parent, token = index // V, index % V
+        parent_finished = finished.gather(1, parent)
+        lengths = lengths.gather(1, parent) + (~parent_finished).long()
+        finished = parent_finished | (token == end_id)
+        rows = (offsets + parent).view(-1)  # [B * k] rows of the parents
+        state = tree_map(lambda x: x.index_select(0, rows), state)
+        token_hist.append(token)
+        parent_hist.append(parent)
+        extras_hist.append({name: value.index_select(0, rows).view(B, k, *value.shape[1:])
+                            for name, value in extras.items()})
+        tokens = token.view(-1)
+        if (t + 1) % check_every == 0 and bool(finished.all()):
+            break
+
+    normalised = scores / lengths.clamp(min=1).to(scores.dtype) ** length_penalty
+    has_finished = finished.any(dim=1)
+    best_finished = normalised.masked_fill(~finished, float("-inf")).argmax(dim=1)
+    choice = torch.where(has_finished, best_finished, normalised.argmax(dim=1))  # fallback: unfinished
+    # Walk the back-pointers from the chosen beam to the first step.
+    T = len(token_hist)
+    beam = choice.unsqueeze(1)  # [B, 1]
+    out_tokens = [None] * T
+    out_extras: list[dict] = [None] * T
+    for t in range(T - 1, -1, -1):
+        out_tokens[t] = token_hist[t].gather(1, beam).squeeze(1)
+        out_extras[t] = {name: _gather_beam(value, beam) for name, value in extras_hist[t].items()}
+        beam = parent_hist[t].gather(1, beam)
+    chosen_finished = finished.gather(1, choice.unsqueeze(1)).squeeze(1)
+    n_words = lengths.gather(1, choice.unsqueeze(1)).squeeze(1) - chosen_finished.long()
+    extras = {name: torch.stack([e[name] for e in out_extras], dim=1) for name in out_extras[0]} if T else {}
+    return _results(torch.stack(out_tokens, dim=1), n_words,
+                    scores.gather(1, choice.unsqueeze(1)).squeeze(1), chosen_finished, extras)
+
+
+def _gather_beam(value: torch.Tensor, beam: torch.Tensor) -> torch.Tensor:
+    """value [B, k, ...], beam [B, 1] -> [B, ...]."""
+    index = beam.view(-1, 1, *([1] * (value.dim() - 2))).expand(-1, 1, *value.shape[2:])
+    return value.gather(1, index).squeeze(1)
+
+
+def _device_of(*trees: Any) -> torch.device:
+    found: list[torch.device] = []
+    for tree in trees:
+        tree_map(lambda x: found.append(x.device) or x, tree)
+    return found[0] if found else torch.device("cpu")
