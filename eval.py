@@ -49,12 +49,13 @@ def main(argv=None) -> int:
         L.seed_everything(args.seed, verbose=False)
         if args.checkpoint:
             model = zoo.load_checkpoint(args.checkpoint)
-            weights_path = args.checkpoint
+            weights_sha256 = hub.sha256_file(args.checkpoint)
         else:
             model = zoo.create_model(args.model, pretrained=True)
-            from zoo.registry import get_entry, weights_dir
+            from zoo.registry import get_entry
 
-            weights_path = str(weights_dir() / get_entry(args.model).weights["file"])
+            # create_model verified the file (local or downloaded from its URL) against this
+            weights_sha256 = get_entry(args.model).weights["sha256"]
         data_config = getattr(model, "_zoo_data_config", None)
         if not data_config:
             raise UserError("the model carries no data config; evaluate a checkpoint written by train.py")
@@ -68,6 +69,14 @@ def main(argv=None) -> int:
             if not sep:
                 raise UserError(f"--data expects KEY=VALUE, got '{item}'")
             data_args[key] = yaml.safe_load(value)
+        if args.limit:
+            import inspect
+
+            from zoo.registry import import_class
+
+            if "limit_eval" not in inspect.signature(import_class(data_config["class_path"])).parameters:
+                raise UserError(f"--limit: {data_config['class_path']} has no limit_eval argument; "
+                                "set the split size through --data instead")
         datamodule = instantiate({"class_path": data_config["class_path"], "init_args": data_args})
         datamodule.test_split = args.split
         trainer = L.Trainer(accelerator=args.accelerator, devices=1, logger=False,
@@ -84,7 +93,7 @@ def main(argv=None) -> int:
         print(f"{k:<{width}}  {v:.6g}")
     if args.json:
         payload = {"model": args.model, "checkpoint": args.checkpoint, "split": args.split,
-                   "checkpoint_sha256": hub.sha256_file(weights_path), "seed": args.seed,
+                   "checkpoint_sha256": weights_sha256, "seed": args.seed,
                    "metrics": metrics, "config": model.zoo_config() | {"data": {**data_config, "init_args": data_args}},
                    "wall_time_s": round(wall, 3), "num_examples_limit": args.limit}
         path = write_json(args.json, payload)

@@ -27,6 +27,21 @@ class ZooWandbLogger(WandbLogger):
                          log_model=log_model and not offline, **kwargs)
 
 
+class SaveLastCheckpoint(L.Callback):
+    """Rewrite `<checkpoint dir>/last.ckpt` at the end of every training epoch.
+
+    Lightning 2.6's `ModelCheckpoint(save_last=True)` rewrites last.ckpt only in a step where it
+    also saved a top-k checkpoint, so after a non-improving epoch last.ckpt lags behind and
+    `--ckpt_path last` would resume from an older epoch. The best-on-validation checkpoint stays
+    with ModelCheckpoint, whose `--ckpt_path last` lookup finds this file in the same folder."""
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        callback = trainer.checkpoint_callback
+        if trainer.sanity_checking or trainer.fast_dev_run or callback is None or callback.dirpath is None:
+            return
+        trainer.save_checkpoint(os.path.join(callback.dirpath, "last.ckpt"))  # every rank calls; rank 0 writes
+
+
 class AttentionImageLogger(L.Callback):
     """At the end of validation, ask the model where it looks on the first validation batch
     (`model.attention_figures(batch)`) and log the figures: to W&B when it is the logger, else as

@@ -1,0 +1,210 @@
+"""The multi-scale retina of the Recurrent Attention Model (Mnih et al. 2014, sec. 3.1 / 4).
+
+A glimpse at location l is k square patches centred on l. Patch i is `patch_size * scale_factor**i`
+pixels wide and is resized to `patch_size x patch_size` by averaging, so every output cell of patch
+i is the mean of a `scale_factor**i`-wide box of pixels. Areas outside the image read as zeros.
+
+Coordinates. `locations[:, 0]` is x (columns), `locations[:, 1]` is y (rows), both in [-1, 1];
+(0, 0) is the image centre, (-1, -1) the top-left corner of the top-left pixel and (1, 1) the
+bottom-right corner of the bottom-right pixel (the `align_corners=False` convention of
+`grid_sample`). In pixel-edge coordinates (pixel a covers [a, a + 1)) the centre is
+`c = (l + 1) / 2 * size`, and a location is *integer-aligned* when the patch edges
+`c -+ width / 2` fall on pixel edges: there every method below reads exactly the pixels a slicing
+reference reads.
+
+Every output cell is the exact area average of the image taken as piecewise constant (pixel a
+covers [a, a + 1)); sub-pixel locations blend neighbouring pixels linearly instead of snapping, so
+the read is continuous in l. Three batched implementations of that same function (`method=`),
+each one op over batch x scales, with no Python loop over the batch and no host sync; they agree
+to float rounding everywhere, and `benchmarks/glimpse.py` measures them:
+
+- "crop" (default; fastest on CPU): gather the largest patch plus one pixel from the image
+  (out-of-image indices masked to zero, no padded copy), shift it by the sub-pixel offset with two
+  lerps (the area average over a box shifted by f is the lerp, with weight f, of the averages at
+  the neighbouring integer positions), then average-pool a pyramid: pooling the window by the
+  scale factor once per scale serves all larger scales. Needs an integer `scale_factor` and
+  scales on the largest patch's cell grid (e.g. even `patch_size` with factor 2).
+- "filterbank": the separable box-filter read `patch_i = F_y,i . x . F_x,i^T`, RAM's counterpart
+  of DRAW's Gaussian read (`filters()` returns F). Row j of F_x,i holds the overlap of output
+  cell j with each pixel column over the cell width. Two batched matmuls; any `scale_factor`.
+- "grid_sample": bilinear samples at the pixel centres of every scale (one `grid_sample` call),
+  then average pooling. The mean of bilinear samples spaced one pixel apart is the same area
+  average. Needs an integer `scale_factor`.
+The image gradient flows through all three (RAM never needs the location gradient: its sampled
+locations are detached).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+METHODS = ("filterbank", "grid_sample", "crop")
+
+
+class Retina(nn.Module):
+    """images [B, C, H, W], locations [B, 2] (x, y) in [-1, 1] -> [B, num_scales, C, g, g]."""
+
+    def __init__(self, patch_size: int, num_scales: int, scale_factor: float = 2,
+                 method: str = "crop"):
+        super().__init__()
+        if patch_size < 1 or num_scales < 1:
+            raise ValueError(f"patch_size and num_scales must be >= 1, got {patch_size}, {num_scales}")
+        if scale_factor < 1:
+            raise ValueError(f"scale_factor must be >= 1, got {scale_factor}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if method != "filterbank" and float(scale_factor) != int(scale_factor):
+            raise ValueError(f"method {method!r} needs an integer scale_factor, got {scale_factor}")
+        big = patch_size * int(scale_factor) ** (num_scales - 1)
+        if method == "crop" and any((big - patch_size * int(scale_factor) ** i) % (2 * int(scale_factor) ** i)
+                                    for i in range(num_scales)):
+            raise ValueError("method 'crop' needs every scale to sit on the cell grid of the largest "
+                             "patch (e.g. an even patch_size with scale_factor 2); use 'filterbank'")
+        self.patch_size = int(patch_size)
+        self.num_scales = int(num_scales)
+        self.scale_factor = scale_factor
+        self.method = method
+
+    def extra_repr(self) -> str:
+        return (f"patch_size={self.patch_size}, num_scales={self.num_scales}, "
+                f"scale_factor={self.scale_factor}, method={self.method!r}")
+
+    # ------------------------------------------------------------------ geometry
+    def cell_sizes(self) -> list[float]:
+        """Width in pixels of one output cell, per scale: scale_factor ** i."""
+        return [float(self.scale_factor) ** i for i in range(self.num_scales)]
+
+    def widths(self) -> list[float]:
+        """Width in pixels of each scale's square patch: patch_size * scale_factor ** i."""
+        return [self.patch_size * d for d in self.cell_sizes()]
+
+    @staticmethod
+    def centres(locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """[B, 2] (x, y) in [-1, 1] -> [B, 2] (x, y) in pixel-edge coordinates."""
+        size = locations.new_tensor([width, height])
+        return (locations + 1) * 0.5 * size
+
+    def boxes(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """Pixel boxes of every scale, [B, num_scales, 4] as (x0, y0, x1, y1) in pixel-edge
+        coordinates (for drawing; they may extend past the image)."""
+        c = self.centres(locations, height, width)  # [B, 2]
+        half = locations.new_tensor(self.widths())[None, :, None] / 2  # [1, k, 1]
+        return torch.cat([c[:, None] - half, c[:, None] + half], dim=-1)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, images: torch.Tensor, locations: torch.Tensor) -> torch.Tensor:
+        if images.dim() != 4 or locations.shape != (images.shape[0], 2):
+            raise ValueError(f"expected images [B, C, H, W] and locations [B, 2], got "
+                             f"{tuple(images.shape)} and {tuple(locations.shape)}")
+        locations = locations.to(images.dtype)
+        if self.method == "filterbank":
+            return self._filterbank(images, locations)
+        if self.method == "grid_sample":
+            return self._grid_sample(images, locations)
+        return self._crop(images, locations)
+
+    def filters(self, locations: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Box filterbanks Fy [B, k, g, H] and Fx [B, k, g, W]: entry [b, i, j, a] is the overlap
+        of output cell j of scale i with pixel a, over the cell width (rows sum to 1 inside the
+        image; pixels outside the image are simply absent, so they read as zero)."""
+        c = self.centres(locations, height, width)  # [B, 2]
+        g = self.patch_size
+        d = locations.new_tensor(self.cell_sizes())  # [k] cell width per scale
+        j = torch.arange(g + 1, device=locations.device, dtype=locations.dtype)
+        # cell j of scale i spans [e_j, e_{j+1}) with edges e_j = c + (j - g/2) d_i
+        offsets = (j[None, :] - g / 2) * d[:, None]  # [k, g+1]
+
+        def bank(centre: torch.Tensor, n: int) -> torch.Tensor:  # centre [B] -> [B, k, g, n]
+            edges = centre[:, None, None] + offsets  # [B, k, g+1]
+            a = torch.arange(n, device=locations.device, dtype=locations.dtype)
+            # covered[e, a] = length of [a, a+1) left of edge e; the overlap of a cell with pixel
+            # a is the difference between its two edges' values.
+            covered = (edges[..., None] - a).clamp_(0, 1)  # [B, k, g+1, n]
+            return (covered[:, :, 1:] - covered[:, :, :-1]) / d[:, None, None]
+
+        return bank(c[:, 1], height), bank(c[:, 0], width)
+
+    def _filterbank(self, images: torch.Tensor, locations: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = images.shape
+        k, g = self.num_scales, self.patch_size
+        fy, fx = self.filters(locations, H, W)  # [B, k, g, H], [B, k, g, W]
+        # columns first: [B, C*H, W] @ [B, W, k*g] -> [B, C*H, k*g]
+        cols = torch.bmm(images.reshape(B, C * H, W), fx.reshape(B, k * g, W).transpose(1, 2))
+        cols = cols.view(B, C, H, k, g).permute(0, 3, 2, 1, 4).reshape(B * k, H, C * g)
+        # then rows: [B*k, g, H] @ [B*k, H, C*g] -> [B*k, g, C*g]
+        out = torch.bmm(fy.reshape(B * k, g, H), cols)
+        return out.view(B, k, g, C, g).permute(0, 1, 3, 2, 4)  # [B, k, C, g, g]
+
+    def _grid_sample(self, images: torch.Tensor, locations: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = images.shape
+        g = self.patch_size
+        c = self.centres(locations, H, W)  # [B, 2]
+        size = locations.new_tensor([W, H])
+        grids, counts = [], []
+        for w in self.widths():  # k <= 4 scales; each one's sample grid, all sampled in one call
+            n = int(w)
+            offset = torch.arange(n, device=images.device, dtype=images.dtype) + 0.5 - w / 2  # [n]
+            xs = (c[:, None, 0] + offset) / size[0] * 2 - 1  # [B, n] pixel centres -> [-1, 1]
+            ys = (c[:, None, 1] + offset) / size[1] * 2 - 1
+            grids.append(torch.stack(torch.broadcast_tensors(xs[:, None, :], ys[:, :, None]), -1)
+                         .reshape(B, n * n, 2))
+            counts.append(n)
+        grid = torch.cat(grids, dim=1)[:, None]  # [B, 1, sum n^2, 2]
+        samples = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros",
+                                align_corners=False)[:, :, 0]  # [B, C, sum n^2]
+        patches, start = [], 0
+        for n in counts:
+            block = samples[:, :, start:start + n * n].reshape(B, C, n, n)
+            patches.append(F.avg_pool2d(block, n // g) if n > g else block)
+            start += n * n
+        return torch.stack(patches, dim=1)
+
+    def _crop(self, images: torch.Tensor, locations: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = images.shape
+        g = self.patch_size
+        widths = [int(w) for w in self.widths()]
+        big = widths[-1]
+        n = big + 1  # one extra pixel per axis for the sub-pixel shift
+        c = self.centres(locations, H, W)  # [B, 2]
+        edge = c - big / 2  # top-left corner of the largest patch, pixel-edge coordinates
+        corner = torch.floor(edge)
+        frac = edge - corner  # [B, 2] in [0, 1)
+        # Clamp far-off corners (the window then lies wholly outside and reads zeros).
+        corner = corner.clamp(min=-n, max=max(H, W)).long()
+        r = torch.arange(n, device=images.device)
+        rows, cols = corner[:, 1, None] + r, corner[:, 0, None] + r  # [B, n]
+        row_ok, col_ok = (rows >= 0) & (rows < H), (cols >= 0) & (cols < W)
+        index = rows.clamp(0, H - 1)[:, :, None] * W + cols.clamp(0, W - 1)[:, None, :]  # [B, n, n]
+        window = images.reshape(B, C, H * W).gather(2, index.view(B, 1, n * n).expand(B, C, n * n))
+        mask = row_ok.to(images.dtype)[:, :, None] * col_ok.to(images.dtype)[:, None, :]  # [B, n, n]
+        window = window.view(B, C, n, n) * mask[:, None]
+        # The area average over a box shifted by f in (0, 1) pixels is the linear interpolation,
+        # with weight f, between the averages at the two neighbouring integer positions.
+        fy = frac[:, 1].view(B, 1, 1, 1)
+        fx = frac[:, 0].view(B, 1, 1, 1)
+        window = torch.lerp(window[:, :, :-1], window[:, :, 1:], fy)  # [B, C, big, n]
+        window = torch.lerp(window[..., :-1], window[..., 1:], fx)  # [B, C, big, big]
+        # Nested centred windows, smallest first; pooling the whole window by the scale factor
+        # once per scale serves every larger scale (a pyramid) when the offsets line up.
+        patches, level, cell = [], window, 1  # level: the window averaged over cell x cell boxes
+        factor = int(self.scale_factor)
+        for i, w in enumerate(widths):
+            d = w // g
+            if d != cell:
+                level, cell = _box_pool(level, factor), cell * factor
+            o = (big - w) // 2 // cell
+            patches.append(level[:, :, o:o + g, o:o + g])
+        return torch.stack(patches, dim=1)
+
+
+def _box_pool(x: torch.Tensor, f: int) -> torch.Tensor:
+    """Average non-overlapping f x f boxes of the last two dims (sizes divisible by f) with strided
+    adds: several times faster than avg_pool2d on CPU for the few-channel maps here."""
+    rows = x[..., 0::f, :]
+    for i in range(1, f):
+        rows = rows + x[..., i::f, :]
+    out = rows[..., 0::f]
+    for i in range(1, f):
+        out = out + rows[..., i::f]
+    return out * (1.0 / (f * f))

@@ -1,0 +1,342 @@
+"""Recurrent Attention Model (Mnih, Heess, Graves, Kavukcuoglu 2014, "Recurrent Models of Visual
+Attention", NIPS version; equation numbers refer to it).
+
+At each of T steps the model picks a location l_t from a Gaussian policy on its state, reads a
+multi-scale glimpse there, and updates a recurrent state; after the last glimpse it classifies.
+
+    l_t ~ N(mu(h_{t-1}), sigma^2)          location network (h_0 = 0, so l_1 is learned too)
+    g_t = f_g(rho(x, l_t), l_t)            glimpse network on the retina's patches
+    h_t = f_h(h_{t-1}, g_t)                core network (ReLU RNN, or an LSTM)
+    y   = softmax(f_a(h_T))                classifier on the last state
+
+Training is the paper's hybrid loss:
+- cross-entropy trains the classifier, the core and the glimpse network. The sampled location is
+  detached, so cross-entropy never reaches the location network (the read is not differentiable
+  in l in the paper either);
+- REINFORCE (eqs. 1-3) with reward R = 1 for a correct final prediction trains the location
+  network: -sum_t log pi(l_t | h_{t-1}) (R - b_t). The log-probability is taken of the raw
+  Gaussian sample, *before* it is clamped into the image;
+- a learned per-step baseline b_t = f_b(h_{t-1}) is fitted to R by its own MSE loss. It reads a
+  detached state and enters REINFORCE detached, so only its MSE trains it.
+
+Switch `reinforce_to_core`: False (default) feeds the location network a detached state, so the
+REINFORCE gradient stops at the location network and the representation is trained by
+cross-entropy alone (the stable choice of most public ports). True lets REINFORCE also flow into
+the core and glimpse network through h_{t-1}, as in the paper's fully stochastic-gradient reading.
+
+Evaluation (`test_step`) reports separately: the deterministic policy (the Gaussian's mean) as the
+headline `test/acc`; one sampled trajectory (`acc_sampled`); the average of the class
+probabilities over M sampled trajectories (`acc_mc{M}`, M = `eval_samples`; the paper's
+"M=10" Monte-Carlo evaluation); the accuracy of the classifier read after each glimpse count
+1..T on the deterministic trajectory (`acc_glimpses_t`; the classifier is trained on h_T only);
+and the random-glimpse ablation (`acc_random`: the same model, locations uniform in the image).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.attention.glimpse import Retina
+from zoo.errors import UserError
+from zoo.models.base import ZooModule
+
+POLICIES = ("sample", "mean", "random")
+
+
+class GlimpseNetwork(nn.Module):
+    """f_g (sec. 4): h_g = ReLU(Linear(rho(x, l))), h_l = ReLU(Linear(l)),
+    g = ReLU(Linear(h_g) + Linear(h_l)).  images [B, C, H, W], l [B, 2] -> g [B, glimpse_dim]."""
+
+    def __init__(self, retina: Retina, in_chans: int, glimpse_hidden: int, location_hidden: int,
+                 glimpse_dim: int):
+        super().__init__()
+        self.retina = retina
+        patch_features = retina.num_scales * in_chans * retina.patch_size ** 2
+        self.what = nn.Linear(patch_features, glimpse_hidden)
+        self.where = nn.Linear(2, location_hidden)
+        self.what_out = nn.Linear(glimpse_hidden, glimpse_dim)
+        self.where_out = nn.Linear(location_hidden, glimpse_dim, bias=False)  # one bias is enough
+
+    def forward(self, images: torch.Tensor, locations: torch.Tensor) -> torch.Tensor:
+        patches = self.retina(images, locations).flatten(1)  # [B, k*C*g*g]
+        h_g = F.relu(self.what(patches))
+        h_l = F.relu(self.where(locations))
+        return F.relu(self.what_out(h_g) + self.where_out(h_l))
+
+
+class RAM(ZooModule):
+    """images [B, C, H, W] in [0, 1] -> logits [B, num_classes] after `num_glimpses` glimpses."""
+
+    family = "ram"
+
+    def __init__(
+        self,
+        image_size: int | list[int] = 28,
+        in_chans: int = 1,
+        num_classes: int = 10,
+        class_names: list[str] | None = None,
+        # retina
+        patch_size: int = 8,
+        num_scales: int = 1,
+        scale_factor: float = 2,
+        retina_method: str = "crop",
+        num_glimpses: int = 6,
+        # networks (the paper's sizes)
+        glimpse_hidden: int = 128,
+        location_hidden: int = 128,
+        glimpse_dim: int = 256,
+        hidden_size: int = 256,
+        core: str = "rnn",
+        # location policy
+        location_policy: str = "learned",
+        location_mean: str = "tanh",
+        std: float = 0.15,
+        std_mode: str = "fixed",
+        std_final: float = 0.05,
+        std_anneal_steps: int = 10000,
+        # losses
+        reinforce_weight: float = 1.0,
+        baseline_weight: float = 1.0,
+        reinforce_to_core: bool = False,
+        # optimisation
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        lr_schedule: str = "cosine",
+        # evaluation
+        eval_samples: int = 10,
+        eval_seed: int = 0,
+        num_figures: int = 4,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        checks = {"core": (core, ("rnn", "lstm")), "location_policy": (location_policy, ("learned", "random")),
+                  "location_mean": (location_mean, ("tanh", "linear")),
+                  "std_mode": (std_mode, ("fixed", "learnable", "annealed")),
+                  "optimizer": (optimizer, ("adam", "sgd")), "lr_schedule": (lr_schedule, ("none", "cosine"))}
+        for key, (value, allowed) in checks.items():
+            if value not in allowed:
+                raise UserError(f"RAM: {key} must be one of {', '.join(allowed)}, got '{value}'")
+        if std <= 0 or (std_mode == "annealed" and std_final <= 0):
+            raise UserError("RAM: std and std_final must be positive")
+        size = [image_size, image_size] if isinstance(image_size, int) else list(image_size)
+        if len(size) != 2:
+            raise UserError(f"RAM: image_size is an int or [H, W], got {image_size}")
+        self.image_hw = (int(size[0]), int(size[1]))
+        try:
+            retina = Retina(patch_size, num_scales, scale_factor, method=retina_method)
+        except ValueError as exc:
+            raise UserError(f"RAM: {exc}") from None
+        self.glimpse = GlimpseNetwork(retina, in_chans, glimpse_hidden, location_hidden, glimpse_dim)
+        cell = nn.LSTMCell if core == "lstm" else nn.RNNCell
+        extra = {} if core == "lstm" else {"nonlinearity": "relu"}
+        # f_h: h_t = ReLU(Linear(h_{t-1}) + Linear(g_t)) (sec. 4), or an LSTM
+        self.core = cell(glimpse_dim, hidden_size, **extra)
+        self.locator = nn.Linear(hidden_size, 2)  # mean of the location policy f_l
+        self.log_std = nn.Parameter(torch.tensor(math.log(std)), requires_grad=std_mode == "learnable")
+        self.baseline = nn.Linear(hidden_size, 1)  # b_t, eq. 3
+        self.classifier = nn.Linear(hidden_size, num_classes)  # f_a on h_T
+
+    @property
+    def retina(self) -> Retina:
+        return self.glimpse.retina
+
+    # ------------------------------------------------------------------ policy
+    def current_std(self) -> torch.Tensor | float:
+        """sigma of the location policy: a constant, a learned scalar, or linearly annealed from
+        `std` to `std_final` over `std_anneal_steps` optimiser steps (a Python float, no sync)."""
+        hp = self.hparams
+        if hp.std_mode == "learnable":
+            return self.log_std.exp()
+        if hp.std_mode == "annealed":
+            step = self.trainer.global_step if self._trainer is not None else hp.std_anneal_steps
+            frac = min(1.0, step / max(1, hp.std_anneal_steps))
+            return hp.std + (hp.std_final - hp.std) * frac
+        return hp.std
+
+    def location_mean(self, h: torch.Tensor) -> torch.Tensor:
+        mu = self.locator(h)  # [B, 2]
+        return torch.tanh(mu) if self.hparams.location_mean == "tanh" else mu
+
+    # ------------------------------------------------------------------ rollout
+    def check_images(self, images: torch.Tensor) -> None:
+        expected = (self.hparams.in_chans, *self.image_hw)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected} "
+                            "(RAM's coordinates are tied to its image size)")
+
+    def rollout(self, images: torch.Tensor, policy: str = "sample",
+                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """Run all T glimpses. images [B, C, H, W]; policy "sample" (Gaussian), "mean"
+        (deterministic) or "random" (uniform in [-1, 1]^2). Returns
+        logits [B, classes] (from h_T), step_logits [B, T, classes] (classifier on every h_t),
+        locations [B, T, 2] (clamped, as read), log_probs [B, T], baselines [B, T]."""
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}")
+        B, T = images.shape[0], self.hparams.num_glimpses
+        h = images.new_zeros(B, self.hparams.hidden_size)
+        c = torch.zeros_like(h) if self.hparams.core == "lstm" else None
+        std = self.current_std()  # a float, or a 0-d tensor when learnable (no host round trip)
+        log_std = torch.log(std) if isinstance(std, torch.Tensor) else math.log(std)
+        states, locations, log_probs, baselines = [], [], [], []
+        for _ in range(T):
+            # The switch: a detached state keeps REINFORCE inside the location network.
+            h_policy = h if self.hparams.reinforce_to_core else h.detach()
+            mu = self.location_mean(h_policy)  # [B, 2]
+            if policy == "sample":
+                noise = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+                raw = (mu + std * noise).detach()  # the action is a constant for every gradient
+            elif policy == "mean":
+                raw = mu.detach()
+            else:
+                raw = torch.rand(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype) * 2 - 1
+            # log pi(l_t | h_{t-1}) of the raw sample, before clamping (eq. 2): the clamp is part
+            # of the environment, not of the policy whose density REINFORCE differentiates.
+            log_prob = (-((raw - mu) ** 2) / (2 * std ** 2) - log_std).sum(-1) - math.log(2 * math.pi)  # [B]
+            location = raw.clamp(-1.0, 1.0)
+            baselines.append(self.baseline(h.detach()).squeeze(-1))  # b_t from the detached state
+            g = self.glimpse(images, location)
+            if c is None:
+                h = self.core(g, h)
+            else:
+                h, c = self.core(g, (h, c))
+            states.append(h)
+            locations.append(location)
+            log_probs.append(log_prob)
+        states_t = torch.stack(states, dim=1)  # [B, T, hidden]
+        step_logits = self.classifier(states_t)  # [B, T, classes]
+        return {"logits": step_logits[:, -1], "step_logits": step_logits,
+                "locations": torch.stack(locations, 1), "log_probs": torch.stack(log_probs, 1),
+                "baselines": torch.stack(baselines, 1)}
+
+    def forward(self, images: torch.Tensor, policy: str = "mean") -> torch.Tensor:
+        """images [B, C, H, W] -> logits [B, num_classes] (deterministic policy by default)."""
+        self.check_images(images)
+        return self.rollout(images, policy)["logits"]
+
+    # ------------------------------------------------------------------ losses
+    def losses(self, out: dict[str, torch.Tensor], labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The hybrid loss's three terms and their weighted sum, from a rollout."""
+        hp = self.hparams
+        ce = F.cross_entropy(out["logits"], labels)
+        reward = (out["logits"].argmax(-1) == labels).to(out["baselines"].dtype)  # [B], R in {0, 1}
+        baselines = out["baselines"]  # [B, T]
+        advantage = (reward[:, None] - baselines).detach()
+        # eq. 3: sum over steps of log pi (R - b_t), averaged over the batch; minimised, so negated
+        reinforce = -(out["log_probs"] * advantage).sum(1).mean()
+        baseline_mse = F.mse_loss(baselines, reward[:, None].expand_as(baselines))
+        if hp.location_policy == "random":  # the paper's control: nothing to reinforce
+            reinforce = reinforce * 0
+        total = ce + hp.reinforce_weight * reinforce + hp.baseline_weight * baseline_mse
+        return {"loss": total, "ce": ce, "reinforce": reinforce, "baseline_mse": baseline_mse,
+                "reward": reward.mean()}
+
+    def _train_policy(self) -> str:
+        return "random" if self.hparams.location_policy == "random" else "sample"
+
+    def _eval_policy(self) -> str:
+        return "random" if self.hparams.location_policy == "random" else "mean"
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        out = self.rollout(images, self._train_policy())
+        terms = self.losses(out, labels)
+        for key, value in terms.items():
+            self.log(f"train/{key}", value, prog_bar=key == "loss")
+        std = self.current_std()
+        self.log("train/std", std.detach() if isinstance(std, torch.Tensor) else float(std))
+        return terms["loss"]
+
+    # ------------------------------------------------------------------ evaluation
+    def _generator(self) -> torch.Generator:
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(self.hparams.eval_seed)
+        return generator
+
+    def on_validation_epoch_start(self) -> None:
+        self._eval_generator = self._generator()
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_generator = self._generator()
+
+    def validation_step(self, batch, batch_idx):
+        images, labels = batch
+        n = images.shape[0]
+        det = self.rollout(images, self._eval_policy(), self._eval_generator)
+        sampled = self.rollout(images, self._train_policy(), self._eval_generator)
+        self.log("val/loss", F.cross_entropy(det["logits"], labels), prog_bar=True, sync_dist=True, batch_size=n)
+        self.log("val/acc", _accuracy(det["logits"], labels), prog_bar=True, sync_dist=True, batch_size=n)
+        self.log("val/acc_sampled", _accuracy(sampled["logits"], labels), sync_dist=True, batch_size=n)
+
+    def test_step(self, batch, batch_idx):
+        images, labels = batch
+        n, hp = images.shape[0], self.hparams
+        gen = self._eval_generator
+        det = self.rollout(images, self._eval_policy(), gen)
+        metrics = {"loss": F.cross_entropy(det["logits"], labels), "acc": _accuracy(det["logits"], labels)}
+        metrics["error_pct"] = 100 * (1 - metrics["acc"])
+        metrics["acc_sampled"] = _accuracy(self.rollout(images, self._train_policy(), gen)["logits"], labels)
+        # M trajectories per image in one batched rollout; average the class probabilities
+        m = hp.eval_samples
+        many = self.rollout(images.repeat_interleave(m, 0), self._train_policy(), gen)["logits"]
+        probs = many.softmax(-1).view(n, m, -1).mean(1)
+        metrics[f"acc_mc{m}"] = _accuracy(probs, labels)
+        for t in range(hp.num_glimpses):
+            metrics[f"acc_glimpses_{t + 1}"] = _accuracy(det["step_logits"][:, t], labels)
+        metrics["acc_random"] = _accuracy(self.rollout(images, "random", gen)["logits"], labels)
+        for key, value in metrics.items():
+            self.log(f"test/{key}", value, sync_dist=True, batch_size=n)
+
+    # ------------------------------------------------------------------ figures
+    @torch.no_grad()
+    def glimpse_trajectory(self, images: torch.Tensor, policy: str = "mean") -> dict[str, torch.Tensor]:
+        """For drawing: locations [B, T, 2], boxes [B, T, k, 4] (x0, y0, x1, y1 in pixels),
+        probs [B, classes], predictions [B]."""
+        self.check_images(images)
+        out = self.rollout(images, policy)
+        B, T = out["locations"].shape[:2]
+        boxes = self.retina.boxes(out["locations"].reshape(B * T, 2), *self.image_hw)
+        probs = out["logits"].softmax(-1)
+        return {"locations": out["locations"], "boxes": boxes.view(B, T, *boxes.shape[1:]),
+                "probs": probs, "predictions": probs.argmax(-1)}
+
+    def class_name(self, index: int) -> str:
+        names = self.hparams.class_names
+        return names[index] if names and 0 <= index < len(names) else str(index)
+
+    def attention_figures(self, batch) -> dict:
+        from zoo.viz.glimpses import draw_glimpses
+
+        images, labels = batch
+        images, labels = images[: self.hparams.num_figures], labels[: self.hparams.num_figures]
+        traj = self.glimpse_trajectory(images, self._eval_policy())
+        figures = {}
+        for i in range(images.shape[0]):
+            pred, label = int(traj["predictions"][i]), int(labels[i])
+            caption = f"#{i} pred {self.class_name(pred)} / true {self.class_name(label)}"
+            figures[caption] = draw_glimpses(images[i], traj["boxes"][i], self.class_name(pred),
+                                             label=self.class_name(label),
+                                             confidence=float(traj["probs"][i, pred]))
+        return figures
+
+    # ------------------------------------------------------------------ optimisation
+    def configure_optimizers(self):
+        hp = self.hparams
+        params = [p for p in self.parameters() if p.requires_grad]
+        if hp.optimizer == "sgd":  # the paper: SGD with momentum 0.9
+            optimizer = torch.optim.SGD(params, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+        else:
+            optimizer = torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay)
+        if hp.lr_schedule == "none":
+            return optimizer
+        epochs = max(1, (self.trainer.max_epochs if self._trainer is not None else None) or 1)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+
+
+def _accuracy(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return (scores.argmax(-1) == labels).float().mean()
