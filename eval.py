@@ -30,13 +30,29 @@ def parse_args(argv=None):
     parser.add_argument("--accelerator", default="auto")
     parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                         help="override a data module argument (YAML value), e.g. --data num_workers=2")
+    parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a model hyperparameter that does not change its weights, "
+                             "e.g. --model-arg iwae_samples=5000")
     return parser.parse_args(argv)
+
+
+def _key_values(items: list[str], flag: str) -> dict:
+    import yaml
+
+    from zoo.errors import UserError
+
+    parsed = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"{flag} expects KEY=VALUE, got '{item}'")
+        parsed[key] = yaml.safe_load(value)
+    return parsed
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     import lightning as L
-    import yaml
 
     import zoo
     from zoo import hub
@@ -47,11 +63,12 @@ def main(argv=None) -> int:
     try:
         started = time.perf_counter()
         L.seed_everything(args.seed, verbose=False)
+        model_args = _key_values(args.model_arg, "--model-arg")
         if args.checkpoint:
-            model = zoo.load_checkpoint(args.checkpoint)
-            weights_sha256 = hub.sha256_file(args.checkpoint)
+            model = zoo.load_checkpoint(args.checkpoint, **model_args)
+            weights_sha256 = hub.sha256_file(hub.fetch(args.checkpoint))  # a URL: the cached copy
         else:
-            model = zoo.create_model(args.model, pretrained=True)
+            model = zoo.create_model(args.model, pretrained=True, **model_args)
             from zoo.registry import get_entry
 
             # create_model verified the file (local or downloaded from its URL) against this
@@ -64,11 +81,7 @@ def main(argv=None) -> int:
             data_args["batch_size"] = args.batch_size
         if args.limit:
             data_args["limit_eval"] = args.limit
-        for item in args.data:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise UserError(f"--data expects KEY=VALUE, got '{item}'")
-            data_args[key] = yaml.safe_load(value)
+        data_args.update(_key_values(args.data, "--data"))
         if args.limit:
             import inspect
 

@@ -105,6 +105,8 @@ class DRAW(ZooModule):
         self.T = _check_size(T, "T")
         for name in ("enc_size", "dec_size", "z_size", "iwae_samples", "iwae_chunk"):
             _check_size(self.hparams[name], name)
+        if iwae_batches is not None:
+            _check_size(iwae_batches, "iwae_batches", 0)
         if attention not in ATTENTION_KINDS:
             raise UserError(f"DRAW config: attention must be one of {ATTENTION_KINDS}, got {attention!r}")
         if train_binarization not in BINARIZATIONS:
@@ -268,8 +270,8 @@ class DRAW(ZooModule):
         kl_steps = terms["kl_steps"].mean(1)
         for t in range(self.T):
             self.log(f"test/kl_step{t + 1:03d}", kl_steps[t], batch_size=B, sync_dist=True)
-        limit = self.hparams.iwae_batches
-        if self.hparams.iwae_samples > 0 and (limit is None or batch_idx < limit):
+        limit = self.hparams.iwae_batches  # IWAE costs K forward passes: optionally a prefix only
+        if limit is None or batch_idx < limit:
             self.log(f"test/iwae_k{self.hparams.iwae_samples}", self.iwae_bound(x).mean(),
                      batch_size=B, sync_dist=True)
 

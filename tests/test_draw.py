@@ -1,0 +1,343 @@
+"""DRAW generator and differentiable-attention classifier: the loss terms against
+torch.distributions, fresh noise per step, the ELBO/IWAE relations, learning, checkpoints, the
+fixed binarization and the `zoo sample` command."""
+import math
+
+import pytest
+import torch
+from torch.distributions import Bernoulli, Normal, kl_divergence
+
+import zoo
+from zoo.errors import UserError
+from zoo.models.draw import DRAW, DRAWClassifier, fixed_binarize, kl_std_normal
+
+TINY = dict(image_size=12, T=4, enc_size=16, dec_size=16, z_size=3, read_n=3, write_n=4)
+
+
+def tiny_draw(attention="filterbank", **kw):
+    torch.manual_seed(0)
+    return DRAW(attention=attention, **{**TINY, **kw})
+
+
+def binary_images(n, size=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.bernoulli(torch.rand(n, 1, size, size, generator=g) * 0.6, generator=g)
+
+
+# ----------------------------------------------------------------------------- loss terms
+def test_kl_closed_form_matches_torch_distributions():
+    mu, logsigma = torch.randn(7, 5) * 2, torch.randn(7, 5)
+    expected = kl_divergence(Normal(mu, logsigma.exp()), Normal(0.0, 1.0)).sum(-1)
+    torch.testing.assert_close(kl_std_normal(mu, logsigma), expected)
+    # the constant: q = prior gives exactly 0 (a wrong -1/2 per step, not per dimension, would not)
+    torch.testing.assert_close(kl_std_normal(torch.zeros(2, 9), torch.zeros(2, 9)), torch.zeros(2))
+
+
+@pytest.mark.parametrize("attention", ["filterbank", "none"])
+def test_loss_terms_match_torch_distributions(attention):
+    model = tiny_draw(attention)
+    x = binary_images(5)
+    torch.manual_seed(1)
+    out = model(x, record=True)
+    torch.manual_seed(1)
+    terms = model.negative_elbo(x)
+    mu, sigma, z = out["mu"], out["logsigma"].exp(), out["z"]  # [T, B, Z]
+    kl = kl_divergence(Normal(mu, sigma), Normal(0.0, 1.0)).sum(-1)  # [T, B]
+    torch.testing.assert_close(out["kl"], kl)
+    log_lik = Bernoulli(logits=out["logits"]).log_prob(x).flatten(1).sum(1)
+    torch.testing.assert_close(terms["rec"], -log_lik)
+    torch.testing.assert_close(terms["nelbo"], -log_lik + kl.sum(0))
+    log_pq = (Normal(0.0, 1.0).log_prob(z) - Normal(mu, sigma).log_prob(z)).sum((0, 2))
+    torch.testing.assert_close(terms["log_w"], log_lik + log_pq, rtol=1e-5, atol=1e-4)
+    # the canvas is the sum of T writes: c_T is what the likelihood sees
+    torch.testing.assert_close(out["canvas"][-1], out["logits"])
+
+
+def test_fresh_noise_every_step():
+    model = tiny_draw(T=5)
+    x = binary_images(1).expand(512, -1, -1, -1)
+    out = model(x, record=True)
+    eps = (out["z"] - out["mu"]) / out["logsigma"].exp()  # [T, B, Z] the standard draws used
+    flat = eps.reshape(5, -1)
+    corr = torch.corrcoef(flat)
+    off_diagonal = corr[~torch.eye(5, dtype=torch.bool)]
+    # one draw reused across steps gives correlation 1; fresh draws are independent
+    assert off_diagonal.abs().max() < 0.15, corr
+    assert flat.std(1).min() > 0.8
+    # and a second pass draws anew
+    eps2 = (lambda o: (o["z"] - o["mu"]) / o["logsigma"].exp())(model(x, record=True))
+    assert not torch.allclose(eps, eps2)
+
+
+def test_given_noise_is_used_as_is():
+    model = tiny_draw()
+    x = binary_images(3)
+    noise = torch.randn(TINY["T"], 3, TINY["z_size"])
+    a, b = model(x, noise=noise, record=True), model(x, noise=noise, record=True)
+    torch.testing.assert_close(a["logits"], b["logits"])
+    torch.testing.assert_close((a["z"] - a["mu"]) / a["logsigma"].exp(), noise, rtol=1e-4, atol=1e-5)
+
+
+def test_iwae_relations():
+    model = tiny_draw()
+    model.eval()
+    x = binary_images(3, seed=4)
+    reps = 1500
+    with torch.no_grad():
+        terms = model.negative_elbo(x.repeat_interleave(reps, 0))
+    nelbo = terms["nelbo"].view(3, reps)
+    minus_log_w = -terms["log_w"].view(3, reps)
+    # K = 1: -log w has the negative ELBO as expectation (the MC KL averages to the closed form)
+    diff = (minus_log_w - nelbo)
+    stderr = diff.std(1) / math.sqrt(reps)
+    assert (diff.mean(1).abs() < 4 * stderr + 1e-3).all(), (diff.mean(1), stderr)
+    # K = 1 bound through iwae_bound itself is an unbiased estimate of the same
+    with torch.no_grad():
+        k1 = torch.stack([model.iwae_bound(x, samples=1) for _ in range(300)])
+    assert ((k1.mean(0) - nelbo.mean(1)).abs() < 4 * k1.std(0) / math.sqrt(300) + 0.05).all()
+    # bound ordering: the K-sample bound is tighter (lower NLL) than the negative ELBO
+    iwae = model.iwae_bound(x, samples=200, chunk=64)
+    assert (iwae < nelbo.mean(1)).all()
+    assert (iwae > 0).all()
+
+
+def test_iwae_matches_reference_with_chunks():
+    model = tiny_draw()
+    x = binary_images(2, seed=5)
+    K, chunk = 7, 3
+    torch.manual_seed(11)
+    got = model.iwae_bound(x, samples=K, chunk=chunk)
+    torch.manual_seed(11)
+    log_w = []
+    with torch.no_grad():
+        for k in (3, 3, 1):  # the same chunks, drawn in the same order
+            log_w.append(model.negative_elbo(x.repeat_interleave(k, 0))["log_w"].view(2, k))
+    log_w = torch.cat(log_w, 1)
+    expected = torch.stack([-(torch.logsumexp(log_w[b], 0) - math.log(K)) for b in range(2)])
+    torch.testing.assert_close(got, expected)
+
+
+# ----------------------------------------------------------------------------- gradients, learning
+def test_gradients_reach_attention_and_every_parameter():
+    model = tiny_draw()
+    model.negative_elbo(binary_images(4))["nelbo"].mean().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    assert model.read_attn.linear.weight.grad.abs().sum() > 0
+
+
+def test_no_attention_is_the_same_code_with_full_reads():
+    model = tiny_draw("none")
+    assert not hasattr(model, "read_attn")
+    assert model.encoder.input_size == 2 * 12 * 12 + TINY["dec_size"]  # eq. 17: [x, x^]
+    assert model.write_patch.out_features == 12 * 12  # eq. 18
+
+
+@pytest.mark.parametrize("attention", ["filterbank", "none"])
+def test_tiny_fit(attention):
+    model = tiny_draw(attention)
+    x = torch.zeros(16, 1, 12, 12)  # four squares to memorise
+    for i, (r, c) in enumerate([(1, 1), (1, 6), (6, 1), (6, 6)]):
+        x[i::4, :, r:r + 5, c:c + 5] = 1
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        before = model.negative_elbo(x)["nelbo"].mean()
+    for _ in range(80):
+        optimizer.zero_grad()
+        model.negative_elbo(x)["nelbo"].mean().backward()
+        optimizer.step()
+    with torch.no_grad():
+        torch.manual_seed(0)
+        after = model.negative_elbo(x)["nelbo"].mean()
+    assert after < 0.8 * before, (before, after)
+
+
+# ----------------------------------------------------------------------------- binarization
+def test_fixed_binarization_is_a_function_of_the_image():
+    images = torch.randint(0, 256, (6, 1, 28, 28)).float() / 255
+    a = fixed_binarize(images, seed=0)
+    assert set(a.unique().tolist()) <= {0.0, 1.0}
+    # same result for an image whatever batch it is in, and in whatever order
+    torch.testing.assert_close(fixed_binarize(images[[4, 1]], 0), a[[4, 1]])
+    torch.testing.assert_close(fixed_binarize(images, 0), a)
+    assert not torch.equal(fixed_binarize(images, 1), a)
+    # stochastic binarization: P(on) = intensity
+    many = torch.randint(0, 256, (50, 1, 28, 28)).float() / 255
+    on = fixed_binarize(many, 0)
+    assert abs(on.mean().item() - many.mean().item()) < 0.01
+    bright = many > 0.8
+    assert abs(on[bright].mean().item() - many[bright].mean().item()) < 0.02
+    assert fixed_binarize(torch.zeros(2, 1, 5, 5), 0).sum() == 0
+    assert fixed_binarize(torch.ones(2, 1, 5, 5), 0).mean() == 1
+
+
+def test_training_binarization_is_dynamic_and_eval_fixed():
+    model = tiny_draw()
+    images = torch.rand(4, 1, 12, 12)
+    assert not torch.equal(model._binarize(images, train=True), model._binarize(images, train=True))
+    torch.testing.assert_close(model._binarize(images, train=False), model._binarize(images, train=False))
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("bad", [dict(T=0), dict(read_n=0), dict(write_n=13), dict(T=2.5),
+                                 dict(attention="spatial"), dict(train_binarization="none"),
+                                 dict(z_size=0)])
+def test_invalid_config_is_a_user_error(bad):
+    with pytest.raises(UserError):
+        DRAW(**{**TINY, **bad})
+
+
+@pytest.mark.parametrize("bad", [dict(T=0), dict(read_n=0), dict(read_n=101), dict(num_classes=1)])
+def test_invalid_classifier_config_is_a_user_error(bad):
+    with pytest.raises(UserError):
+        DRAWClassifier(**{**dict(image_size=100, T=2, read_n=4, hidden_size=8, glimpse_hidden=8), **bad})
+
+
+def test_wrong_image_size_and_wrong_use_are_user_errors():
+    model = tiny_draw()
+    with pytest.raises(UserError, match="expects"):
+        model.negative_elbo(torch.zeros(2, 1, 28, 28))
+    with pytest.raises(UserError, match="classifier"):
+        model.classify(torch.zeros(2, 1, 12, 12))
+    classifier = DRAWClassifier(image_size=20, T=2, read_n=4, hidden_size=8, glimpse_hidden=8)
+    with pytest.raises(UserError, match="sampl"):
+        classifier.sample(4)
+    with pytest.raises(UserError, match="expects"):
+        classifier(torch.zeros(2, 1, 28, 28))
+
+
+# ----------------------------------------------------------------------------- sampling, figures
+def test_sample_shapes_and_canvas_accumulates():
+    model = tiny_draw()
+    out = model.sample(5, generator=torch.Generator().manual_seed(0))
+    assert out["images"].shape == (5, 1, 12, 12) and out["canvases"].shape == (4, 5, 1, 12, 12)
+    torch.testing.assert_close(out["canvases"][-1], out["images"])
+    again = model.sample(5, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(again["images"], out["images"])
+    assert len(out["write"]) == 4 and out["write"][0].gx.shape == (5,)
+
+
+def test_attention_figures_and_gif_colours():
+    from zoo.viz import draw as viz
+
+    model = tiny_draw()
+    figures = model.attention_figures((torch.rand(3, 1, 12, 12), torch.zeros(3)))
+    assert figures and all(f.size[0] > 12 for f in figures.values())
+    out = model.sample(2)
+    frames = viz.canvas_frames(out["canvases"], write=out["write"], write_n=TINY["write_n"], scale=4)
+    assert len(frames) == TINY["T"]
+    pixels = {tuple(p) for p in frames[0].getdata()}
+    assert viz.WRITE_COLOUR in pixels and viz.READ_COLOUR not in pixels
+
+
+def test_box_width_proportional_to_sigma():
+    from zoo.attention.filterbank import FilterParams
+    from zoo.viz.draw import _box
+
+    def params(sigma):
+        one = torch.ones(1)
+        return FilterParams(one * 6, one * 6, one * sigma ** 2, one, one)
+
+    (_, w1), (_, w4) = _box(params(1.0), 0, 3, 4), _box(params(4.0), 0, 3, 4)
+    assert w4 == 4 * w1
+
+
+# ----------------------------------------------------------------------------- classifier
+def test_classifier_learns_through_its_glimpses():
+    torch.manual_seed(0)
+    model = DRAWClassifier(image_size=16, num_classes=2, T=3, read_n=4, hidden_size=16, glimpse_hidden=16,
+                           lr=1e-2)
+    # class = which half of the image holds a bright blob
+    images = torch.zeros(32, 1, 16, 16)
+    labels = torch.arange(32) % 2
+    images[labels == 0, :, 4:8, 2:6] = 1
+    images[labels == 1, :, 8:12, 10:14] = 1
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(60):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        if step == 0:  # plain backprop reaches where the classifier looks
+            assert model.attn.linear.weight.grad.abs().sum() > 0
+        optimizer.step()
+    assert (model.classify(images).argmax(-1) == labels).float().mean() == 1.0
+
+
+# ----------------------------------------------------------------------------- checkpoints, CLI
+def _save_ckpt(model, path):
+    import lightning as L
+
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, max_steps=0)
+    trainer.strategy.connect(model)
+    trainer.save_checkpoint(path)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = tiny_draw()
+    path = tmp_path / "draw.ckpt"
+    _save_ckpt(model, path)
+    loaded = zoo.load_checkpoint(path)
+    assert type(loaded) is DRAW and loaded.family == "draw" and loaded.hparams.read_n == TINY["read_n"]
+    x, noise = binary_images(2), torch.randn(TINY["T"], 2, TINY["z_size"])
+    torch.testing.assert_close(loaded(x, noise=noise)["logits"], model(x, noise=noise)["logits"])
+
+
+@pytest.fixture
+def checkpoints(tmp_path):
+    generator, classifier = tmp_path / "gen.ckpt", tmp_path / "cls.ckpt"
+    _save_ckpt(tiny_draw(), generator)
+    _save_ckpt(DRAWClassifier(image_size=20, T=2, read_n=4, hidden_size=8, glimpse_hidden=8), classifier)
+    return generator, classifier
+
+
+def test_cli_sample(tmp_path, checkpoints, capsys):
+    from PIL import Image
+
+    from zoo.cli import main
+
+    generator, classifier = checkpoints
+    out = tmp_path / "s.png"
+    assert main(["sample", "--checkpoint", str(generator), "--n", "6", "--out", str(out), "--gif"]) == 0
+    with Image.open(out) as img:
+        assert img.size[0] > 24
+    with Image.open(out.with_suffix(".gif")) as gif:
+        assert gif.n_frames == TINY["T"]
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(classifier), "--out", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "draw_classifier" in err[0] and "generator" in err[0]
+    assert main(["sample", "--checkpoint", str(generator), "--n", "0", "--out", str(tmp_path / "z.png")]) == 2
+    assert main(["sample", "--checkpoint", str(generator), "--out", str(tmp_path / "z.txt")]) == 2
+    assert main(["sample", "--checkpoint", str(tmp_path / "missing.ckpt"), "--out", str(out)]) == 2
+    assert not (tmp_path / "c.png").exists() and not (tmp_path / "z.png").exists()
+
+
+# ----------------------------------------------------------------------------- recipes
+def test_recipes_are_registered_and_compare_like_with_like():
+    import yaml
+
+    from zoo.registry import REPO_ROOT
+
+    names = zoo.list_models("draw_*")
+    for name in ("draw_fmnist", "draw_fmnist_noattn", "draw_cluttered100_classifier",
+                 "draw_cluttered100_classifier_t4"):
+        assert name in names
+    recipes = {stem: yaml.safe_load((REPO_ROOT / "configs" / "draw" / f"{stem}.yaml").read_text())
+               for stem in ("fmnist", "fmnist_noattn", "cluttered100_classifier", "cluttered100_classifier_t4")}
+    # attention vs no attention: equal T, sizes, data, budget and seed; only the switch differs
+    a, b = recipes["fmnist"], recipes["fmnist_noattn"]
+    assert a["model"]["init_args"].pop("attention") == "filterbank"
+    assert b["model"]["init_args"].pop("attention") == "none"
+    assert a["model"] == b["model"] and a["data"] == b["data"] and a.get("checkpoint") == b.get("checkpoint")
+    assert {k: v for k, v in a["trainer"].items() if k != "default_root_dir"} == \
+        {k: v for k, v in b["trainer"].items() if k != "default_root_dir"}
+    assert a["model"]["init_args"]["T"] == 64 and a["model"]["init_args"]["read_n"] == 2
+    # the paper's classifier: 12x12 glimpses on cluttered 100x100, T=8 and T=4
+    c8, c4 = recipes["cluttered100_classifier"], recipes["cluttered100_classifier_t4"]
+    assert c8["model"]["init_args"]["read_n"] == 12 and c8["model"]["init_args"]["T"] == 8
+    assert c4["model"]["init_args"]["T"] == 4 and c8["data"] == c4["data"]
+    assert c8["data"]["init_args"]["variant"] == "cluttered100"
+    model = zoo.create_model("draw_cluttered100_classifier")
+    assert isinstance(model, DRAWClassifier) and model.family == "draw_classifier"

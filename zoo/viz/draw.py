@@ -1,0 +1,143 @@
+"""DRAW figures: sample grids, reconstruction strips, glimpse strips and the animated canvas.
+
+Attention boxes follow the paper's figures: the read box is green, the write box red; the box
+spans the N x N grid (N * delta pixels on a side, centred at (gX, gY)) and its border width is
+proportional to the filters' sigma. Every function returns PIL images; saving is the caller's.
+"""
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+READ_COLOUR = (0, 220, 0)
+WRITE_COLOUR = (230, 0, 0)
+
+
+def _to_rgb_array(image: torch.Tensor) -> np.ndarray:
+    """[C, H, W] in [0, 1] (C = 1 or 3) -> uint8 [H, W, 3]."""
+    image = image.detach().float().clamp(0, 1).cpu()
+    if image.shape[0] == 1:
+        image = image.expand(3, -1, -1)
+    elif image.shape[0] != 3:
+        image = image[:1].expand(3, -1, -1)  # other channel counts: show the first channel
+    return (image.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+
+
+def _box(params, index: int, n: int, scale: int) -> tuple[list[float], int]:
+    """The N x N grid of example `index` as a rectangle in the upscaled figure, and its border
+    width (proportional to sigma, at least 1)."""
+    gx, gy = float(params.gx[index]), float(params.gy[index])
+    half = n * float(params.delta[index]) / 2
+    sigma = float(params.sigma2[index]) ** 0.5
+    # 1-based pixel a covers [a - 1, a] in continuous coordinates, so its centre is a - 0.5
+    cx, cy = (gx - 0.5) * scale, (gy - 0.5) * scale
+    width = max(1, int(round(sigma * scale * 0.5)))
+    return [cx - half * scale, cy - half * scale, cx + half * scale, cy + half * scale], width
+
+
+def compose(cells: list[list[tuple[torch.Tensor, list]]], scale: int = 3, pad: int = 2,
+            margin: float | None = None) -> Image.Image:
+    """A grid figure. cells[row][col] = (image [C, H, W] in [0, 1], boxes) where boxes is a list
+    of (FilterParams, example index, N, colour) drawn on that cell. Cells with boxes get a
+    margin (default a quarter of the image) so that windows reaching past the border show."""
+    rows = len(cells)
+    cols = max(len(r) for r in cells)
+    H, W = cells[0][0][0].shape[-2:]
+    has_boxes = any(boxes for row in cells for _, boxes in row)
+    m = int(round((max(H, W) / 4 if margin is None else margin) * scale)) if has_boxes else 0
+    ch, cw = H * scale + 2 * m, W * scale + 2 * m
+    figure = Image.new("RGB", (cols * (cw + pad) + pad, rows * (ch + pad) + pad), (40, 40, 40))
+    for r, row in enumerate(cells):
+        for c, (image, boxes) in enumerate(row):
+            tile = Image.new("RGB", (cw, ch), (90, 90, 90))
+            tile.paste(Image.fromarray(_to_rgb_array(image)).resize((W * scale, H * scale), Image.NEAREST), (m, m))
+            draw = ImageDraw.Draw(tile)
+            for params, index, n, colour in boxes:
+                if params is None:
+                    continue
+                rect, width = _box(params, index, n, scale)
+                draw.rectangle([v + m for v in rect], outline=colour, width=width)
+            figure.paste(tile, (pad + c * (cw + pad), pad + r * (ch + pad)))
+    return figure
+
+
+def sample_grid(images: torch.Tensor, nrow: int | None = None, scale: int = 2) -> Image.Image:
+    """images [n, C, H, W] in [0, 1] -> one grid, nrow images per row (default: square-ish)."""
+    n = images.shape[0]
+    nrow = nrow or max(1, int(np.ceil(np.sqrt(n))))
+    cells = [[(images[i], []) for i in range(start, min(start + nrow, n))] for start in range(0, n, nrow)]
+    return compose(cells, scale=scale)
+
+
+def canvas_frames(canvases: torch.Tensor, write: list | None = None, write_n: int | None = None,
+                  read: list | None = None, read_n: int | None = None, nrow: int | None = None,
+                  scale: int = 2) -> list[Image.Image]:
+    """One frame per step: canvases [T, n, C, H, W] in [0, 1] with the step's read box (green)
+    and write box (red) on every image; write/read are T FilterParams (or None)."""
+    T, n = canvases.shape[:2]
+    nrow = nrow or max(1, int(np.ceil(np.sqrt(n))))
+    frames = []
+    for t in range(T):
+        cells = []
+        for start in range(0, n, nrow):
+            row = []
+            for i in range(start, min(start + nrow, n)):
+                boxes = []
+                if read is not None and read_n:
+                    boxes.append((read[t], i, read_n, READ_COLOUR))
+                if write is not None and write_n:
+                    boxes.append((write[t], i, write_n, WRITE_COLOUR))
+                row.append((canvases[t, i], boxes))
+            cells.append(row)
+        frames.append(compose(cells, scale=scale))
+    return frames
+
+
+def gif_bytes(frames: list[Image.Image], duration_ms: int = 80, final_hold_ms: int = 1000) -> bytes:
+    """An endlessly looping GIF that holds on the finished canvas."""
+    buffer = io.BytesIO()
+    durations = [duration_ms] * (len(frames) - 1) + [final_hold_ms]
+    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], duration=durations, loop=0)
+    return buffer.getvalue()
+
+
+def save_gif(frames: list[Image.Image], path: str | os.PathLike, duration_ms: int = 80) -> None:
+    from zoo.io import atomic_write_bytes
+
+    atomic_write_bytes(path, gif_bytes(frames, duration_ms))
+
+
+def _steps(T: int, k: int) -> list[int]:
+    """k step indices spread over 0..T-1, always ending with the last."""
+    k = max(1, min(k, T))
+    return sorted({int(round(v)) for v in np.linspace(T - 1, 0, k)[::-1]})
+
+
+def reconstruction_strip(x: torch.Tensor, canvases: torch.Tensor, read: list | None, write: list | None,
+                         read_n: int | None, write_n: int | None, steps: int = 8, scale: int = 3) -> Image.Image:
+    """Rows: examples. Columns: the input, then canvases at `steps` steps with that step's read
+    (green) and write (red) boxes. x [n, C, H, W]; canvases [T, n, C, H, W] in [0, 1]."""
+    chosen = _steps(canvases.shape[0], steps)
+    cells = []
+    for i in range(x.shape[0]):
+        row = [(x[i], [])]
+        for t in chosen:
+            boxes = []
+            if read is not None and read_n and read[t] is not None:
+                boxes.append((read[t], i, read_n, READ_COLOUR))
+            if write is not None and write_n and write[t] is not None:
+                boxes.append((write[t], i, write_n, WRITE_COLOUR))
+            row.append((canvases[t, i], boxes))
+        cells.append(row)
+    return compose(cells, scale=scale)
+
+
+def glimpse_strip(images: torch.Tensor, reads: list, read_n: int, scale: int = 2) -> Image.Image:
+    """The classifier's glimpses: rows are examples, column t shows the image with read box t."""
+    cells = [[(images[i], [(reads[t], i, read_n, READ_COLOUR)]) for t in range(len(reads))]
+             for i in range(images.shape[0])]
+    return compose(cells, scale=scale)
