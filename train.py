@@ -63,6 +63,14 @@ def main(args: list[str] | None = None) -> None:
             raise
         print(f"train.py: error: {user_error}", file=sys.stderr)
         sys.exit(2)
+    _finish_wandb()
+
+
+def _finish_wandb() -> None:
+    """Close the W&B run explicitly, so the offline run directory is complete for `wandb sync`."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
 
 
 def _user_error(exc: BaseException | None) -> UserError | None:

@@ -13,6 +13,8 @@ from zoo.errors import UserError
 # Decompression-bomb guard: huge images are accepted, then downscaled on load.
 Image.MAX_IMAGE_PIXELS = None
 MAX_SIDE = 4096
+# ... but a small file can claim gigapixels: refuse those before decoding (memory)
+MAX_PIXELS = 16384 * 16384
 
 
 def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
@@ -30,6 +32,9 @@ def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
     try:
         with Image.open(path) as img:
             img.draft("RGB", (MAX_SIDE, MAX_SIDE))  # JPEG: decode at reduced size when huge
+            if img.width * img.height > MAX_PIXELS:
+                raise UserError(f"{path}: image is {img.width}x{img.height}, too large to decode "
+                                f"(more than {MAX_PIXELS // 1_000_000} megapixels)")
             img = ImageOps.exif_transpose(img)
             img.load()
             img = _to_8bit(img)

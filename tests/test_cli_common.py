@@ -1,0 +1,240 @@
+"""The `zoo` command's dispatcher and exit codes, and zoo.io's robust image loading on files
+written here: RGBA, palette, grayscale, 16-bit, CMYK, EXIF-rotated, huge, truncated, non-images,
+directories and missing files."""
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import types
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import cli_env, run_cli
+from zoo import cli
+from zoo.commands.common import exit_code
+from zoo.errors import UserError
+from zoo.io import MAX_SIDE, atomic_write_bytes, image_to_tensor, load_image, load_images
+
+
+# ----------------------------------------------------------------------------- the zoo command
+@pytest.mark.slow
+def test_zoo_list_subprocess(tmp_path):
+    rc, out, err = run_cli(["-m", "zoo.cli", "list", "baseline_*"], cwd=tmp_path, env=cli_env())
+    assert rc == 0, err
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    assert "baseline_mlp_centered" in names and all(n.startswith("baseline_") for n in names)
+    rc, out, err = run_cli(["-m", "zoo.cli"], cwd=tmp_path, env=cli_env())
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "error" in err
+
+
+def test_zoo_list_json(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(tmp_path))
+    assert cli.main(["list", "baseline_mlp_*", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert "baseline_mlp_centered" in listing
+    entry = listing["baseline_mlp_centered"]
+    assert entry["pretrained"] is False
+    assert entry["recipe"] == "python train.py fit --config configs/baseline/mlp_centered.yaml"
+    assert cli.main(["list", "--pretrained"]) == 0
+    assert capsys.readouterr().out.strip() == ""  # nothing released in an empty weights dir
+
+
+@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["list", "--no-such-flag"]])
+def test_usage_errors_exit_2_with_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("zoo") and "error" in err
+
+
+def test_user_error_in_a_subcommand_is_exit_2(monkeypatch, capsys):
+    module = types.ModuleType("zoo_test_boom")
+    module.add_arguments = lambda parser: parser.add_argument("what")
+
+    def run(args):
+        raise UserError(f"cannot {args.what}")
+
+    module.run = run
+    monkeypatch.setitem(sys.modules, "zoo_test_boom", module)
+    monkeypatch.setitem(cli.SUBCOMMANDS, "boom", ("zoo_test_boom", "always fails"))
+    assert cli.main(["boom", "fly"]) == 2
+    assert capsys.readouterr().err.strip() == "zoo boom: error: cannot fly"
+
+
+def test_exit_code_for_partly_bad_batches():
+    assert exit_code(3, []) == 0
+    assert exit_code(2, ["bad"]) == 1
+    assert exit_code(0, ["bad"]) == 2
+
+
+# ----------------------------------------------------------------------------- images
+def test_rgba_composited_on_black(tmp_path):
+    rgba = np.zeros((10, 12, 4), np.uint8)
+    rgba[..., 0] = 200
+    rgba[:, :4, 3] = 0  # transparent
+    rgba[:, 4:8, 3] = 255  # opaque
+    rgba[:, 8:, 3] = 128  # half
+    path = tmp_path / "a.png"
+    Image.fromarray(rgba, "RGBA").save(path)
+    img = load_image(path)
+    assert img.mode == "RGB" and img.size == (12, 10)
+    a = np.asarray(img)
+    assert (a[:, :4] == 0).all()
+    assert (a[:, 4:8, 0] == 200).all() and (a[:, 4:8, 1:] == 0).all()
+    assert (np.abs(a[:, 8:, 0].astype(int) - 100) <= 1).all()
+    gray = load_image(path, channels=1)
+    assert gray.mode == "L" and gray.size == (12, 10)
+
+
+def test_palette_with_transparency(tmp_path):
+    img = Image.new("P", (8, 8), 1)
+    img.putpalette([0, 0, 0, 255, 255, 255] + [0] * 762)
+    img.info["transparency"] = 1
+    path = tmp_path / "p.png"
+    img.save(path, transparency=1)
+    assert (np.asarray(load_image(path)) == 0).all()  # fully transparent white -> black
+
+
+def test_grayscale_to_rgb_and_l(tmp_path):
+    values = np.arange(64, dtype=np.uint8).reshape(8, 8) * 3
+    path = tmp_path / "g.png"
+    Image.fromarray(values, "L").save(path)
+    rgb = np.asarray(load_image(path))
+    assert rgb.shape == (8, 8, 3)
+    for c in range(3):
+        np.testing.assert_array_equal(rgb[..., c], values)
+    np.testing.assert_array_equal(np.asarray(load_image(path, channels=1)), values)
+
+
+def test_16bit_rescaled_by_range(tmp_path):
+    values = np.linspace(1000, 3000, 100).reshape(10, 10).astype(np.uint16)
+    path = tmp_path / "deep.png"
+    Image.fromarray(values).save(path)
+    assert Image.open(path).mode.startswith("I")
+    loaded = np.asarray(load_image(path, channels=1)).astype(int)
+    expected = np.round((values.astype(float) - 1000) / 2000 * 255).astype(int)
+    assert np.abs(loaded - expected).max() <= 1
+    assert loaded.min() == 0 and loaded.max() == 255
+
+
+def test_constant_16bit_is_black(tmp_path):
+    path = tmp_path / "flat.png"
+    Image.fromarray(np.full((4, 4), 4242, np.uint16)).save(path)
+    assert (np.asarray(load_image(path, channels=1)) == 0).all()
+
+
+def test_cmyk_jpeg(tmp_path):
+    path = tmp_path / "c.jpg"
+    Image.new("CMYK", (16, 16), (0, 255, 255, 0)).save(path)  # red in CMYK
+    a = np.asarray(load_image(path)).astype(int)
+    assert a.shape == (16, 16, 3) and a[..., 0].mean() > 200 and a[..., 1:].mean() < 60
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_exif_orientation_applied(tmp_path, fmt):
+    # a 40 wide x 20 high image, white block at the top-left, stored with orientation 6
+    # ("rotate 90 degrees clockwise to display"): shown, it is 20 wide x 40 high, block top-right
+    a = np.zeros((20, 40, 3), np.uint8)
+    a[:10, :10] = 255
+    img = Image.fromarray(a)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = tmp_path / f"r.{fmt.lower()}"
+    img.save(path, format=fmt, exif=exif.tobytes(), **({"quality": 95} if fmt == "JPEG" else {}))
+    loaded = load_image(path)
+    assert loaded.size == (20, 40)
+    b = np.asarray(loaded.convert("L")).astype(int)
+    assert b[:10, 10:].mean() > 200  # top-right: the block
+    assert b[:10, :10].mean() < 50 and b[30:, :].mean() < 50
+
+
+def test_huge_image_downscaled(tmp_path):
+    path = tmp_path / "wide.png"
+    Image.new("L", (MAX_SIDE * 2 + 100, 50), 128).save(path)
+    img = load_image(path)
+    assert max(img.size) == MAX_SIDE
+    assert img.size[1] == pytest.approx(50 * MAX_SIDE / (MAX_SIDE * 2 + 100), abs=1)
+
+
+def _png_header_claiming(width: int, height: int) -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 100)) + chunk(b"IEND", b""))
+
+
+def test_decompression_bomb_refused_before_decoding(tmp_path):
+    # a few hundred bytes claiming 20000 x 15000 pixels (300 MB decoded, more as RGB)
+    path = tmp_path / "bomb.png"
+    path.write_bytes(_png_header_claiming(20000, 15000))
+    with pytest.raises(UserError, match="too large"):
+        load_image(path)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_truncated_image(tmp_path, fmt):
+    rng = np.random.default_rng(0)
+    path = tmp_path / f"t.{fmt.lower()}"
+    Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(path, format=fmt)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match=f"{path.name}: not a readable image"):
+        load_image(path)
+
+
+@pytest.mark.parametrize("content", [b"hello, not an image\n", b"", b"\x89PNG\r\n\x1a\nrest is junk"])
+def test_non_image_file(tmp_path, content):
+    path = tmp_path / "notes.png"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match="notes.png: not a readable image"):
+        load_image(path)
+
+
+def test_directory_and_missing_file(tmp_path):
+    with pytest.raises(UserError, match="is a directory"):
+        load_image(tmp_path)
+    with pytest.raises(UserError, match="no such file"):
+        load_image(tmp_path / "missing.png")
+
+
+def test_load_images_keeps_the_good_ones(tmp_path):
+    good = tmp_path / "good.png"
+    Image.new("RGB", (30, 20), (255, 0, 0)).save(good)
+    other = tmp_path / "other.png"
+    Image.new("RGB", (28, 28), (0, 255, 0)).save(other)
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"junk")
+    batch, paths, errors = load_images([good, bad, other, tmp_path / "gone.png"], channels=3, size=(28, 28))
+    assert batch.shape == (2, 3, 28, 28) and batch.dtype == torch.float32
+    assert paths == [str(good), str(other)]
+    assert len(errors) == 2 and "bad.png" in errors[0] and "gone.png" in errors[1]
+    assert torch.allclose(batch[0, 0], torch.ones(28, 28)) and batch[0, 1:].abs().max() == 0
+    _, paths, errors = load_images([good, other], channels=1, size=(28, 28), strict_size=True)
+    assert paths == [str(other)] and "30x20" in errors[0]
+    empty, paths, errors = load_images([bad], channels=1, size=(28, 28))
+    assert empty.shape == (0, 1, 28, 28) and paths == [] and len(errors) == 1
+
+
+def test_image_to_tensor_range_and_layout():
+    img = Image.fromarray(np.array([[0, 255], [51, 102]], np.uint8), "L")
+    t = image_to_tensor(img)
+    assert t.shape == (1, 2, 2)
+    assert torch.allclose(t[0], torch.tensor([[0.0, 1.0], [0.2, 0.4]]))
+    rgb = image_to_tensor(img.convert("RGB"), size=(4, 6))
+    assert rgb.shape == (3, 4, 6)
+
+
+def test_atomic_write_leaves_no_temporary(tmp_path):
+    target = tmp_path / "sub" / "out.json"
+    atomic_write_bytes(target, b"{}")
+    atomic_write_bytes(target, b'{"a": 1}')
+    assert target.read_bytes() == b'{"a": 1}'
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out.json"]

@@ -1,0 +1,319 @@
+"""Registry and hub: names, building every recipe, releases (safetensors + MANIFEST.json) and their
+sha256 checks, safe loading (no pickle code runs), clear refusals, and URL downloads from a
+loopback HTTP server into the cache."""
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import shutil
+
+import pytest
+import torch
+
+import zoo
+from conftest import release_main
+from helpers import OtherModel
+from zoo import hub, registry
+from zoo.errors import UserError
+from zoo.models.base import ZooModule
+from zoo.models.baselines import Classifier
+
+
+@pytest.fixture(autouse=True)
+def isolated_weights(tmp_path, monkeypatch):
+    """Empty weights and cache directories of our own: the repo's releases do not leak in."""
+    monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(tmp_path / "weights"))
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path / "weights"
+
+
+def _outputs(model, x):
+    model.eval()
+    with torch.no_grad():
+        return model(x)
+
+
+X28 = torch.rand(3, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+
+
+# ----------------------------------------------------------------------------- names
+def test_list_models_patterns():
+    everything = zoo.list_models()
+    baselines = zoo.list_models("baseline_*")
+    assert "baseline_mlp_centered" in baselines and "baseline_cnn_cluttered60" in baselines
+    assert all(n.startswith("baseline_") for n in baselines) and set(baselines) < set(everything)
+    centered = zoo.list_models("*_centered")
+    assert "baseline_mlp_centered" in centered and "baseline_mlp_translated" not in centered
+    for arch in ("mlp", "cnn"):  # every Fashion-MNIST variant has a recipe for both baselines
+        assert {f"baseline_{arch}_{v}" for v in ("centered", "translated", "cluttered60", "cluttered100")} <= set(baselines)
+    assert zoo.list_models("no_such_thing*") == []
+    assert zoo.list_models(pretrained=True) == []  # nothing released in our empty weights dir
+    assert everything == sorted(everything)
+    assert "base_trainer" not in everything  # the shared trainer part is not a model
+
+
+def test_unknown_name_suggests_close_matches():
+    with pytest.raises(UserError, match="did you mean.*baseline_cnn_centered"):
+        zoo.create_model("baseline_cnn_centred")
+    with pytest.raises(UserError, match="unknown model 'zzzz'.*zoo list"):
+        zoo.create_model("zzzz")
+
+
+def test_pretrained_without_release_is_clear():
+    with pytest.raises(UserError, match="no released weights"):
+        zoo.create_model("baseline_mlp_centered", pretrained=True)
+
+
+def _offline_overrides(entry) -> dict:
+    """Recipes that start from ImageNet weights (e.g. a VGG encoder with `pretrained: true`) cannot
+    fetch them offline; build the same architecture without them."""
+    overrides = {}
+    for key, value in entry.model.get("init_args", {}).items():
+        if isinstance(value, dict) and value.get("pretrained") and not value.get("pretrained_file"):
+            overrides[key] = {**value, "pretrained": False}
+    if entry.model.get("init_args", {}).get("pretrained") is True:
+        overrides["pretrained"] = False
+    return overrides
+
+
+@pytest.mark.parametrize("name", zoo.list_models())
+def test_every_recipe_builds(name):
+    entry = registry.get_entry(name)
+    overrides = _offline_overrides(entry)
+    # the architecture first, without memory or initialisation (ImageNet-sized encoders are big)
+    with torch.device("meta"):
+        model = zoo.create_model(name, **overrides)
+    if sum(p.numel() for p in model.parameters()) < 5_000_000:
+        model = zoo.create_model(name, **overrides)  # small ones for real, initialisation included
+        assert all(p.device.type == "cpu" for p in model.parameters())
+    assert isinstance(model, ZooModule) and model.family != ZooModule.family
+    assert sum(p.numel() for p in model.parameters()) > 0
+    config = model.zoo_config()  # plain hyperparameters (weights_only checkpoints rely on it)
+    json.dumps(config)
+    assert config["class_path"] == entry.model["class_path"]
+    assert entry.metadata["recipe"].startswith("python train.py fit --config configs/")
+    assert getattr(model, "_zoo_data_config", None) == entry.data
+
+
+def test_overrides_replace_recipe_values():
+    model = zoo.create_model("baseline_mlp_centered", hidden=[16, 8], dropout=0.0)
+    assert model.hparams.hidden == [16, 8]
+    assert model.net[1].out_features == 16
+    with pytest.raises(UserError, match="bad arguments"):
+        zoo.create_model("baseline_mlp_centered", no_such_argument=1)
+
+
+# ----------------------------------------------------------------------------- releases
+@pytest.fixture
+def released(trained_run, tmp_path, isolated_weights):
+    """baseline_cnn_centered released from the tiny training's last.ckpt into the tmp weights dir."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"metrics": {"test/acc": 0.25}, "device": {"device": "cpu (test)"}}))
+    rc = release_main(["--checkpoint", str(trained_run["last"]), "--name", "baseline_cnn_centered",
+                          "--results", str(results)])
+    assert rc == 0
+    return {"ckpt": trained_run["last"], "file": isolated_weights / "baseline_cnn_centered.safetensors",
+            "manifest": isolated_weights / "MANIFEST.json"}
+
+
+def test_release_roundtrip_gives_identical_outputs(released):
+    manifest = json.loads(released["manifest"].read_text())
+    record = manifest["baseline_cnn_centered"]
+    assert record["sha256"] == hashlib.sha256(released["file"].read_bytes()).hexdigest()
+    assert zoo.list_models(pretrained=True) == ["baseline_cnn_centered"]
+    metadata = registry.get_entry("baseline_cnn_centered").metadata
+    assert metadata["sha256"] == record["sha256"]
+    assert metadata["task"] == "baseline" and "centered" in metadata["dataset"]
+    assert metadata["metrics"] == {"test/acc": 0.25}
+    assert metadata["recipe"] == "python train.py fit --config configs/baseline/cnn_centered.yaml"
+    reference = zoo.load_checkpoint(released["ckpt"])
+    pretrained = zoo.create_model("baseline_cnn_centered", pretrained=True)
+    assert torch.equal(_outputs(reference, X28), _outputs(pretrained, X28))
+    for key, value in reference.state_dict().items():
+        assert torch.equal(value, pretrained.state_dict()[key])
+    # the data config rides along for eval.py
+    assert pretrained._zoo_data_config["init_args"]["variant"] == "centered"
+    # the recipe's fresh model differs: the weights really came from the release
+    assert not torch.equal(_outputs(zoo.create_model("baseline_cnn_centered"), X28), _outputs(reference, X28))
+
+
+def test_tampered_release_refused(released):
+    data = bytearray(released["file"].read_bytes())
+    data[-5] ^= 0x01  # one bit in the last tensor's bytes: still a valid safetensors file
+    released["file"].write_bytes(bytes(data))
+    with pytest.raises(UserError, match="sha256"):
+        zoo.create_model("baseline_cnn_centered", pretrained=True)
+
+
+def test_local_fetch_checks_sha(tmp_path):
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"weights")
+    assert hub.fetch(path, hashlib.sha256(b"weights").hexdigest()) == path
+    with pytest.raises(UserError, match="sha256 mismatch"):
+        hub.fetch(path, hashlib.sha256(b"other").hexdigest())
+    with pytest.raises(UserError, match="no such weights file"):
+        hub.fetch(tmp_path / "missing.safetensors")
+
+
+# ----------------------------------------------------------------------------- safe loading
+class Payload:
+    """Unpickling this runs code: it writes `marker`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
+
+
+def test_pickle_payload_checkpoint_refused_and_never_runs(tmp_path):
+    model = zoo.create_model("baseline_mlp_centered")
+    marker = tmp_path / "PWNED"
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": model.state_dict(), "zoo": model.zoo_config(), "extra": Payload(marker)}, path)
+    with pytest.raises(UserError, match="refused"):
+        zoo.load_checkpoint(path)
+    with pytest.raises(UserError, match="refused"):
+        zoo.create_model("baseline_mlp_centered", checkpoint=path)
+    assert not marker.exists()
+    # the payload is live: a plain unpickle of it does write a marker
+    live = tmp_path / "LIVE"
+    pickle.loads(pickle.dumps(Payload(live)))
+    assert live.read_text() == "pwned"
+
+
+def test_wrong_model_checkpoint_refused(tmp_path):
+    other = OtherModel()
+    path = tmp_path / "other.ckpt"
+    torch.save({"state_dict": other.state_dict(), "zoo": other.zoo_config()}, path)
+    with pytest.raises(UserError, match=r"other model \(helpers.OtherModel\), not zoo.models.baselines.Classifier"):
+        zoo.create_model("baseline_mlp_centered", checkpoint=path)
+    release = tmp_path / "other.safetensors"
+    hub.save_release(other, other.zoo_config(), release)
+    with pytest.raises(UserError, match="helpers.OtherModel"):
+        zoo.create_model("baseline_mlp_centered", checkpoint=release)
+
+
+def test_shape_mismatch_names_the_tensors(tmp_path):
+    small = Classifier(arch="paper_cnn", channels=[4], kernel_size=10, stride=5)
+    path = tmp_path / "small.ckpt"
+    torch.save({"state_dict": small.state_dict(), "zoo": small.zoo_config()}, path)
+    with pytest.raises(UserError) as err:
+        zoo.create_model("baseline_cnn_centered", checkpoint=path)
+    message = str(err.value)
+    assert "net.0.weight (4, 1, 10, 10) vs model (8, 1, 10, 10)" in message
+    assert "net.3.weight" in message and str(path) in message and "\n" not in message
+
+
+def test_missing_and_unexpected_tensors_named(tmp_path):
+    mlp = zoo.create_model("baseline_mlp_centered")
+    path = tmp_path / "mlp.ckpt"
+    torch.save({"state_dict": mlp.state_dict(), "zoo": mlp.zoo_config()}, path)
+    with pytest.raises(UserError, match=r"missing \d+ tensors .*unexpected \d+ tensors"):
+        zoo.create_model("baseline_smallcnn_centered", checkpoint=path)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", b"PK\x03\x04garbage"])
+def test_garbage_files_refused(tmp_path, content):
+    for suffix in (".ckpt", ".safetensors"):
+        path = tmp_path / f"bad{suffix}"
+        path.write_bytes(content)
+        with pytest.raises(UserError, match="bad"):
+            zoo.load_checkpoint(path)
+
+
+def test_plain_tensor_dict_without_config(tmp_path):
+    model = zoo.create_model("baseline_mlp_centered")
+    path = tmp_path / "plain.pt"
+    torch.save(model.state_dict(), path)
+    with pytest.raises(UserError, match="no zoo config"):
+        zoo.load_checkpoint(path)
+    # but it loads into a named model
+    loaded = zoo.create_model("baseline_mlp_centered", checkpoint=path)
+    assert torch.equal(_outputs(loaded, X28), _outputs(model, X28))
+
+
+def test_load_checkpoint_lightning_ckpt_and_safetensors(trained_run, tmp_path):
+    raw = torch.load(trained_run["last"], map_location="cpu", weights_only=True)
+    from_ckpt = zoo.load_checkpoint(trained_run["last"])
+    assert type(from_ckpt) is Classifier and from_ckpt.hparams.arch == raw["zoo"]["init_args"]["arch"]
+    for key, value in raw["state_dict"].items():
+        assert torch.equal(from_ckpt.state_dict()[key], value)
+    release = tmp_path / "m.safetensors"
+    hub.save_release(from_ckpt, from_ckpt.zoo_config(), release)
+    from_release = zoo.load_checkpoint(release)
+    assert torch.equal(_outputs(from_ckpt, X28), _outputs(from_release, X28))
+    assert from_release._zoo_data_config == from_ckpt._zoo_data_config
+    # a safetensors file without metadata takes its config from a sidecar JSON
+    from safetensors.torch import save_file
+
+    bare = tmp_path / "bare.safetensors"
+    save_file({k: v.contiguous() for k, v in from_ckpt.state_dict().items()}, str(bare))
+    with pytest.raises(UserError, match="no zoo config"):
+        zoo.load_checkpoint(bare)
+    bare.with_suffix(".json").write_text(json.dumps(from_ckpt.zoo_config()))
+    assert torch.equal(_outputs(zoo.load_checkpoint(bare), X28), _outputs(from_ckpt, X28))
+
+
+# ----------------------------------------------------------------------------- URL downloads
+def _cache_files(tmp_path):
+    cache = tmp_path / "cache"
+    return sorted(p for p in cache.rglob("*") if p.is_file()) if cache.exists() else []
+
+
+def test_url_download_verified_cached_once(http_server, tmp_path):
+    payload = bytes(range(256)) * 64
+    (http_server["dir"] / "w.safetensors").write_bytes(payload)
+    sha = hashlib.sha256(payload).hexdigest()
+    url = f"{http_server['url']}/w.safetensors"
+    first = hub.fetch(url, sha)
+    assert first.read_bytes() == payload
+    assert (tmp_path / "cache") in first.parents
+    assert len(http_server["requests"]) == 1
+    second = hub.fetch(url, sha)
+    assert second == first and len(http_server["requests"]) == 1  # served from the cache
+    assert _cache_files(tmp_path) == [first]  # no temporary files left behind
+
+
+def test_url_download_with_wrong_hash_leaves_nothing(http_server, tmp_path):
+    (http_server["dir"] / "w.safetensors").write_bytes(b"not what the manifest promised")
+    url = f"{http_server['url']}/w.safetensors"
+    with pytest.raises(UserError, match="sha256"):
+        hub.fetch(url, hashlib.sha256(b"the real weights").hexdigest())
+    assert len(http_server["requests"]) == 1
+    assert _cache_files(tmp_path) == []  # no partial or unverified file in the cache
+
+
+def test_url_download_failure_is_clear(http_server, tmp_path):
+    with pytest.raises(UserError, match="could not download"):
+        hub.fetch(f"{http_server['url']}/missing.safetensors", "0" * 64)
+    assert _cache_files(tmp_path) == []
+
+
+def test_pretrained_from_url(released, http_server, tmp_path):
+    manifest = json.loads(released["manifest"].read_text())
+    shutil.move(released["file"], http_server["dir"] / released["file"].name)  # only on the "web" now
+    manifest["baseline_cnn_centered"]["url"] = f"{http_server['url']}/{released['file'].name}"
+    released["manifest"].write_text(json.dumps(manifest))
+    model = zoo.create_model("baseline_cnn_centered", pretrained=True)
+    reference = zoo.load_checkpoint(released["ckpt"])
+    assert torch.equal(_outputs(model, X28), _outputs(reference, X28))
+    assert len(http_server["requests"]) == 1
+    zoo.create_model("baseline_cnn_centered", pretrained=True)
+    assert len(http_server["requests"]) == 1  # second time from the cache
+    # a tampered file on the server is refused
+    cached = _cache_files(tmp_path)
+    assert len(cached) == 1
+    cached[0].unlink()
+    served = http_server["dir"] / released["file"].name
+    data = bytearray(served.read_bytes())
+    data[-3] ^= 0x10
+    served.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="sha256"):
+        zoo.create_model("baseline_cnn_centered", pretrained=True)
+    assert _cache_files(tmp_path) == []
