@@ -11,6 +11,7 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 
 
 def class_path(obj_or_cls: Any) -> str:
@@ -57,6 +58,41 @@ class ZooModule(L.LightningModule):
         """Optional speed switches shared by families (config keys `compile`, `channels_last`)."""
         if self.hparams.get("channels_last", False):
             self.to(memory_format=torch.channels_last)
+
+
+class ClassifierModule(ZooModule):
+    """Glue shared by plain image classifiers (the baselines, DRAW's attention classifier):
+    cross-entropy, accuracy, the test error in percent, and Adam with an optional cosine schedule.
+    Subclasses define `forward(images) -> logits [B, classes]` and keep `lr`, `weight_decay` and
+    `cosine_schedule` in their hparams."""
+
+    def _step(self, batch, stage: str):
+        images, labels = batch
+        logits = self(images)
+        loss = F.cross_entropy(logits, labels)
+        wrong = (logits.argmax(-1) != labels).float().mean()
+        sync = stage != "train"  # epoch-level metrics are averaged over DDP ranks
+        self.log(f"{stage}/loss", loss, prog_bar=stage != "train", sync_dist=sync)
+        self.log(f"{stage}/acc", 1 - wrong, prog_bar=True, sync_dist=sync)
+        if stage == "test":
+            self.log("test/error_pct", 100 * wrong, sync_dist=True)
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        if not self.hparams.cosine_schedule:
+            return optimizer
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, self.trainer.max_epochs or 1))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
 
 
 def _init_args(hparams) -> dict:

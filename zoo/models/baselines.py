@@ -10,11 +10,10 @@ network is larger (1 M at 60x60), as in the paper, whose FC baseline is two 256-
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from zoo.errors import UserError
-from zoo.models.base import ZooModule
+from zoo.models.base import ClassifierModule
 
 
 def mlp(in_features: int, hidden: list[int], num_classes: int, dropout: float) -> nn.Sequential:
@@ -47,7 +46,7 @@ def paper_cnn(in_chans: int, image_size: int, filters: int, kernel_size: int, st
                          nn.Dropout(dropout), nn.Linear(hidden, num_classes))
 
 
-class Classifier(ZooModule):
+class Classifier(ClassifierModule):
     """A plain image classifier (MLP or CNN) trained with cross-entropy.
 
     images [B, C, H, W] in [0, 1] -> logits [B, num_classes]."""
@@ -76,32 +75,3 @@ class Classifier(ZooModule):
         if tuple(images.shape[1:]) != expected:
             raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected}")
         return self.net(images)
-
-    def _step(self, batch, stage: str):
-        images, labels = batch
-        logits = self(images)
-        loss = F.cross_entropy(logits, labels)
-        acc = (logits.argmax(-1) == labels).float().mean()
-        self.log(f"{stage}/loss", loss, prog_bar=stage != "train", sync_dist=stage != "train")
-        self.log(f"{stage}/acc", acc, prog_bar=True, sync_dist=stage != "train")
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        images, labels = batch
-        logits = self(images)
-        self.log("test/loss", F.cross_entropy(logits, labels), sync_dist=True)
-        self.log("test/acc", (logits.argmax(-1) == labels).float().mean(), sync_dist=True)
-        self.log("test/error_pct", 100 * (logits.argmax(-1) != labels).float().mean(), sync_dist=True)
-
-    def configure_optimizers(self):
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        if not self.hparams.cosine_schedule:
-            return optimizer
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, self.trainer.max_epochs or 1))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}

@@ -32,7 +32,7 @@ from torch import nn
 
 from zoo.attention import filterbank as fb
 from zoo.errors import UserError
-from zoo.models.base import ZooModule
+from zoo.models.base import ClassifierModule, ZooModule
 
 ATTENTION_KINDS = ("none", "filterbank")
 BINARIZATIONS = ("dynamic", "fixed")
@@ -295,7 +295,7 @@ class DRAW(ZooModule):
 
 
 # ----------------------------------------------------------------------------- classifier
-class DRAWClassifier(ZooModule):
+class DRAWClassifier(ClassifierModule):
     """DRAW's differentiable-attention classifier (sec. 4.1): an LSTM reads one N x N filterbank
     glimpse per step (no writing, no latent), attention parameters from its previous state, and
     classifies from its state after T glimpses. Trained end to end with plain backprop.
@@ -346,34 +346,6 @@ class DRAWClassifier(ZooModule):
     def sample(self, *args, **kwargs):
         raise UserError("this is a DRAW classifier (family 'draw_classifier'); it reads but cannot "
                         "draw: sampling needs a draw generator model")
-
-    def _step(self, batch, stage: str):
-        images, labels = batch
-        logits = self(images)
-        loss = F.cross_entropy(logits, labels)
-        wrong = (logits.argmax(-1) != labels).float().mean()
-        sync = stage != "train"
-        self.log(f"{stage}/loss", loss, prog_bar=stage != "train", sync_dist=sync)
-        self.log(f"{stage}/acc", 1 - wrong, prog_bar=True, sync_dist=sync)
-        if stage == "test":
-            self.log("test/error_pct", 100 * wrong, sync_dist=True)
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        self._step(batch, "test")
-
-    def configure_optimizers(self):
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        if not self.hparams.cosine_schedule:
-            return optimizer
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, self.trainer.max_epochs or 1))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
 
     @torch.no_grad()
     def attention_figures(self, batch) -> dict:
