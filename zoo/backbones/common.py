@@ -1,0 +1,177 @@
+"""Pieces the backbones share: the output type, freezing, and timm model creation with clear
+errors for the mistakes users make (unknown names, missing or ill-fitting weight files, no network).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import socket
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlparse
+
+import torch
+from torch import nn
+
+from zoo.errors import UserError
+
+
+class PatchFeatures(NamedTuple):
+    tokens: torch.Tensor  # [B, L, D]; L = h * w patch tokens, row-major (plus prefix tokens first, if kept)
+    grid: tuple[int, int]  # (h, w) of the patch grid
+
+
+def freeze(module: nn.Module) -> nn.Module:
+    """No gradients for `module`'s parameters (BatchNorm statistics are kept fixed by `Frozen`)."""
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module
+
+
+class Frozen(nn.Module):
+    """Mixin for backbones with a `trainable` switch: a frozen backbone stays in eval mode (fixed
+    BatchNorm statistics, no dropout) even while the model around it trains, and runs without
+    autograd bookkeeping."""
+
+    trainable: bool = True
+
+    def train(self, mode: bool = True):
+        return super().train(mode and self.trainable)
+
+    def _grad_context(self):
+        return torch.enable_grad() if self.trainable and torch.is_grad_enabled() else torch.no_grad()
+
+
+def match_channels(images: torch.Tensor, in_chans: int) -> torch.Tensor:
+    """Grayscale into a 3-channel backbone repeats the channel; other mismatches are refused."""
+    c = images.shape[1]
+    if c == in_chans:
+        return images
+    if c == 1 and in_chans == 3:
+        return images.expand(-1, 3, -1, -1)
+    raise UserError(f"images have {c} channels, the backbone expects {in_chans}")
+
+
+# ---------------------------------------------------------------------------- timm creation
+_SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) "
+                            r"from checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
+
+
+def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    from timm.models import load_state_dict
+
+    return {k: tuple(v.shape) for k, v in load_state_dict(str(path), weights_only=True).items()}
+
+
+def _file_overlay(path: Path, model_name: str) -> dict:
+    """pretrained_cfg_overlay for a local file: its path, plus the input channels and class count
+    the file was trained with, so timm adapts `in_chans` and the head from the right source."""
+    import timm.models
+
+    overlay: dict = {"file": str(path)}
+    try:
+        shapes = _file_shapes(path)
+    except Exception as exc:
+        raise UserError(f"{path}: not a readable weights file ({type(exc).__name__}: {exc})") from None
+    cfg = timm.models.get_pretrained_cfg(model_name)
+    if cfg is None:
+        return overlay
+    first = cfg.first_conv if isinstance(cfg.first_conv, str) else None
+    if first and len(shapes.get(f"{first}.weight", ())) == 4:
+        overlay["input_size"] = (shapes[f"{first}.weight"][1], *cfg.input_size[1:])
+    classifier = cfg.classifier if isinstance(cfg.classifier, str) else None
+    if classifier and len(shapes.get(f"{classifier}.weight", ())) >= 1:
+        overlay["num_classes"] = shapes[f"{classifier}.weight"][0]
+    return overlay
+
+
+def _hub_reachable(cfg) -> bool:
+    """A quick DNS probe: timm's hub client otherwise retries for about a minute offline."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    host = urlparse(cfg.url).hostname if cfg.url and not cfg.hf_hub_id else urlparse(endpoint).hostname
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    try:
+        socket.getaddrinfo(host, 443)
+        return True
+    except OSError:
+        return False
+
+
+def _cached_hub_file(cfg) -> str | None:
+    if not cfg.hf_hub_id:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    for filename in ("model.safetensors", "open_clip_pytorch_model.bin", "pytorch_model.bin"):
+        found = try_to_load_from_cache(cfg.hf_hub_id, filename)
+        if isinstance(found, str):
+            return found
+    return None
+
+
+def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str | None = None, **kwargs):
+    """`timm.create_model` with the zoo's error handling.
+
+    pretrained_file: a local checkpoint (.safetensors, .pth, .bin) loaded through timm's
+    `pretrained_cfg_overlay=dict(file=...)`, which resamples position embeddings and adapts
+    `in_chans` and the classifier head. pretrained (without a file): timm's hub route; offline,
+    it fails at once with a line saying how to pass a local file."""
+    import timm
+    import timm.models
+
+    if not timm.is_model(model_name):
+        close = difflib.get_close_matches(model_name, timm.list_models(), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UserError(f"unknown timm model '{model_name}'{hint}")
+    overlay = None
+    if pretrained_file:
+        path = Path(pretrained_file).expanduser()
+        if not path.is_file():
+            raise UserError(f"{path}: no such pretrained weights file")
+        overlay = _file_overlay(path, model_name)
+        pretrained = True
+    elif pretrained:
+        cfg = timm.models.get_pretrained_cfg(model_name)
+        if cfg is not None and (cfg.hf_hub_id or cfg.url) and not _hub_reachable(cfg):
+            cached = _cached_hub_file(cfg)
+            if cached is None:
+                raise UserError(f"cannot download pretrained weights for '{model_name}' (offline?); "
+                                "download its model.safetensors elsewhere and pass it as "
+                                "pretrained_file=PATH (e.g. --model.init_args.pretrained_file PATH)")
+            overlay = {"file": cached}
+    try:
+        return timm.create_model(model_name, pretrained=pretrained, pretrained_cfg_overlay=overlay, **kwargs)
+    except TypeError as exc:
+        raise UserError(f"timm model '{model_name}': bad arguments ({exc})") from None
+    except RuntimeError as exc:
+        raise _weights_error(exc, pretrained_file or model_name) from None
+    except OSError as exc:  # hub and download errors (huggingface_hub's are OSErrors)
+        if pretrained_file:
+            raise UserError(f"{pretrained_file}: cannot read ({exc})") from None
+        raise UserError(f"cannot download pretrained weights for '{model_name}' ({type(exc).__name__}); "
+                        "download its model.safetensors elsewhere and pass it as pretrained_file=PATH") from None
+
+
+def _weights_error(exc: RuntimeError, source: str) -> Exception:
+    """A one-line UserError naming the tensors whose shapes differ, or the missing/unexpected ones."""
+    text = str(exc)
+    mismatched = _SIZE_MISMATCH.findall(text)
+    if mismatched:
+        parts = [f"{name} ({got}) vs model ({want})" for name, got, want in mismatched]
+        more = f" and {len(parts) - 4} more" if len(parts) > 4 else ""
+        return UserError(f"{source}: weights do not fit the model, shapes differ: "
+                         + "; ".join(parts[:4]) + more)
+    if "Missing key(s)" in text or "Unexpected key(s)" in text:
+        return UserError(f"{source}: weights do not fit the model: " + " ".join(text.split())[:400])
+    if "pretrained" in text.lower() and "weights" in text.lower():
+        return UserError(f"{source}: {text.splitlines()[0]}")
+    return exc

@@ -1,0 +1,39 @@
+"""A small convolutional stem for 28-100 px inputs (Fashion-MNIST and its cluttered variants),
+where an ImageNet CNN's stride-32 features would leave a 1x1 grid."""
+from __future__ import annotations
+
+from torch import nn
+
+from zoo.backbones.common import Frozen, PatchFeatures, freeze, match_channels
+
+
+class ConvStem(Frozen):
+    """Stages of [conv k x k (stride s) -> BatchNorm -> ReLU] x blocks_per_stage; the first conv of
+    stage i has stride strides[i]. The grid is the last stage's feature map, so its stride is
+    prod(strides) (28 px with strides [2, 2] -> 7x7 tokens of width channels[-1])."""
+
+    def __init__(self, in_chans: int = 1, channels: list[int] = (32, 64), strides: list[int] = (2, 2),
+                 blocks_per_stage: int = 1, kernel_size: int = 3, trainable: bool = True):
+        super().__init__()
+        if len(channels) != len(strides) or not channels:
+            raise ValueError("channels and strides need the same, non-zero length")
+        layers, prev = [], in_chans
+        for width, stride in zip(channels, strides):
+            for b in range(blocks_per_stage):
+                layers += [nn.Conv2d(prev, width, kernel_size, stride=stride if b == 0 else 1,
+                                     padding=kernel_size // 2, bias=False),
+                           nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+                prev = width
+        self.body = nn.Sequential(*layers)
+        self.in_chans = in_chans
+        self.out_dim = prev
+        self.trainable = trainable
+        if not trainable:
+            freeze(self)
+            self.eval()
+
+    def forward(self, images):
+        # images [B, C, H, W] -> tokens [B, h*w, D], grid (h, w)
+        with self._grad_context():
+            feats = self.body(match_channels(images, self.in_chans))  # [B, D, h, w]
+        return PatchFeatures(feats.flatten(2).transpose(1, 2), tuple(feats.shape[-2:]))

@@ -1,0 +1,49 @@
+"""Any timm CNN as a grid of feature vectors, at a chosen feature level (e.g. VGG-19 conv5_4, the
+Show-Attend-Tell encoder: `model_name="vgg19", level=4` gives 14x14x512 at 224 px)."""
+from __future__ import annotations
+
+import torch
+
+from zoo.backbones.common import Frozen, PatchFeatures, create_timm, freeze, match_channels
+
+
+class TimmCNN(Frozen):
+    """timm `features_only` model at feature level `level` (an index into its feature_info;
+    negative counts from the end).
+
+    pretrained: timm's hub weights; pretrained_file: a local checkpoint instead (offline use).
+    normalize: apply the pretrained weights' mean/std to inputs in [0, 1]; None means "when
+    pretrained". trainable=False freezes the weights and keeps BatchNorm in eval mode."""
+
+    def __init__(self, model_name: str = "resnet18", level: int = -1, in_chans: int = 3,
+                 pretrained: bool = False, pretrained_file: str | None = None,
+                 trainable: bool = True, normalize: bool | None = None, model_kwargs: dict | None = None):
+        super().__init__()
+        self.net = create_timm(model_name, pretrained=pretrained, pretrained_file=pretrained_file,
+                               features_only=True, out_indices=(level,), in_chans=in_chans,
+                               **(model_kwargs or {}))
+        self.in_chans = in_chans
+        self.out_dim = self.net.feature_info.channels()[-1]
+        self.reduction = self.net.feature_info.reduction()[-1]
+        use_norm = (pretrained or bool(pretrained_file)) if normalize is None else normalize
+        cfg = getattr(self.net, "pretrained_cfg", {}) or {}
+        mean = torch.tensor(cfg.get("mean", (0.485, 0.456, 0.406)), dtype=torch.float32)
+        std = torch.tensor(cfg.get("std", (0.229, 0.224, 0.225)), dtype=torch.float32)
+        if mean.numel() != in_chans:  # e.g. a grayscale model: the channel average
+            mean, std = mean.mean().repeat(in_chans), std.mean().repeat(in_chans)
+        self.normalize = use_norm
+        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", std.view(1, -1, 1, 1), persistent=False)
+        self.trainable = trainable
+        if not trainable:
+            freeze(self)
+            self.eval()
+
+    def forward(self, images):
+        # images [B, C, H, W] in [0, 1] -> tokens [B, h*w, D], grid (h, w) with h = H / reduction
+        x = match_channels(images, self.in_chans)
+        if self.normalize:
+            x = (x - self.mean) / self.std
+        with self._grad_context():
+            feats = self.net(x)[-1]  # [B, D, h, w]
+        return PatchFeatures(feats.flatten(2).transpose(1, 2), tuple(feats.shape[-2:]))

@@ -1,0 +1,99 @@
+"""A timm VisionTransformer as patch tokens: the ViT classifier's trunk and, through the same
+object, a captioner's encoder (soft attention over the h x w patch tokens)."""
+from __future__ import annotations
+
+import torch
+
+from zoo.backbones.common import Frozen, PatchFeatures, create_timm, freeze, match_channels
+
+
+class TimmViT(Frozen):
+    """Any timm VisionTransformer variant by name; `img_size`, `patch_size`, `in_chans`, `depth`,
+    `embed_dim`, `num_heads`, `mlp_ratio` override the variant's defaults when given (None keeps
+    them). `num_classes=0` (an encoder) leaves the head out; a classifier sets it and calls
+    `forward_head(forward_features(x))`.
+
+    forward(images) returns PatchFeatures with the patch tokens only (timm's prefix cls/register
+    tokens dropped via `num_prefix_tokens`) unless `keep_cls`, which keeps them in front.
+
+    pretrained / pretrained_file: timm hub weights, or a local checkpoint through timm's
+    `pretrained_cfg_overlay=dict(file=...)` (position embeddings resampled, patch embedding,
+    `in_chans` and the head adapted). normalize: subtract `mean`, divide by `std` (given, or the
+    pretrained weights' own); None means "when pretrained or when mean/std are given"."""
+
+    def __init__(self, model_name: str = "vit_tiny_patch16_224", img_size: int | list[int] | None = None,
+                 patch_size: int | None = None, in_chans: int = 3, depth: int | None = None,
+                 embed_dim: int | None = None, num_heads: int | None = None, mlp_ratio: float | None = None,
+                 num_classes: int = 0, global_pool: str | None = None, class_token: bool | None = None,
+                 drop_rate: float = 0.0, drop_path_rate: float = 0.0, attn_drop_rate: float = 0.0,
+                 pretrained: bool = False, pretrained_file: str | None = None, keep_cls: bool = False,
+                 trainable: bool = True, normalize: bool | None = None, mean: list[float] | None = None,
+                 std: list[float] | None = None, dynamic_img_size: bool = False,
+                 model_kwargs: dict | None = None):
+        super().__init__()
+        given = {"img_size": tuple(img_size) if isinstance(img_size, (list, tuple)) else img_size,
+                 "patch_size": patch_size, "depth": depth, "embed_dim": embed_dim, "num_heads": num_heads,
+                 "mlp_ratio": mlp_ratio, "global_pool": global_pool, "class_token": class_token}
+        kwargs = {k: v for k, v in given.items() if v is not None}
+        if drop_path_rate:
+            kwargs["drop_path_rate"] = drop_path_rate
+        if attn_drop_rate:
+            kwargs["attn_drop_rate"] = attn_drop_rate
+        if dynamic_img_size:
+            kwargs["dynamic_img_size"] = True
+        self.vit = create_timm(model_name, pretrained=pretrained, pretrained_file=pretrained_file,
+                               in_chans=in_chans, num_classes=num_classes, drop_rate=drop_rate,
+                               **kwargs, **(model_kwargs or {}))
+        for attr in ("patch_embed", "blocks", "num_prefix_tokens"):
+            if not hasattr(self.vit, attr):
+                raise ValueError(f"timm model '{model_name}' is not a VisionTransformer (no {attr})")
+        self.in_chans = in_chans
+        self.out_dim = self.vit.embed_dim
+        self.num_prefix_tokens = self.vit.num_prefix_tokens if keep_cls else 0
+        self.keep_cls = keep_cls
+        cfg = getattr(self.vit, "pretrained_cfg", {}) or {}
+        pretrained_any = pretrained or bool(pretrained_file)
+        self.normalize = (pretrained_any or mean is not None or std is not None) if normalize is None else normalize
+        mean_t = torch.tensor(mean if mean is not None else cfg.get("mean", (0.5,) * 3), dtype=torch.float32)
+        std_t = torch.tensor(std if std is not None else cfg.get("std", (0.5,) * 3), dtype=torch.float32)
+        if mean_t.numel() != in_chans:
+            mean_t, std_t = mean_t.mean().repeat(in_chans), std_t.mean().repeat(in_chans)
+        self.register_buffer("mean", mean_t.view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", std_t.view(1, -1, 1, 1), persistent=False)
+        self.trainable = trainable
+        if not trainable:
+            freeze(self)
+            self.eval()
+
+    # ------------------------------------------------------------------ shapes
+    def grid_for(self, height: int, width: int) -> tuple[int, int]:
+        """The patch grid (h, w) for an input of height x width."""
+        pe = self.vit.patch_embed
+        if getattr(self.vit, "dynamic_img_size", False):
+            return tuple(pe.dynamic_feat_size((height, width)))
+        return tuple(pe.grid_size)
+
+    @property
+    def img_size(self) -> tuple[int, int]:
+        return tuple(self.vit.patch_embed.img_size)
+
+    # ------------------------------------------------------------------ forward
+    def prepare(self, images: torch.Tensor) -> torch.Tensor:
+        x = match_channels(images, self.in_chans)
+        return (x - self.mean) / self.std if self.normalize else x
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        # images [B, C, H, W] -> timm's features [B, prefix + h*w, D] (after the final norm)
+        with self._grad_context():
+            return self.vit.forward_features(self.prepare(images))
+
+    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
+        # [B, prefix + h*w, D] -> logits [B, num_classes] (timm's pooling, fc_norm and head)
+        return self.vit.forward_head(features)
+
+    def forward(self, images: torch.Tensor) -> PatchFeatures:
+        # images [B, C, H, W] -> tokens [B, (prefix if keep_cls) + h*w, D], grid (h, w)
+        features = self.forward_features(images)
+        if not self.keep_cls:
+            features = features[:, self.vit.num_prefix_tokens:]
+        return PatchFeatures(features, self.grid_for(*images.shape[-2:]))

@@ -1,0 +1,95 @@
+"""Images in class folders (torchvision's ImageFolder layout), for fine-tuning on your own data:
+
+    ROOT/train/<class_name>/<any name>.jpg     (any image format PIL reads)
+    ROOT/val/<class_name>/...                  (same class folder names)
+    ROOT/test/<class_name>/...                 (optional; test_dataloader falls back to val)
+
+ImageNet itself fits this layout once its validation images are sorted into class folders (e.g.
+with the widely used `valprep.sh`). Classes are the sorted folder names, identical across splits.
+
+Batches are (images float [B, 3, S, S] in [0, 1], labels int64 [B]); the model normalises.
+Training: RandomResizedCrop(S, scale) + horizontal flip; evaluation: resize to S / crop_pct, then
+center-crop S (timm's and torchvision's standard evaluation transform)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+from torch.utils.data import DataLoader
+
+from zoo.errors import UserError
+
+
+class ImageFolderDataModule(L.LightningDataModule):
+    def __init__(self, root: str, image_size: int = 224, batch_size: int = 128, eval_batch_size: int | None = None,
+                 num_workers: int = 8, train_dir: str = "train", val_dir: str = "val", test_dir: str | None = "test",
+                 crop_scale: list[float] = (0.08, 1.0), crop_pct: float = 0.875, hflip: float = 0.5):
+        super().__init__()
+        self.save_hyperparameters()
+        self.image_size = image_size
+        self.datasets: dict = {}
+        self.test_split = "test"
+        self.class_names: list[str] = []
+        train = Path(root) / train_dir
+        if train.is_dir():
+            self.class_names = sorted(p.name for p in train.iterdir() if p.is_dir())
+        self.num_classes = len(self.class_names)
+
+    def _folder(self, name: str | None):
+        from torchvision import datasets, transforms
+
+        hp = self.hparams
+        path = Path(hp.root) / name if name else None
+        if path is None or not path.is_dir():
+            return None
+        if name == hp.train_dir:
+            tf = transforms.Compose([
+                transforms.RandomResizedCrop(hp.image_size, scale=tuple(hp.crop_scale)),
+                transforms.RandomHorizontalFlip(hp.hflip),
+                transforms.ToTensor()])
+        else:
+            tf = transforms.Compose([
+                transforms.Resize(int(round(hp.image_size / hp.crop_pct))),
+                transforms.CenterCrop(hp.image_size),
+                transforms.ToTensor()])
+        dataset = datasets.ImageFolder(str(path), transform=tf, loader=_rgb_loader)
+        if self.class_names and dataset.classes != self.class_names:
+            raise UserError(f"{path}: class folders differ from {hp.train_dir}/ "
+                            f"({len(dataset.classes)} vs {len(self.class_names)} classes)")
+        return dataset
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        hp = self.hparams
+        if not (Path(hp.root) / hp.train_dir).is_dir() and not (Path(hp.root) / hp.val_dir).is_dir():
+            raise UserError(f"{hp.root}: expected {hp.train_dir}/<class>/*.jpg and {hp.val_dir}/<class>/*.jpg "
+                            "(torchvision ImageFolder layout)")
+        for split, name in (("train", hp.train_dir), ("val", hp.val_dir), ("test", hp.test_dir)):
+            self.datasets[split] = self._folder(name)
+        if self.datasets["test"] is None:
+            self.datasets["test"] = self.datasets["val"]
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        dataset = self.datasets.get(split)
+        if dataset is None:
+            raise UserError(f"no '{split}' images under {self.hparams.root}")
+        hp = self.hparams
+        return DataLoader(dataset, batch_size=hp.batch_size if shuffle else (hp.eval_batch_size or hp.batch_size),
+                          shuffle=shuffle, num_workers=hp.num_workers, pin_memory=True, drop_last=shuffle,
+                          persistent_workers=hp.num_workers > 0)
+
+    def train_dataloader(self):
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self):
+        return self._loader(self.test_split, shuffle=False)
+
+
+def _rgb_loader(path: str):
+    from zoo.io import load_image
+
+    return load_image(path, channels=3)

@@ -1,0 +1,222 @@
+"""Vision Transformer classifier (Dosovitskiy et al. 2021) over the zoo's timm ViT backbone.
+
+The trunk is `zoo.backbones.TimmViT`, the same object a captioner uses as its encoder (patch
+tokens); here timm's own pooling and head turn its features into logits. Any timm ViT variant is
+accepted by name, with `img_size`, `patch_size`, `in_chans`, `depth`, `embed_dim` overriding it.
+
+Training for small data: AdamW (no weight decay on biases, norms, position embeddings and the cls
+token), linear warm-up then cosine decay per step, label smoothing, stochastic depth, and batch
+augmentation on the batch's device (`zoo.data.augment`: random translation, flips, erasing, mixup).
+
+Speed switches (all off by default, which is right on CPU): `bf16` autocast, `compile`
+(torch.compile of the forward), `channels_last`.
+
+Pretrained weights:
+- `zoo.create_model("vit_fmnist", pretrained=True)`: our released Fashion-MNIST weights;
+- `pretrained_file=PATH`: any timm ViT checkpoint on disk (e.g. a downloaded model.safetensors),
+  with position embeddings, patch embedding, `in_chans` and the head adapted by timm;
+- `pretrained=True`: timm's hub route when online (offline: one line saying to pass a file).
+A checkpoint of this model stores its weights, so its config records neither of the last two.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from zoo.backbones import build_backbone
+from zoo.data.augment import BatchAugment, mixup
+from zoo.errors import UserError
+from zoo.models.base import ZooModule
+
+
+def make_adamw(groups: list[dict], **kwargs) -> torch.optim.AdamW:
+    """AdamW with the fused kernel (one pass over all parameters, on CPU and GPU alike) where the
+    parameters allow it; the default implementation otherwise."""
+    try:
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, ValueError):
+        return torch.optim.AdamW(groups, **kwargs)
+
+
+class ViTClassifier(ZooModule):
+    """images [B, in_chans, H, W] in [0, 1] -> logits [B, num_classes]."""
+
+    family = "vit"
+
+    def __init__(self, model_name: str = "vit_tiny_patch16_224", img_size: int = 28, patch_size: int = 4,
+                 in_chans: int = 1, num_classes: int = 10, depth: int | None = 6, embed_dim: int | None = 96,
+                 num_heads: int | None = 3, mlp_ratio: float | None = 2.0, global_pool: str | None = None,
+                 drop_rate: float = 0.0, drop_path_rate: float = 0.1, attn_drop_rate: float = 0.0,
+                 mean: list[float] | None = None, std: list[float] | None = None,
+                 pretrained: bool = False, pretrained_file: str | None = None, model_kwargs: dict | None = None,
+                 # optimisation
+                 lr: float = 1e-3, weight_decay: float = 0.05, betas: list[float] = (0.9, 0.999),
+                 warmup_epochs: float = 2.0, min_lr: float = 1e-5, label_smoothing: float = 0.1,
+                 # batch augmentation (training only)
+                 translate: int = 0, hflip: float = 0.0, erase: float = 0.0, erase_area: float = 0.1,
+                 mixup_alpha: float = 0.0,
+                 # speed
+                 bf16: bool = False, compile: bool = False, channels_last: bool = False,
+                 # figures
+                 class_names: list[str] | None = None, figure_images: int = 4):
+        super().__init__()
+        self.save_hyperparameters()
+        self.backbone = build_backbone(
+            "timm_vit", model_name=model_name, img_size=img_size, patch_size=patch_size, in_chans=in_chans,
+            depth=depth, embed_dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, num_classes=num_classes,
+            global_pool=global_pool, drop_rate=drop_rate, drop_path_rate=drop_path_rate,
+            attn_drop_rate=attn_drop_rate, pretrained=pretrained, pretrained_file=pretrained_file,
+            mean=mean, std=std, model_kwargs=model_kwargs)
+        self.augment = BatchAugment(translate, hflip, erase, erase_area)
+        self._compiled = None
+
+    # ------------------------------------------------------------------ config
+    def zoo_config(self) -> dict:
+        # The weights live in the checkpoint: rebuilding it must not fetch pretrained weights again
+        # (nor need the user's pretrained file on another machine).
+        config = super().zoo_config()
+        config["init_args"].update(pretrained=False, pretrained_file=None)
+        if self.backbone.normalize:  # pretrained weights chose the normalisation: keep it explicit
+            config["init_args"].update(mean=self.backbone.mean.flatten().tolist(),
+                                       std=self.backbone.std.flatten().tolist())
+        return config
+
+    @property
+    def vit(self):
+        """The timm VisionTransformer inside."""
+        return self.backbone.vit
+
+    @property
+    def img_size(self) -> tuple[int, int]:
+        return self.backbone.img_size
+
+    def setup(self, stage: str | None = None) -> None:
+        self.speed_setup()
+
+    # ------------------------------------------------------------------ forward
+    def check_images(self, images: torch.Tensor) -> None:
+        expected = (self.hparams.in_chans, *self.img_size)
+        dynamic = getattr(self.vit, "dynamic_img_size", False)
+        if images.ndim != 4 or images.shape[1] != expected[0] or (not dynamic and tuple(images.shape[2:]) != expected[1:]):
+            raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected}")
+
+    def _logits(self, images: torch.Tensor) -> torch.Tensor:
+        # images [B, C, H, W] -> logits [B, num_classes]
+        return self.backbone.forward_head(self.backbone.forward_features(images))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self.check_images(images)
+        if self.hparams.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        run = self._logits
+        if self.hparams.compile:
+            if self._compiled is None:
+                self._compiled = torch.compile(self._logits)
+            run = self._compiled
+        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=bool(self.hparams.bf16)):
+            logits = run(images)
+        return logits.float()
+
+    # ------------------------------------------------------------------ steps
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        images = self.augment(images)
+        smoothing = self.hparams.label_smoothing
+        if self.hparams.mixup_alpha > 0:
+            images, labels, partner, lam = mixup(images, labels, self.hparams.mixup_alpha)
+            logits = self(images)
+            loss = (lam * F.cross_entropy(logits, labels, label_smoothing=smoothing)
+                    + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=smoothing))
+        else:
+            logits = self(images)
+            loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", (logits.argmax(-1) == labels).float().mean())
+        return loss
+
+    def _evaluate(self, batch, stage: str):
+        images, labels = batch
+        logits = self(images)
+        wrong = (logits.argmax(-1) != labels).float().mean()
+        self.log(f"{stage}/loss", F.cross_entropy(logits, labels), prog_bar=stage == "val", sync_dist=True)
+        self.log(f"{stage}/acc", 1 - wrong, prog_bar=stage == "val", sync_dist=True)
+        if stage == "test":
+            self.log("test/error_pct", 100 * wrong, sync_dist=True)
+
+    def validation_step(self, batch, batch_idx):
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._evaluate(batch, "test")
+
+    # ------------------------------------------------------------------ optimisation
+    def parameter_groups(self) -> list[dict]:
+        """AdamW groups: weight decay only on matrices, not on biases, norms, position embeddings
+        and prefix tokens (timm's `no_weight_decay`)."""
+        skip = {f"backbone.vit.{n}" for n in getattr(self.vit, "no_weight_decay", lambda: set())()}
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
+        return [{"params": decay, "weight_decay": self.hparams.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        optimizer = make_adamw(self.parameter_groups(), lr=hp.lr, betas=tuple(hp.betas))
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else None
+        per_epoch = total / epochs if epochs else max(1, self.trainer.num_training_batches)
+        warmup = min(int(round(hp.warmup_epochs * per_epoch)), total - 1)
+        floor = hp.min_lr / hp.lr
+
+        def factor(step: int) -> float:
+            if step < warmup:  # linear warm-up from lr / warmup to lr
+                return (step + 1) / warmup
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # ------------------------------------------------------------------ attention
+    @torch.no_grad()
+    def attention_maps(self, images: torch.Tensor, head_fusion: str = "mean", residual: float = 0.5) -> dict:
+        """images [B, C, H, W] in [0, 1] -> {"logits" [B, K], "attention" [layers, B, heads, N, N],
+        "last" [B, heads, h, w] (last layer, CLS to patches), "rollout" [B, h, w]}."""
+        from zoo.viz import vit as viz
+
+        self.check_images(images)
+        vit = self.vit
+        cls_index = 0 if getattr(vit, "cls_token", None) is not None else None
+        with viz.record_attention(vit) as recorded:
+            logits = self.backbone.forward_head(self.backbone.forward_features(images)).float()
+        attention = torch.stack(recorded).float()
+        grid = self.backbone.grid_for(*images.shape[-2:])
+        prefix = vit.num_prefix_tokens
+        joint = viz.rollout(attention, head_fusion=head_fusion, residual=residual)
+        return {"logits": logits, "attention": attention,
+                "last": viz.cls_attention(attention[-1], prefix, grid, cls_index),
+                "rollout": viz.rollout_map(joint, prefix, grid, cls_index)}
+
+    def class_name(self, index: int) -> str:
+        names = self.hparams.class_names
+        if not names:
+            datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+            names = getattr(datamodule, "class_names", None)
+        return str(names[index]) if names and index < len(names) else str(index)
+
+    def attention_figures(self, batch) -> dict:
+        from zoo.viz import vit as viz
+
+        images, labels = batch[0][: self.hparams.figure_images], batch[1][: self.hparams.figure_images]
+        maps = self.attention_maps(images)
+        predicted = maps["logits"].argmax(-1).tolist()
+        figures = {}
+        for i, (p, y) in enumerate(zip(predicted, labels.tolist())):
+            title = f"pred {self.class_name(p)} / true {self.class_name(y)}"
+            figures[f"{i}: {title}"] = viz.attention_figure(images[i], maps["rollout"][i], maps["last"][i], title)
+        return figures
