@@ -18,20 +18,22 @@ own weights.
 """
 from __future__ import annotations
 
+import abc
 import math
 
 import torch
 from torch import nn
 
 
-class AttentionScore(nn.Module):
+class AttentionScore(nn.Module, abc.ABC):
     """Base class. keys [B, L, Dk] -> projected [B, L, P] once; (projected, query [B, Dq]) -> [B, L]."""
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return keys
 
+    @abc.abstractmethod
     def forward(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """Scores [B, L] of every key for the query; each score function defines its own."""
 
     def score(self, keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         """Both halves at once: keys [B, L, Dk], query [B, Dq] -> scores [B, L]."""

@@ -10,11 +10,9 @@ Images are converted to the model's channel count (colour to grayscale for a Fas
 grayscale to RGB for an RGB one) and resized to its input size."""
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model
+from zoo.commands.common import add_model_arguments, exit_code, print_records, report_bad_files, resolve_model
 from zoo.errors import UserError
 
 CHUNK = 64  # images per forward pass, so that many files do not need much memory
@@ -70,10 +68,6 @@ def run(args) -> int:
             records.append({"image": path, "predicted": model.class_name(pred), "class_index": pred,
                             "confidence": round(float(probs[i, pred]), 4),
                             "heads": str(heads_path), "rollout": str(rollout_path)})
-    if args.json:
-        json.dump(records, sys.stdout, indent=2)
-        print()
-    else:
-        for r in records:
-            print(f"{r['image']}: {r['predicted']} ({r['confidence']:.0%}) -> {r['heads']}, {r['rollout']}")
+    print_records(records, args.json,
+                  lambda r: f"{r['image']}: {r['predicted']} ({r['confidence']:.0%}) -> {r['heads']}, {r['rollout']}")
     return exit_code(len(good), errors)

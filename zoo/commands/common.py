@@ -1,6 +1,7 @@
 """Pieces every subcommand shares: choosing the model, checking its family, reporting bad files."""
 from __future__ import annotations
 
+import json
 import sys
 
 from zoo.errors import UserError
@@ -35,6 +36,16 @@ def resolve_model(args, family: str | tuple[str, ...], what: str):
 def report_bad_files(errors: list[str], command: str) -> None:
     for line in errors:
         print(f"zoo {command}: {line}", file=sys.stderr)
+
+
+def print_records(records: list[dict], as_json: bool, line) -> None:
+    """Print the per-image records as JSON, or one `line(record)` each."""
+    if as_json:
+        json.dump(records, sys.stdout, indent=2)
+        print()
+    else:
+        for record in records:
+            print(line(record))
 
 
 def exit_code(n_good: int, errors: list[str]) -> int:

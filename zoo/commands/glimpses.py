@@ -8,11 +8,9 @@ RAM's locations are tied to its image size, so images must have exactly the mode
 colour image is refused by a grayscale model (a grey image stored as RGB is accepted)."""
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model
+from zoo.commands.common import add_model_arguments, exit_code, print_records, report_bad_files, resolve_model
 from zoo.errors import UserError
 
 
@@ -87,10 +85,6 @@ def run(args) -> int:
         records.append({"image": path, "figure": str(target), "predicted": model.class_name(pred),
                         "class_index": pred, "confidence": round(confidence, 4),
                         "locations": [[round(v, 4) for v in xy] for xy in traj["locations"][i].tolist()]})
-    if args.json:
-        json.dump(records, sys.stdout, indent=2)
-        print()
-    else:
-        for r in records:
-            print(f"{r['image']}: {r['predicted']} ({r['confidence']:.0%}) -> {r['figure']}")
+    print_records(records, args.json,
+                  lambda r: f"{r['image']}: {r['predicted']} ({r['confidence']:.0%}) -> {r['figure']}")
     return exit_code(len(good), errors)

@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
-from zoo.data.vocab import BucketBatchSampler, Vocab, pad_captions, tokenize
+from zoo.data.base import SplitDataModule, bucketed_loader
+from zoo.data.vocab import Vocab, pad_captions, tokenize
 from zoo.errors import UserError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -206,7 +206,7 @@ def collate_images(samples):
 
 
 # ----------------------------------------------------------------------------- datamodule
-class CaptionsDataModule(L.LightningDataModule):
+class CaptionsDataModule(SplitDataModule):
     """COCO or Flickr captions (see the module docstring). `dm.vocab` is available after
     `setup()`, and also before it (reading it loads the training annotations, not the images)."""
 
@@ -235,7 +235,6 @@ class CaptionsDataModule(L.LightningDataModule):
         self.image_mean = IMAGENET_MEAN if normalize else (0.0, 0.0, 0.0)
         self.image_std = IMAGENET_STD if normalize else (1.0, 1.0, 1.0)
         #: which split test_dataloader() serves: eval.py sets "val" for `--split val`
-        self.test_split = "test"
         self._records: dict[str, list[CaptionedImage]] = {}
         self._vocab: Vocab | None = None
         self.datasets: dict[str, Dataset] = {}
@@ -315,24 +314,14 @@ class CaptionsDataModule(L.LightningDataModule):
             transform = build_transform(hp.image_size, hp.resize_size, False, False, hp.normalize)
             self.datasets[split] = CaptionImages(records, *pad_captions(first), transform)
 
-    def train_dataloader(self) -> DataLoader:
-        data = self.datasets["train"]
-        sampler = RandomSampler(data, generator=torch.Generator().manual_seed(self.hparams.seed))
-        batches = BucketBatchSampler(sampler, data.lengths.numpy(), self.hparams.batch_size,
-                                     pool_batches=self.hparams.bucket_pool, seed=self.hparams.seed)
-        return DataLoader(data, batch_sampler=batches, collate_fn=collate_pairs,
-                          num_workers=self.hparams.num_workers,
-                          persistent_workers=self.hparams.num_workers > 0)
-
-    def _eval_loader(self, split: str) -> DataLoader:
+    def loader(self, split: str) -> DataLoader:
+        hp = self.hparams
+        if split == "train":
+            data = self.datasets["train"]
+            return bucketed_loader(data, data.lengths.numpy(), hp.batch_size, hp.seed, hp.bucket_pool,
+                                   collate_pairs, hp.num_workers)
         if split not in self.datasets:
             raise UserError(f"captions: the '{split}' split is not set up (annotations given?)")
         return DataLoader(self.datasets[split], batch_size=self.hparams.eval_batch_size or self.hparams.batch_size,
                           shuffle=False, collate_fn=collate_images, num_workers=self.hparams.num_workers,
                           persistent_workers=self.hparams.num_workers > 0)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.test_split)

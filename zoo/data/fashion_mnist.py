@@ -19,11 +19,11 @@ import gzip
 import os
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from zoo.data.base import SplitDataModule
 from zoo.errors import UserError
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -166,7 +166,7 @@ def _paste_max(canvases: np.ndarray, patches: np.ndarray, top: np.ndarray, left:
 
 
 # ----------------------------------------------------------------------------- datamodule
-class FashionMNISTDataModule(L.LightningDataModule):
+class FashionMNISTDataModule(SplitDataModule):
     """Fashion-MNIST variants as (images float [B, 1, S, S] in [0, 1], labels int64 [B]).
 
     The validation split is carved out of train with `split_seed`; train canvases are drawn
@@ -187,8 +187,6 @@ class FashionMNISTDataModule(L.LightningDataModule):
         self.num_classes = len(CLASS_NAMES)
         self.class_names = CLASS_NAMES
         self.datasets: dict[str, TensorDataset] = {}
-        #: which split test_dataloader() serves: eval.py sets "val" for `--split val`
-        self.test_split = "test"
         self.boxes: dict[str, torch.Tensor] = {}
 
     def _build(self, images, labels, seed, distractors):
@@ -218,20 +216,12 @@ class FashionMNISTDataModule(L.LightningDataModule):
         self.datasets["test"] = TensorDataset(*(t[test_slice] for t in dataset.tensors))
         self.boxes["test"] = boxes[test_slice]
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        batch_size = self.hparams.batch_size if split == "train" else (self.hparams.eval_batch_size or self.hparams.batch_size)
-        return DataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle,
+    def loader(self, split: str) -> DataLoader:
+        train = split == "train"
+        batch_size = self.hparams.batch_size if train else (self.hparams.eval_batch_size or self.hparams.batch_size)
+        return DataLoader(self.datasets[split], batch_size=batch_size, shuffle=train,
                           num_workers=self.hparams.num_workers, drop_last=False,
                           persistent_workers=self.hparams.num_workers > 0)
-
-    def train_dataloader(self):
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self):
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self):
-        return self._loader(self.test_split, shuffle=False)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         images, labels = batch

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 from torch.utils.data import DataLoader
 
+from zoo.data.base import SplitDataModule
 from zoo.errors import UserError
 
 
-class ImageFolderDataModule(L.LightningDataModule):
+class ImageFolderDataModule(SplitDataModule):
     def __init__(self, root: str, image_size: int = 224, batch_size: int = 128, eval_batch_size: int | None = None,
                  num_workers: int = 8, train_dir: str = "train", val_dir: str = "val", test_dir: str | None = "test",
                  crop_scale: list[float] = (0.08, 1.0), crop_pct: float = 0.875, hflip: float = 0.5):
@@ -28,7 +28,6 @@ class ImageFolderDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self.image_size = image_size
         self.datasets: dict = {}
-        self.test_split = "test"
         self.class_names: list[str] = []
         train = Path(root) / train_dir
         if train.is_dir():
@@ -70,7 +69,8 @@ class ImageFolderDataModule(L.LightningDataModule):
         if self.datasets["test"] is None:
             self.datasets["test"] = self.datasets["val"]
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def loader(self, split: str) -> DataLoader:
+        shuffle = split == "train"
         dataset = self.datasets.get(split)
         if dataset is None:
             raise UserError(f"no '{split}' images under {self.hparams.root}")
@@ -78,15 +78,6 @@ class ImageFolderDataModule(L.LightningDataModule):
         return DataLoader(dataset, batch_size=hp.batch_size if shuffle else (hp.eval_batch_size or hp.batch_size),
                           shuffle=shuffle, num_workers=hp.num_workers, pin_memory=True, drop_last=shuffle,
                           persistent_workers=hp.num_workers > 0)
-
-    def train_dataloader(self):
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self):
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self):
-        return self._loader(self.test_split, shuffle=False)
 
 
 def _rgb_loader(path: str):

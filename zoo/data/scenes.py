@@ -39,13 +39,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
-from zoo.data.vocab import BucketBatchSampler, Vocab, pad_captions, tokenize
+from zoo.data.base import SplitDataModule, bucketed_loader
+from zoo.data.vocab import Vocab, pad_captions, tokenize
 from zoo.errors import UserError
 from zoo.io import atomic_write_bytes
 
@@ -427,7 +427,7 @@ def _batch_identity(batch):
 
 
 # ----------------------------------------------------------------------------- datamodule
-class FashionScenesDataModule(L.LightningDataModule):
+class FashionScenesDataModule(SplitDataModule):
     """FashionScenes splits as caption batches (see the module docstring for the batch layout).
 
     `dm.vocab` (built from the training captions only) is available after `setup()`, and also
@@ -460,7 +460,6 @@ class FashionScenesDataModule(L.LightningDataModule):
         self.image_std = (1.0, 1.0, 1.0)
         self.item_words = ITEM_WORDS
         #: which split test_dataloader() serves: eval.py sets "val" for `--split val`
-        self.test_split = "test"
         self.scenes: dict[str, Scenes] = {}
         self.datasets: dict[str, Dataset] = {}
         self._vocab: Vocab | None = None
@@ -563,28 +562,17 @@ class FashionScenesDataModule(L.LightningDataModule):
                 first = [vocab.encode_caption(tokenize(caps[0]), max_len) for caps in scenes.captions]
                 self.datasets[split] = SceneEval(scenes, *pad_captions(first))
 
-    def train_dataloader(self) -> DataLoader:
-        data = self.datasets["train"]
-        sampler = RandomSampler(data, generator=torch.Generator().manual_seed(self.hparams.seed))
-        batches = BucketBatchSampler(sampler, data.lengths.numpy(), self.hparams.batch_size,
-                                     drop_last=False, pool_batches=self.hparams.bucket_pool,
-                                     seed=self.hparams.seed)
-        return DataLoader(data, batch_sampler=batches, collate_fn=_batch_identity,
-                          num_workers=self.hparams.num_workers,
-                          persistent_workers=self.hparams.num_workers > 0)
-
-    def _eval_loader(self, split: str) -> DataLoader:
+    def loader(self, split: str) -> DataLoader:
+        hp = self.hparams
+        if split == "train":
+            data = self.datasets["train"]
+            return bucketed_loader(data, data.lengths.numpy(), hp.batch_size, hp.seed, hp.bucket_pool,
+                                   _batch_identity, hp.num_workers)
         if split not in ("val", "test"):
             raise UserError(f"FashionScenes: no evaluation split '{split}' (val or test)")
         return DataLoader(self.datasets[split], batch_size=self.hparams.eval_batch_size or self.hparams.batch_size,
                           shuffle=False, collate_fn=_batch_identity, num_workers=self.hparams.num_workers,
                           persistent_workers=self.hparams.num_workers > 0)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.test_split)
 
     # ------------------------------------------------------------------ demo helper
     def export_pngs(self, split: str, directory: str | os.PathLike, count: int) -> list[Path]:

@@ -1,0 +1,38 @@
+"""What the zoo's data modules share: the three loaders from one `loader(split)`, the split that
+`test_dataloader()` serves, and length-bucketed training batches for captions."""
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from zoo.data.vocab import BucketBatchSampler
+
+
+class SplitDataModule(L.LightningDataModule):
+    """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test".
+
+    `test_split` names the split `test_dataloader()` serves: "test", or "val" when eval.py runs
+    with `--split val` (it runs `trainer.test`, whose metrics code then serves both splits)."""
+
+    test_split = "test"
+
+    def train_dataloader(self) -> DataLoader:
+        return self.loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self.loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.loader(self.test_split)
+
+
+def bucketed_loader(data, lengths, batch_size: int, seed: int, pool_batches: int, collate_fn,
+                    num_workers: int, drop_last: bool = False) -> DataLoader:
+    """Training batches of captions of similar length (less padding), reshuffled every epoch
+    from `seed`. Under DDP, Lightning swaps the sampler for a DistributedSampler."""
+    sampler = RandomSampler(data, generator=torch.Generator().manual_seed(seed))
+    batches = BucketBatchSampler(sampler, lengths, batch_size, drop_last=drop_last,
+                                 pool_batches=pool_batches, seed=seed)
+    return DataLoader(data, batch_sampler=batches, collate_fn=collate_fn, num_workers=num_workers,
+                      persistent_workers=num_workers > 0)
