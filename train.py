@@ -18,9 +18,9 @@ from pathlib import Path
 os.environ.setdefault("WANDB_MODE", "offline")
 
 from lightning.pytorch import LightningDataModule  # noqa: E402
-from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback  # noqa: E402
 
+from zoo.callbacks import ZooCheckpoint  # noqa: E402
 from zoo.errors import UserError  # noqa: E402
 from zoo.models.base import ZooModule  # noqa: E402
 
@@ -46,7 +46,7 @@ class SaveConfigToRunDir(SaveConfigCallback):
 
 class ZooCLI(LightningCLI):
     def add_arguments_to_parser(self, parser):
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(ZooCheckpoint, "checkpoint")
         parser.link_arguments("trainer.default_root_dir", "checkpoint.dirpath",
                               compute_fn=lambda root: str(Path(root) / "checkpoints"))
 

@@ -67,8 +67,10 @@ def test_checkpoints_best_and_last(trained_run):
         assert ckpt["zoo"]["class_path"] == "zoo.models.baselines.Classifier"
         assert ckpt["zoo"]["data"]["init_args"]["variant"] == "centered"
         assert ckpt["zoo"]["data"]["init_args"]["val_size"] == TINY_VAL
-        monitors = [v for k, v in ckpt["callbacks"].items() if k.startswith("ModelCheckpoint")]
+        monitors = [v for k, v in ckpt["callbacks"].items() if k.startswith("ZooCheckpoint{")]
         assert monitors and monitors[0]["monitor"] == "val/acc"
+        # last.ckpt is written after the epoch's validation, so it knows the best score too
+        assert monitors[0]["best_model_score"] is not None
     # the resolved config (base + recipe + command line) is saved beside the checkpoints
     saved = yaml.safe_load((trained_run["root"] / "config.yaml").read_text())
     assert saved["data"]["init_args"]["val_size"] == TINY_VAL

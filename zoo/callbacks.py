@@ -7,6 +7,7 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 
 OFFLINE_MODES = ("offline", "dryrun", "disabled")
@@ -27,19 +28,24 @@ class ZooWandbLogger(WandbLogger):
                          log_model=log_model and not offline, **kwargs)
 
 
-class SaveLastCheckpoint(L.Callback):
-    """Rewrite `<checkpoint dir>/last.ckpt` at the end of every training epoch.
+class ZooCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint that keeps the best on validation and also rewrites `last.ckpt` at the end
+    of every training epoch, for `--ckpt_path last`.
 
-    Lightning 2.6's `ModelCheckpoint(save_last=True)` rewrites last.ckpt only in a step where it
-    also saved a top-k checkpoint, so after a non-improving epoch last.ckpt lags behind and
-    `--ckpt_path last` would resume from an older epoch. The best-on-validation checkpoint stays
-    with ModelCheckpoint, whose `--ckpt_path last` lookup finds this file in the same folder."""
+    Lightning 2.6's `save_last=True` rewrites last.ckpt only in a step where a top-k checkpoint was
+    also saved, so after a non-improving epoch last.ckpt would lag behind. Writing it here, after
+    the parent's own end-of-epoch save (validation has run by then), means it holds the finished
+    epoch (so a resume starts the next one cleanly) and the up-to-date best score. A separate
+    callback could not do this: Lightning runs checkpoint callbacks after all others."""
 
-    def on_train_epoch_end(self, trainer, pl_module):
-        callback = trainer.checkpoint_callback
-        if trainer.sanity_checking or trainer.fast_dev_run or callback is None or callback.dirpath is None:
-            return
-        trainer.save_checkpoint(os.path.join(callback.dirpath, "last.ckpt"))  # every rank calls; rank 0 writes
+    def __init__(self, *args, write_last: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.write_last = write_last
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self.write_last and self.dirpath and not trainer.fast_dev_run:
+            trainer.save_checkpoint(os.path.join(self.dirpath, f"{self.CHECKPOINT_NAME_LAST}.ckpt"))
 
 
 class AttentionImageLogger(L.Callback):

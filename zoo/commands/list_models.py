@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 
+# the metrics `zoo list` shows first, when a release has them
+HEADLINE = ("test/acc", "test/acc_mc10", "test/CIDEr", "test/Bleu_4", "test/localization", "test/nelbo")
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("pattern", nargs="?", default="*", help="glob, e.g. 'ram_*'")
@@ -22,6 +25,8 @@ def run(args) -> int:
     for n in names:
         e = entries[n]
         metrics = e.metadata.get("metrics") or {}
-        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(metrics.items())[:3])
+        headline = [k for k in HEADLINE if k in metrics] or list(metrics)[:3]
+        shown = ", ".join(f"{k}={metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k}={metrics[k]}"
+                          for k in headline)
         print(f"{n:32s} {'pretrained' if e.weights else '-':10s} {shown}")
     return 0
