@@ -15,3 +15,24 @@ run configs/baseline/mlp_cluttered60.yaml   --seeds 0 1 2
 run configs/baseline/cnn_cluttered60.yaml   --seeds 0 1 2
 run configs/baseline/smallcnn_centered.yaml    --seeds 0
 run configs/baseline/smallcnn_cluttered60.yaml --seeds 0
+
+# RAM (Mnih et al. 2014): the paper's tasks; the random-glimpse control is logged as test/acc_random
+run configs/ram/fmnist_centered.yaml        --seeds 0 1 2
+run configs/ram/fmnist_cluttered60.yaml     --seeds 0 1 2
+run configs/ram/fmnist_translated.yaml      --seeds 0
+run configs/ram/fmnist_cluttered100.yaml    --seeds 0
+
+# DRAW (Gregor et al. 2015): attention vs none at equal T, sizes and budget; the cluttered100 classifier
+run configs/draw/fmnist.yaml                       --seeds 0 1 2
+run configs/draw/fmnist_noattn.yaml                --seeds 0 1 2
+run configs/draw/cluttered100_classifier.yaml      --seeds 0 1 2
+run configs/draw/cluttered100_classifier_t4.yaml   --seeds 0
+
+# Vision Transformer
+run configs/vit/fmnist.yaml                 --seeds 0 1 2
+run configs/vit/fmnist_cluttered60.yaml     --seeds 0
+
+# Show, Attend and Tell on FashionScenes (the README's budget)
+SAT_BUDGET=(-- --trainer.max_epochs 4 --data.init_args.num_train 8000 --data.init_args.batch_size 64 --model.init_args.lr 0.003)
+run configs/sat/soft_scenes.yaml --seeds 0 1 2 "${SAT_BUDGET[@]}"
+run configs/sat/hard_scenes.yaml --seeds 0 1 2 "${SAT_BUDGET[@]}"
