@@ -43,6 +43,18 @@ class Frozen(nn.Module):
         return torch.enable_grad() if self.trainable and torch.is_grad_enabled() else torch.no_grad()
 
 
+def register_normalization(module: nn.Module, mean, std, in_chans: int) -> None:
+    """Non-persistent `mean` / `std` buffers [1, in_chans, 1, 1] for input normalisation. Statistics
+    given for another channel count (ImageNet's 3 for a grayscale model) become their average,
+    repeated per channel."""
+    mean = torch.tensor(mean, dtype=torch.float32)
+    std = torch.tensor(std, dtype=torch.float32)
+    if mean.numel() != in_chans:
+        mean, std = mean.mean().repeat(in_chans), std.mean().repeat(in_chans)
+    module.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
+    module.register_buffer("std", std.view(1, -1, 1, 1), persistent=False)
+
+
 def match_channels(images: torch.Tensor, in_chans: int) -> torch.Tensor:
     """Grayscale into a 3-channel backbone repeats the channel; other mismatches are refused."""
     c = images.shape[1]

@@ -2,9 +2,8 @@
 Show-Attend-Tell encoder: `model_name="vgg19", level=4` gives 14x14x512 at 224 px)."""
 from __future__ import annotations
 
-import torch
 
-from zoo.backbones.common import Frozen, PatchFeatures, create_timm, freeze, match_channels
+from zoo.backbones.common import Frozen, PatchFeatures, create_timm, freeze, match_channels, register_normalization
 
 
 class TimmCNN(Frozen):
@@ -27,13 +26,9 @@ class TimmCNN(Frozen):
         self.reduction = self.net.feature_info.reduction()[-1]
         use_norm = (pretrained or bool(pretrained_file)) if normalize is None else normalize
         cfg = getattr(self.net, "pretrained_cfg", {}) or {}
-        mean = torch.tensor(cfg.get("mean", (0.485, 0.456, 0.406)), dtype=torch.float32)
-        std = torch.tensor(cfg.get("std", (0.229, 0.224, 0.225)), dtype=torch.float32)
-        if mean.numel() != in_chans:  # e.g. a grayscale model: the channel average
-            mean, std = mean.mean().repeat(in_chans), std.mean().repeat(in_chans)
         self.normalize = use_norm
-        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("std", std.view(1, -1, 1, 1), persistent=False)
+        register_normalization(self, cfg.get("mean", (0.485, 0.456, 0.406)), cfg.get("std", (0.229, 0.224, 0.225)),
+                               in_chans)
         self.trainable = trainable
         if not trainable:
             freeze(self)

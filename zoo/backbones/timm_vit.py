@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.backbones.common import Frozen, PatchFeatures, create_timm, freeze, match_channels
+from zoo.backbones.common import Frozen, PatchFeatures, create_timm, freeze, match_channels, register_normalization
 
 
 class TimmViT(Frozen):
@@ -54,12 +54,8 @@ class TimmViT(Frozen):
         cfg = getattr(self.vit, "pretrained_cfg", {}) or {}
         pretrained_any = pretrained or bool(pretrained_file)
         self.normalize = (pretrained_any or mean is not None or std is not None) if normalize is None else normalize
-        mean_t = torch.tensor(mean if mean is not None else cfg.get("mean", (0.5,) * 3), dtype=torch.float32)
-        std_t = torch.tensor(std if std is not None else cfg.get("std", (0.5,) * 3), dtype=torch.float32)
-        if mean_t.numel() != in_chans:
-            mean_t, std_t = mean_t.mean().repeat(in_chans), std_t.mean().repeat(in_chans)
-        self.register_buffer("mean", mean_t.view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("std", std_t.view(1, -1, 1, 1), persistent=False)
+        register_normalization(self, mean if mean is not None else cfg.get("mean", (0.5,) * 3),
+                               std if std is not None else cfg.get("std", (0.5,) * 3), in_chans)
         self.trainable = trainable
         if not trainable:
             freeze(self)
