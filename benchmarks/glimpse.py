@@ -6,12 +6,15 @@ RAM training throughput.
 
 Part 1 (the issue's target): B=128 images of 60x60, g=12, k=3 (the paper's cluttered60
 setting), float32, against two per-sample loops, both checked equal to every batched method at
-integer-aligned locations before timing:
+integer-aligned locations before timing. Both loops snap a glimpse to whole pixels, like the
+`*_snapped` methods (`Retina(subpixel=False)`, also checked equal to them at random locations);
+the plain methods (the default) interpolate sub-pixel locations, which is extra work:
 - "loop_port": what public ports do (PAPERS.md): for each scale and each image, read the location
   on the host (`.item()`), zero-pad that image, slice the window; then average-pool each scale.
 - "loop_lean": a leaner loop that pads the whole batch once, then slices and pools per image.
 Part 2: training images/s of a RAM with the cluttered60 recipe's sizes (8 glimpses) on random
-data (forward, hybrid loss, backward, Adam step), with the batched retina and with loop_port.
+data (forward, hybrid loss, backward, Adam step), with the batched retina (sub-pixel and
+snapped) and with loop_port.
 
 The machine these numbers come from may be shared, so each timing keeps the median and minimum
 wall time and the median and minimum process CPU time over `--repeats` runs after warm-up. With
@@ -134,12 +137,19 @@ def bench_retina(device: str, batch: int, size: int, g: int, k: int, repeats: in
     for name, loop in (("loop_port", PortLoopRetina(g, k)), ("loop_lean", LeanLoopRetina(g, k))):
         record[name] = timeit(lambda: loop(images, locations), device, max(5, repeats // 4))
     reference = PortLoopRetina(g, k)(images, locations)
+    # The snapped variants round edges as the loops do, so they must also equal them off-grid.
+    anywhere = (torch.rand(batch, 2, generator=gen) * 2 - 1).to(device)
+    reference_anywhere = PortLoopRetina(g, k)(images, anywhere)
     for method in METHODS:
-        retina = Retina(g, k, method=method)
-        max_diff = (retina(images, locations) - reference).abs().max().item()
-        if max_diff > 1e-5:
-            raise SystemExit(f"{method} differs from the loop reference by {max_diff}")
-        record[method] = {**timeit(lambda: retina(images, locations), device, repeats), "max_abs_diff": max_diff}
+        for subpixel in (True, False):
+            name = method if subpixel else f"{method}_snapped"
+            retina = Retina(g, k, method=method, subpixel=subpixel)
+            max_diff = (retina(images, locations) - reference).abs().max().item()
+            if not subpixel:
+                max_diff = max(max_diff, (retina(images, anywhere) - reference_anywhere).abs().max().item())
+            if max_diff > 1e-5:
+                raise SystemExit(f"{name} differs from the loop reference by {max_diff}")
+            record[name] = {**timeit(lambda: retina(images, locations), device, repeats), "max_abs_diff": max_diff}
     for name, r in record.items():
         r["speedup_vs_loop_port"] = record["loop_port"][key] / r[key]
         r["speedup_vs_loop_lean"] = record["loop_lean"][key] / r[key]
@@ -150,7 +160,8 @@ def bench_training(device: str, batch: int, repeats: int, retina: str) -> dict:
     from zoo.models.ram import RAM
 
     torch.manual_seed(0)
-    model = RAM(image_size=60, patch_size=12, num_scales=3, num_glimpses=8).to(device)
+    model = RAM(image_size=60, patch_size=12, num_scales=3, num_glimpses=8,
+                retina_subpixel=retina != "batched_snapped").to(device)
     if retina == "loop_port":
         model.glimpse.retina = PortLoopRetina(12, 3)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -164,9 +175,10 @@ def bench_training(device: str, batch: int, repeats: int, retina: str) -> dict:
         loss.backward()
         optimizer.step()
 
-    timing = timeit(step, device, repeats if retina == "batched" else max(3, repeats // 3))
+    timing = timeit(step, device, repeats if retina.startswith("batched") else max(3, repeats // 3))
     return {**timing, "images_per_s": batch / timing[_key(device)],
-            "images_per_s_wall": batch / timing["median_s"], "retina_method": model.hparams.retina_method}
+            "images_per_s_wall": batch / timing["median_s"], "retina_method": model.hparams.retina_method,
+            "retina_subpixel": model.hparams.retina_subpixel}
 
 
 def main(argv=None) -> int:
@@ -192,22 +204,25 @@ def main(argv=None) -> int:
     for device in devices:
         retina = bench_retina(device, args.batch_size, 60, 12, 3, args.repeats)
         training = {kind: bench_training(device, args.batch_size, max(5, args.repeats // 3), kind)
-                    for kind in ("batched", "loop_port")}
+                    for kind in ("batched", "batched_snapped", "loop_port")}
         results[device] = {"retina": retina, "training": training}
         stat = "min process CPU time" if device == "cpu" else "median wall time"
         print(f"\n== {device} (threads={torch.get_num_threads()}) retina B={args.batch_size} 60x60 g=12 k=3; "
               f"speedups on {stat}")
-        print(f"{'method':12s} {'wall med ms':>11s} {'wall min ms':>11s} {'cpu med ms':>10s} {'cpu min ms':>10s} "
+        print(f"{'method':20s} {'wall med ms':>11s} {'wall min ms':>11s} {'cpu med ms':>10s} {'cpu min ms':>10s} "
               f"{'vs port':>8s} {'vs lean':>8s}")
         for name, r in retina.items():
-            print(f"{name:12s} {1e3 * r['median_s']:11.3f} {1e3 * r['min_s']:11.3f} {1e3 * r['cpu_median_s']:10.3f} "
+            print(f"{name:20s} {1e3 * r['median_s']:11.3f} {1e3 * r['min_s']:11.3f} {1e3 * r['cpu_median_s']:10.3f} "
                   f"{1e3 * r['cpu_min_s']:10.3f} {r['speedup_vs_loop_port']:7.1f}x {r['speedup_vs_loop_lean']:7.1f}x")
         print(f"training RAM cluttered60 (8 glimpses), batch {args.batch_size}:")
         for kind, r in training.items():
-            print(f"  retina={kind:10s} {r['images_per_s']:8.0f} images/s ({stat}); "
+            print(f"  retina={kind:16s} {r['images_per_s']:8.0f} images/s ({stat}); "
                   f"{r['images_per_s_wall']:8.0f} images/s (wall)")
     path = write_json(args.out, {"benchmark": "glimpse", "setting": setting, "results": results,
-                                 "goal": "batched retina >= 20x faster than the per-sample loop"})
+                                 "goal": "batched retina >= 20x faster than the per-sample loop",
+                                 "note": "loop_port and loop_lean snap glimpses to whole pixels, as the "
+                                         "*_snapped methods do; the plain methods also interpolate "
+                                         "sub-pixel locations (our default)"})
     print(f"\nwrote {path}")
     return 0
 

@@ -1,4 +1,6 @@
 """The retina against a slow, obvious per-sample slicing reference."""
+import math
+
 import pytest
 import torch
 
@@ -6,7 +8,8 @@ from zoo.attention.glimpse import METHODS, Retina
 
 
 def slicing_reference(images, locations, g, k, sf=2):
-    """One sample, one scale at a time: zero-pad, slice the window, average each block."""
+    """One sample, one scale at a time: zero-pad, slice the window, average each block. Edges
+    are rounded to the nearest pixel edge (exact where the locations are aligned)."""
     B, C, H, W = images.shape
     out = torch.zeros(B, k, C, g, g, dtype=images.dtype)
     for b in range(B):
@@ -14,7 +17,7 @@ def slicing_reference(images, locations, g, k, sf=2):
         cy = (float(locations[b, 1]) + 1) / 2 * H
         for i in range(k):
             w = g * sf ** i
-            x0, y0 = round(cx - w / 2), round(cy - w / 2)  # exact: the edges are integers here
+            x0, y0 = math.floor(cx - w / 2 + 0.5), math.floor(cy - w / 2 + 0.5)
             pad = w + max(H, W)
             padded = torch.zeros(C, H + 2 * pad, W + 2 * pad, dtype=images.dtype)
             padded[:, pad:pad + H, pad:pad + W] = images[b]
@@ -105,6 +108,22 @@ def test_half_pixel_shift_blends_neighbours(method):
     half = retina(images, loc + step / 2)
     torch.testing.assert_close(half, (retina(images, loc) + retina(images, loc + step)) / 2,
                                rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("shape,g,k", [((6, 1, 60, 60), 12, 3), ((5, 3, 20, 34), 4, 3), ((4, 1, 9, 13), 5, 1)])
+def test_snapped_retina_equals_slicing_reference_at_any_location(method, shape, g, k):
+    """subpixel=False rounds the patch edges to pixel edges, as the slicing reference does."""
+    gen = torch.Generator().manual_seed(6)
+    images = torch.rand(shape, generator=gen, dtype=torch.float64)
+    B, C, H, W = shape
+    locations = torch.rand(B, 2, generator=gen, dtype=torch.float64) * 2.6 - 1.3
+    expected = slicing_reference(images, locations, g, k)
+    got = Retina(g, k, method=method, subpixel=False)(images, locations)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    assert not torch.allclose(Retina(g, k, method=method)(images, locations), expected)
+    boxes = Retina(g, k, subpixel=False).boxes(locations, H, W)
+    torch.testing.assert_close(boxes, boxes.round(), rtol=0, atol=1e-9)  # what was read
 
 
 @pytest.mark.parametrize("g,k", [(12, 3), (4, 2), (5, 1)])

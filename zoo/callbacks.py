@@ -3,6 +3,7 @@ otherwise) and a callback that logs each model's attention figures at validation
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import lightning as L
@@ -79,8 +80,11 @@ class AttentionImageLogger(L.Callback):
         step = trainer.global_step
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                logger.log_image(key="val/attention", images=[np.asarray(f) for f in figures.values()],
-                                 caption=list(figures), step=step)
+                # One key per figure: W&B shows the images of one key side by side at one size,
+                # and the figures (a strip, a grid, overlays) differ in size.
+                for caption, figure in figures.items():
+                    logger.log_image(key=f"val/attention/{_slug(caption)}", images=[np.asarray(figure)],
+                                     caption=[caption], step=step)
                 return
         out = Path(trainer.default_root_dir) / "figures" / f"step{step:07d}"
         out.mkdir(parents=True, exist_ok=True)
@@ -89,3 +93,8 @@ class AttentionImageLogger(L.Callback):
 
             image = figure if isinstance(figure, Image.Image) else Image.fromarray(np.asarray(figure))
             image.save(out / f"{i:02d}.png")
+
+
+def _slug(text: str) -> str:
+    """A figure's caption as a W&B key part: words, '/', '.', '-' kept, other runs become '_'."""
+    return re.sub(r"[^\w/.-]+", "_", text).strip("_") or "figure"

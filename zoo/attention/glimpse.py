@@ -32,6 +32,11 @@ to float rounding everywhere, and `benchmarks/glimpse.py` measures them:
   average. Needs an integer `scale_factor`.
 The image gradient flows through all three (RAM never needs the location gradient: its sampled
 locations are detached).
+
+`subpixel=False` snaps each glimpse to the nearest pixel edges instead, as the public ports'
+slicing retinas do (`floor(edge + 0.5)`): the read is then a plain crop-and-pool, which costs no
+interpolation ("crop" gathers a window one pixel narrower and skips its two lerps), but is a step
+function of l.
 """
 from __future__ import annotations
 
@@ -46,7 +51,7 @@ class Retina(nn.Module):
     """images [B, C, H, W], locations [B, 2] (x, y) in [-1, 1] -> [B, num_scales, C, g, g]."""
 
     def __init__(self, patch_size: int, num_scales: int, scale_factor: float = 2,
-                 method: str = "crop"):
+                 method: str = "crop", subpixel: bool = True):
         super().__init__()
         if patch_size < 1 or num_scales < 1:
             raise ValueError(f"patch_size and num_scales must be >= 1, got {patch_size}, {num_scales}")
@@ -65,10 +70,11 @@ class Retina(nn.Module):
         self.num_scales = int(num_scales)
         self.scale_factor = scale_factor
         self.method = method
+        self.subpixel = bool(subpixel)
 
     def extra_repr(self) -> str:
         return (f"patch_size={self.patch_size}, num_scales={self.num_scales}, "
-                f"scale_factor={self.scale_factor}, method={self.method!r}")
+                f"scale_factor={self.scale_factor}, method={self.method!r}, subpixel={self.subpixel}")
 
     # ------------------------------------------------------------------ geometry
     def cell_sizes(self) -> list[float]:
@@ -79,11 +85,17 @@ class Retina(nn.Module):
         """Width in pixels of each scale's square patch: patch_size * scale_factor ** i."""
         return [self.patch_size * d for d in self.cell_sizes()]
 
-    @staticmethod
-    def centres(locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """[B, 2] (x, y) in [-1, 1] -> [B, 2] (x, y) in pixel-edge coordinates."""
+    def centres(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """[B, 2] (x, y) in [-1, 1] -> [B, 2] glimpse centres (x, y) in pixel-edge coordinates;
+        without `subpixel`, moved so the patch edges fall on the nearest pixel edges."""
         size = locations.new_tensor([width, height])
-        return (locations + 1) * 0.5 * size
+        centres = (locations + 1) * 0.5 * size
+        if self.subpixel:
+            return centres
+        # The largest patch's edges land on pixel edges, and so do the smaller ones' wherever the
+        # widths differ by an even number of pixels (which method 'crop' requires anyway).
+        half = self.widths()[-1] / 2
+        return torch.floor(centres - half + 0.5) + half
 
     def boxes(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """Pixel boxes of every scale, [B, num_scales, 4] as (x0, y0, x1, y1) in pixel-edge
@@ -165,26 +177,32 @@ class Retina(nn.Module):
         g = self.patch_size
         widths = [int(w) for w in self.widths()]
         big = widths[-1]
-        n = big + 1  # one extra pixel per axis for the sub-pixel shift
-        c = self.centres(locations, H, W)  # [B, 2]
-        edge = c - big / 2  # top-left corner of the largest patch, pixel-edge coordinates
+        n = big + 1 if self.subpixel else big  # one extra pixel per axis for a sub-pixel shift
+        edge = self.centres(locations, H, W) - big / 2  # [B, 2] largest patch's top-left corner
         corner = torch.floor(edge)
-        frac = edge - corner  # [B, 2] in [0, 1)
-        # Clamp far-off corners (the window then lies wholly outside and reads zeros).
-        corner = corner.clamp(min=-n, max=max(H, W)).long()
-        r = torch.arange(n, device=images.device)
+        frac = edge - corner  # [B, 2] in [0, 1); exactly 0 when snapped
+        # Clamp far-off corners (the window then lies wholly outside and reads zeros). int32 index
+        # arithmetic, widened once for gather, is measurably cheaper on CPU than int64.
+        corner = corner.clamp(min=-n, max=max(H, W)).int()
+        r = torch.arange(n, device=images.device, dtype=torch.int32)
         rows, cols = corner[:, 1, None] + r, corner[:, 0, None] + r  # [B, n]
-        row_ok, col_ok = (rows >= 0) & (rows < H), (cols >= 0) & (cols < W)
-        index = rows.clamp(0, H - 1)[:, :, None] * W + cols.clamp(0, W - 1)[:, None, :]  # [B, n, n]
-        window = images.reshape(B, C, H * W).gather(2, index.view(B, 1, n * n).expand(B, C, n * n))
-        mask = row_ok.to(images.dtype)[:, :, None] * col_ok.to(images.dtype)[:, None, :]  # [B, n, n]
-        window = window.view(B, C, n, n) * mask[:, None]
-        # The area average over a box shifted by f in (0, 1) pixels is the linear interpolation,
-        # with weight f, between the averages at the two neighbouring integer positions.
-        fy = frac[:, 1].view(B, 1, 1, 1)
-        fx = frac[:, 0].view(B, 1, 1, 1)
-        window = torch.lerp(window[:, :, :-1], window[:, :, 1:], fy)  # [B, C, big, n]
-        window = torch.lerp(window[..., :-1], window[..., 1:], fx)  # [B, C, big, big]
+        row_ok = ((rows >= 0) & (rows < H)).to(images.dtype)  # out-of-image pixels read as 0
+        col_ok = ((cols >= 0) & (cols < W)).to(images.dtype)
+        index = ((rows.clamp(0, H - 1) * W)[:, :, None] + cols.clamp(0, W - 1)[:, None, :]).long()
+        window = (images.reshape(B, C, H * W).gather(2, index.view(B, 1, n * n).expand(B, C, n * n))
+                  .view(B, C, n, n))  # [B, C, n, n]
+        if self.subpixel:
+            # The area average over a box shifted by f in (0, 1) pixels is the linear
+            # interpolation, with weight f, between the averages at the two neighbouring integer
+            # positions; the out-of-image mask rides on the interpolation weights.
+            fy, fx = frac[:, 1].view(B, 1, 1, 1), frac[:, 0].view(B, 1, 1, 1)
+            my, mx = row_ok.view(B, 1, n, 1), col_ok.view(B, 1, 1, n)
+            window = torch.addcmul((1 - fy) * my[:, :, :-1] * window[:, :, :-1],
+                                   fy * my[:, :, 1:], window[:, :, 1:])  # [B, C, big, n]
+            window = torch.addcmul((1 - fx) * mx[..., :-1] * window[..., :-1],
+                                   fx * mx[..., 1:], window[..., 1:])  # [B, C, big, big]
+        else:
+            window = window * (row_ok[:, :, None] * col_ok[:, None, :])[:, None]
         # Nested centred windows, smallest first; pooling the whole window by the scale factor
         # once per scale serves every larger scale (a pyramid) when the offsets line up.
         patches, level, cell = [], window, 1  # level: the window averaged over cell x cell boxes

@@ -83,6 +83,7 @@ class RAM(ZooModule):
         num_scales: int = 1,
         scale_factor: float = 2,
         retina_method: str = "crop",
+        retina_subpixel: bool = True,
         num_glimpses: int = 6,
         # networks (the paper's sizes)
         glimpse_hidden: int = 128,
@@ -128,7 +129,8 @@ class RAM(ZooModule):
             raise UserError(f"RAM: image_size is an int or [H, W], got {image_size}")
         self.image_hw = (int(size[0]), int(size[1]))
         try:
-            retina = Retina(patch_size, num_scales, scale_factor, method=retina_method)
+            retina = Retina(patch_size, num_scales, scale_factor, method=retina_method,
+                            subpixel=retina_subpixel)
         except ValueError as exc:
             raise UserError(f"RAM: {exc}") from None
         self.glimpse = GlimpseNetwork(retina, in_chans, glimpse_hidden, location_hidden, glimpse_dim)
