@@ -177,3 +177,22 @@ def test_module_and_invalid_n():
     assert fx.shape == (5, 3, 14) and fy.shape == (5, 3, 10) and p.gamma.shape == (5,)
     with pytest.raises(ValueError):
         fb.FilterbankAttention(state_size=8, height=10, width=14, n=0)
+
+
+def test_whole_image_init_tiles_the_image_instead_of_aliasing():
+    attn = fb.FilterbankAttention(state_size=16, height=100, width=100, n=12)
+    with torch.no_grad():
+        attn.linear.bias.zero_()  # what nn.Linear's default bias is near: sigma = 1 px
+    _, fx_default, _ = attn(torch.zeros(1, 16))
+    attn.init_whole_image()
+    p, fx, fy = attn(torch.zeros(2, 16))
+    mu = fb.filter_centres(p.gx, p.delta, 12)
+    torch.testing.assert_close(mu[:, [0, -1]], torch.tensor([[1.0, 100.0]] * 2))  # spans the image
+    torch.testing.assert_close(p.sigma2.sqrt(), p.delta / 2)
+    torch.testing.assert_close(p.gamma, torch.ones(2))
+    # every pixel column feeds some filter: the filters tile the image ...
+    coverage = fx[0].sum(0)  # [W]
+    assert coverage.min() > 0.3 * coverage.mean()
+    # ... where sigma = 1 px at a 9-px stride leaves columns between the centres all but unread
+    default_coverage = fx_default[0].sum(0)
+    assert default_coverage.min() < 0.01 * default_coverage.mean()

@@ -31,6 +31,8 @@ Shapes: images are [B, C, H, W] (any C, all channels read with the same filters)
 """
 from __future__ import annotations
 
+import math
+
 from typing import NamedTuple
 
 import torch
@@ -127,6 +129,15 @@ class FilterbankAttention(nn.Module):
             raise ValueError(f"filterbank size N must be >= 1, got {n}")
         self.height, self.width, self.n = int(height), int(width), int(n)
         self.linear = nn.Linear(state_size, 5)  # eq. 21
+
+    @torch.no_grad()
+    def init_whole_image(self) -> None:
+        """Start (at h = 0) from a read of the whole image with anti-aliased filters: centre g at
+        the image centre, delta~ = 1 so the N centres span it (eq. 24), sigma = delta / 2 so the
+        filters tile it instead of sampling every delta-th pixel, gamma = 1. nn.Linear's default
+        bias gives sigma ~ 1 px, which at N << image size reads a sparse, aliased sample."""
+        delta = (max(self.height, self.width) - 1) / max(self.n - 1, 1)
+        self.linear.bias.copy_(torch.tensor([0.0, 0.0, math.log((delta / 2) ** 2), 0.0, 0.0]))
 
     def forward(self, h: torch.Tensor) -> tuple[FilterParams, torch.Tensor, torch.Tensor]:
         """h [B, state_size] -> (FilterParams, Fx [B, N, W], Fy [B, N, H])."""

@@ -307,9 +307,11 @@ class DRAWClassifier(ClassifierModule):
     def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,
                  read_n: int = 12, hidden_size: int = 256, glimpse_hidden: int = 256,
                  lr: float = 1e-3, weight_decay: float = 0.0, cosine_schedule: bool = True,
-                 num_figure_images: int = 8):
+                 read_init: str = "whole_image", num_figure_images: int = 8):
         super().__init__()
         self.save_hyperparameters()
+        if read_init not in ("whole_image", "default"):
+            raise UserError(f"DRAWClassifier: read_init must be whole_image or default, got '{read_init}'")
         S = _check_size(image_size, "image_size")
         self.C = _check_size(in_chans, "in_chans")
         self.S = S
@@ -319,6 +321,8 @@ class DRAWClassifier(ClassifierModule):
         _check_size(hidden_size, "hidden_size")
         _check_size(glimpse_hidden, "glimpse_hidden", 0)
         self.attn = fb.FilterbankAttention(hidden_size, S, S, read_n)  # eq. 21 from h_{t-1}
+        if read_init == "whole_image":  # the paper gives no initialisation; see init_whole_image
+            self.attn.init_whole_image()
         glimpse = self.C * read_n * read_n
         self.embed = (nn.Sequential(nn.Linear(glimpse, glimpse_hidden), nn.ReLU()) if glimpse_hidden
                       else nn.Identity())
