@@ -23,7 +23,9 @@ run configs/ram/fmnist_translated.yaml      --seeds 0
 run configs/ram/fmnist_cluttered100.yaml    --seeds 0
 
 # DRAW (Gregor et al. 2015): attention vs none at equal T, sizes and budget; the cluttered100 classifier
-run configs/draw/fmnist.yaml                       --seeds 0 1 2
+run configs/draw/fmnist_t16.yaml                   --seeds 0      # the CPU budget (T=16, 15 epochs)
+run configs/draw/fmnist_t16_noattn.yaml            --seeds 0
+run configs/draw/fmnist.yaml                       --seeds 0 1 2  # the paper's T=64: GPU work
 run configs/draw/fmnist_noattn.yaml                --seeds 0 1 2
 run configs/draw/cluttered100_classifier.yaml      --seeds 0 1 2
 run configs/draw/cluttered100_classifier_t4.yaml   --seeds 0
@@ -36,3 +38,4 @@ run configs/vit/fmnist_cluttered60.yaml     --seeds 0
 SAT_BUDGET=(-- --trainer.max_epochs 4 --data.init_args.num_train 8000 --data.init_args.batch_size 64 --model.init_args.lr 0.003)
 run configs/sat/soft_scenes.yaml --seeds 0 1 2 "${SAT_BUDGET[@]}"
 run configs/sat/hard_scenes.yaml --seeds 0 1 2 "${SAT_BUDGET[@]}"
+run configs/sat/soft_scenes_rf15.yaml --seeds 0 "${SAT_BUDGET[@]}"   # a more local encoder

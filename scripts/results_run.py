@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from zoo.hub import sha256_file  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 
@@ -39,6 +40,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--name", help="results name (default <family>_<recipe>)")
     parser.add_argument("--eval-arg", action="append", default=[], help="extra eval.py argument")
+    parser.add_argument("--eval-only", action="store_true",
+                        help="resume an interrupted results run: skip training and evaluate each seed's "
+                             "existing best checkpoint, reusing an eval_<split>.json already written for it")
     args = parser.parse_args(argv)
     config = Path(args.config)
     name = args.name or f"{config.parent.name}_{config.stem}"
@@ -47,22 +51,30 @@ def main(argv=None) -> int:
     for seed in args.seeds:
         root = f"runs/results/{name}/seed{seed}"
         t0 = time.perf_counter()
-        run([sys.executable, "train.py", "fit", "--config", str(config), "--seed_everything", str(seed),
-             "--data.init_args.seed", str(seed), "--trainer.default_root_dir", root, *extra])
+        if not args.eval_only:
+            run([sys.executable, "train.py", "fit", "--config", str(config), "--seed_everything", str(seed),
+                 "--data.init_args.seed", str(seed), "--trainer.default_root_dir", root, *extra])
         train_wall = time.perf_counter() - t0
+        if args.eval_only:  # keep the training time an earlier, interrupted invocation recorded
+            previous = ROOT / "results" / f"{name}_seed{seed}.json"
+            train_wall = json.loads(previous.read_text()).get("train_wall_time_s") if previous.is_file() else None
         best = sorted((ROOT / root / "checkpoints").glob("best-*.ckpt"))
         if not best:
             raise SystemExit(f"no best checkpoint under {root}/checkpoints")
         metrics = {}
         for split in ("val", "test"):
             out = ROOT / root / f"eval_{split}.json"
-            run([sys.executable, "eval.py", "--checkpoint", str(best[-1]), "--split", split,
-                 "--seed", str(seed), "--json", str(out), *args.eval_arg])
+            done = (args.eval_only and out.is_file()
+                    and json.loads(out.read_text()).get("checkpoint_sha256") == sha256_file(best[-1]))
+            if not done:
+                run([sys.executable, "eval.py", "--checkpoint", str(best[-1]), "--split", split,
+                     "--seed", str(seed), "--json", str(out), *args.eval_arg])
             evaluated = json.loads(out.read_text())
             metrics.update(evaluated["metrics"])
         record = {"name": name, "recipe": str(config), "train_args": extra, "seed": seed,
                   "checkpoint": str(best[-1].relative_to(ROOT)), "metrics": metrics,
-                  "config": evaluated["config"], "train_wall_time_s": round(train_wall, 1)}
+                  "config": evaluated["config"],
+                  "train_wall_time_s": None if train_wall is None else round(train_wall, 1)}
         write_json(ROOT / "results" / f"{name}_seed{seed}.json", record)
         per_seed.append(record)
     # The summary covers every seed run so far with this recipe and these arguments, so seeds
