@@ -317,3 +317,24 @@ def test_pretrained_from_url(released, http_server, tmp_path):
     with pytest.raises(UserError, match="sha256"):
         zoo.create_model("baseline_cnn_centered", pretrained=True)
     assert _cache_files(tmp_path) == []
+
+
+def test_every_shipped_release_loads_and_names_its_recipe(monkeypatch):
+    """What a fresh clone ships in weights/: each MANIFEST entry loads through
+    create_model(..., pretrained=True) (sha256 checked), is a few MB at most, and says which
+    recipe command trained it and what it measured."""
+    from conftest import REPO
+
+    monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(REPO / "weights"))
+    manifest = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
+    assert {"ram_fmnist_centered", "ram_fmnist_cluttered60", "draw_fmnist_t16",
+            "draw_cluttered100_classifier", "sat_soft_scenes", "vit_fmnist"} <= set(manifest)
+    assert sorted(manifest) == zoo.list_models(pretrained=True)
+    for name, entry in manifest.items():
+        model = zoo.create_model(name, pretrained=True)
+        assert isinstance(model, ZooModule) and model.family == entry["config"]["family"], name
+        assert (REPO / "weights" / entry["file"]).stat().st_size < 8e6, name
+        recipe = entry["metadata"]["recipe"]
+        config_path = next(word for word in recipe.split() if word.startswith("configs/"))
+        assert (REPO / config_path).is_file(), f"{name}: {config_path} is gone"
+        assert any(k.startswith("test/") for k in entry["metadata"]["metrics"]), name
