@@ -32,7 +32,6 @@ Shapes: images are [B, C, H, W] (any C, all channels read with the same filters)
 from __future__ import annotations
 
 import math
-
 from typing import NamedTuple
 
 import torch
