@@ -26,6 +26,14 @@ class SplitDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self.loader(self.test_split)
 
+    def plain_loader(self, dataset, train: bool = False, collate_fn=None, **kwargs) -> DataLoader:
+        """A loader over `dataset` with this module's `batch_size` (`eval_batch_size`, when set,
+        outside training) and `num_workers`, shuffled when training; `kwargs` go to DataLoader."""
+        hp = self.hparams
+        batch_size = hp.batch_size if train else (hp.eval_batch_size or hp.batch_size)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=train, collate_fn=collate_fn,
+                          num_workers=hp.num_workers, persistent_workers=hp.num_workers > 0, **kwargs)
+
 
 def bucketed_loader(data, lengths, batch_size: int, seed: int, pool_batches: int, collate_fn,
                     num_workers: int, drop_last: bool = False) -> DataLoader:

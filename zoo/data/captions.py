@@ -322,6 +322,4 @@ class CaptionsDataModule(SplitDataModule):
                                    collate_pairs, hp.num_workers)
         if split not in self.datasets:
             raise UserError(f"captions: the '{split}' split is not set up (annotations given?)")
-        return DataLoader(self.datasets[split], batch_size=self.hparams.eval_batch_size or self.hparams.batch_size,
-                          shuffle=False, collate_fn=collate_images, num_workers=self.hparams.num_workers,
-                          persistent_workers=self.hparams.num_workers > 0)
+        return self.plain_loader(self.datasets[split], collate_fn=collate_images)

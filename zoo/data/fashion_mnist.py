@@ -217,11 +217,7 @@ class FashionMNISTDataModule(SplitDataModule):
         self.boxes["test"] = boxes[test_slice]
 
     def loader(self, split: str) -> DataLoader:
-        train = split == "train"
-        batch_size = self.hparams.batch_size if train else (self.hparams.eval_batch_size or self.hparams.batch_size)
-        return DataLoader(self.datasets[split], batch_size=batch_size, shuffle=train,
-                          num_workers=self.hparams.num_workers, drop_last=False,
-                          persistent_workers=self.hparams.num_workers > 0)
+        return self.plain_loader(self.datasets[split], train=split == "train")
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         images, labels = batch

@@ -74,10 +74,7 @@ class ImageFolderDataModule(SplitDataModule):
         dataset = self.datasets.get(split)
         if dataset is None:
             raise UserError(f"no '{split}' images under {self.hparams.root}")
-        hp = self.hparams
-        return DataLoader(dataset, batch_size=hp.batch_size if shuffle else (hp.eval_batch_size or hp.batch_size),
-                          shuffle=shuffle, num_workers=hp.num_workers, pin_memory=True, drop_last=shuffle,
-                          persistent_workers=hp.num_workers > 0)
+        return self.plain_loader(dataset, train=shuffle, pin_memory=True, drop_last=shuffle)
 
 
 def _rgb_loader(path: str):

@@ -570,9 +570,7 @@ class FashionScenesDataModule(SplitDataModule):
                                    _batch_identity, hp.num_workers)
         if split not in ("val", "test"):
             raise UserError(f"FashionScenes: no evaluation split '{split}' (val or test)")
-        return DataLoader(self.datasets[split], batch_size=self.hparams.eval_batch_size or self.hparams.batch_size,
-                          shuffle=False, collate_fn=_batch_identity, num_workers=self.hparams.num_workers,
-                          persistent_workers=self.hparams.num_workers > 0)
+        return self.plain_loader(self.datasets[split], collate_fn=_batch_identity)
 
     # ------------------------------------------------------------------ demo helper
     def export_pngs(self, split: str, directory: str | os.PathLike, count: int) -> list[Path]:
