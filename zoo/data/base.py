@@ -34,13 +34,13 @@ class SplitDataModule(L.LightningDataModule):
         return DataLoader(dataset, batch_size=batch_size, shuffle=train, collate_fn=collate_fn,
                           num_workers=hp.num_workers, persistent_workers=hp.num_workers > 0, **kwargs)
 
-
-def bucketed_loader(data, lengths, batch_size: int, seed: int, pool_batches: int, collate_fn,
-                    num_workers: int, drop_last: bool = False) -> DataLoader:
-    """Training batches of captions of similar length (less padding), reshuffled every epoch
-    from `seed`. Under DDP, Lightning swaps the sampler for a DistributedSampler."""
-    sampler = RandomSampler(data, generator=torch.Generator().manual_seed(seed))
-    batches = BucketBatchSampler(sampler, lengths, batch_size, drop_last=drop_last,
-                                 pool_batches=pool_batches, seed=seed)
-    return DataLoader(data, batch_sampler=batches, collate_fn=collate_fn, num_workers=num_workers,
-                      persistent_workers=num_workers > 0)
+    def bucketed_loader(self, data, collate_fn) -> DataLoader:
+        """Training batches of captions of similar length (`data.lengths`, less padding),
+        reshuffled every epoch from the module's `seed`, `bucket_pool` batches sorted at a time.
+        Under DDP, Lightning swaps the sampler for a DistributedSampler."""
+        hp = self.hparams
+        sampler = RandomSampler(data, generator=torch.Generator().manual_seed(hp.seed))
+        batches = BucketBatchSampler(sampler, data.lengths.numpy(), hp.batch_size, drop_last=False,
+                                     pool_batches=hp.bucket_pool, seed=hp.seed)
+        return DataLoader(data, batch_sampler=batches, collate_fn=collate_fn, num_workers=hp.num_workers,
+                          persistent_workers=hp.num_workers > 0)

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data.base import SplitDataModule, bucketed_loader
+from zoo.data.base import SplitDataModule
 from zoo.data.vocab import Vocab, pad_captions, tokenize
 from zoo.errors import UserError
 
@@ -315,11 +315,8 @@ class CaptionsDataModule(SplitDataModule):
             self.datasets[split] = CaptionImages(records, *pad_captions(first), transform)
 
     def loader(self, split: str) -> DataLoader:
-        hp = self.hparams
         if split == "train":
-            data = self.datasets["train"]
-            return bucketed_loader(data, data.lengths.numpy(), hp.batch_size, hp.seed, hp.bucket_pool,
-                                   collate_pairs, hp.num_workers)
+            return self.bucketed_loader(self.datasets["train"], collate_pairs)
         if split not in self.datasets:
             raise UserError(f"captions: the '{split}' split is not set up (annotations given?)")
         return self.plain_loader(self.datasets[split], collate_fn=collate_images)

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data.base import SplitDataModule, bucketed_loader
+from zoo.data.base import SplitDataModule
 from zoo.data.vocab import Vocab, pad_captions, tokenize
 from zoo.errors import UserError
 from zoo.io import atomic_write_bytes
@@ -563,11 +563,8 @@ class FashionScenesDataModule(SplitDataModule):
                 self.datasets[split] = SceneEval(scenes, *pad_captions(first))
 
     def loader(self, split: str) -> DataLoader:
-        hp = self.hparams
         if split == "train":
-            data = self.datasets["train"]
-            return bucketed_loader(data, data.lengths.numpy(), hp.batch_size, hp.seed, hp.bucket_pool,
-                                   _batch_identity, hp.num_workers)
+            return self.bucketed_loader(self.datasets["train"], _batch_identity)
         if split not in ("val", "test"):
             raise UserError(f"FashionScenes: no evaluation split '{split}' (val or test)")
         return self.plain_loader(self.datasets[split], collate_fn=_batch_identity)
