@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,8 @@ def main(argv=None) -> int:
         root = f"runs/results/{name}/seed{seed}"
         t0 = time.perf_counter()
         if not args.eval_only:
+            # A checkpoint left by an earlier invocation must not be taken for this run's best.
+            shutil.rmtree(ROOT / root / "checkpoints", ignore_errors=True)
             run([sys.executable, "train.py", "fit", "--config", str(config), "--seed_everything", str(seed),
                  "--data.init_args.seed", str(seed), "--trainer.default_root_dir", root, *extra])
         train_wall = time.perf_counter() - t0

@@ -115,6 +115,27 @@ def test_doubly_stochastic_regularisation():
     torch.testing.assert_close(losses["loss"], losses["nll"] + 0.7 * losses["doubly_stochastic"])
 
 
+def test_init_layers_zero_leaves_attention_as_the_only_route_for_the_image():
+    batch = batch_of()
+    captions = batch["captions"][:2]
+    images = torch.stack([batch["images"][0], 1 - batch["images"][0]])  # two different images
+
+    def first_word_logits(model):
+        with torch.no_grad():
+            model.f_beta.bias.fill_(-1e4)  # gate shut: z_t = 0
+            return model(images, captions)["logits"][:, 0]  # [2, V]
+
+    paper = tiny().eval()  # h_0, c_0 from the mean annotation: the image shows through the gate
+    assert not torch.allclose(*first_word_logits(paper))
+    ablation = tiny(init_layers=0).eval()
+    assert ablation.init_h is None and not any("init_" in n for n, _ in ablation.named_parameters())
+    h0, c0 = ablation.init_state(torch.rand(3, 5, 16))
+    assert h0.shape == (3, TINY["hidden_dim"]) and not h0.any() and not c0.any()
+    assert torch.allclose(*first_word_logits(ablation))  # ... and here it does not
+    with pytest.raises(UserError, match="init_layers"):
+        tiny(init_layers=-1)
+
+
 # ----------------------------------------------------------------------------- gradients
 def test_gradients_reach_every_parameter_soft():
     model = tiny()

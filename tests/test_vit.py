@@ -52,6 +52,28 @@ def test_speed_switches_keep_results_on_cpu():
     assert bf16.dtype == torch.float32 and torch.allclose(bf16, ref, atol=0.1)
 
 
+def test_conv_stem_replaces_patchify_with_the_same_token_grid():
+    from timm.layers import HybridEmbed
+
+    model = tiny(patch_size=4, conv_stem=[8, 16]).eval()
+    embed = model.vit.patch_embed
+    assert isinstance(embed, HybridEmbed) and embed.proj.kernel_size == (1, 1)
+    x = torch.rand(2, 1, 28, 28)
+    feats = model.backbone(x)
+    assert feats.grid == (7, 7) and feats.tokens.shape == (2, 49, 24)
+    # token (i, j) is a 1x1 projection of the stem's stride-4 feature map at (i, j)
+    stem_map = embed.backbone(model.backbone.prepare(x))  # [2, 16, 7, 7]
+    expected = embed.proj(stem_map).flatten(2).transpose(1, 2)
+    assert torch.allclose(embed(model.backbone.prepare(x)), expected, atol=1e-6)
+    maps = model.attention_maps(x)
+    assert maps["rollout"].shape == (2, 7, 7) and torch.allclose(maps["logits"], model(x), atol=1e-5)
+    # a coarser grid: the stem's x4 then a 2x2 projection kernel (total stride 8)
+    coarse = tiny(img_size=32, patch_size=8, conv_stem=[8, 16]).eval()
+    assert coarse.backbone.grid_for(32, 32) == (4, 4) and coarse.vit.patch_embed.proj.kernel_size == (2, 2)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        tiny(patch_size=6, conv_stem=[8, 16])
+
+
 # ----------------------------------------------------------------------------- pretrained files
 def _timm_source(**kw):
     torch.manual_seed(1)
@@ -340,7 +362,7 @@ def test_flip_erase_mixup_and_eval_identity():
 def test_recipes_build_the_documented_models():
     small = zoo.create_model("vit_fmnist")
     assert small.family == "vit" and 400_000 < sum(p.numel() for p in small.parameters()) < 500_000
-    assert small.backbone.grid_for(28, 28) == (7, 7)
+    assert small.backbone.grid_for(28, 28) == (7, 7) and small.hparams.conv_stem == [32, 64]
     cluttered = zoo.create_model("vit_fmnist_cluttered60").eval()
     assert cluttered(torch.rand(1, 1, 60, 60)).shape == (1, 10)
     assert not any([small.hparams.bf16, small.hparams.compile, small.hparams.channels_last])

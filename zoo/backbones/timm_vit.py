@@ -2,9 +2,13 @@
 object, a captioner's encoder (soft attention over the h x w patch tokens)."""
 from __future__ import annotations
 
+from functools import partial
+
 import torch
+from timm.layers import HybridEmbed
 
 from zoo.backbones.common import Frozen, PatchFeatures, create_timm, freeze, match_channels, register_normalization
+from zoo.backbones.stem import ConvStem
 
 
 class TimmViT(Frozen):
@@ -19,7 +23,13 @@ class TimmViT(Frozen):
     pretrained / pretrained_file: timm hub weights, or a local checkpoint through timm's
     `pretrained_cfg_overlay=dict(file=...)` (position embeddings resampled, patch embedding,
     `in_chans` and the head adapted). normalize: subtract `mean`, divide by `std` (given, or the
-    pretrained weights' own); None means "when pretrained or when mean/std are given"."""
+    pretrained weights' own); None means "when pretrained or when mean/std are given".
+
+    conv_stem: channel widths of 3x3 stride-2 conv -> BatchNorm -> ReLU layers that replace the
+    patchify convolution (Xiao et al. 2021, "Early convolutions help transformers see better"),
+    through timm's `HybridEmbed`. The token grid is unchanged: `patch_size` is still the total
+    stride, so it must be a multiple of 2 ** len(conv_stem); a linear projection of the remaining
+    patch_size / 2 ** len(conv_stem) cells (1x1 when equal) makes the tokens."""
 
     def __init__(self, model_name: str = "vit_tiny_patch16_224", img_size: int | list[int] | None = None,
                  patch_size: int | None = None, in_chans: int = 3, depth: int | None = None,
@@ -29,7 +39,7 @@ class TimmViT(Frozen):
                  pretrained: bool = False, pretrained_file: str | None = None, keep_cls: bool = False,
                  trainable: bool = True, normalize: bool | None = None, mean: list[float] | None = None,
                  std: list[float] | None = None, dynamic_img_size: bool = False,
-                 model_kwargs: dict | None = None):
+                 conv_stem: list[int] | None = None, model_kwargs: dict | None = None):
         super().__init__()
         given = {"img_size": tuple(img_size) if isinstance(img_size, (list, tuple)) else img_size,
                  "patch_size": patch_size, "depth": depth, "embed_dim": embed_dim, "num_heads": num_heads,
@@ -41,6 +51,8 @@ class TimmViT(Frozen):
             kwargs["attn_drop_rate"] = attn_drop_rate
         if dynamic_img_size:
             kwargs["dynamic_img_size"] = True
+        if conv_stem:
+            kwargs.update(self._conv_stem_embed(conv_stem, in_chans, patch_size))
         self.vit = create_timm(model_name, pretrained=pretrained, pretrained_file=pretrained_file,
                                in_chans=in_chans, num_classes=num_classes, drop_rate=drop_rate,
                                **kwargs, **(model_kwargs or {}))
@@ -60,6 +72,17 @@ class TimmViT(Frozen):
         if not trainable:
             freeze(self)
             self.eval()
+
+    @staticmethod
+    def _conv_stem_embed(widths: list[int], in_chans: int, patch_size: int | None) -> dict:
+        """timm kwargs for a conv stem of len(widths) stride-2 layers in place of the patchify conv."""
+        stride = 2 ** len(widths)
+        if patch_size is None or patch_size % stride:
+            raise ValueError(f"conv_stem of {len(widths)} stride-2 layers needs patch_size to be a multiple of "
+                             f"{stride}, got {patch_size}")
+        stem = ConvStem(in_chans, channels=list(widths), strides=[2] * len(widths)).body  # [B, C, H/s, W/s]
+        # timm's patch_size is now the projection's kernel over the stem's feature map.
+        return {"patch_size": patch_size // stride, "embed_layer": partial(HybridEmbed, backbone=stem)}
 
     # ------------------------------------------------------------------ shapes
     def grid_for(self, height: int, width: int) -> tuple[int, int]:

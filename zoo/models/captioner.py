@@ -8,7 +8,8 @@ Per step t, with annotations a [B, L, D] from the encoder (any zoo.backbones bac
     z_t          = beta_t * z^_t
     h_t, c_t     = LSTM([E y_{t-1}, z_t], (h_{t-1}, c_{t-1}))   eq. (1)-(3)
     p(y_t)       ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))      eq. (7), the deep output
-with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh).
+with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh), or zeros when `init_layers: 0`
+(an ablation, not the paper: the image then reaches the decoder only through attention).
 
 Training loss per caption: sum_t -log p(y_t) over real words (pads masked) + the doubly stochastic
 regularisation lambda * sum_i (1 - sum_t alpha_ti)^2 (eq. 14), both averaged over the batch. Hard
@@ -40,7 +41,7 @@ DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "s
 def _mlp(in_dim: int, out_dim: int, layers: int) -> nn.Sequential:
     """`layers` Linear+tanh layers (the authors' f_init uses tanh)."""
     modules: list[nn.Module] = []
-    for i in range(max(1, layers)):
+    for i in range(layers):
         modules += [nn.Linear(in_dim if i == 0 else out_dim, out_dim), nn.Tanh()]
     return nn.Sequential(*modules)
 
@@ -86,7 +87,10 @@ class Captioner(ZooModule):
         except ValueError as exc:
             raise UserError(f"captioner: {exc}") from None
         self.attend = SoftAttention(score_module) if attention == "soft" else HardAttention(score_module)
-        self.init_h, self.init_c = _mlp(D, n, init_layers), _mlp(D, n, init_layers)
+        if init_layers < 0:
+            raise UserError(f"captioner: init_layers must be >= 0, got {init_layers}")
+        # init_layers 0: no f_init, h_0 = c_0 = 0
+        self.init_h, self.init_c = (_mlp(D, n, init_layers), _mlp(D, n, init_layers)) if init_layers else (None, None)
         self.f_beta = nn.Linear(n, 1) if gate else None  # [n, 1]: a scalar gate, not a vector
         self.lstm = nn.LSTMCell(m + D, n)
         self.drop = nn.Dropout(dropout)
@@ -136,6 +140,10 @@ class Captioner(ZooModule):
         return tokens[:, tokens.shape[1] - h * w:], (int(h), int(w))  # drop ViT prefix tokens if kept
 
     def init_state(self, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # annotations [B, L, D] -> h_0, c_0 [B, n]
+        if self.init_h is None:
+            zeros = annotations.new_zeros(annotations.shape[0], self.hparams.hidden_dim)
+            return zeros, zeros
         mean = annotations.mean(dim=1)  # [B, D]
         return self.init_h(mean), self.init_c(mean)
 

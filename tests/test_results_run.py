@@ -1,0 +1,45 @@
+"""scripts/results_run.py's bookkeeping, with train.py and eval.py replaced by fakes that write
+what the real ones write (a best checkpoint; an eval JSON)."""
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("results_run", REPO / "scripts" / "results_run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_checkpoint_left_by_an_earlier_run_is_never_evaluated(tmp_path, monkeypatch):
+    script = _load_script()
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    (tmp_path / "results").mkdir()
+    stale = tmp_path / "runs/results/fam_recipe/seed0/checkpoints"
+    stale.mkdir(parents=True)
+    (stale / "best-epoch=007.ckpt").write_bytes(b"an earlier run's best")  # sorts after this run's
+
+    calls = []
+
+    def fake_run(cmd):
+        calls.append(cmd)
+        if cmd[1] == "train.py":
+            checkpoints = tmp_path / cmd[cmd.index("--trainer.default_root_dir") + 1] / "checkpoints"
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            (checkpoints / "best-epoch=002.ckpt").write_bytes(b"this run's best")
+        else:
+            split = cmd[cmd.index("--split") + 1]
+            Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps(
+                {"metrics": {f"{split}/acc": 0.5}, "config": {"model": {}}}))
+
+    monkeypatch.setattr(script, "run", fake_run)
+    assert script.main(["configs/fam/recipe.yaml", "--seeds", "0", "--", "--trainer.max_epochs", "1"]) == 0
+    evaluated = [c[c.index("--checkpoint") + 1] for c in calls if c[1] == "eval.py"]
+    assert len(evaluated) == 2 and all(p.endswith("best-epoch=002.ckpt") for p in evaluated)
+    record = json.loads((tmp_path / "results/fam_recipe_seed0.json").read_text())
+    assert record["checkpoint"].endswith("best-epoch=002.ckpt") and record["train_args"] == ["--trainer.max_epochs", "1"]
+    summary = json.loads((tmp_path / "results/fam_recipe.json").read_text())
+    assert summary["metrics"]["test/acc"]["per_seed"] == [0.5]
