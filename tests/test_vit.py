@@ -361,8 +361,10 @@ def test_flip_erase_mixup_and_eval_identity():
 # ----------------------------------------------------------------------------- recipes and data
 def test_recipes_build_the_documented_models():
     small = zoo.create_model("vit_fmnist")
-    assert small.family == "vit" and 400_000 < sum(p.numel() for p in small.parameters()) < 500_000
+    assert small.family == "vit" and 500_000 < sum(p.numel() for p in small.parameters()) < 550_000
     assert small.backbone.grid_for(28, 28) == (7, 7) and small.hparams.conv_stem == [32, 64]
+    strides = [m.stride for m in small.vit.patch_embed.backbone if isinstance(m, torch.nn.Conv2d)]
+    assert strides == [(2, 2), (1, 1), (2, 2), (1, 1)]  # two convs per stage, the first strided
     cluttered = zoo.create_model("vit_fmnist_cluttered60").eval()
     assert cluttered(torch.rand(1, 1, 60, 60)).shape == (1, 10)
     assert not any([small.hparams.bf16, small.hparams.compile, small.hparams.channels_last])

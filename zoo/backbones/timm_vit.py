@@ -29,7 +29,8 @@ class TimmViT(Frozen):
     patchify convolution (Xiao et al. 2021, "Early convolutions help transformers see better"),
     through timm's `HybridEmbed`. The token grid is unchanged: `patch_size` is still the total
     stride, so it must be a multiple of 2 ** len(conv_stem); a linear projection of the remaining
-    patch_size / 2 ** len(conv_stem) cells (1x1 when equal) makes the tokens."""
+    patch_size / 2 ** len(conv_stem) cells (1x1 when equal) makes the tokens. conv_stem_blocks > 1
+    adds stride-1 conv layers of the same width after each stride-2 one."""
 
     def __init__(self, model_name: str = "vit_tiny_patch16_224", img_size: int | list[int] | None = None,
                  patch_size: int | None = None, in_chans: int = 3, depth: int | None = None,
@@ -39,7 +40,8 @@ class TimmViT(Frozen):
                  pretrained: bool = False, pretrained_file: str | None = None, keep_cls: bool = False,
                  trainable: bool = True, normalize: bool | None = None, mean: list[float] | None = None,
                  std: list[float] | None = None, dynamic_img_size: bool = False,
-                 conv_stem: list[int] | None = None, model_kwargs: dict | None = None):
+                 conv_stem: list[int] | None = None, conv_stem_blocks: int = 1,
+                 model_kwargs: dict | None = None):
         super().__init__()
         given = {"img_size": tuple(img_size) if isinstance(img_size, (list, tuple)) else img_size,
                  "patch_size": patch_size, "depth": depth, "embed_dim": embed_dim, "num_heads": num_heads,
@@ -52,7 +54,7 @@ class TimmViT(Frozen):
         if dynamic_img_size:
             kwargs["dynamic_img_size"] = True
         if conv_stem:
-            kwargs.update(self._conv_stem_embed(conv_stem, in_chans, patch_size))
+            kwargs.update(self._conv_stem_embed(conv_stem, conv_stem_blocks, in_chans, patch_size))
         self.vit = create_timm(model_name, pretrained=pretrained, pretrained_file=pretrained_file,
                                in_chans=in_chans, num_classes=num_classes, drop_rate=drop_rate,
                                **kwargs, **(model_kwargs or {}))
@@ -74,13 +76,14 @@ class TimmViT(Frozen):
             self.eval()
 
     @staticmethod
-    def _conv_stem_embed(widths: list[int], in_chans: int, patch_size: int | None) -> dict:
+    def _conv_stem_embed(widths: list[int], blocks: int, in_chans: int, patch_size: int | None) -> dict:
         """timm kwargs for a conv stem of len(widths) stride-2 layers in place of the patchify conv."""
         stride = 2 ** len(widths)
         if patch_size is None or patch_size % stride:
             raise ValueError(f"conv_stem of {len(widths)} stride-2 layers needs patch_size to be a multiple of "
                              f"{stride}, got {patch_size}")
-        stem = ConvStem(in_chans, channels=list(widths), strides=[2] * len(widths)).body  # [B, C, H/s, W/s]
+        stem = ConvStem(in_chans, channels=list(widths), strides=[2] * len(widths),
+                        blocks_per_stage=blocks).body  # [B, C, H/s, W/s]
         # timm's patch_size is now the projection's kernel over the stem's feature map.
         return {"patch_size": patch_size // stride, "embed_layer": partial(HybridEmbed, backbone=stem)}
 

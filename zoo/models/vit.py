@@ -50,7 +50,7 @@ class ViTClassifier(ZooModule):
                  num_heads: int | None = 3, mlp_ratio: float | None = 2.0, global_pool: str | None = None,
                  drop_rate: float = 0.0, drop_path_rate: float = 0.1, attn_drop_rate: float = 0.0,
                  mean: list[float] | None = None, std: list[float] | None = None,
-                 conv_stem: list[int] | None = None,
+                 conv_stem: list[int] | None = None, conv_stem_blocks: int = 1,
                  pretrained: bool = False, pretrained_file: str | None = None, model_kwargs: dict | None = None,
                  # optimisation
                  lr: float = 1e-3, weight_decay: float = 0.05, betas: list[float] = (0.9, 0.999),
@@ -69,7 +69,7 @@ class ViTClassifier(ZooModule):
             depth=depth, embed_dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, num_classes=num_classes,
             global_pool=global_pool, drop_rate=drop_rate, drop_path_rate=drop_path_rate,
             attn_drop_rate=attn_drop_rate, pretrained=pretrained, pretrained_file=pretrained_file,
-            mean=mean, std=std, conv_stem=conv_stem, model_kwargs=model_kwargs)
+            mean=mean, std=std, conv_stem=conv_stem, conv_stem_blocks=conv_stem_blocks, model_kwargs=model_kwargs)
         self.augment = BatchAugment(translate, hflip, erase, erase_area)
         self._compiled = None
 
