@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from zoo.hub import sha256_file  # noqa: E402
-from zoo.results import write_json  # noqa: E402
+from zoo.results import git_commit, write_json  # noqa: E402
 
 
 def run(cmd: list[str]) -> None:
@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     name = args.name or f"{config.parent.name}_{config.stem}"
     per_seed = []
     started = time.perf_counter()
+    commit = git_commit()  # the code that trains, not whatever HEAD is when the run ends
     for seed in args.seeds:
         root = f"runs/results/{name}/seed{seed}"
         t0 = time.perf_counter()
@@ -58,9 +59,11 @@ def main(argv=None) -> int:
             run([sys.executable, "train.py", "fit", "--config", str(config), "--seed_everything", str(seed),
                  "--data.init_args.seed", str(seed), "--trainer.default_root_dir", root, *extra])
         train_wall = time.perf_counter() - t0
-        if args.eval_only:  # keep the training time an earlier, interrupted invocation recorded
+        trained_at = commit
+        if args.eval_only:  # keep what an earlier, interrupted invocation recorded of its training
             previous = ROOT / "results" / f"{name}_seed{seed}.json"
-            train_wall = json.loads(previous.read_text()).get("train_wall_time_s") if previous.is_file() else None
+            earlier = json.loads(previous.read_text()) if previous.is_file() else {}
+            train_wall, trained_at = earlier.get("train_wall_time_s"), earlier.get("git_commit", commit)
         best = sorted((ROOT / root / "checkpoints").glob("best-*.ckpt"))
         if not best:
             raise SystemExit(f"no best checkpoint under {root}/checkpoints")
@@ -77,7 +80,8 @@ def main(argv=None) -> int:
         record = {"name": name, "recipe": str(config), "train_args": extra, "seed": seed,
                   "checkpoint": str(best[-1].relative_to(ROOT)), "metrics": metrics,
                   "config": evaluated["config"],
-                  "train_wall_time_s": None if train_wall is None else round(train_wall, 1)}
+                  "train_wall_time_s": None if train_wall is None else round(train_wall, 1),
+                  "git_commit": trained_at}
         write_json(ROOT / "results" / f"{name}_seed{seed}.json", record)
         per_seed.append(record)
     # The summary covers every seed run so far with this recipe and these arguments, so seeds
@@ -96,7 +100,8 @@ def main(argv=None) -> int:
     path = write_json(ROOT / "results" / f"{name}.json", {
         "name": name, "recipe": str(config), "train_args": extra, "seeds": sorted(runs),
         "selection": "best checkpoint on the recipe's validation metric", "metrics": summary,
-        "config": per_seed[-1]["config"], "wall_time_s": round(time.perf_counter() - started, 1)})
+        "config": per_seed[-1]["config"], "wall_time_s": round(time.perf_counter() - started, 1),
+        "git_commit": per_seed[-1].get("git_commit", commit)})
     print(f"wrote {path}")
     for k in keys:
         print(f"{k:32s} {summary[k]['mean']:.4f} ± {summary[k]['std']:.4f}")

@@ -14,7 +14,7 @@ def _load_script():
     return module
 
 
-def test_a_checkpoint_left_by_an_earlier_run_is_never_evaluated(tmp_path, monkeypatch):
+def test_a_stale_checkpoint_is_never_evaluated_and_the_starting_commit_is_recorded(tmp_path, monkeypatch):
     script = _load_script()
     monkeypatch.setattr(script, "ROOT", tmp_path)
     (tmp_path / "results").mkdir()
@@ -36,6 +36,8 @@ def test_a_checkpoint_left_by_an_earlier_run_is_never_evaluated(tmp_path, monkey
                 {"metrics": {f"{split}/acc": 0.5}, "config": {"model": {}}}))
 
     monkeypatch.setattr(script, "run", fake_run)
+    commits = iter(["commit-at-start", "commit-later"])
+    monkeypatch.setattr(script, "git_commit", lambda: next(commits))
     assert script.main(["configs/fam/recipe.yaml", "--seeds", "0", "--", "--trainer.max_epochs", "1"]) == 0
     evaluated = [c[c.index("--checkpoint") + 1] for c in calls if c[1] == "eval.py"]
     assert len(evaluated) == 2 and all(p.endswith("best-epoch=002.ckpt") for p in evaluated)
@@ -43,3 +45,5 @@ def test_a_checkpoint_left_by_an_earlier_run_is_never_evaluated(tmp_path, monkey
     assert record["checkpoint"].endswith("best-epoch=002.ckpt") and record["train_args"] == ["--trainer.max_epochs", "1"]
     summary = json.loads((tmp_path / "results/fam_recipe.json").read_text())
     assert summary["metrics"]["test/acc"]["per_seed"] == [0.5]
+    # provenance names the code the run was started with, not HEAD when it ended
+    assert record["git_commit"] == summary["git_commit"] == "commit-at-start"
