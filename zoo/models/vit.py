@@ -3,6 +3,8 @@
 The trunk is `zoo.backbones.TimmViT`, the same object a captioner uses as its encoder (patch
 tokens); here timm's own pooling and head turn its features into logits. Any timm ViT variant is
 accepted by name, with `img_size`, `patch_size`, `in_chans`, `depth`, `embed_dim` overriding it.
+`conv_stem` swaps the patchify convolution for a small conv stem (Xiao et al. 2021) with the same
+token grid, through timm's `HybridEmbed`; the Fashion-MNIST recipe uses it.
 
 Training for small data: AdamW (no weight decay on biases, norms, position embeddings and the cls
 token), linear warm-up then cosine decay per step, label smoothing, stochastic depth, and batch
