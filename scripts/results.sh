@@ -38,4 +38,10 @@ run configs/vit/fmnist_cluttered60.yaml     --seeds 0
 SAT_BUDGET=(-- --trainer.max_epochs 4 --data.init_args.num_train 8000 --data.init_args.batch_size 64 --model.init_args.lr 0.003)
 run configs/sat/soft_scenes.yaml --seeds 0 1 2 "${SAT_BUDGET[@]}"
 run configs/sat/hard_scenes.yaml --seeds 0 1 2 "${SAT_BUDGET[@]}"
-run configs/sat/soft_scenes_rf15.yaml --seeds 0 "${SAT_BUDGET[@]}"   # a more local encoder
+run configs/sat/soft_scenes_rf15.yaml --seeds 0 1 "${SAT_BUDGET[@]}"   # a more local encoder
+run configs/sat/hard_scenes_rf15.yaml --seeds 0 1 "${SAT_BUDGET[@]}"
+# ablations of the 15 px models: weak doubly stochastic regularisation; no image in h_0, c_0
+for kind in soft hard; do
+  run configs/sat/${kind}_scenes_rf15.yaml --seeds 0 --name sat_${kind}_scenes_rf15_ac001 "${SAT_BUDGET[@]}" --model.init_args.alpha_c 0.01
+  run configs/sat/${kind}_scenes_rf15.yaml --seeds 0 --name sat_${kind}_scenes_rf15_init0 "${SAT_BUDGET[@]}" --model.init_args.init_layers 0
+done
