@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from zoo.attention.scores import SCORES, build_score
+from zoo.attention.scores import SCORES, build_score, tanh_via_sigmoid
 from zoo.attention.soft import SoftAttention, masked_softmax
 
 B, L, DK, DQ, A = 3, 5, 6, 4, 7
@@ -40,6 +40,31 @@ def test_score_matches_formula(name, query_dim):
     assert fast.shape == (B, L)
     torch.testing.assert_close(fast, slow_score(name, module, keys, query), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(module.score(keys, query), fast)
+
+
+def test_tanh_via_sigmoid_is_tanh_with_and_without_autograd():
+    x = torch.cat([torch.linspace(-30, 30, 2001), torch.tensor([0.0, 1e-8, -1e-8, 88.0, -88.0])])
+    with torch.no_grad():
+        torch.testing.assert_close(tanh_via_sigmoid(x.clone()), torch.tanh(x), rtol=0, atol=3e-7)
+    leaf = x.clone().requires_grad_(True)
+    y = tanh_via_sigmoid(leaf)
+    torch.testing.assert_close(y, torch.tanh(x), rtol=0, atol=3e-7)
+    y.sum().backward()
+    torch.testing.assert_close(leaf.grad, 1 - torch.tanh(x) ** 2, rtol=0, atol=1e-6)
+
+
+def test_additive_score_under_no_grad_matches_formula_and_keeps_the_projected_keys():
+    # Decoding runs without autograd, where the tanh works in place on its temporary: the
+    # per-image projected keys, reused at every step, must come out untouched.
+    torch.manual_seed(1)
+    module = build_score("additive", DK, DQ, attention_dim=A)
+    keys, query = torch.randn(B, L, DK), torch.randn(B, DQ)
+    with torch.no_grad():
+        projected = module.project_keys(keys)
+        before = projected.clone()
+        scores = module(projected, query)
+        torch.testing.assert_close(scores, slow_score("additive", module, keys, query), rtol=1e-5, atol=1e-5)
+    assert torch.equal(projected, before)
 
 
 def test_unknown_score_and_missing_attention_dim():

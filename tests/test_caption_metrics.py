@@ -135,7 +135,12 @@ def test_localization_hand_made():
     assert attention_localization([wrong], (2, 2), boxes, box_words, words, 64) == 0.0
     half = one_hot([0, 0, 0, 0, 0, 0, 0, 1])  # shirt right, bag at an empty corner
     stats = localization_stats([half], (2, 2), boxes, box_words, words, (64, 64))
-    assert stats == {"localization": 0.5, "hits": 1, "scored": 2, "absent": 0}
+    assert stats == {"localization": 0.5, "hits": 1, "scored": 2, "absent": 0,
+                     "localization_previous_word": 0.5, "previous_hits": 1, "previous_scored": 2}
+    # looking at each item one word early ("red" -> shirt, "blue" -> bag) and elsewhere after
+    early = one_hot([1, 0, 1, 1, 1, 1, 3, 0])
+    stats = localization_stats([early], (2, 2), boxes, box_words, words, 64)
+    assert stats["localization"] == 0.0 and stats["localization_previous_word"] == 1.0
     # extra rows (the <end> step) are ignored; [T, h, w] maps and numpy work too
     extra = torch.cat([right, one_hot([2])]).reshape(-1, 2, 2).numpy()
     assert attention_localization([extra], [(2, 2)], boxes, box_words, words, 64) == 1.0
@@ -159,7 +164,8 @@ def test_localization_repeated_and_absent_items():
     alphas = [one_hot([0, 3, 2, 1])]  # shirt at top-left, shirt at bottom-right, bag at bottom-left (miss)
     stats = localization_stats(alphas, (2, 2), boxes, box_words, words, 64, item_words={"shirt", "bag", "coat"})
     # "coat" is not in the image: no box to look at, counted apart
-    assert stats == {"localization": 2 / 3, "hits": 2, "scored": 3, "absent": 1}
+    assert stats == {"localization": 2 / 3, "hits": 2, "scored": 3, "absent": 1,
+                     "localization_previous_word": 0.5, "previous_hits": 1, "previous_scored": 2}
     # by default the item words are those naming some box in the set: "coat" is then just a word
     assert localization_stats(alphas, (2, 2), boxes, box_words, words, 64)["absent"] == 0
     # several images pool their words; no item word at all gives nan

@@ -217,6 +217,24 @@ def test_caption_output_format_and_batching(attention):
     assert model.training  # caption() restores the mode it found
 
 
+@pytest.mark.parametrize("attention", ["soft", "hard"])
+def test_batched_captions_equal_the_obvious_reference_search(attention):
+    # benchmarks/beam.py times caption() against this reference through decoder(); both must agree.
+    from test_decoding import reference_beam
+    from types import SimpleNamespace
+
+    model = tiny(attention).eval()
+    images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    step_fn, state, static, grid = model.decoder(images)
+    assert grid == (4, 4) and state[0].shape == (4, TINY["hidden_dim"])
+    adapter = SimpleNamespace(init=lambda: (state, static), step=step_fn)
+    results = model.caption(images, beam_size=3, max_len=6)
+    for b, r in enumerate(results):
+        tokens, score, finished, extras = reference_beam(adapter, b, 3, 6, model.hparams.length_penalty)
+        assert r["words"] == [model.itos[i] for i in tokens]
+        assert r["finished"] == finished and r["score"] == pytest.approx(score, abs=1e-4)
+
+
 def test_model_without_vocabulary_refuses_to_caption():
     model = Captioner(vocab=None, **TINY)
     with pytest.raises(UserError, match="vocabulary"):

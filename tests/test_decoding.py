@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from zoo.decoding import beam_search, greedy_decode
+from zoo.decoding.search import tree_map
 
 V, START, END = 9, 1, 2
 
@@ -33,11 +34,12 @@ class ToyModel:
         return torch.log_softmax(logits, -1), (h, count + 1), extras
 
 
-def reference_beam(model, b, k, max_len, length_penalty):
-    """One image, one hypothesis per step_fn call, Python lists: the obvious beam search."""
+def reference_beam(model, b, k, max_len, length_penalty, start=START, end=END):
+    """One image, one hypothesis per step_fn call, Python lists: the obvious beam search.
+    model: .init() -> (state, static), trees of [B, ...]; .step(tokens, state, static) -> (log_probs
+    [N, V], state, extras). benchmarks/beam.py times it against the batched search."""
     state, static = model.init()
-    state = tuple(s[b:b + 1] for s in state)
-    static = {n: v[b:b + 1] for n, v in static.items()}
+    state, static = tree_map(lambda x: x[b:b + 1], state), tree_map(lambda x: x[b:b + 1], static)
     beams = [dict(score=torch.tensor(0.0), tokens=[], finished=False, state=state, extras=[])]
     for _ in range(max_len):
         if all(beam["finished"] for beam in beams):
@@ -47,11 +49,11 @@ def reference_beam(model, b, k, max_len, length_penalty):
             if beam["finished"]:
                 candidates.append(beam)
                 continue
-            last = beam["tokens"][-1] if beam["tokens"] else START
+            last = beam["tokens"][-1] if beam["tokens"] else start
             logp, new_state, extras = model.step(torch.tensor([last]), beam["state"], static)
-            for v in range(V):
+            for v in range(logp.shape[-1]):
                 candidates.append(dict(score=beam["score"] + logp[0, v], tokens=beam["tokens"] + [v],
-                                       finished=v == END, state=new_state,
+                                       finished=v == end, state=new_state,
                                        extras=beam["extras"] + [extras]))
         candidates.sort(key=lambda c: -float(c["score"]))
         beams = candidates[:k]

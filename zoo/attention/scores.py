@@ -65,6 +65,19 @@ class GeneralScore(AttentionScore):
         return torch.bmm(projected, query.unsqueeze(-1)).squeeze(-1)
 
 
+def tanh_via_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """tanh(x) = 2 sigmoid(2x) - 1, the same function (within 2e-7 absolute in fp32).
+
+    On CPU torch's tanh is several times slower than its sigmoid (7.3 against 1.6 ms on a
+    [320, 64, 128] tensor, 2 threads, AVX2), and the additive score's tanh over [rows, L, A] is most
+    of a beam-search step. Without autograd the temporary `x` is overwritten in place."""
+    if not x.is_cpu:
+        return torch.tanh(x)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return torch.sigmoid(2 * x) * 2 - 1
+    return torch.sigmoid_(x.mul_(2)).mul_(2).sub_(1)
+
+
 class AdditiveScore(AttentionScore):
     """The paper's f_att (eq. 4): a one-hidden-layer MLP with tanh over [a_i, h_{t-1}]."""
 
@@ -78,7 +91,7 @@ class AdditiveScore(AttentionScore):
         return self.key_proj(keys)  # [B, L, A]
 
     def forward(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-        hidden = torch.tanh(projected + self.query_proj(query).unsqueeze(1))  # [B, L, A]
+        hidden = tanh_via_sigmoid(projected + self.query_proj(query).unsqueeze(1))  # [B, L, A]
         return self.out(hidden).squeeze(-1)
 
 

@@ -14,6 +14,11 @@ How words map to boxes:
 - an item word whose item is not in the image (a hallucinated "bag") has no box to look at:
   it is left out of the fraction and counted in `absent` by `localization_stats`.
 
+A diagnostic rides along: `localization_previous_word`, the same test applied to the attention map
+of the step BEFORE each scored item word (the map the decoder used to emit "red" in "a red
+shirt"). A decoder can look at an item while it names the colour, carry what it saw in its LSTM
+state, and name the item without looking again; this tells that apart from not looking at all.
+
 Box convention: x0, y0, x1, y1 in pixels of the image the model saw, x1/y1 exclusive, so a
 box covers the continuous square [x0, x1) x [y0, y1); grid cell (r, c) of an h x w grid over an
 H x W image has its centre at ((c + 0.5) W / w, (r + 0.5) H / h).
@@ -41,7 +46,9 @@ def _pair(x) -> tuple[int, int]:
 
 def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequence[Sequence[str]],
                        words: Sequence[Sequence[str]], image_size, item_words: Iterable[str] | None = None) -> dict:
-    """Per-split counts: {"localization": hits / scored (nan if none), "hits", "scored", "absent"}.
+    """Per-split counts: {"localization": hits / scored (nan if none), "hits", "scored", "absent",
+    "localization_previous_word": previous_hits / previous_scored (nan if none), "previous_hits",
+    "previous_scored"} (the previous-word counts cover scored item words that are not the first word).
 
     alphas:    per image, array-like [T_i, h*w] (or [T_i, h, w]); row t is the attention used to
                emit words[i][t] (rows beyond len(words[i]), e.g. the <end> step, are ignored).
@@ -58,7 +65,7 @@ def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequ
         and not isinstance(grids[0], (int, np.integer))
     H, W = _pair(image_size)
     vocab = set(item_words) if item_words is not None else {w for ws in box_words for w in ws}
-    hits = scored = absent = 0
+    hits = scored = absent = previous_hits = previous_scored = 0
     for i in range(n):  # per image: a few words each, once per evaluation
         h, w = _pair(grids[i] if per_image_grid else grids)
         alpha = _as_numpy(alphas[i]).reshape(-1, h * w) if len(words[i]) else np.zeros((0, h * w))
@@ -80,8 +87,13 @@ def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequ
                 continue
             scored += 1
             hits += bool(inside[t, match].any())
+            if t > 0:
+                previous_scored += 1
+                previous_hits += bool(inside[t - 1, match].any())
     return {"localization": hits / scored if scored else math.nan, "hits": hits, "scored": scored,
-            "absent": absent}
+            "absent": absent,
+            "localization_previous_word": previous_hits / previous_scored if previous_scored else math.nan,
+            "previous_hits": previous_hits, "previous_scored": previous_scored}
 
 
 def attention_localization(alphas: Sequence, grids, boxes: Sequence, box_words: Sequence[Sequence[str]],

@@ -293,12 +293,35 @@ class Captioner(ZooModule):
             stats = localization_stats(store["alphas"], store["grids"], store["boxes"], store["box_words"],
                                        store["words"], store["image_sizes"][0])
             metrics["localization"] = stats["localization"]
+            metrics["localization_previous_word"] = stats["localization_previous_word"]  # a diagnostic
         self.last_eval = {"stage": stage, "metrics": metrics, "predictions": predictions,
                           "notes": scores.get("notes", {})}
         for name, value in metrics.items():
             self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr", "localization"))
 
     # ------------------------------------------------------------------ captioning
+    @torch.no_grad()
+    def decoder(self, images: torch.Tensor):
+        """What `zoo.decoding` needs to caption images [B, 3, H, W]: (step_fn, state, static, grid).
+        step_fn(tokens [N], (h, c), (projected, annotations)) -> (log_probs [N, V], (h, c),
+        extras {alpha [N, L], beta [N] (, location [N])}); state (h_0, c_0) [B, n]; static (projected
+        [B, L, P], annotations [B, L, D]), computed once per image; grid (h, w) with L = h * w.
+        Put the model in eval mode first (`caption` does)."""
+        annotations, grid = self.encode(images.to(self.device, torch.float32))
+        projected = self.attend.score.project_keys(annotations)
+        mode = "soft" if self.hparams.attention == "soft" else self.hparams.hard_test_mode
+        never = torch.tensor([PAD_ID, START_ID], device=annotations.device)
+
+        def step_fn(tokens, state, static):
+            out = self.step(tokens, state[0], state[1], static[0], static[1], mode)
+            logits = out["logits"].index_fill(-1, never, float("-inf"))  # never emit <pad>/<start>
+            extras = {"alpha": out["alpha"], "beta": out["beta"]}
+            if "location" in out:
+                extras["location"] = out["location"]
+            return torch.log_softmax(logits.float(), dim=-1), (out["h"], out["c"]), extras
+
+        return step_fn, self.init_state(annotations), (projected, annotations), grid
+
     @torch.no_grad()
     def caption(self, images: torch.Tensor, beam_size: int = 1, max_len: int | None = None,
                 length_penalty: float | None = None) -> list[dict[str, Any]]:
@@ -315,20 +338,7 @@ class Captioner(ZooModule):
         was_training = self.training
         self.eval()
         try:
-            annotations, grid = self.encode(images.to(self.device, torch.float32))
-            projected = self.attend.score.project_keys(annotations)
-            mode = "soft" if self.hparams.attention == "soft" else self.hparams.hard_test_mode
-            never = torch.tensor([PAD_ID, START_ID], device=annotations.device)
-
-            def step_fn(tokens, state, static):
-                out = self.step(tokens, state[0], state[1], static[0], static[1], mode)
-                logits = out["logits"].index_fill(-1, never, float("-inf"))  # never emit <pad>/<start>
-                extras = {"alpha": out["alpha"], "beta": out["beta"]}
-                if "location" in out:
-                    extras["location"] = out["location"]
-                return torch.log_softmax(logits.float(), dim=-1), (out["h"], out["c"]), extras
-
-            state, static = self.init_state(annotations), (projected, annotations)
+            step_fn, state, static, grid = self.decoder(images)
             max_len = int(max_len or self.hparams.decode_max_len)
             if beam_size <= 1:
                 decoded = greedy_decode(step_fn, state, static, images.shape[0], START_ID, END_ID, max_len)
