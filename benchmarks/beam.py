@@ -8,11 +8,12 @@ with random weights) captions B images three ways, which must return identical c
 - per image: the same vectorised search once per image (k rows per step, what public ports do);
 - reference: the obvious per-image beam search that tests/test_decoding.py checks the batched one
   against (one decoder call per hypothesis and step, candidates in Python lists).
-The issue's speed-up is batched against the reference; batched against per image is also reported,
-because it isolates what batching over images alone buys. Random weights give degenerate (often empty) captions while the beams still run to
-max_len, so quote figures measured with trained weights (`--checkpoint` or released weights).
-On CPU the per-row compute (the additive attention's tanh over L x A per row and step, the LSTM)
-is the same in both, so the ratio there is bounded by the per-call overhead it removes.
+The issue's speed-up is batched against the reference; batched against per image is also
+reported, because it isolates what batching over images alone buys. Random weights give
+degenerate (often empty) captions while the beams still run to max_len, so quote figures measured
+with trained weights (`--checkpoint` or released weights). On CPU the per-row compute (the
+additive attention's tanh over L x A per row and step, the LSTM) is the same in all three, so the
+ratios there are bounded by the per-call overhead that batching removes.
 Training: images/s of full optimisation steps (teacher-forced forward, backward, Adam) for soft
 and hard attention. Prints a table and writes results/bench_beam.json.
 """
