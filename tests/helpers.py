@@ -6,6 +6,7 @@
   logger one figure per validation (the first image, enlarged).
 - OtherModel: a different zoo model class, for wrong-model checkpoint tests.
 - read_wandb_records: parse a W&B offline run file (.wandb) into protobuf records.
+- trainable_through_softmax: an attention score's parameters that a loss through the softmax can train.
 """
 from __future__ import annotations
 
@@ -100,3 +101,13 @@ def read_wandb_records(path: str | os.PathLike) -> list:
         record.ParseFromString(payload)
         records.append(record)
     return records
+
+
+SHIFT_INVARIANT = {"out.bias"}  # the additive score's output bias: it shifts every score alike
+
+
+def trainable_through_softmax(score) -> list:
+    """The score's parameters whose gradient through a softmax over locations can be non-zero.
+    A bias added to every score equally (the additive score's `out.bias`) is ignored by the
+    softmax, so its gradient is zero up to rounding and a test must not expect otherwise."""
+    return [p for name, p in score.named_parameters() if name not in SHIFT_INVARIANT]
