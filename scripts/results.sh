@@ -46,3 +46,11 @@ for kind in soft hard; do
   run configs/sat/${kind}_scenes_rf15.yaml --seeds 0 --name sat_${kind}_scenes_rf15_ac001 "${SAT_BUDGET[@]}" --model.init_args.alpha_c 0.01
   run configs/sat/${kind}_scenes_rf15.yaml --seeds 0 --name sat_${kind}_scenes_rf15_init0 "${SAT_BUDGET[@]}" --model.init_args.init_layers 0
 done
+run configs/sat/soft_scenes_rf15.yaml --seeds 0 1 --name sat_soft_scenes_rf15_init0_ac0_drop05 "${SAT_BUDGET[@]}" \
+  --model.init_args.init_layers 0 --model.init_args.alpha_c 0.0 --model.init_args.dropout 0.5
+# where the seed-0 models look, by kind of word (the README's per-word table)
+for name in sat_soft_scenes sat_hard_scenes sat_soft_scenes_rf15 sat_hard_scenes_rf15 \
+            sat_soft_scenes_rf15_init0 sat_soft_scenes_rf15_ac001; do
+  $PY scripts/sat_word_attention.py --checkpoint runs/results/$name/seed0/checkpoints/best-*.ckpt \
+    --num-test 300 --out results/sat_word_attention_$name.json
+done
