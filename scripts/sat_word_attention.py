@@ -22,12 +22,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zoo.data.scenes import COLOUR_NAMES, HEAD_WORDS, FashionScenesDataModule  # noqa: E402
 from zoo.errors import UserError  # noqa: E402
+from zoo.metrics.localization import cells_in_boxes  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 KINDS = ("colour", "item")
@@ -49,14 +49,10 @@ def analyse(model, dm, beam_size: int) -> tuple[dict, int]:
     for batch in dm.test_dataloader():
         for result, boxes, box_words in zip(model.caption(batch["images"], beam_size=beam_size),
                                             batch["boxes"], batch["box_words"]):
-            boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
             alpha = result["alpha"].numpy()  # [T, h, w]
             _, h, w = alpha.shape
             cells = h * w
-            H, W = batch["images"].shape[-2:]
-            ys, xs = np.meshgrid((np.arange(h) + 0.5) * H / h, (np.arange(w) + 0.5) * W / w, indexing="ij")
-            in_box = (boxes[:, None, None, 0] <= xs) & (xs < boxes[:, None, None, 2]) & \
-                     (boxes[:, None, None, 1] <= ys) & (ys < boxes[:, None, None, 3])  # [n, h, w]
+            in_box = cells_in_boxes(boxes, (h, w), tuple(batch["images"].shape[-2:]))  # [n, h, w]
             words = result["words"]
             for t, word in enumerate(words):
                 kind = "item" if word in HEAD_WORDS else "colour" if word in COLOUR_NAMES else None

@@ -44,6 +44,17 @@ def _pair(x) -> tuple[int, int]:
     return int(h), int(w)
 
 
+def cells_in_boxes(boxes, grid, image_size) -> np.ndarray:
+    """Which grid cells have their centre inside each box (the convention above).
+    boxes [n, 4] (x0, y0, x1, y1) pixels, grid (h, w), image_size H or (H, W) -> bool [n, h, w]."""
+    boxes = _as_numpy(boxes).reshape(-1, 4)
+    h, w = _pair(grid)
+    H, W = _pair(image_size)
+    ys, xs = np.meshgrid((np.arange(h) + 0.5) * H / h, (np.arange(w) + 0.5) * W / w, indexing="ij")  # [h, w]
+    return ((boxes[:, 0, None, None] <= xs) & (xs < boxes[:, 2, None, None]) &
+            (boxes[:, 1, None, None] <= ys) & (ys < boxes[:, 3, None, None]))
+
+
 def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequence[Sequence[str]],
                        words: Sequence[Sequence[str]], image_size, item_words: Iterable[str] | None = None) -> dict:
     """Per-split counts: {"localization": hits / scored (nan if none), "hits", "scored", "absent",
@@ -71,13 +82,9 @@ def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequ
         alpha = _as_numpy(alphas[i]).reshape(-1, h * w) if len(words[i]) else np.zeros((0, h * w))
         if alpha.shape[0] < len(words[i]):
             raise ValueError(f"image {i}: {alpha.shape[0]} attention maps for {len(words[i])} words")
-        img_boxes = _as_numpy(boxes[i]).reshape(-1, 4)
         labels = list(box_words[i])
         peak = alpha[:len(words[i])].argmax(1)  # [T]
-        px = (peak % w + 0.5) * W / w
-        py = (peak // w + 0.5) * H / h
-        inside = ((img_boxes[None, :, 0] <= px[:, None]) & (px[:, None] < img_boxes[None, :, 2]) &
-                  (img_boxes[None, :, 1] <= py[:, None]) & (py[:, None] < img_boxes[None, :, 3]))  # [T, n]
+        inside = cells_in_boxes(boxes[i], (h, w), (H, W)).reshape(-1, h * w)[:, peak].T  # [T, n]
         for t, word in enumerate(words[i]):
             if word not in vocab:
                 continue
