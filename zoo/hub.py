@@ -21,6 +21,30 @@ import torch
 from zoo.errors import UserError
 
 CONFIG_KEY = "zoo_config"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def weights_dir() -> Path:
+    """Where released weights and their MANIFEST.json live ($ZOO_WEIGHTS_DIR overrides)."""
+    return Path(os.environ.get("ZOO_WEIGHTS_DIR", REPO_ROOT / "weights"))
+
+
+def manifest() -> dict:
+    """The release manifest: {name: {file, sha256, url?, config, metadata}} ({} when absent)."""
+    path = weights_dir() / "MANIFEST.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def fetch_release(name: str) -> Path:
+    """The verified local file of the released weights `name`: the copy in weights_dir() when
+    present, else its manifest URL downloaded into the cache; sha256-checked either way."""
+    record = manifest().get(name)
+    if record is None:
+        available = ", ".join(sorted(manifest())) or "none"
+        raise UserError(f"no released weights named '{name}' (released: {available})")
+    local = weights_dir() / record["file"]
+    location = local if local.is_file() or not record.get("url") else record["url"]
+    return fetch(location, record.get("sha256"))
 
 
 def cache_dir() -> Path:

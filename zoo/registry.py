@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import importlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +33,7 @@ def config_dir() -> Path:
     return Path(os.environ.get("ZOO_CONFIG_DIR", REPO_ROOT / "configs"))
 
 
-def weights_dir() -> Path:
-    return Path(os.environ.get("ZOO_WEIGHTS_DIR", REPO_ROOT / "weights"))
+weights_dir = hub.weights_dir
 
 
 @dataclass
@@ -46,11 +44,6 @@ class Entry:
     data: dict | None = None  # {"class_path", "init_args"} of the recipe's datamodule
     weights: dict | None = None  # the manifest record, when weights are released
     metadata: dict = field(default_factory=dict)
-
-
-def _manifest() -> dict:
-    path = weights_dir() / "MANIFEST.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _entries() -> dict[str, Entry]:
@@ -69,7 +62,7 @@ def _entries() -> dict[str, Entry]:
         entries[name] = Entry(name, path, model, recipe.get("data"),
                               metadata={"family": family,
                                         "recipe": f"python train.py fit --config configs/{family}/{path.name}"})
-    for name, record in _manifest().items():
+    for name, record in hub.manifest().items():
         entry = entries.get(name) or Entry(name, None, record["config"], record["config"].get("data"))
         entry.weights = record
         entry.metadata = {**entry.metadata, **record.get("metadata", {}), "sha256": record.get("sha256")}
@@ -165,9 +158,7 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
             raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
         record = entry.weights
         model = build({**record["config"], "data": record["config"].get("data") or entry.data}, **overrides)
-        local = weights_dir() / record["file"]
-        location = local if local.is_file() or not record.get("url") else record["url"]
-        return load_into(model, location, record.get("sha256"))
+        return load_into(model, hub.fetch_release(name))
     model = build({**entry.model, "data": entry.data}, **overrides)
     if checkpoint is not None:
         load_into(model, checkpoint)
