@@ -23,7 +23,7 @@ import sys
 import yaml
 from zoo.registry import instantiate
 recipe = yaml.safe_load(open("configs/sat/soft_scenes.yaml"))
-dm = instantiate(recipe["data"])
+dm = instantiate(recipe["data"], "data")
 for path in dm.export_pngs("test", sys.argv[1], 8):
     print(" ", path)
 PYEOF

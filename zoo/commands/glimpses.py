@@ -8,9 +8,9 @@ RAM's locations are tied to its image size, so images must have exactly the mode
 colour image is refused by a grayscale model (a grey image stored as RGB is accepted)."""
 from __future__ import annotations
 
-from pathlib import Path
 
-from zoo.commands.common import add_model_arguments, exit_code, print_records, report_bad_files, resolve_model
+from zoo.commands.common import (add_model_arguments, exit_code, print_records, report_bad_files, resolve_model,
+                                 unique_names)
 from zoo.errors import UserError
 
 
@@ -55,28 +55,19 @@ def load_for_model(paths: list[str], in_chans: int, size: tuple[int, int]):
 def run(args) -> int:
     import torch
 
-    from zoo.io import atomic_save_image
+    from zoo.io import atomic_save_image, check_writable
     from zoo.viz.glimpses import draw_glimpses
 
+    out_dir = check_writable(args.out, "--out", directory=True)
     model = resolve_model(args, "ram", "a RAM model (zoo glimpses draws RAM glimpse trajectories)")
     batch, good, errors = load_for_model(args.images, model.hparams.in_chans, model.image_hw)
     report_bad_files(errors, "glimpses")
     if batch is None:
         return exit_code(0, errors)
-    out_dir = Path(args.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
     with torch.inference_mode():
         traj = model.glimpse_trajectory(batch, policy=args.policy)
-    records, used = [], set()
-    for i, path in enumerate(good):
-        stem = Path(path).stem
-        name = f"{stem}_glimpses.png"
-        n = 1
-        while name in used:  # same stem from different folders
-            n += 1
-            name = f"{stem}_{n}_glimpses.png"
-        used.add(name)
+    records = []
+    for i, (path, name) in enumerate(zip(good, unique_names(good, "_glimpses.png"))):
         pred = int(traj["predictions"][i])
         confidence = float(traj["probs"][i, pred])
         figure = draw_glimpses(batch[i], traj["boxes"][i], model.class_name(pred), confidence=confidence)
