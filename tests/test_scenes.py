@@ -295,11 +295,11 @@ def test_real_fashion_mnist_scenes(tmp_path):
 def test_export_pngs_round_trip(tmp_path):
     import json
 
-    from zoo.io import load_images
+    from zoo.preprocess import Preprocessing, load_batch
 
     dm = make_dm(tmp_path / "cache")
     paths = dm.export_pngs("test", tmp_path / "pngs", 3)
-    images, good, errors = load_images(paths, channels=3)
+    images, good, errors = load_batch(paths, Preprocessing(3, (dm.image_size, dm.image_size)))
     assert not errors and len(good) == 3
     test = dm.build_split("test")
     assert torch.equal(images, torch.from_numpy(test.images[:3]).float() / 255)

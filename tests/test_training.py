@@ -108,7 +108,7 @@ def test_wandb_offline_run_has_config_and_metrics(trained_run):
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     assert run.project == "attention-zoo"
     config_keys = {item.key for r in records if r.WhichOneof("record_type") == "config" for item in r.config.update}
-    assert {"arch", "lr", "variant", "batch_size"} <= config_keys  # model + data hyperparameters
+    assert {"arch", "lr", "data.variant", "data.batch_size"} <= config_keys  # model + data hyperparameters
     history: dict[str, list[float]] = {}
     for r in records:
         if r.WhichOneof("record_type") == "history":

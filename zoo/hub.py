@@ -35,6 +35,7 @@ import torch
 from zoo.errors import UserError
 
 CONFIG_KEY = "zoo_config"
+META_KEY = "zoo_meta"  # a release's preprocessing, class names or vocabulary, metrics, recipe
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TIMEOUT_S = 30.0
 # torch.hub's convention: the file name ends in "-<first hex digits of its sha256>"
@@ -42,8 +43,13 @@ HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})(?:\.[A-Za-z0-9]+)+$")
 
 
 def weights_dir() -> Path:
-    """Where released weights and their MANIFEST.json live ($ZOO_WEIGHTS_DIR overrides)."""
-    return Path(os.environ.get("ZOO_WEIGHTS_DIR", REPO_ROOT / "weights"))
+    """Where the release manifest (and, in a clone, the released files) live: $ZOO_WEIGHTS_DIR,
+    else the manifest installed with the package (zoo/releases; the files then come by URL), else
+    the clone's weights/."""
+    if os.environ.get("ZOO_WEIGHTS_DIR"):
+        return Path(os.environ["ZOO_WEIGHTS_DIR"])
+    installed = Path(__file__).resolve().parent / "releases"
+    return installed if installed.is_dir() else REPO_ROOT / "weights"
 
 
 def manifest() -> dict:
@@ -52,13 +58,18 @@ def manifest() -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def release_url(record: dict) -> str | None:
-    """Where a release can be downloaded: `$ZOO_WEIGHTS_URL/<file>` when that mirror is set,
-    else the manifest's own URL."""
+# Where released weight files are published: the assets of this repository's GitHub release for
+# the weights. $ZOO_WEIGHTS_URL points at a mirror instead (any folder served over http(s) or file://).
+DEFAULT_WEIGHTS_URL = "https://github.com/attention-zoo/attention-zoo/releases/download/weights-v1"
+
+
+def release_url(record: dict) -> str:
+    """Where a release can be downloaded: `$ZOO_WEIGHTS_URL/<file>` when that mirror is set, else
+    the manifest's own URL, else the default host. The sha256 pin is the manifest's either way."""
     base = os.environ.get("ZOO_WEIGHTS_URL")
     if base:
         return f"{base.rstrip('/')}/{record['file']}"
-    return record.get("url")
+    return record.get("url") or f"{DEFAULT_WEIGHTS_URL}/{record['file']}"
 
 
 def fetch_release(name: str) -> Path:
@@ -69,9 +80,7 @@ def fetch_release(name: str) -> Path:
         available = ", ".join(sorted(manifest())) or "none"
         raise UserError(f"no released weights named '{name}' (released: {available})")
     local = weights_dir() / record["file"]
-    url = release_url(record)
-    location = local if local.is_file() or not url else url
-    return fetch(location, record.get("sha256"))
+    return fetch(local if local.is_file() else release_url(record), record.get("sha256"))
 
 
 def cache_dir() -> Path:
@@ -292,8 +301,8 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
     return state, config if isinstance(config, dict) or config is None else {"class_path": config}
 
 
-def save_release(model: torch.nn.Module, config: dict, path: str | os.PathLike) -> str:
-    """Write `model`'s weights and config as safetensors (atomically); return the file's sha256."""
+def save_release(model: torch.nn.Module, config: dict, path: str | os.PathLike, meta: dict | None = None) -> str:
+    """Write `model`'s weights, config and `meta` as safetensors (atomically); return the file's sha256."""
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -301,7 +310,10 @@ def save_release(model: torch.nn.Module, config: dict, path: str | os.PathLike) 
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        save_file(state, str(tmp), metadata={CONFIG_KEY: json.dumps(config, sort_keys=True)})
+        metadata = {CONFIG_KEY: json.dumps(config, sort_keys=True)}
+        if meta:
+            metadata[META_KEY] = json.dumps(meta, sort_keys=True)
+        save_file(state, str(tmp), metadata=metadata)
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -76,27 +76,6 @@ def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> to
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
-def load_images(paths, channels: int, size: tuple[int, int] | None = None, strict_size: bool = False):
-    """Load many images; returns (tensor [N, C, H, W] of the good ones, good_paths, errors).
-
-    errors is a list of one-line messages for the bad files, so that a partly bad batch still
-    processes the good images. With strict_size, an image whose size differs from `size` is an
-    error (models that cannot rescale, e.g. RAM's coordinates); otherwise it is resized."""
-    tensors, good, errors = [], [], []
-    for p in paths:
-        try:
-            img = load_image(p, channels)
-            if strict_size and size is not None and (img.height, img.width) != tuple(size):
-                raise UserError(f"{p}: image is {img.width}x{img.height}, the model expects "
-                                f"{size[1]}x{size[0]}")
-            tensors.append(image_to_tensor(img, size))
-            good.append(str(p))
-        except UserError as exc:
-            errors.append(str(exc))
-    batch = torch.stack(tensors) if tensors else torch.empty(0, channels, *(size or (0, 0)))
-    return batch, good, errors
-
-
 def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) -> Path:
     """Fail early, before any work, when an output path cannot be written: `path` is the file (or,
     with `directory`, the folder) a command will write, named `flag` in the message. Missing parent

@@ -30,7 +30,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def config_dir() -> Path:
-    return Path(os.environ.get("ZOO_CONFIG_DIR", REPO_ROOT / "configs"))
+    """The recipes: $ZOO_CONFIG_DIR, else those installed with the package (a wheel ships them as
+    zoo/recipes), else the clone's configs/."""
+    if os.environ.get("ZOO_CONFIG_DIR"):
+        return Path(os.environ["ZOO_CONFIG_DIR"])
+    installed = Path(__file__).resolve().parent / "recipes"
+    return installed if installed.is_dir() else REPO_ROOT / "configs"
 
 
 weights_dir = hub.weights_dir
@@ -225,6 +230,61 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     if checkpoint is not None:
         load_into(model, checkpoint, sha256)
     return model
+
+
+@dataclass(frozen=True)
+class Weights:
+    """A release, in the manner of torchvision's `Weights`: where it is, how its input is
+    prepared (`transforms()`), and what it is (`meta`: task, dataset, metrics, recipe, device,
+    preprocessing, and the class names or the vocabulary)."""
+
+    name: str
+    file: str
+    sha256: str
+    url: str | None
+    meta: dict
+
+    def transforms(self):
+        """PIL image -> float [C, H, W] in [0, 1], the model's evaluation preprocessing (its mean/std
+        normalisation happens inside the model)."""
+        from zoo.preprocess import Preprocessing
+
+        return Preprocessing.from_dict(self.meta["preprocessing"])
+
+    def get_model(self, **overrides):
+        return create_model(self.name, pretrained=True, **overrides)
+
+
+def release_meta(model, metadata: dict | None = None) -> dict:
+    """What a release records about itself beside its config: the preprocessing of its input and
+    its class names or vocabulary (plus any given `metadata`)."""
+    from zoo.preprocess import for_model
+
+    meta = dict(metadata or {})
+    spec = for_model(model)
+    meta["preprocessing"] = spec.as_dict()
+    if spec.class_names:
+        meta["class_names"] = list(spec.class_names)
+    vocab = model.hparams.get("vocab")
+    if vocab:
+        meta["vocab"] = list(vocab)
+    meta["num_params"] = sum(p.numel() for p in model.parameters())
+    return meta
+
+
+def get_weights(name: str) -> Weights:
+    """The release `name` (see `list_models(pretrained=True)`)."""
+    entry = get_entry(name)
+    if entry.weights is None:
+        available = ", ".join(list_models(pretrained=True)) or "none yet"
+        raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
+    record = entry.weights
+    meta = dict(record.get("metadata") or {})
+    if "preprocessing" not in meta:  # releases from before the manifest recorded it
+        config = record["config"]
+        model = build({**config, "data": config.get("data") or entry.data})
+        meta = release_meta(model, meta)
+    return Weights(name, record["file"], record["sha256"], hub.release_url(record), meta)
 
 
 def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overrides):

@@ -6,8 +6,9 @@ and prints the predicted class.
     zoo attention --model vit_fmnist shirt.png boot.jpg --out figures/
     zoo attention --checkpoint runs/vit_fmnist/checkpoints/last.ckpt *.png --out out/ --json
 
-Images are converted to the model's channel count (colour to grayscale for a Fashion-MNIST model,
-grayscale to RGB for an RGB one) and resized to its input size."""
+Images are prepared as the model's evaluation data was (zoo.preprocess): converted to its channel
+count (colour to grayscale for a Fashion-MNIST model) and resized (or resized and centre-cropped)
+to its input size."""
 from __future__ import annotations
 
 
@@ -31,7 +32,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
 
-    from zoo.io import atomic_save_image, check_writable, load_images
+    from zoo.io import atomic_save_image, check_writable
+    from zoo.preprocess import for_model, load_batch
     from zoo.viz.vit import heads_figure, rollout_figure
 
     if not 0 <= args.residual < 1:
@@ -41,7 +43,7 @@ def run(args) -> int:
     in_chans = model.hparams.in_chans
     if in_chans not in (1, 3):
         raise UserError(f"the model expects {in_chans}-channel images; zoo attention reads 1- or 3-channel images")
-    batch, good, errors = load_images(args.images, channels=in_chans, size=model.img_size)
+    batch, good, errors = load_batch(args.images, for_model(model))
     report_bad_files(errors, "attention")
     if not good:
         return exit_code(0, errors)

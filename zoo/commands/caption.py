@@ -29,7 +29,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from zoo.io import atomic_save_image, check_writable, load_images
+    from zoo.io import atomic_save_image, check_writable
+    from zoo.preprocess import for_model, load_batch
 
     if args.beam_size is not None and args.beam_size < 1:
         raise UserError(f"--beam-size must be >= 1, got {args.beam_size}")
@@ -45,7 +46,7 @@ def run(args) -> int:
     if getattr(model, "embed", None) is None:
         raise UserError("the model has an empty vocabulary (it was never trained)")
     beam_size = args.beam_size or int(model.hparams.get("beam_size", 3))
-    images, good, errors = load_images(args.images, channels=3, size=tuple(model.hparams.image_size))
+    images, good, errors = load_batch(args.images, for_model(model))
     report_bad_files(errors, "caption")
 
     results = []
