@@ -37,12 +37,12 @@ from pathlib import Path
 
 import yaml
 from lightning.pytorch import LightningDataModule
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from zoo import hub
-from zoo.callbacks import AtomicCheckpointIO, InitFrom, ZooCheckpoint, WANDB_CLASSES
+from zoo.callbacks import WANDB_CLASSES, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
 from zoo.errors import UserError, one_line_warnings
 from zoo.io import check_writable
 from zoo.models.base import ZooModule
@@ -309,6 +309,11 @@ class ZooCLI(LightningCLI):
         if drop:
             config["callbacks"] = [c for c in (config.get("callbacks") or []) if not isinstance(c, tuple(drop))]
             extra = [c for c in extra if not isinstance(c, tuple(drop))]
+        callbacks = config.get("callbacks") or []
+        if not sys.stdout.isatty() and any(isinstance(c, RichProgressBar) for c in callbacks):
+            # Rich draws nothing without a terminal (a log, CI, `| tee`): report each epoch instead
+            config["callbacks"] = [c for c in callbacks if not isinstance(c, RichProgressBar)] + [EpochSummary()]
+            config["enable_progress_bar"] = False
         if not config.get("plugins"):
             config["plugins"] = [AtomicCheckpointIO()]
         try:
@@ -399,6 +404,7 @@ def main(args: list[str] | None = None) -> None:
     one_line_warnings()
     # main(args) is also called from Python (tests, notebooks) with its own argument list
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # Lightning 2.6 on torch 2.14: not ours to fix
     for name in ("lightning.pytorch", "pytorch_lightning"):
         logging.getLogger(name).addFilter(_NoAdverts())
     argv = sys.argv[1:] if args is None else args

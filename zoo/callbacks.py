@@ -156,6 +156,31 @@ class InitFrom(L.Callback):
         self.state = {}
 
 
+class EpochSummary(L.Callback):
+    """One line per epoch on stdout (epoch, step, the epoch's metrics, elapsed time): train.py's
+    progress report where no terminal shows a live progress bar (a log file, CI, a pipe)."""
+
+    def __init__(self):
+        self._started = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        import time
+
+        self._started = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        import time
+
+        if not trainer.is_global_zero or trainer.sanity_checking:
+            return
+        shown = {k: float(v) for k, v in sorted(trainer.callback_metrics.items())
+                 if k.startswith(("train/", "val/")) and getattr(v, "numel", lambda: 1)() == 1 and "step" not in k}
+        metrics = "  ".join(f"{k} {v:.4g}" for k, v in shown.items())
+        elapsed = time.perf_counter() - (self._started or time.perf_counter())
+        print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}  step {trainer.global_step}  {metrics}  "
+              f"({elapsed:.0f} s)", flush=True)
+
+
 class AttentionImageLogger(L.Callback):
     """At the end of validation, ask the model where it looks on the first validation batch
     (`model.attention_figures(batch)`) and log the figures: to W&B when it is the logger, else as
