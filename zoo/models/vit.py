@@ -23,6 +23,7 @@ A checkpoint of this model stores its weights, so its config records neither of 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -118,7 +119,9 @@ class ViTClassifier(ZooModule):
             if self._compiled is None:
                 self._compiled = torch.compile(self._logits)
             run = self._compiled
-        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=bool(self.hparams.bf16)):
+        # entered only when on: a disabled autocast still leaves a node that torch.export cannot save
+        autocast = torch.autocast(images.device.type, dtype=torch.bfloat16) if self.hparams.bf16 else nullcontext()
+        with autocast:
             logits = run(images)
         return logits.float()
 
