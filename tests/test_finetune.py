@@ -7,7 +7,6 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
-import yaml
 
 import zoo
 from conftest import REPO, TINY_VAL
