@@ -192,8 +192,12 @@ def test_missing_and_malformed_files_are_clear_errors(coco, tmp_path):
     bad.write_text(json.dumps({"images": [{"filename": "a.jpg", "split": "nope", "sentences": []}]}))
     with pytest.raises(UserError, match=r"bad.json: images\[0\] needs"):
         read_karpathy(bad, tmp_path)
-    with pytest.raises(UserError, match=r"captions_train.json: images\[0\] needs 'filename'"):
+    with pytest.raises(UserError, match="captions_train.json: this is a COCO captions file, not a Karpathy split; "
+                                        "use format: coco with train_annotations"):
         read_karpathy(train, tmp_path)  # a COCO file given as a Karpathy split
+    karpathy = write_karpathy(tmp_path)
+    with pytest.raises(UserError, match="this is a Karpathy split file, not COCO captions; use format: karpathy"):
+        coco_dm(root, karpathy, val).vocab  # and the reverse
     bad.write_text(json.dumps([1, 2]))
     with pytest.raises(UserError, match="bad.json: not a Karpathy split file"):
         read_karpathy(bad, tmp_path)
@@ -206,6 +210,8 @@ def test_missing_images_and_bad_settings(coco, tmp_path):
         coco_dm(root, train, val).setup("fit")
     with pytest.raises(UserError, match="empty vocabulary"):
         coco_dm(root, train, val, min_freq=1000).vocab
+    with pytest.raises(UserError, match=r"image root .*nowhere \(train\) is not a directory; set data.init_args.train_image_root"):
+        coco_dm(root, train, val, train_image_root=str(tmp_path / "nowhere")).setup("fit")
     with pytest.raises(UserError, match="unknown format"):
         CaptionsDataModule(format="flickr")
     with pytest.raises(UserError, match="needs karpathy_json"):

@@ -66,12 +66,27 @@ def _read_json(path: str | os.PathLike, what: str):
         raise UserError(f"{path}: cannot read {what} ({exc})") from None
 
 
+def _looks_like(data) -> str | None:
+    """'coco' or 'karpathy' when a parsed JSON has that format's signature, else None."""
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        return None
+    first = data["images"][0] if data["images"] and isinstance(data["images"][0], dict) else {}
+    if isinstance(data.get("annotations"), list) and "file_name" in first:
+        return "coco"
+    if "sentences" in first and "filename" in first:
+        return "karpathy"
+    return None
+
+
 def read_coco_captions(annotation_file: str | os.PathLike, image_root: str | os.PathLike) -> list[CaptionedImage]:
     """Images with their captions from a COCO captions JSON, through pycocotools' index."""
     from pycocotools.coco import COCO
 
     path = Path(annotation_file)
     data = _read_json(path, "COCO captions annotations")
+    if _looks_like(data) == "karpathy":
+        raise UserError(f"{path}: this is a Karpathy split file, not COCO captions; use format: karpathy "
+                        f"with karpathy_json: {path}")
     if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
             or not isinstance(data.get("annotations"), list):
         raise UserError(f"{path}: not a COCO captions file (needs 'images' and 'annotations' lists)")
@@ -107,6 +122,9 @@ def read_karpathy(split_file: str | os.PathLike, image_root: str | os.PathLike,
     """{"train", "val", "test"} -> images with captions, from a Karpathy split JSON."""
     path = Path(split_file)
     data = _read_json(path, "Karpathy split")
+    if _looks_like(data) == "coco":
+        raise UserError(f"{path}: this is a COCO captions file, not a Karpathy split; use format: coco with "
+                        f"train_annotations: {path} (and val_annotations / test_annotations)")
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise UserError(f"{path}: not a Karpathy split file (needs an 'images' list)")
     root = Path(image_root)
@@ -273,6 +291,11 @@ class CaptionsDataModule(SplitDataModule):
         return len(self.vocab)
 
     def _check_files(self, split: str, records: Sequence[CaptionedImage]) -> None:
+        hp = self.hparams
+        root = Path(getattr(hp, f"{split}_image_root", None) or hp.image_root)
+        if not root.is_dir():
+            raise UserError(f"captions: image root {root} ({split}) is not a directory; set data.init_args."
+                            f"{split + '_image_root' if getattr(hp, f'{split}_image_root', None) else 'image_root'}")
         missing = [r.path for r in records if not r.path.is_file()]
         if missing:
             raise UserError(f"captions: {len(missing)} of {len(records)} {split} images are missing, "
