@@ -120,9 +120,11 @@ def test_data_config_naming_os_system_is_refused(tmp_path, capsys):
 def test_a_model_class_is_not_a_data_class(tmp_path):
     """The allow-lists are per kind: a data config naming a model family is refused too."""
     model = Classifier(arch="mlp", hidden=[8])
-    model._zoo_data_config = {"class_path": "zoo.models.baselines.Classifier", "init_args": {}}
+    path = tmp_path / "model.ckpt"
+    data = {"class_path": "zoo.models.baselines.Classifier", "init_args": {}}
+    torch.save({"state_dict": model.state_dict(), "zoo": {**model.zoo_config(), "data": data}}, path)
     with pytest.raises(UserError, match="not one of the zoo's data classes"):
-        zoo.build_datamodule(model)
+        zoo.build_datamodule(zoo.load_checkpoint(path))
 
 
 def test_own_classes_can_be_allowed_from_code(tmp_path, monkeypatch):
