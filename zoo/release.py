@@ -107,21 +107,29 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def recipe_at(recipe: str, commit: str | None) -> dict | None:
+    """The recipe file as it was at `commit` (None without git, a commit, or the file then)."""
+    import subprocess
+
+    if not commit or not (REPO_ROOT / ".git").exists():
+        return None
+    shown = subprocess.run(["git", "show", f"{commit.removesuffix('-dirty')}:{recipe}"], cwd=REPO_ROOT,
+                           capture_output=True, text=True)
+    return (yaml.safe_load(shown.stdout) or {}) if shown.returncode == 0 else None
+
+
 def recipe_drift(recipe: str, commit: str | None, train_args: list[str] | None = None) -> list[str]:
     """How the committed recipe differs from the one that trained the weights (the file at the
     results' git commit, with the run's command-line arguments applied): trainer settings such as
     max_epochs are not in a model's config, so only this catches a recipe edited after training.
     Keys the old recipe lacks are fine when the new value is the class default. Without git or a
     commit there is nothing to compare (the wheel, a record without provenance)."""
-    import subprocess
-
     if not commit or not (REPO_ROOT / ".git").exists():
         return []
-    shown = subprocess.run(["git", "show", f"{commit.removesuffix('-dirty')}:{recipe}"], cwd=REPO_ROOT,
-                           capture_output=True, text=True)
-    if shown.returncode != 0:
+    then = recipe_at(recipe, commit)
+    if then is None:
         return [f"recipe: {recipe} did not exist at the training commit {commit[:12]}"]
-    old, new = _flatten(yaml.safe_load(shown.stdout) or {}), _flatten(load_recipe(recipe))
+    old, new = _flatten(then), _flatten(load_recipe(recipe))
     args = list(train_args or [])
     for flag, value in zip(args[0::2], args[1::2]):
         old[flag.lstrip("-")] = yaml.safe_load(value)
