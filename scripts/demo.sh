@@ -6,7 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 OUT=${DEMO_DIR:-runs/demo}
-export WANDB_MODE=${WANDB_MODE:-offline}
 start=$(date +%s)
 rm -rf "$OUT"
 mkdir -p "$OUT"
