@@ -46,6 +46,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sysconfig
 from typing import Any, Callable, Iterator
 
 import torch
@@ -88,7 +89,22 @@ def compile_unavailable(device: torch.device) -> str | None:
     elif device.type == "cpu":
         if not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++")):
             return "torch.compile's CPU code generator needs a C++ compiler (g++ or clang++); none found"
+        include = sysconfig.get_paths().get("include")
+        if not include or not os.path.exists(os.path.join(include, "Python.h")):
+            return "torch.compile's CPU code generator needs the Python headers (Python.h; e.g. python3-dev)"
     return None
+
+
+def _compile_errors() -> tuple[type, ...]:
+    """Exceptions that mean torch.compile could not build a function (not that running it failed)."""
+    errors: list[type] = [torch._dynamo.exc.TorchDynamoException]
+    try:
+        from torch._inductor import exc as inductor_exc
+
+        errors += [inductor_exc.CppCompileError, inductor_exc.InvalidCxxCompiler]
+    except ImportError:
+        pass
+    return tuple(errors)
 
 
 def graph_unavailable(trainer, device: torch.device, kind: str) -> str | None:
@@ -130,7 +146,7 @@ class StepAccelerator:
         self._warned: set[str] = set()
         self.active = "eager"  # the mode of the step running now (pieces compiled inside read it)
         self.forced: str | None = None  # `force`: this mode for every step, trainer or not
-        self._shapes: dict[str, tuple] = {}  # compile mode: the input signature each step compiled for
+        self._shapes: dict[str, list] = {}  # the input signatures each step was compiled for
 
     def __deepcopy__(self, memo) -> "StepAccelerator":
         return StepAccelerator()
@@ -210,8 +226,9 @@ class StepAccelerator:
 
     # ------------------------------------------------------------------ pieces
     def compiled(self, name: str, fn: Callable) -> Callable:
+        """fn compiled once per name; one static graph per input shape (`accel_max_shapes` of them)."""
         if name not in self._compiled:
-            self._compiled[name] = torch.compile(fn, fullgraph=True, backend=compile_backend())
+            self._compiled[name] = _Compiled(self, name, fn)
         return self._compiled[name]
 
     def piece(self, name: str, fn: Callable) -> Callable:
@@ -232,7 +249,7 @@ class StepAccelerator:
             return self._loss_fn(module, inputs)(*inputs)
 
     def _loss_fn(self, module, inputs: tuple) -> Callable:
-        if self.active == "compile" and not self._same_shapes("train", inputs):
+        if self.active == "compile" and not self._admit("train", inputs, module.accel_max_shapes):
             self.active = "eager"  # also for the pieces a family compiles (reset on leaving `running`)
         if self.active == "compile" and module.accel_compile_whole_step:
             return self.compiled("train", module.train_loss)
@@ -240,7 +257,7 @@ class StepAccelerator:
 
     def _graphed(self, module, optimizer, clip_val, clip_algorithm) -> "_GraphedTrainStep":
         if self._train_graph is None or self._train_graph.optimizer is not optimizer:
-            self._train_graph = _GraphedTrainStep(module, optimizer, clip_val, clip_algorithm)
+            self._train_graph = _GraphedTrainStep(module, optimizer, clip_val, clip_algorithm, module.accel_max_shapes)
         return self._train_graph
 
     def fit_step(self, module, batch, optimizer: torch.optim.Optimizer, clip_val: float | None = None,
@@ -267,12 +284,18 @@ class StepAccelerator:
         finally:
             self.active = previous
 
-    def _same_shapes(self, name: str, inputs: tuple) -> bool:
-        """Compile mode compiles a step for the first input shapes it sees; other shapes (an
-        epoch's smaller last batch) run eagerly instead of compiling again (on CPU that costs a
-        minute), so the run keeps one static graph per step."""
-        signature = _signature(inputs)
-        return self._shapes.setdefault(name, signature) == signature
+    def _admit(self, name: str, inputs: tuple, limit: int) -> bool:
+        """Whether compile mode runs step `name` compiled for these input shapes: the first
+        `limit` shapes it sees get a static graph each (the run's batch; a family with a few
+        fixed shapes, such as caption length buckets, raises `accel_max_shapes`); any other shape
+        (an epoch's smaller last batch) runs eagerly rather than compiling again (a minute on CPU)."""
+        signature, seen = _signature(inputs), self._shapes.setdefault(name, [])
+        if signature in seen:
+            return True
+        if len(seen) < limit:
+            seen.append(signature)
+            return True
+        return False
 
     def eval_step(self, module, batch, stage: str) -> dict[str, torch.Tensor]:
         with self.running(module, "eval"):
@@ -285,7 +308,7 @@ class StepAccelerator:
         per input shape (graph), or as is."""
         if self.active == "graph":
             return self._eval_graphs(name, fn, inputs)
-        if self.active == "compile" and not self._same_shapes(name, inputs):
+        if self.active == "compile" and not self._admit(name, inputs, module.accel_max_shapes):
             previous, self.active = self.active, "eager"
             try:
                 return fn(*inputs)
@@ -294,6 +317,31 @@ class StepAccelerator:
         if self.active == "compile" and whole:
             return self.compiled(name, fn)(*inputs)
         return fn(*inputs)
+
+
+class _Compiled:
+    """torch.compile(fn) that runs fn as is when compiling fails: a user's mistake inside the step
+    (a wrong image size) then raises its own one-line error, and a function or machine the
+    compiler cannot handle (a missing toolchain) trains eagerly after one logged warning."""
+
+    def __init__(self, runner: StepAccelerator, name: str, fn: Callable) -> None:
+        self.runner, self.name, self.fn, self.failed = runner, name, fn, False
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=compile_backend())
+
+    def __call__(self, *args):
+        if self.failed:
+            return self.fn(*args)
+        try:
+            return self.compiled(*args)
+        except _compile_errors() as exc:
+            out = self.fn(*args)  # raises the step's own error, if it has one
+            self.failed = True
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            message = f"torch.compile could not compile the {self.name} step ({reason}); it runs eager"
+            if message not in self.runner._warned:
+                self.runner._warned.add(message)
+                log.warning(message)
+            return out
 
 
 def _clip(params: list[torch.Tensor], clip_val: float | None, algorithm: str = "norm") -> None:
@@ -329,25 +377,26 @@ def _static_copies(inputs: tuple) -> list:
 
 
 class _GraphedTrainStep:
-    """forward, loss, backward, clipping and optimizer step, captured once and replayed."""
+    """forward, loss, backward, clipping and optimizer step, captured once per input shape (up to
+    `max_shapes`) and replayed. Each new shape first runs one real step eagerly on a side stream
+    (the first builds the optimizer state), then is captured; other shapes run eagerly."""
 
-    def __init__(self, module, optimizer: torch.optim.Optimizer, clip_val, clip_algorithm) -> None:
+    def __init__(self, module, optimizer: torch.optim.Optimizer, clip_val, clip_algorithm, max_shapes: int = 1) -> None:
         from zoo.models import optim
 
-        self.module, self.optimizer = module, optimizer
+        self.module, self.optimizer, self.max_shapes = module, optimizer, max_shapes
         self.clip_val = float(clip_val) if clip_val else 0.0
         self.clip_algorithm = str(getattr(clip_algorithm, "value", clip_algorithm) or "norm")
         optim.reconcile(optimizer)  # capturable, lr on the device (also after a checkpoint load)
         optimizer._warned_capturable_if_run_uncaptured = True  # eager warm-up steps are expected
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.signature: tuple | None = None
+        self.graphs: dict[tuple, tuple] = {}  # signature -> (graph, static inputs, packed outputs, keys)
 
     def _clip(self) -> None:
         _clip(self.params, self.clip_val, self.clip_algorithm)
 
     def _step(self, *inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        # Gradients may alias the graph's memory: drop the references instead of zeroing them.
+        # Gradients may alias a graph's memory: drop the references instead of zeroing them.
         self.optimizer.zero_grad(set_to_none=True)
         loss, metrics = self.module.train_loss(*inputs)
         loss.backward()
@@ -357,29 +406,31 @@ class _GraphedTrainStep:
 
     def __call__(self, inputs: tuple) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         signature = _signature(inputs)
-        if self.graph is None:
-            out = _on_side_stream(self._step, *inputs)  # a real step that also builds the optimizer state
-            self._capture(inputs, signature)
+        entry = self.graphs.get(signature)
+        if entry is None:
+            if len(self.graphs) >= self.max_shapes:  # e.g. the epoch's smaller last batch
+                return self._step(*inputs)
+            out = _on_side_stream(self._step, *inputs)  # a real step, then the capture
+            self.graphs[signature] = self._capture(inputs)
             return out
-        if signature != self.signature:  # e.g. the epoch's smaller last batch
-            return self._step(*inputs)
-        _copy_into(self.static_inputs, inputs)
-        self.graph.replay()
-        values = self.static_packed.clone().unbind(0)
-        return values[0], dict(zip(self.keys, values[1:]))
+        graph, static_inputs, packed, keys = entry
+        _copy_into(static_inputs, inputs)
+        graph.replay()
+        values = packed.clone().unbind(0)
+        return values[0], dict(zip(keys, values[1:]))
 
-    def _capture(self, inputs: tuple, signature: tuple) -> None:
-        self.static_inputs = _static_copies(inputs)
+    def _capture(self, inputs: tuple) -> tuple:
+        static_inputs = _static_copies(inputs)
         self.optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients inside the graph
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            loss, metrics = self.module.train_loss(*self.static_inputs)
+            loss, metrics = self.module.train_loss(*static_inputs)
             loss.backward()
             self._clip()
             self.optimizer.step()
-            self.keys = list(metrics)
-            self.static_packed = torch.stack([loss.detach().float()] + [metrics[k].detach().float() for k in self.keys])
-        self.graph, self.signature = graph, signature
+            keys = list(metrics)
+            packed = torch.stack([loss.detach().float()] + [metrics[k].detach().float() for k in keys])
+        return graph, static_inputs, packed, keys
 
 
 class _GraphedCalls:

@@ -38,6 +38,9 @@ class ZooModule(L.LightningModule):
     accel_cpu_compile_min_steps: int | None = None
     #: False: compile mode compiles pieces the family picks (`accel_piece`), not the whole step.
     accel_compile_whole_step: bool = True
+    #: Input shapes per step that get their own compiled or captured graph; other shapes run
+    #: eagerly (1: the run's batch; more for a few fixed shapes, e.g. caption length buckets).
+    accel_max_shapes: int = 1
     #: The optimizer implementation in eager mode (zoo.models.optim: "default" or "fused").
     eager_optimizer_impl: str = "default"
     #: Metrics shown in the progress bar during training and validation.

@@ -30,6 +30,10 @@ probabilities over M sampled trajectories (`acc_mc{M}`, M = `eval_samples`; the 
 "M=10" Monte-Carlo evaluation); the accuracy of the classifier read after each glimpse count
 1..T on the deterministic trajectory (`acc_glimpses_t`; the classifier is trained on h_T only);
 and the random-glimpse ablation (`acc_random`: the same model, locations uniform in the image).
+
+Speed (`accel`, zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn
+glimpse by glimpse from the global or the evaluation generator), so eager, compiled and
+CUDA-graphed steps consume the same random stream.
 """
 from __future__ import annotations
 
@@ -73,6 +77,9 @@ class RAM(ZooModule):
     """images [B, C, H, W] in [0, 1] -> logits [B, num_classes] after `num_glimpses` glimpses."""
 
     family = "ram"
+    # CPU, 1 thread: compiled steps ~1.6x eager at batch 128, ~2.5 min to compile from scratch, so
+    # compiling pays off after ~4000 steps (benchmarks/accel.py; the cluttered recipes run 12,900).
+    accel_cpu_compile_min_steps = 5000
 
     def __init__(
         self,
