@@ -200,9 +200,9 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if not args.warm_cache:
-        import torch._inductor.config
+        import torch._inductor.config as inductor_config
 
-        torch._inductor.config.force_disable_caches = True
+        inductor_config.force_disable_caches = True
     devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else (
         ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     if "cuda" in devices and not torch.cuda.is_available():
