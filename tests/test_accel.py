@@ -204,8 +204,8 @@ def test_unknown_mode_is_a_user_error():
 
 
 def test_train_py_rejects_an_unknown_mode_with_one_line(tmp_path, tiny_data_dir):
-    rc, out, err = run_cli(tiny_fit_args("configs/baseline/mlp_centered.yaml", tmp_path / "r", "--model.init_args.accel=turbo"),
-                           cwd=tmp_path, env=cli_env(tiny_data_dir))
+    args = tiny_fit_args("configs/baseline/mlp_centered.yaml", tmp_path / "r", "--model.init_args.accel=turbo")
+    rc, out, err = run_cli(args, cwd=tmp_path, env=cli_env(tiny_data_dir))
     assert rc == 2, err[-3000:]
     lines = [line for line in err.splitlines() if "error" in line.lower()]
     assert len(lines) == 1 and lines[0].startswith("train.py: error:") and "turbo" in lines[0]
@@ -323,7 +323,8 @@ def test_a_compiler_failure_trains_eagerly_after_one_warning(monkeypatch, caplog
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
     with caplog.at_level(logging.WARNING, logger="zoo.accel"):
         for i in range(2):
-            losses = [m.accel.fit_step(m, batch("baseline_mlp", seed=i), o)[0] for m, o in zip((model, reference), opts)]
+            losses = [m.accel.fit_step(m, batch("baseline_mlp", seed=i), o)[0]
+                      for m, o in zip((model, reference), opts)]
             assert torch.equal(losses[0], losses[1])
     warnings = [r.getMessage() for r in caplog.records if r.name == "zoo.accel"]
     assert len(warnings) == 1 and "C++ toolchain broke (test)" in warnings[0] and "runs eager" in warnings[0]

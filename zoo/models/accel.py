@@ -12,11 +12,11 @@
   its fused kernel.
 - graph (CUDA): the whole training step, random draws excepted (forward, loss, backward,
   gradient clipping and the optimizer step), is captured once in a CUDA graph and replayed: one
-  launch per step instead of thousands. The first batch runs eagerly (it builds the optimizer
-  state) and is then captured; a batch of another shape (an epoch's smaller last batch) runs
-  eagerly. Evaluation functions are captured per input shape. Needs one process (no DDP), no
-  gradient accumulation and full (or bf16-true) precision; otherwise the run falls back to
-  compile with one logged warning.
+  launch per step instead of thousands. The first batch of a shape runs eagerly (the first one
+  builds the optimizer state) and is then captured; shapes beyond `accel_max_shapes` (an epoch's
+  smaller last batch) run eagerly. Evaluation functions are captured per input shape. Needs one
+  process (no DDP), no gradient accumulation, full or bf16-true precision and one optimizer;
+  otherwise the run falls back to what auto picks without graphs (compile) with one warning.
 - auto (default): the fastest mode that is correct on the device and pays for itself within the
   run: on CUDA `ZooModule.accel_cuda` ("graph", or "compile" for ViT); on CPU, compiled training
   when the run has at least `ZooModule.accel_cpu_compile_min_steps` optimizer steps (compiling
@@ -184,11 +184,11 @@ class StepAccelerator:
             mode, why = requested, "as configured"
             problem = graph_unavailable(trainer, device, kind) if mode == "graph" else None
             if problem:
-                mode = self._auto(module, trainer, device, kind, allow_graph=False)[0]
+                mode, why = self._auto(module, trainer, device, kind, allow_graph=False)[0], problem
                 self._warn(trainer, f"accel 'graph' is not possible here: {problem}; {kind} steps run {mode} instead")
             problem = compile_unavailable(device) if mode == "compile" else None
             if problem:
-                mode = "eager"
+                mode, why = "eager", problem
                 self._warn(trainer, f"accel 'compile' is not possible here: {problem}; {kind} steps run eager instead")
         if _rank_zero(trainer):
             from lightning.pytorch.utilities import rank_zero_info
@@ -423,7 +423,7 @@ class _GraphedTrainStep:
         static_inputs = _static_copies(inputs)
         self.optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients inside the graph
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # loader threads may run
             loss, metrics = self.module.train_loss(*static_inputs)
             loss.backward()
             self._clip()
@@ -446,7 +446,7 @@ class _GraphedCalls:
             out = _on_side_stream(fn, *inputs)  # warm-up with the real inputs: its result is returned
             static_inputs = _static_copies(inputs)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # loader threads may run
                 static_out = fn(*static_inputs)
             self.entries[key] = (graph, static_inputs, static_out)
             return out
