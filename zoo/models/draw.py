@@ -98,8 +98,8 @@ class DRAW(ZooModule):
 
     family = "draw"
     accel_compile_whole_step = False  # compiled mode compiles the cell
-    # CPU: the compiled cell makes T=64 steps ~1.45x faster and compiles in ~2 min: it pays off
-    # after ~150 steps (benchmarks/accel.py; the recipe runs 55,000).
+    # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
+    # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
     accel_cpu_compile_min_steps = 1000
 
     def __init__(self, image_size: int = 28, in_chans: int = 1, T: int = 64, enc_size: int = 256,
@@ -339,9 +339,9 @@ class DRAWClassifier(ClassifierModule):
     images [B, C, S, S] in [0, 1] -> logits [B, num_classes]."""
 
     family = "draw_classifier"
-    # CPU: compiled steps ~1.8x eager at batch 128, ~3 min to compile: pays off after ~600 steps
-    # (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
-    accel_cpu_compile_min_steps = 2000
+    # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
+    # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
+    accel_cpu_compile_min_steps = 4000
 
     def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,
                  read_n: int = 12, hidden_size: int = 256, glimpse_hidden: int = 256,

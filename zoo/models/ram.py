@@ -77,8 +77,8 @@ class RAM(ZooModule):
     """images [B, C, H, W] in [0, 1] -> logits [B, num_classes] after `num_glimpses` glimpses."""
 
     family = "ram"
-    # CPU, 1 thread: compiled steps ~1.6x eager at batch 128, ~2.5 min to compile from scratch, so
-    # compiling pays off after ~4000 steps (benchmarks/accel.py; the cluttered recipes run 12,900).
+    # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
+    # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
     accel_cpu_compile_min_steps = 5000
 
     def __init__(
