@@ -23,6 +23,8 @@ A checkpoint of this model stores its weights, so its config records neither of 
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import torch.nn.functional as F
 
@@ -110,7 +112,9 @@ class ViTClassifier(ZooModule):
         self.check_images(images)
         if self.hparams.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=bool(self.hparams.bf16)):
+        # entered only when on: a disabled autocast still leaves a node that torch.export cannot save
+        autocast = torch.autocast(images.device.type, dtype=torch.bfloat16) if self.hparams.bf16 else nullcontext()
+        with autocast:
             logits = self._logits(images)
         return logits.float()
 
