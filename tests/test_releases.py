@@ -8,11 +8,10 @@ import copy
 import json
 
 import pytest
-import torch
 
 import zoo
 from conftest import REPO
-from zoo import hub, release
+from zoo import release
 from zoo.models.base import ZooModule
 
 MANIFEST = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
