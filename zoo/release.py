@@ -134,14 +134,17 @@ def recipe_drift(recipe: str, commit: str | None, train_args: list[str] | None =
     for flag, value in zip(args[0::2], args[1::2]):
         old[flag.lstrip("-")] = yaml.safe_load(value)
     problems = []
+    current = load_recipe(recipe)
     for key in sorted(set(old) | set(new)):
         if _same(old.get(key), new.get(key)):
             continue
         section, _, name = key.partition(".init_args.")
-        spec = (load_recipe(recipe).get(section) or {}) if name else {}
-        if key not in old and spec.get("class_path") and \
-                _same(new[key], _defaults(spec["class_path"], section).get(name, object())):
-            continue  # a setting added later whose recipe value is the default it trained with
+        spec = (current.get(section) or {}) if name else {}
+        if spec.get("class_path") and (key not in old or key not in new):
+            # a setting one version leaves out trains with the class default: compare with that
+            default = _defaults(spec["class_path"], section).get(name, object())
+            if _same(old.get(key, default), new.get(key, default)):
+                continue
         problems.append(f"{key}: {old.get(key)!r} when trained, {new.get(key)!r} in the recipe now")
     return problems
 
