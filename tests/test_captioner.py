@@ -397,3 +397,60 @@ def test_cli_bad_beam_size(cli_files, capsys):
     code, _, err = run_zoo(["caption", cli_files["good"], "--checkpoint", cli_files["weights"],
                             "--beam-size", "0"], capsys)
     assert code == 2 and "--beam-size" in err
+
+
+# ----------------------------------------------------------------------------- self-contained checkpoints
+def _fit_and_save(model, tmp_path):
+    import lightning as L
+
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0, logger=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        default_root_dir=str(tmp_path), accelerator="cpu", enable_checkpointing=False)
+    trainer.fit(model, datamodule=scene_datamodule(tmp_path))
+    ckpt = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(ckpt)
+    return ckpt
+
+
+@pytest.mark.parametrize("source", ["timm_file", "zoo_weight"])
+def test_checkpoint_rebuilds_without_the_pretrained_file(tmp_path, source):
+    """Train with a local backbone weights file, delete the file: the checkpoint and its release
+    still load (no network, no file), normalise the same way and caption identically."""
+    import timm
+    from safetensors.torch import save_file
+
+    import zoo
+    from zoo import hub
+
+    torch.manual_seed(0)
+    if source == "timm_file":
+        weights = tmp_path / "resnet.safetensors"
+        save_file(timm.create_model("test_resnet").state_dict(), str(weights))
+        backbone = {"kind": "timm_cnn", "model_name": "test_resnet", "level": 1, "pretrained_file": str(weights),
+                    "trainable": False}
+    else:
+        donor = tiny()  # a captioner's release is a zoo weight with a backbone inside
+        weights = tmp_path / "donor.safetensors"
+        hub.save_release(donor, donor.zoo_config(), weights)
+        backbone = {"kind": "stem", "pretrained": str(weights), "trainable": False}
+    model = Captioner(vocab=None, **{**TINY, "backbone": backbone})
+    assert model.encoder.normalize == (source == "timm_file")  # timm weights bring their mean/std
+    ckpt = _fit_and_save(model, tmp_path)
+    release = tmp_path / "release.safetensors"
+    hub.save_release(model, model.zoo_config(), release)
+    weights.unlink()
+
+    recorded = torch.load(ckpt, map_location="cpu", weights_only=True)["zoo"]["init_args"]["backbone"]
+    assert recorded["pretrained"] is False and "pretrained_file" not in recorded
+    assert recorded["normalize"] is model.encoder.normalize
+    if model.encoder.normalize:
+        assert recorded["mean"] == pytest.approx(model.encoder.mean.flatten().tolist())
+    images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    model.eval()
+    expected = model.caption(images, beam_size=2)
+    for path in (ckpt, release):
+        loaded = zoo.load_checkpoint(path).eval()
+        assert torch.equal(loaded.encode(images)[0], model.encode(images)[0])
+        got = loaded.caption(images, beam_size=2)
+        assert [r["words"] for r in got] == [r["words"] for r in expected]
+        torch.testing.assert_close(got[0]["alpha"], expected[0]["alpha"])

@@ -29,6 +29,7 @@ from torch import nn
 from zoo.attention.hard import HardAttention, MovingAverageBaseline, reinforce_surrogate
 from zoo.attention.scores import build_score
 from zoo.attention.soft import SoftAttention
+from zoo.backbones.spec import BackboneSpec
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
 from zoo.models.base import ZooModule
@@ -56,7 +57,7 @@ class Captioner(ZooModule):
     family = "captioner"
 
     def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
-                 backbone: dict | None = None, image_size: list[int] = (64, 64),
+                 backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
                  embed_dim: int = 64, hidden_dim: int = 256, attention_dim: int = 128, init_layers: int = 1,
                  gate: bool = True, deep_output: bool = True, deep_output_activation: str = "tanh",
                  dropout: float = 0.5, alpha_c: float = 1.0,
@@ -67,9 +68,10 @@ class Captioner(ZooModule):
                  beam_size: int = 3, decode_max_len: int = 20, length_penalty: float = 1.0,
                  val_meteor: bool = False, num_figures: int = 4):
         super().__init__()
-        backbone = dict(backbone or DEFAULT_BACKBONE)
+        # a typed spec from the CLI, or a plain dict from an old checkpoint or a Python caller
+        spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
-        self.hparams.backbone, self.hparams.image_size = dict(backbone), [int(s) for s in image_size]
+        self.hparams.image_size = [int(s) for s in image_size]
         if attention not in ("soft", "hard"):
             raise UserError(f"captioner: attention must be 'soft' or 'hard', got '{attention}'")
         if hard_test_mode not in ("expected", "argmax"):
@@ -77,10 +79,12 @@ class Captioner(ZooModule):
         if deep_output_activation not in ("tanh", "none"):
             raise UserError("captioner: deep_output_activation must be 'tanh' or 'none'")
 
-        from zoo.backbones import build_backbone
+        from zoo.backbones import check_input
 
-        kind = backbone.pop("kind", "stem")
-        self.encoder = build_backbone(kind, **backbone)
+        self.encoder = spec.build(option="--model.init_args.backbone.")
+        check_input(self.encoder, 3, self.hparams.image_size, "the captioner")
+        self.backbone_spec = spec
+        self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
         D, n, m = self.encoder.out_dim, hidden_dim, embed_dim
         try:
             score_module = build_score(score, D, n, attention_dim)
@@ -102,6 +106,14 @@ class Captioner(ZooModule):
         if vocab is not None:
             self._build_vocab_layers(vocab)
         self._eval_store: dict[str, list] = {}
+
+    # ------------------------------------------------------------------ checkpoints
+    def zoo_config(self) -> dict:
+        # The encoder's weights are in the checkpoint: rebuilding it must neither download them
+        # nor need the user's pretrained file or released backbone, and must normalise as trained.
+        config = super().zoo_config()
+        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.encoder)
+        return config
 
     # ------------------------------------------------------------------ vocabulary
     def _build_vocab_layers(self, vocab: list[str]) -> None:
