@@ -24,7 +24,8 @@ Batches (float images in [0, 1], no mean/std normalisation; `dm.image_mean`/`dm.
 say so explicitly):
 - train: one (scene, caption) pair per example, `images [B, 3, S, S]`, `captions int64 [B, T]`
   (<start> w1 .. wn <end> <pad>..), `lengths int64 [B]` (with <start>/<end>), `image_ids`;
-  length-bucketed batches. For supervised attention: `item_boxes float [B, K, 4]` (every item
+  length-bucketed batches, sorted longest caption first, with `host_lengths` (the lengths as
+  plain ints, so a model can skip finished rows without reading a tensor). For supervised attention: `item_boxes float [B, K, 4]` (every item
   slot's box, -1 for empty slots) and `word_items int64 [B, T]` (aligned with `captions`: the
   slot of the item a colour or item word names, -1 elsewhere). `pad_to_multiple` pads T up to a
   multiple (e.g. 8), so a compiled training step meets a few caption lengths, not every one.
@@ -439,12 +440,14 @@ class SceneTrainPairs(Dataset):
 
     def __getitems__(self, indices):
         idx = torch.as_tensor(indices, dtype=torch.long)
+        idx = idx[torch.argsort(self.lengths[idx], descending=True, stable=True)]  # longest caption first
         scene = self.pair_scene[idx]
         lengths = self.lengths[idx]
         width = padded_length(int(lengths.max()), self.pad_to_multiple, self.captions.shape[1])
         return {"images": _to_float(self.images, scene.numpy()),
                 "captions": self.captions[idx, :width],
                 "lengths": lengths,
+                "host_lengths": lengths.tolist(),  # plain ints: the model skips finished rows without a sync
                 "image_ids": scene.tolist(),
                 "word_items": self.word_items[idx, :width],
                 "item_boxes": self.item_boxes[scene]}
