@@ -121,7 +121,11 @@ def main() -> None:
     for variant, r in table.items():
         print(f"{variant:32s} {r['signal']:10.4g} {r['noise']:10.4g} {r['snr']:8.3f} {r['cosine_with_soft']:10.3f}")
     if args.out:
+        from zoo import hub
+
+        weights = hub.fetch(args.checkpoint) if args.checkpoint else hub.fetch_release(args.model)
         write_json(args.out, {"analysis": "sat_reinforce_snr", "source": args.checkpoint or args.model,
+                              "weights_sha256": hub.sha256_file(weights),
                               "draws": args.draws, "batches": args.batches, "batch_size": args.batch_size,
                               "discount": DISCOUNT, "table": table})
         print(f"wrote {args.out}")
