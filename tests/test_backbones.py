@@ -254,3 +254,20 @@ def test_cli_backbone_fields_are_typed_and_a_second_config_merges_field_wise(tmp
     rc, out, err = run_cli(["train.py", "fit", "--config", recipe, "--model.init_args.backbone.pretrained",
                             "backbone_fmnist_stem", "--print_config"], cwd=tmp_path, env=cli_env())
     assert rc == 0 and yaml.safe_load(out)["model"]["init_args"]["backbone"]["pretrained"] == "backbone_fmnist_stem"
+
+
+def test_a_released_vit_classifier_is_a_backbone_by_name():
+    import zoo
+    from zoo.backbones import BackboneSpec
+    from zoo.models.captioner import Captioner
+
+    if "vit_fmnist" not in zoo.list_models(pretrained=True):
+        pytest.skip("vit_fmnist is not released here")
+    classifier = zoo.create_model("vit_fmnist", pretrained=True).eval()
+    spec = BackboneSpec.coerce({"kind": "timm_vit", "pretrained": "vit_fmnist", "trainable": False})
+    encoder = spec.build().eval()
+    x = torch.rand(2, 1, 28, 28)
+    assert torch.equal(encoder(x).tokens, classifier.backbone(x).tokens)
+    assert spec.img_size == 28 and spec.in_chans == 1
+    with pytest.raises(UserError, match=r"'vit_fmnist' takes 1-channel images \(trained on 28x28 px\); the captioner's images are 3x64x64"):
+        Captioner(vocab=None, image_size=[64, 64], backbone={"kind": "timm_vit", "pretrained": "vit_fmnist"})

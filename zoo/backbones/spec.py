@@ -235,7 +235,7 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
         raise UserError(f"{source}: no backbone tensors inside (looked for {' or '.join(prefixes)})")
     sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     data = (config.get("data") or {}).get("init_args") or {}
-    size = init_args.get("image_size") or data.get("image_size") or data.get("canvas_size")
+    size = init_args.get("image_size") or init_args.get("img_size") or data.get("image_size") or data.get("canvas_size")
     if isinstance(size, int):
         size = [size, size]
     return ZooBackbone(source, spec, sub, list(size) if size else None)
