@@ -645,3 +645,18 @@ def test_active_rows_give_the_same_loss_and_gradients_as_all_rows(attention):
         torch.testing.assert_close(results[1][1][name], grad, rtol=1e-4, atol=1e-6, msg=name)
     assert model._active_rows({"host_lengths": [5, 4, 4, 2]}, 4) == [4, 3, 3, 1]
     assert model._active_rows({"host_lengths": [2, 4]}, 3) is None  # not sorted: all rows
+
+
+def test_the_training_loss_captures_as_one_graph():
+    """loss_terms has no host sync, .item() or Python branch on a tensor: dynamo captures the
+    whole training loss (hard attention's draws and coin included) as one graph, so a compiled
+    or CUDA-graphed step can wrap it. (Active rows need host lengths: off here, as with
+    `pad_to_multiple` for a compiled step.)"""
+    import torch._dynamo as dynamo
+
+    model = tiny("hard", supervised_attention=1.0, reinforce_cost="word", baseline="learned").train()
+    batch = batch_of(B=4, T=8)
+    batch["item_boxes"] = torch.tensor([[[0, 0, 16, 16]]] * 4, dtype=torch.float32)
+    batch["word_items"] = torch.where(batch["captions"] > 3, 0, -1)
+    explanation = dynamo.explain(lambda b: model.loss_terms(b, "sample", coin=True)["loss"])(batch)
+    assert explanation.graph_count == 1 and explanation.graph_break_count == 0, explanation.break_reasons
