@@ -38,7 +38,10 @@ def main(argv=None) -> int:
         results = json.loads(Path(args.results).read_text()) if args.results else {}
         data = config.get("data") or {}
         try:
-            recipe = args.recipe or registry.get_entry(args.name).metadata.get("recipe")
+            entry = registry.get_entry(args.name)
+            # the recipe file itself: a previous release's manifest record must not speak for this one
+            recipe = args.recipe or (f"python train.py fit --config {entry.recipe.relative_to(registry.REPO_ROOT)}"
+                                     if entry.recipe is not None else entry.metadata.get("recipe"))
         except UserError:
             recipe = args.recipe
         metadata = {"task": config["family"],
