@@ -104,12 +104,14 @@ ALLOWED_CLASSES: dict[str, set[str]] = {
         "zoo.models.draw.DRAWClassifier",
         "zoo.models.vit.ViTClassifier",
         "zoo.models.captioner.Captioner",
+        "zoo.models.item_grid.ItemGridClassifier",
     },
     "data": {
         "zoo.data.fashion_mnist.FashionMNISTDataModule",
         "zoo.data.scenes.FashionScenesDataModule",
         "zoo.data.captions.CaptionsDataModule",
         "zoo.data.imagefolder.ImageFolderDataModule",
+        "zoo.data.item_canvases.ItemCanvasesDataModule",
     },
 }
 

@@ -77,9 +77,24 @@ def recipe_mismatches(config: dict, recipe: dict) -> list[str]:
             if key.startswith("_") or key in FILLED_BY_TRAINING:
                 continue
             want, got = theirs.get(key, defaults.get(key)), ours.get(key, defaults.get(key))
-            if not _same(got, want):
+            if key == "backbone" and isinstance(want, dict) and isinstance(got, dict):
+                problems += _backbone_mismatches(got, want, f"{section}.init_args.backbone")
+            elif not _same(got, want):
                 problems.append(f"{section}.init_args.{key}: weights {got!r}, recipe {want!r}")
     return problems
+
+
+# a release records the resolved backbone with no pretrained source (its weights are in the file)
+SCRUBBED_BACKBONE_FIELDS = {"pretrained", "pretrained_file"}
+
+
+def _backbone_mismatches(weights: dict, recipe: dict, where: str) -> list[str]:
+    """Fields the recipe's backbone block gives that the weights' resolved backbone contradicts.
+    Fields the recipe leaves out were filled in at build time (from a pretrained zoo weight or the
+    backbone's defaults), so only given fields are compared."""
+    return [f"{where}.{key}: weights {weights.get(key)!r}, recipe {value!r}"
+            for key, value in sorted(recipe.items())
+            if key not in SCRUBBED_BACKBONE_FIELDS and not _same(weights.get(key), value)]
 
 
 def override_problems(train_args: list[str], recipe: dict) -> list[str]:
@@ -245,6 +260,10 @@ def golden_output(model) -> dict[str, Any]:
         return {"kind": "caption", "words": [r["words"] for r in results],
                 "alpha": [values(r["alpha"]) for r in results]}
     logits = model(images)
+    if isinstance(logits, (tuple, list)):  # several heads (the backbone pretraining's item and colour maps)
+        logits = [t for t in logits if isinstance(t, torch.Tensor)]
+        return {"kind": "logits", "shape": [list(t.shape) for t in logits],
+                "values": [v for t in logits for v in values(t)]}
     return {"kind": "logits", "shape": list(logits.shape), "values": values(logits)}
 
 

@@ -89,12 +89,10 @@ class ItemCanvasesDataModule(SplitDataModule):
 
     def __init__(self, num_train: int = 60000, num_val: int = 2000, num_test: int = 5000, val_items: int = 5000,
                  seed: int = 0, test_seed: int = 1234, batch_size: int = 128, eval_batch_size: int | None = None,
-                 canvas_size: int = 64, item_sizes: list[int] | None = None, min_items: int = 1,
+                 canvas_size: int = 64, item_sizes: tuple[int, ...] = (28,), min_items: int = 1,
                  max_items: int = 3, gap: int = 0, num_workers: int = 0, item_loader: Callable | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["item_loader"])
-        if item_sizes is None:
-            self.hparams.item_sizes = [28]
         for name in ("num_train", "num_val", "num_test", "val_items"):
             if getattr(self.hparams, name) < 1:
                 raise UserError(f"ItemCanvases: {name} must be >= 1, got {getattr(self.hparams, name)}")

@@ -508,14 +508,12 @@ class FashionScenesDataModule(SplitDataModule):
                  seed: int = 0, test_seed: int = 1234, batch_size: int = 64,
                  eval_batch_size: int | None = None, max_len: int = 24, min_freq: int = 1,
                  max_vocab: int | None = None, num_workers: int = 0, canvas_size: int = 64,
-                 item_sizes: list[int] | None = None, min_items: int = 1, max_items: int = 3,
+                 item_sizes: tuple[int, ...] = (28,), min_items: int = 1, max_items: int = 3,
                  min_captions: int = 3, max_captions: int = 5, gap: int = 0,
                  bucket_pool: int = 50, pad_to_multiple: int | None = None, cache: bool = True,
                  cache_dir: str | None = None, item_loader: Callable | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["item_loader"])
-        if item_sizes is None:
-            self.hparams.item_sizes = [28]
         for name in ("num_train", "num_val", "num_test"):
             if getattr(self.hparams, name) < 1:
                 raise UserError(f"FashionScenes: {name} must be >= 1, got {getattr(self.hparams, name)}")
