@@ -514,3 +514,64 @@ def test_cuda_graph_training_through_lightning(tmp_path):
     trainer.save_checkpoint(path)
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     assert isinstance(ckpt["optimizer_states"][0]["param_groups"][0]["lr"], float)
+
+
+# ----------------------------------------------------------------------------- the captioner
+def _captioner_batch(T: int, seed: int = 0) -> dict:
+    from test_captioner import batch_of
+
+    b = batch_of(B=4, T=T, seed=seed)
+    b["item_boxes"] = torch.tensor([[[0, 0, 16, 16]]] * 4, dtype=torch.float32)
+    b["word_items"] = torch.where(b["captions"] > 3, 0, -1)
+    return b
+
+
+@pytest.mark.parametrize("attention", ["soft", "hard"])
+def test_captioner_training_step_traces_and_equals_eager(attention):
+    """The captioner's train_loss (supervised attention on; hard: per-word REINFORCE costs and the
+    learned baseline) traces as one graph and gives eager's loss and gradients, draws included."""
+    from test_captioner import tiny
+
+    extra = dict(reinforce_cost="word", baseline="learned") if attention == "hard" else {}
+    eager = tiny(attention, dropout=0.0, supervised_attention=1.0, **extra).train()
+    traced = copy.deepcopy(eager)
+    step = torch.compile(traced.train_loss, fullgraph=True, backend="aot_eager")
+    torch.manual_seed(3)
+    inputs = eager.train_inputs(_captioner_batch(T=7))
+    if attention == "hard":
+        assert inputs[4].shape == (4, 6, eager._cells(inputs[0])) and inputs[5].dtype == torch.bool
+    loss_e, metrics_e, grads_e = _loss_and_grads(eager, eager.train_loss, inputs)
+    loss_t, metrics_t, grads_t = _loss_and_grads(traced, step, inputs)
+    torch.testing.assert_close(loss_t, loss_e, rtol=1e-5, atol=1e-6)
+    assert metrics_t.keys() == metrics_e.keys() and "supervised_attention" in metrics_e
+    assert_close_grads(grads_t, grads_e, rel=1e-5)
+
+
+def test_captioner_compiled_fit_steps_equal_eager_across_caption_lengths(monkeypatch):
+    """Through the switch: compile mode gives each caption length its own graph (up to
+    accel_max_shapes) and the same losses and parameters as eager steps."""
+    from test_captioner import tiny
+
+    monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
+    runs = {}
+    for mode in ("eager", "compile"):
+        model = tiny("hard", dropout=0.0).train()
+        model.accel.force(mode)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        losses = []
+        for i, T in enumerate((7, 5, 7)):
+            torch.manual_seed(10 + i)
+            losses.append(model.accel.fit_step(model, _captioner_batch(T=T, seed=i), opt)[0])
+        runs[mode] = (torch.stack(losses), model.state_dict())
+        if mode == "compile":  # two caption lengths, two static graphs, none run eagerly
+            assert len(model.accel._shapes["train"]) == 2 and model.accel.mode(model, "train") == "compile"
+    torch.testing.assert_close(runs["compile"][0], runs["eager"][0], rtol=1e-5, atol=1e-6)
+    for key, value in runs["eager"][1].items():
+        torch.testing.assert_close(runs["compile"][1][key], value, rtol=1e-4, atol=1e-6, msg=key)
+
+
+def test_captioner_rejects_an_unknown_mode():
+    from test_captioner import tiny
+
+    with pytest.raises(UserError, match="captioner: accel must be one of"):
+        tiny(accel="turbo")

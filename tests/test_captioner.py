@@ -660,3 +660,25 @@ def test_the_training_loss_captures_as_one_graph():
     batch["word_items"] = torch.where(batch["captions"] > 3, 0, -1)
     explanation = dynamo.explain(lambda b: model.loss_terms(b, "sample", coin=True)["loss"])(batch)
     assert explanation.graph_count == 1 and explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_caption_refuses_images_it_would_caption_as_nonsense():
+    model = tiny()
+    good = torch.rand(2, 3, 32, 32)
+    for bad, message in [((good * 255).to(torch.uint8), "wants float images in \\[0, 1\\], got torch.uint8"),
+                         ((good - 0.5) / 0.25, "wants images in \\[0, 1\\], got values from"),
+                         (good[:, :1], "wants images \\[B, 3, H, W\\], got \\(2, 1, 32, 32\\)"),
+                         (good[0], "wants images \\[B, 3, H, W\\], got \\(3, 32, 32\\)")]:
+        with pytest.raises(UserError, match=message):
+            model.caption(bad)
+
+
+def test_caption_decodes_with_the_recipes_beam_by_default(monkeypatch):
+    import zoo.models.captioner as captioner
+
+    widths, real = [], captioner.beam_search
+    monkeypatch.setattr(captioner, "beam_search", lambda *a, **k: widths.append(a[4]) or real(*a, **k))
+    model = tiny(beam_size=3)
+    model.caption(torch.rand(2, 3, 32, 32))
+    model.caption(torch.rand(2, 3, 32, 32), beam_size=1)  # greedy: no beam search
+    assert widths == [3]

@@ -155,15 +155,6 @@ def test_release_roundtrip_gives_identical_outputs(released):
     assert not torch.equal(_outputs(zoo.create_model("baseline_cnn_centered"), X28), _outputs(reference, X28))
 
 
-def test_a_re_release_names_the_recipe_file_not_the_previous_record(released, tmp_path):
-    manifest = json.loads(released["manifest"].read_text())
-    manifest["baseline_cnn_centered"]["metadata"]["recipe"] = "python scripts/results_run.py old -- --lr 9"
-    released["manifest"].write_text(json.dumps(manifest))
-    assert release_main(["--checkpoint", str(released["ckpt"]), "--name", "baseline_cnn_centered"]) == 0
-    metadata = json.loads(released["manifest"].read_text())["baseline_cnn_centered"]["metadata"]
-    assert metadata["recipe"] == "python train.py fit --config configs/baseline/cnn_centered.yaml"
-
-
 def test_tampered_release_refused(released):
     data = bytearray(released["file"].read_bytes())
     data[-5] ^= 0x01  # one bit in the last tensor's bytes: still a valid safetensors file

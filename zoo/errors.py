@@ -23,6 +23,9 @@ class OneLineParser(argparse.ArgumentParser):
 def one_line_warnings() -> None:
     """Show warnings as `Category: message`, one line each (not file:line plus source)."""
     warnings.formatwarning = lambda message, category, *args, **kwargs: f"{category.__name__}: {message}\n"
+    # straight to stderr, also where a caller (a test harness) had been recording warnings
+    warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: print(
+        f"{category.__name__}: {message}", file=file or sys.stderr)
 
 
 def report_user_errors(prog: str, main: Callable[[], int | None]) -> int:

@@ -62,6 +62,8 @@ from zoo.attention.soft import SoftAttention, expected_context
 from zoo.backbones.spec import BackboneSpec
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
+from zoo.models import optim
+from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
 
 PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
@@ -96,6 +98,14 @@ class Captioner(ZooModule):
     `hparams`, so every checkpoint rebuilds the model alone."""
 
     family = "captioner"
+    # accel: auto. On CUDA the compiled step (graph capture of the captioner is not yet measured on a
+    # GPU); on CPU eager, whose packed active rows are what benchmarks/sat_train.py measures.
+    accel_cuda = "compile"
+    accel_cpu_compile_min_steps = None
+    # caption lengths vary by batch: one static graph per padded length, up to this many
+    # (FashionScenes' `pad_to_multiple` keeps the count small); other lengths run eagerly
+    accel_max_shapes = 8
+    progress_bar_metrics = ("loss",)
 
     def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
                  backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
@@ -110,8 +120,11 @@ class Captioner(ZooModule):
                  active_rows: bool = True, optimizer: str = "adam", lr: float = 1e-3, backbone_lr: float | None = None,
                  weight_decay: float = 0.0, lr_schedule: str = "none",
                  beam_size: int = 3, decode_max_len: int = 20, length_penalty: float = 1.0,
-                 val_meteor: bool = False, num_figures: int = 4):
+                 val_meteor: bool = False, num_figures: int = 4,
+                 # speed (zoo.models.accel): eager | compile | graph | auto
+                 accel: str = "auto"):
         super().__init__()
+        check_mode(accel, "captioner")
         # a typed spec from the CLI, or a plain dict from an old checkpoint or a Python caller
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
@@ -376,21 +389,23 @@ class Captioner(ZooModule):
             use_expected = torch.zeros((), dtype=torch.bool, device=annotations.device)
         return gumbel, use_expected
 
-    def loss_terms(self, batch: dict, mode: str | None = None, coin: bool = False) -> dict[str, torch.Tensor]:
+    def loss_terms(self, batch: dict, mode: str | None = None, coin: bool = False,
+                   draws: tuple | None = None) -> dict[str, torch.Tensor]:
         """The training loss of a batch and its parts, as tensors: no logging, no host sync.
 
         mode (hard attention): "sample" draws the samples (and with coin=True the 50% expected-
         context coin, the training rule), "expected" uses the expected context; default: sample
         when training. Returns loss, nll (per caption), nll_word, doubly_stochastic,
         supervised_attention, and for hard attention reinforce, cost [B] or [B, T-1],
-        baseline_loss; plus `out` (the teacher-forced outputs) and step_mask [B, T-1]."""
+        baseline_loss; plus `out` (the teacher-forced outputs) and step_mask [B, T-1].
+        draws: hard attention's (gumbel, use_expected), drawn beforehand (`train_inputs`)."""
         self._require_vocab()
         hp = self.hparams
         captions = batch["captions"]
         targets = captions[:, 1:]
         step_mask = (targets != PAD_ID).to(torch.float32)  # [B, T-1]: pads carry no loss
         annotations, grid = self.encode(batch["images"])
-        gumbel, use_expected = self._draws(annotations, captions, mode, coin)
+        gumbel, use_expected = self._draws(annotations, captions, mode, coin) if draws is None else draws
         supervised = hp.supervised_attention > 0
         out = self.teacher_forced(annotations, captions, gumbel, use_expected, need_log_alpha=supervised,
                                   active=self._active_rows(batch, captions.shape[1] - 1))
@@ -484,20 +499,49 @@ class Captioner(ZooModule):
             per_step = torch.where(valid, per_step, torch.zeros_like(per_step))
         return (per_step * valid).sum() / log_alpha.shape[0]
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        terms = self.loss_terms(batch, "sample", coin=True)
+    # ------------------------------------------------------------------ steps (zoo.models.accel)
+    def train_inputs(self, batch: dict) -> tuple:
+        """The batch's tensors and hard attention's draws (Gumbel noise of every step, the
+        expected-context coin), drawn here so that every acceleration mode sees the same stream.
+        The packed active rows need the host lengths: eager mode only (a compiled or captured
+        step runs every row, static shapes)."""
+        images, captions = batch["images"], batch["captions"]
+        gumbel = use_expected = None
         if self.hparams.attention == "hard":
-            cost = terms["cost"]
-            self.baseline.update(cost if cost.dim() == 1 else (cost * terms["step_mask"]).sum() / terms["step_mask"].sum())
+            B, T1, L = captions.shape[0], captions.shape[1] - 1, self._cells(images)
+            gumbel = -torch.empty(B, T1, L, device=images.device, dtype=images.dtype).exponential_().log()
+            use_expected = torch.rand((), device=images.device) < self.hparams.semi_sampling_p  # sec. 4.1
+        lengths = batch.get("host_lengths") if self.accel.active == "eager" else None
+        return images, captions, batch.get("word_items"), batch.get("item_boxes"), gumbel, use_expected, lengths
+
+    def _cells(self, images: torch.Tensor) -> int:
+        """L, the annotation vectors of an image of this size (one encoder pass, then cached)."""
+        key = tuple(images.shape[-2:])
+        cells = self.__dict__.setdefault("_cells_by_size", {})
+        if key not in cells:
+            with torch.no_grad():
+                grid = self.encoder(images[:1])[1]
+            cells[key] = int(grid[0]) * int(grid[1])
+        return cells[key]
+
+    def train_loss(self, images, captions, word_items, item_boxes, gumbel, use_expected, host_lengths):
+        """Pure: the training loss and its parts (no logging, no host sync, no draws)."""
+        batch = {"images": images, "captions": captions, "host_lengths": host_lengths}
+        if word_items is not None:
+            batch.update(word_items=word_items, item_boxes=item_boxes)
+        terms = self.loss_terms(batch, "sample", draws=(gumbel, use_expected))
+        metrics = {key: terms[key].detach() for key in ("loss", "nll_word", "doubly_stochastic",
+                                                        "supervised_attention", "reinforce") if key in terms}
+        if "cost" in terms:  # what the moving-average baseline tracks: the minibatch's mean cost
+            cost, mask = terms["cost"].detach(), terms["step_mask"]
+            metrics["mean_cost"] = cost.mean() if cost.dim() == 1 else (cost * mask).sum() / mask.sum()
+        return terms["loss"], metrics
+
+    def log_step_metrics(self, stage: str, metrics: dict, batch_size: int) -> None:
+        if stage == "train" and "mean_cost" in metrics:
+            self.baseline.update(metrics.pop("mean_cost"))  # in place, after the step: no sync
             self.log("train/baseline", self.baseline.value)
-            self.log("train/reinforce", terms["reinforce"])
-        bs = batch["captions"].shape[0]
-        self.log("train/loss", terms["loss"], prog_bar=True, batch_size=bs)
-        self.log("train/nll_word", terms["nll_word"], batch_size=bs)
-        self.log("train/doubly_stochastic", terms["doubly_stochastic"], batch_size=bs)
-        if "supervised_attention" in terms:
-            self.log("train/supervised_attention", terms["supervised_attention"], batch_size=bs)
-        return terms["loss"]
+        super().log_step_metrics(stage, metrics, batch_size)
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
@@ -584,9 +628,26 @@ class Captioner(ZooModule):
         return step_fn, self.init_state(annotations), (projected, annotations), grid
 
     @torch.no_grad()
-    def caption(self, images: torch.Tensor, beam_size: int = 1, max_len: int | None = None,
+    def _check_images(self, images: torch.Tensor) -> None:
+        """One line for images the model would caption as nonsense: wrong rank, channels, dtype or
+        range (a uint8 tensor of pixels, an image normalised twice)."""
+        channels = (self.hparams.backbone or {}).get("in_chans", 3)
+        if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[1] != channels:
+            shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+            raise UserError(f"caption() wants images [B, {channels}, H, W], got {shape}")
+        if not images.is_floating_point():
+            raise UserError(f"caption() wants float images in [0, 1], got {images.dtype} "
+                            "(uint8 pixels: divide by 255, or prepare them with zoo.preprocessing(model))")
+        low, high = (float(v) for v in images.aminmax())
+        if low < -1e-3 or high > 1 + 1e-3:
+            raise UserError(f"caption() wants images in [0, 1], got values from {low:.3g} to {high:.3g} "
+                            "(the model normalises them itself: do not normalise beforehand)")
+
+    def caption(self, images: torch.Tensor, beam_size: int | None = None, max_len: int | None = None,
                 length_penalty: float | None = None) -> list[dict[str, Any]]:
-        """Caption B images at once. images [B, 3, H, W] in [0, 1].
+        """Caption B images at once. images float [B, 3, H, W] in [0, 1], prepared as
+        `zoo.preprocessing(model)` does (the model normalises them itself). beam_size: default the
+        recipe's (`hparams.beam_size`); 1 decodes greedily.
 
         Returns one dict per image: `words` (list[str]), `alpha` (float [n_words, h, w], the
         attention map each word was emitted with), `beta` (float [n_words], the gate), `score`
@@ -594,8 +655,8 @@ class Captioner(ZooModule):
         `locations` (int64 [n_words, 2], the (row, col) grid cell chosen: the argmax location,
         which is the sample's mode when decoding with the expected context)."""
         self._require_vocab()
-        if images.dim() != 4:
-            raise UserError(f"caption() wants images [B, C, H, W], got shape {tuple(images.shape)}")
+        self._check_images(images)
+        beam_size = self.hparams.beam_size if beam_size is None else beam_size
         was_training = self.training
         self.eval()
         try:
@@ -637,18 +698,12 @@ class Captioner(ZooModule):
         groups = [{"params": other}]
         if encoder_params:
             groups.append({"params": encoder_params, "lr": hp.backbone_lr or hp.lr})
-        if hp.optimizer == "adam":
-            optimizer = torch.optim.Adam(groups, lr=hp.lr, weight_decay=hp.weight_decay)
-        elif hp.optimizer == "rmsprop":
-            optimizer = torch.optim.RMSprop(groups, lr=hp.lr, weight_decay=hp.weight_decay)
-        else:
+        if hp.optimizer not in ("adam", "rmsprop"):
             raise UserError(f"captioner: optimizer must be 'adam' or 'rmsprop', got '{hp.optimizer}'")
-        if hp.lr_schedule == "none":
-            return optimizer
-        if hp.lr_schedule != "cosine":
+        if hp.lr_schedule not in ("none", "cosine"):
             raise UserError(f"captioner: lr_schedule must be 'none' or 'cosine', got '{hp.lr_schedule}'")
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, self.trainer.max_epochs or 1))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+        return optim.configure(self, groups, hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
+                               schedule=hp.lr_schedule)
 
 
 def _gather(store: dict[str, list]) -> dict[str, list]:
