@@ -73,3 +73,12 @@ def test_outputs_docs_and_tests_do_not_make_a_commit_dirty(tmp_path, monkeypatch
         git("checkout", "--", ".")
         (tmp_path / path).write_text("1\n")
         assert results.git_commit().endswith("-dirty"), path
+
+
+def test_the_committed_results_tables_are_what_the_results_say():
+    """README.md and docs/results.md carry tables generated from results/*.json: editing a number
+    by hand, or a results file without regenerating, fails here."""
+    from conftest import REPO, run_cli
+
+    rc, out, err = run_cli(["scripts/results_tables.py", "--check"], cwd=REPO)
+    assert rc == 0, out + err
