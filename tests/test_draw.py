@@ -9,7 +9,8 @@ from torch.distributions import Bernoulli, Normal, kl_divergence
 
 import zoo
 from zoo.errors import UserError
-from zoo.models.draw import DRAW, DRAWClassifier, fixed_binarize, kl_std_normal
+from zoo.data.binarize import fixed_binarize
+from zoo.models.draw import DRAW, DRAWClassifier, kl_std_normal
 
 TINY = dict(image_size=12, T=4, enc_size=16, dec_size=16, z_size=3, read_n=3, write_n=4)
 
