@@ -75,9 +75,11 @@ def sample_grid(images: torch.Tensor, nrow: int | None = None, scale: int = 2) -
 
 def canvas_frames(canvases: torch.Tensor, write: list | None = None, write_n: int | None = None,
                   read: list | None = None, read_n: int | None = None, nrow: int | None = None,
-                  scale: int = 2) -> list[Image.Image]:
+                  scale: int = 2, targets: torch.Tensor | None = None) -> list[Image.Image]:
     """One frame per step: canvases [T, n, C, H, W] in [0, 1] with the step's read box (green)
-    and write box (red) on every image; write/read are T FilterParams (or None)."""
+    and write box (red) on every image; write/read are T FilterParams (or None). With targets
+    [n, C, H, W] (the images being redrawn), each canvas follows its target, which carries the
+    read box: the read looks at the input, the write draws on the canvas."""
     T, n = canvases.shape[:2]
     nrow = nrow or max(1, int(np.ceil(np.sqrt(n))))
     frames = []
@@ -86,12 +88,12 @@ def canvas_frames(canvases: torch.Tensor, write: list | None = None, write_n: in
         for start in range(0, n, nrow):
             row = []
             for i in range(start, min(start + nrow, n)):
-                boxes = []
-                if read is not None and read_n:
-                    boxes.append((read[t], i, read_n, READ_COLOUR))
-                if write is not None and write_n:
-                    boxes.append((write[t], i, write_n, WRITE_COLOUR))
-                row.append((canvases[t, i], boxes))
+                reads = [(read[t], i, read_n, READ_COLOUR)] if read is not None and read_n else []
+                writes = [(write[t], i, write_n, WRITE_COLOUR)] if write is not None and write_n else []
+                if targets is not None:
+                    row += [(targets[i], reads), (canvases[t, i], writes)]
+                else:
+                    row.append((canvases[t, i], reads + writes))
             cells.append(row)
         frames.append(compose(cells, scale=scale))
     return frames
