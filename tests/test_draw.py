@@ -233,6 +233,25 @@ def test_attention_figures_and_gif_colours():
     assert viz.WRITE_COLOUR in pixels and viz.READ_COLOUR not in pixels
 
 
+def test_grey_gif_keeps_the_box_colours_in_few_colours():
+    import io
+
+    from PIL import Image
+
+    from zoo.viz import draw as viz
+
+    model = tiny_draw()
+    out = model.sample(4, generator=torch.Generator().manual_seed(0))
+    frames = viz.canvas_frames(out["canvases"], write=out["write"], write_n=TINY["write_n"], scale=4)
+    small, full = viz.gif_bytes(frames, greys=16), viz.gif_bytes(frames)
+    with Image.open(io.BytesIO(small)) as gif:
+        assert gif.n_frames == TINY["T"]
+        colours = {tuple(p) for p in gif.convert("RGB").getdata()}
+    assert viz.WRITE_COLOUR in colours and len(colours) <= 16 + 4
+    assert all(c in (viz.WRITE_COLOUR, viz.FIGURE_GREY, viz.CELL_GREY) or len(set(c)) == 1 for c in colours)
+    assert len(small) < len(full)
+
+
 def test_box_width_proportional_to_sigma():
     from zoo.attention.filterbank import FilterParams
     from zoo.viz.draw import _box

@@ -25,6 +25,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 MAX_SAMPLES = 4096
 DEFAULT_N = {"sample": 64, "split": 8}
 STRIP_STEPS = 8  # canvases shown per reconstruction strip
+GIF_GREYS = 16  # grey levels of a grayscale model's GIF (a smaller file)
 
 
 def add_arguments(parser) -> None:
@@ -141,6 +142,7 @@ def run(args) -> int:
         frames = viz.canvas_frames(canvases, write=result["write"], write_n=write_n,
                                    read=result.get("read"), read_n=read_n, targets=x, scale=args.scale)
         gif = out.with_suffix(".gif")
-        _save(lambda p: viz.save_gif(frames, p, duration_ms=args.frame_ms), gif)
+        greys = GIF_GREYS if model.C == 1 else None  # colour canvases keep GIF's adaptive palette
+        _save(lambda p: viz.save_gif(frames, p, duration_ms=args.frame_ms, greys=greys), gif)
         print(f"wrote {gif} ({len(frames)} frames)")
     return exit_code(1, errors)
