@@ -487,3 +487,35 @@ def test_two_items_recipes_equal_size_budget_and_data():
         stated = re.search(r"parameters: ([\d,]+)", texts[stem]).group(1)
         assert int(stated.replace(",", "")) == counts[stem], (stem, stated, counts[stem])
     assert abs(counts["two_items60"] / counts["two_items60_noattn"] - 1) < 0.10, counts
+
+
+def _draw_windows_script():
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("draw_windows", REPO / "scripts" / "draw_windows.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_draw_windows_analysis():
+    from zoo.attention.filterbank import FilterParams
+
+    script = _draw_windows_script()
+    one = torch.ones(3)
+    # 1-based centres 3.0 (continuous 2.5: inside [2, 6)), 6.5 (6.0: outside) and 10 (9.5: in the second box)
+    params = FilterParams(torch.tensor([3.0, 6.5, 10.0]), torch.tensor([3.0, 3.0, 3.0]), one, one, one)
+    boxes = np.array([[[2, 2, 6, 6], [8, 0, 12, 4]]] * 3)
+    assert script.centre_inside(params, boxes).tolist() == [True, False, True]
+    model = tiny_draw()
+    images = torch.zeros(4, 1, 12, 12)
+    images[:, :, 2:6, 2:6] = 1
+    stats = script.analyse(model, images, np.array([[[2, 2, 6, 6]]] * 4))
+    assert stats["items_share"] == 16 / 144 and len(stats["steps"]) == TINY["T"]
+    for row in stats["steps"]:
+        assert 0 <= row["write_in_items"] <= 1 and 0 <= row["write_centre_in_items"] <= 1 and row["kl"] >= 0
+    # a no-attention model has no windows, only where its canvas changes
+    plain = script.analyse(tiny_draw("none"), images, np.array([[[2, 2, 6, 6]]] * 4))
+    assert "write_side" not in plain["steps"][0] and 0 <= plain["steps"][0]["write_in_items"] <= 1

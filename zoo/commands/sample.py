@@ -55,18 +55,27 @@ def _check_out(out: Path) -> None:
                         else f"--out {out}: {folder} is not a folder")
 
 
-def _split_images(model, split: str, n: int):
-    """The first n images [n, C, S, S] in [0, 1] of `split` of the model's own data module."""
-    import torch
-
+def model_datamodule(model):
+    """The data module the model was trained with (its config travels in the checkpoint), set up."""
     from zoo.registry import instantiate
 
     data_config = getattr(model, "_zoo_data_config", None)
     if not data_config:
-        raise UserError("--reconstruct-split: the model carries no data config; give images with --reconstruct")
+        raise UserError("the model carries no data config (a checkpoint written by train.py has one)")
     init_args = {k: v for k, v in (data_config.get("init_args") or {}).items() if not k.startswith("_")}
     datamodule = instantiate({"class_path": data_config["class_path"], "init_args": init_args})
     datamodule.setup("test")
+    return datamodule
+
+
+def _split_images(model, split: str, n: int):
+    """The first n images [n, C, S, S] in [0, 1] of `split` of the model's own data module."""
+    import torch
+
+    try:
+        datamodule = model_datamodule(model)
+    except UserError as exc:
+        raise UserError(f"--reconstruct-split: {exc}; give images with --reconstruct") from None
     datamodule.test_split = split
     images = []
     for batch in datamodule.test_dataloader():
