@@ -4,7 +4,6 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
-export WANDB_MODE ?= offline
 export WANDB_SILENT ?= true
 
 .PHONY: setup data demo test bench results clean

@@ -1,32 +1,176 @@
 """Train any zoo model from a recipe with LightningCLI.
 
     python train.py fit --config configs/baseline/cnn_centered.yaml
-    python train.py fit --config configs/baseline/cnn_centered.yaml --ckpt_path last   # resume
-    python train.py fit --config ... --trainer.devices 2 --trainer.strategy ddp        # DDP
+    python train.py fit --config configs/baseline/cnn_centered.yaml --ckpt_path last    # resume the run
+    python train.py fit --config configs/sat/soft_scenes.yaml --init_from sat_soft_scenes --model.init_args.lr 1e-4
+                                                                                       # fine-tune: a new run
+    python train.py fit --config ... --trainer.devices 2 --trainer.strategy ddp         # DDP
     python train.py fit --config ... --print_config
 
 configs/base/trainer.yaml (W&B offline logger, progress bar, checkpointing) is applied first;
 the recipe overrides it. Checkpoints go to <trainer.default_root_dir>/checkpoints (best on
-validation + last.ckpt). The script is re-entrant: DDP re-executes it once per rank.
+validation + last.ckpt), written atomically. The script is re-entrant: DDP re-executes it per rank.
+
+Resume and fine-tune are different things:
+- `--ckpt_path PATH|last` continues the run that wrote the checkpoint: weights, optimizer, schedule,
+  epoch and its W&B run. Its model hyperparameters must be the checkpoint's (a differing value is
+  refused with one line); a larger `--trainer.max_epochs` extends the run.
+- `--init_from NAME|PATH|URL` starts a new run from a release's or a checkpoint's weights, with this
+  command's hyperparameters (optimizer and schedule start fresh).
+A checkpoint is data, never code: it is loaded with `weights_only=True` (local or remote), the
+model class comes from the recipe, never from the file.
+
+Every user mistake ends with one line on stderr and exit code 2; SIGTERM (a scheduler's time limit
+or preemption) saves last.ckpt where the run is and exits with code 143.
 """
 from __future__ import annotations
 
+import difflib
+import fcntl
+import importlib
+import logging
 import os
+import re
 import sys
+import warnings
 from pathlib import Path
 
-os.environ.setdefault("WANDB_MODE", "offline")
+import yaml
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, RichProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from lightning.pytorch import LightningDataModule  # noqa: E402
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback  # noqa: E402
-
-from zoo.callbacks import ZooCheckpoint  # noqa: E402
-from zoo.errors import UserError  # noqa: E402
-from zoo.models.base import ZooModule  # noqa: E402
+from zoo import hub
+from zoo.callbacks import WANDB_CLASSES, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
+from zoo.errors import UserError, one_line_warnings
+from zoo.io import check_writable
+from zoo.models.base import ZooModule
 
 BASE_CONFIG = str(Path(__file__).resolve().parent / "configs" / "base" / "trainer.yaml")
+PROG = "train.py"
+HELP = "train.py fit --help lists every option"
 
 
+# ----------------------------------------------------------------------------- one-line errors
+class ZooArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser with one-line errors (the key and what is wrong, not 70 lines of
+    usage) and no abbreviated options: `--trainer.max_epoch` is a typo, not `max_epochs`."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error:  # jsonargparse probing a union type: let it try the next one
+            return super().error(message, ex)
+        sys.stderr.write(f"{PROG}: error: {condense(message)} ({HELP})\n")
+        sys.exit(2)
+
+
+def condense(message: str) -> str:
+    """jsonargparse's multi-line messages as one line that names the key and the problem."""
+    text = str(message)
+    key = re.search(r'Parser key "([^"]+)"', text)
+    where = f"{key.group(1)}: " if key else ""
+    problem = re.search(r"Problem with given class_path '([^']+)':(.*)", text, re.S)
+    if problem:
+        class_path = problem.group(1)
+        detail = re.split(r"\n\s*- |\n\s*Given value", problem.group(2))[0].strip()
+        option = re.search(r"Option '([^']+)' is not accepted", detail)
+        if option:
+            return f"{where}{class_path} has no argument '{option.group(1)}'"
+        if "has no attribute" in detail or "No module named" in detail or "import" in detail.lower():
+            first = detail.splitlines()[0].strip() if detail else "not importable"
+            return f"{where}cannot import class_path '{class_path}' ({first}){_suggest(class_path)}"
+        return f"{where.rstrip(': ')}.init_args.{condense(detail)}" if where else condense(detail)
+    expected = re.search(r"Expected a <class '(\w+)'>\. Got value: (.*)", text)
+    if expected:
+        return f"{where}expected {expected.group(1)}, got {expected.group(2).strip()!r}"
+    given = re.search(r"Given value: (.*)", text)
+    if "Does not validate against any of the" in text and given:
+        return f"{where}{given.group(1).strip()[:120]!r} is not an accepted value"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(lines)[:300] or "invalid command line"
+
+
+def _suggest(class_path: str) -> str:
+    """'; did you mean X?' for a misspelt class in one of our modules."""
+    module, _, name = class_path.rpartition(".")
+    if not module.startswith("zoo."):
+        return ""
+    try:
+        names = [n for n in dir(importlib.import_module(module)) if n[:1].isupper()]
+    except ImportError:
+        return ""
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"; did you mean {module}.{close[0]}?" if close else ""
+
+
+def check_config_files(argv: list[str]) -> None:
+    """Every --config file exists and holds a non-empty YAML mapping (checked before LightningCLI,
+    whose own messages for these cases are a usage dump or 'Unexpected config')."""
+    paths = [BASE_CONFIG]
+    for i, arg in enumerate(argv):
+        if arg in ("--config", "-c") and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            paths.append(arg.split("=", 1)[1])
+    for path in map(Path, paths):
+        if not path.exists():
+            raise UserError(f"--config {path}: no such file")
+        if path.is_dir():
+            raise UserError(f"--config {path}: is a directory, not a YAML file")
+        try:
+            content = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            raise UserError(f"--config {path}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--config {path}: cannot read ({exc})") from None
+        if content is None:
+            raise UserError(f"--config {path}: the file is empty")
+        if not isinstance(content, dict):
+            raise UserError(f"--config {path}: expected a mapping of keys (model:, data:, trainer:, ...), "
+                            f"got a {type(content).__name__}")
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def newest_readable(directory: Path, skip: Path | None = None) -> Path | None:
+    """The most recently written checkpoint in `directory` that loads."""
+    for path in sorted(directory.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True):
+        if skip is not None and path.resolve() == skip.resolve():
+            continue
+        try:
+            hub.read_checkpoint(path)
+            return path
+        except UserError:
+            continue
+    return None
+
+
+def read_resume_checkpoint(path: Path) -> dict:
+    try:
+        return hub.read_checkpoint(path)
+    except UserError as exc:
+        if "refused" in str(exc):
+            raise
+        fallback = newest_readable(path.parent, skip=path)
+        hint = (f"; the newest readable checkpoint is {fallback}: resume with --ckpt_path {fallback}"
+                if fallback else "; no other readable checkpoint in that folder")
+        raise UserError(f"cannot resume: {exc}{hint}") from None
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ----------------------------------------------------------------------------- the CLI
 class SaveConfigToRunDir(SaveConfigCallback):
     """Write the full resolved config to <default_root_dir>/config.yaml (beside the checkpoints;
     LightningCLI's default is the logger's directory, which for W&B is the working directory),
@@ -44,33 +188,200 @@ class SaveConfigToRunDir(SaveConfigCallback):
         self.already_saved = trainer.strategy.broadcast(True)
 
 
+class _NoAdverts(logging.Filter):
+    """Lightning's info log advertises cloud products ("💡 Tip: ... litlogger") at every start."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡")
+
+
 class ZooCLI(LightningCLI):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("parser_class", ZooArgumentParser)
+        self._run_lock = None
+        super().__init__(*args, **kwargs)
+
     def add_arguments_to_parser(self, parser):
         parser.add_lightning_class_args(ZooCheckpoint, "checkpoint")
         parser.link_arguments("trainer.default_root_dir", "checkpoint.dirpath",
                               compute_fn=lambda root: str(Path(root) / "checkpoints"))
+        parser.add_argument("--init_from", type=str | None, default=None,
+                            help="fine-tune: start a NEW run from these weights (a release name, a .safetensors "
+                                 "or .ckpt path, or a URL) with this config's hyperparameters")
+        parser.add_argument("--sha256", type=str | None, default=None,
+                            help="pin a --ckpt_path or --init_from URL (or file) to its sha256 (8+ hex digits)")
+
+    def _set_seed(self) -> None:
+        """LightningCLI's, without the "Seed set to" line (the seed is in the saved config.yaml)."""
+        from lightning.fabric.utilities.seed import seed_everything
+
+        seed = self._get(self.config, "seed_everything")
+        if seed is False:
+            return
+        seed = seed_everything(None if seed is True else seed, workers=True, verbose=False)
+        self.config[self.subcommand]["seed_everything"] = seed
+
+    # ------------------------------------------------------------------ --ckpt_path, safely
+    def _parse_ckpt_path(self) -> None:
+        """Replaces LightningCLI's version, which merges the checkpoint's hyperparameters over the
+        command line (so `--model.init_args.lr` was silently ignored) and would instantiate the
+        class the checkpoint names. Here the file is fetched and verified, read with
+        weights_only=True, and must match the recipe's model; differing hyperparameters are
+        refused, and the W&B run it belongs to is continued."""
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        ckpt, init_from = config.get("ckpt_path"), config.get("init_from")
+        if config.get("weights_only") is False:
+            raise UserError("--weights_only false would let a checkpoint run code when it loads; refused")
+        if "weights_only" in config:
+            config["weights_only"] = True
+        if ckpt and init_from:
+            raise UserError("give --ckpt_path (resume a run) or --init_from (start a new run from weights), not both")
+        if not ckpt:
+            return
+        ckpt = str(ckpt)
+        if ckpt in ("best", "hpc", "registry"):
+            raise UserError(f"--ckpt_path {ckpt}: give a checkpoint file, a URL, or 'last'")
+        if ckpt == "last":
+            path = Path(config.checkpoint.dirpath) / f"{ZooCheckpoint.CHECKPOINT_NAME_LAST}.ckpt"
+            if not path.is_file():
+                return  # Lightning starts a fresh run, with a warning
+        else:
+            if str(ckpt).endswith(".safetensors") or (not hub.is_url(ckpt) and Path(ckpt).suffix == ".safetensors"):
+                raise UserError(f"--ckpt_path {ckpt}: released weights are not a training checkpoint (no optimizer "
+                                "or epoch to resume); start a new run from them with --init_from instead")
+            if not hub.is_url(ckpt) and not Path(ckpt).is_file():
+                raise UserError(f"--ckpt_path {ckpt}: no such checkpoint file")
+            path = hub.fetch(ckpt, config.get("sha256"))
+        checkpoint = read_resume_checkpoint(path)
+        config["ckpt_path"] = str(path)
+        self._check_resume_matches(checkpoint, config, path)
+        self._continue_wandb_run(checkpoint, config)
+
+    def _check_resume_matches(self, checkpoint: dict, config, path: Path) -> None:
+        saved = checkpoint.get("zoo") if isinstance(checkpoint.get("zoo"), dict) else {}
+        hparams = checkpoint.get("hyper_parameters") or {}
+        model = config.model
+        saved_class = saved.get("class_path") or hparams.get("_class_path")
+        if saved_class and saved_class != model.class_path:
+            raise UserError(f"--ckpt_path {path}: the checkpoint is a {saved_class}, but this config trains "
+                            f"{model.class_path}")
+        init_args = model.init_args
+        for key, value in hparams.items():
+            if key.startswith("_") or key not in init_args:
+                continue
+            current = init_args[key]
+            if current is None and value is not None:
+                init_args[key] = value  # filled in during training (e.g. a captioner's vocabulary)
+            elif _plain(current) != _plain(value):
+                raise UserError(f"--ckpt_path resumes the run it was saved from, but model.init_args.{key} differs "
+                                f"({_plain(current)!r} here, {_plain(value)!r} in the checkpoint); to train with new "
+                                f"hyperparameters start a new run with --init_from {path}")
+
+    @staticmethod
+    def _continue_wandb_run(checkpoint: dict, config) -> None:
+        run = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
+        run_id, logger = run.get("wandb_id"), config.trainer.get("logger")
+        if not isinstance(run_id, str) or not hasattr(logger, "class_path") or logger.class_path not in WANDB_CLASSES:
+            return
+        if logger.init_args.get("id") is None:
+            logger.init_args["id"] = run_id
+            logger.init_args["resume"] = "allow"
+
+    # ------------------------------------------------------------------ the trainer
+    def instantiate_trainer(self, **kwargs):
+        """The trainer, without callbacks that the user's own flags switch off (a progress bar with
+        enable_progress_bar false, a learning-rate monitor with no logger, checkpointing with
+        enable_checkpointing false) and with atomic checkpoint writes."""
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        if self.subcommand == "fit":
+            self._preflight(Path(config.get("default_root_dir") or os.getcwd()))
+        extra = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
+        drop = []
+        if config.get("enable_progress_bar") is False:
+            drop.append(ProgressBar)
+        if config.get("logger") in (False, None, []):
+            drop.append(LearningRateMonitor)
+        if config.get("enable_checkpointing") is False:
+            drop.append(ModelCheckpoint)
+        if drop:
+            config["callbacks"] = [c for c in (config.get("callbacks") or []) if not isinstance(c, tuple(drop))]
+            extra = [c for c in extra if not isinstance(c, tuple(drop))]
+        callbacks = config.get("callbacks") or []
+        if not sys.stdout.isatty() and any(isinstance(c, RichProgressBar) for c in callbacks):
+            # Rich draws nothing without a terminal (a log, CI, `| tee`): report each epoch instead
+            config["callbacks"] = [c for c in callbacks if not isinstance(c, RichProgressBar)] + [EpochSummary()]
+            config["enable_progress_bar"] = False
+        if not config.get("plugins"):
+            config["plugins"] = [AtomicCheckpointIO()]
+        try:
+            return self._instantiate_trainer(config, extra)
+        except (TypeError, ValueError, MisconfigurationException) as exc:
+            raise UserError(f"trainer: {str(exc).splitlines()[0]}") from None
+
+    # ------------------------------------------------------------------ before training
+    def _preflight(self, root: Path) -> None:
+        """Checks that end a bad run before it starts (before the trainer and W&B start): the data
+        (files, sizes), the run directory (writable, not in use, not an earlier run's), and the
+        --init_from source."""
+        config = self.config[self.subcommand]
+        self._check_data()
+        if _launching_process():
+            self._claim_run_dir(root, resuming=bool(config.get("ckpt_path")))
+        if config.get("init_from"):
+            self._init_from = InitFrom.prepare(config["init_from"], self.model, config.get("sha256"))
+
+    def before_fit(self) -> None:
+        if getattr(self, "_init_from", None) is not None:
+            self.trainer.callbacks.append(self._init_from)
+
+    def _check_data(self) -> None:
+        dm = self.datamodule
+        if dm is None:
+            return
+        hp = getattr(dm, "hparams", {})
+        for key in ("batch_size", "eval_batch_size"):
+            value = hp.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise UserError(f"data.init_args.{key} must be a positive integer, got {value!r}")
+        if hp.get("num_workers") is not None and hp["num_workers"] < 0:
+            raise UserError(f"data.init_args.num_workers must be >= 0, got {hp['num_workers']}")
+        dm.prepare_data()  # our data modules build or read their files here and in setup,
+        dm.setup("fit")    # idempotently: a missing file is reported now, in one line
+
+    def _claim_run_dir(self, root: Path, resuming: bool) -> None:
+        check_writable(root, "--trainer.default_root_dir", directory=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            lock = open(root / ".run.lock", "a+")
+        except OSError as exc:
+            raise UserError(f"--trainer.default_root_dir {root}: cannot write there ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            owner = lock.read().strip() or "?"
+            lock.close()
+            raise UserError(f"--trainer.default_root_dir {root} is in use by another training run (pid {owner}); "
+                            "give this run its own directory") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        self._run_lock = lock  # held until the process exits
+        checkpoints = root / "checkpoints"
+        if not resuming and checkpoints.is_dir() and any(checkpoints.glob("*.ckpt")):
+            raise UserError(f"--trainer.default_root_dir {root} already holds an earlier run's checkpoints; "
+                            "resume it with --ckpt_path last, or give this run a new directory")
 
 
-def main(args: list[str] | None = None) -> None:
-    base = {"default_config_files": [BASE_CONFIG]}
-    try:
-        ZooCLI(ZooModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-               parser_kwargs={"fit": base, "validate": base, "test": base, "predict": base},
-               save_config_callback=SaveConfigToRunDir, save_config_kwargs={"overwrite": True}, args=args)
-    except Exception as exc:  # jsonargparse wraps errors raised while instantiating classes
-        user_error = _user_error(exc)
-        if user_error is None:
-            raise
-        print(f"train.py: error: {user_error}", file=sys.stderr)
-        sys.exit(2)
-    _finish_wandb()
-
-
-def _finish_wandb() -> None:
-    """Close the W&B run explicitly, so the offline run directory is complete for `wandb sync`."""
-    wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:
-        wandb.finish()
+def _launching_process() -> bool:
+    """True in the process that starts the run: not in the extra DDP ranks Lightning or torchrun
+    start (they inherit RANK/LOCAL_RANK), which must not take the run directory's lock again."""
+    rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
+    return rank == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
 def _user_error(exc: BaseException | None) -> UserError | None:
@@ -82,6 +393,54 @@ def _user_error(exc: BaseException | None) -> UserError | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def _fail(message: str, code: int = 2):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def main(args: list[str] | None = None) -> None:
+    one_line_warnings()
+    # main(args) is also called from Python (tests, notebooks) with its own argument list
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # Lightning 2.6 on torch 2.14: not ours to fix
+    for name in ("lightning.pytorch", "pytorch_lightning"):
+        logging.getLogger(name).addFilter(_NoAdverts())
+    argv = sys.argv[1:] if args is None else args
+    base = {"default_config_files": [BASE_CONFIG]}
+    try:
+        check_config_files(argv)
+        ZooCLI(ZooModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+               parser_kwargs={"fit": base, "validate": base, "test": base, "predict": base},
+               save_config_callback=SaveConfigToRunDir, save_config_kwargs={"overwrite": True}, args=args)
+    except SIGTERMException:
+        saved = ZooCheckpoint.interrupted_path
+        where = f"saved {saved}; resume with --ckpt_path last" if saved else "no checkpoint was saved"
+        _finish_wandb()
+        _fail(f"stopped by SIGTERM: {where}", 143)
+    except MisconfigurationException as exc:  # Lightning's "the settings contradict each other"
+        _finish_wandb()
+        _fail(str(exc).splitlines()[0])
+    except OSError as exc:
+        if exc.errno not in (28, 13, 30):  # ENOSPC, EACCES, EROFS: the machine, not a bug
+            raise
+        _finish_wandb()
+        _fail(f"cannot write {exc.filename or 'a file'}: {exc.strerror}")
+    except Exception as exc:  # jsonargparse wraps errors raised while instantiating classes
+        user_error = _user_error(exc)
+        if user_error is None:
+            raise
+        _finish_wandb()
+        _fail(str(user_error))
+    _finish_wandb()
+
+
+def _finish_wandb() -> None:
+    """Close the W&B run explicitly, so the offline run directory is complete for `wandb sync`."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
 
 
 if __name__ == "__main__":

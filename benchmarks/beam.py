@@ -3,8 +3,10 @@
     python benchmarks/beam.py [--checkpoint PATH | --model NAME] [--batch-size 64] [--beam-size 5]
 
 Decoding: the FashionScenes captioner (trained weights when given or released, else the recipe
-with random weights) captions B images three ways, which must return identical captions:
-- batched: `zoo.decoding.beam_search` once for the whole batch (B x k rows per step);
+with random weights) captions B held-out test scenes three ways, which must return identical
+captions:
+- batched: `zoo.decoding.beam_search` once for the whole batch (B x k rows per step, fewer as
+  images finish and leave the batch; one host sync per step);
 - per image: the same vectorised search once per image (k rows per step, what public ports do);
 - reference: the obvious per-image beam search that tests/test_decoding.py checks the batched one
   against (one decoder call per hypothesis and step, candidates in Python lists).
@@ -75,10 +77,24 @@ def reference_captions(model, images: torch.Tensor, args) -> list[list[str]]:
     return captions
 
 
-def bench_decoding(model, args) -> dict:
+def held_out_images(model, n: int) -> tuple[torch.Tensor, str]:
+    """The first n FashionScenes test scenes when the model was trained on FashionScenes (real
+    captions of realistic, varied lengths), else uniform noise images."""
+    data = getattr(model, "_zoo_data_config", None) or {}
+    if data.get("class_path", "").endswith("FashionScenesDataModule"):
+        from zoo.data.scenes import FashionScenesDataModule
+
+        args = {k: v for k, v in (data.get("init_args") or {}).items() if not k.startswith("_")}
+        dm = FashionScenesDataModule(**{**args, "num_test": max(n, 1)})
+        test = dm.build_split("test")
+        return torch.from_numpy(test.images[:n]).float() / 255, f"the first {n} FashionScenes test scenes"
     torch.manual_seed(0)
     H, W = model.hparams.image_size
-    images = torch.rand(args.batch_size, 3, H, W)
+    return torch.rand(n, 3, H, W), f"{n} uniform noise images"
+
+
+def bench_decoding(model, args) -> dict:
+    images, what = held_out_images(model, args.batch_size)
     kw = dict(beam_size=args.beam_size, max_len=args.max_len)
     with torch.no_grad():
         batched_s, batched = timed(lambda: model.caption(images, **kw), args.repeats)
@@ -87,7 +103,7 @@ def bench_decoding(model, args) -> dict:
         reference_s, reference = timed(lambda: reference_captions(model, images, args), args.reference_repeats)
     words = [r["words"] for r in batched]
     lengths = [len(w) for w in words]
-    return {"batch_size": args.batch_size, "beam_size": args.beam_size, "max_len": args.max_len,
+    return {"images": what, "batch_size": args.batch_size, "beam_size": args.beam_size, "max_len": args.max_len,
             "batched_s": batched_s, "reference_s": reference_s, "per_image_s": per_image_s,
             "speedup_vs_reference": reference_s / batched_s, "speedup_vs_per_image": per_image_s / batched_s,
             "batched_images_per_s": args.batch_size / batched_s,

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zoo.models.vit import make_adamw  # noqa: E402
+from zoo.models.optim import build_optimizer  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "GH200": 989.0, "A100": 312.0}
@@ -68,7 +68,7 @@ def build(cfg: dict, bf16: bool, compile: bool):
     from zoo.models.vit import ViTClassifier
 
     torch.manual_seed(0)
-    return ViTClassifier(**cfg, **TRAIN, bf16=bf16, compile=compile)
+    return ViTClassifier(**cfg, **TRAIN, bf16=bf16, accel="compile" if compile else "eager")
 
 
 # ----------------------------------------------------------------------------- the two sides
@@ -78,7 +78,8 @@ def plain_loop(cfg, batch, steps: int, warmup: int, device, bf16: bool, compile:
     module = build(cfg, bf16, compile).to(device).train()
     vit, backbone = module.vit, module.backbone
     mean, std = backbone.mean.to(device), backbone.std.to(device)
-    optimizer = make_adamw(module.parameter_groups(), lr=TRAIN["lr"])  # the same optimizer as the module's
+    # the same optimizer as the module's (fused AdamW)
+    optimizer = build_optimizer(module.parameter_groups(), "adamw", lr=TRAIN["lr"], impl="fused")
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     forward = torch.compile(vit) if compile else vit
     x_host, y_host = batch

@@ -1,61 +1,103 @@
-"""Release trained weights: checkpoint -> weights/<name>.safetensors + an entry in MANIFEST.json.
+"""Release weights trained by a committed recipe: weights/<name>.safetensors, its manifest entry
+(weights/MANIFEST.json) and its golden output (weights/golden/<name>.json).
 
-    python scripts/release.py --checkpoint runs/ram_fmnist_centered/checkpoints/best-epoch=019.ckpt \\
-        --name ram_fmnist_centered --results results/ram_fmnist_centered.json
+    # one command re-makes a release: train with the recipe and seed, select on validation,
+    # evaluate val and test (scripts/results_run.py), then release the selected checkpoint
+    python scripts/release.py --remake ram_fmnist_centered
+    python scripts/release.py --remake my_new_model --recipe configs/ram/fmnist_centered.yaml --seed 0
 
-The manifest records the file's sha256, the model and data config, and metadata: the task, the
-dataset, the measured metrics (read from a results JSON written by eval.py or a results script),
-the recipe command that produced the weights, and the device it was trained on.
+    # release a checkpoint a results run already produced
+    python scripts/release.py --name ram_fmnist_centered --recipe configs/ram/fmnist_centered.yaml --seed 0 \\
+        --checkpoint runs/results/ram_fmnist_centered/seed0/checkpoints/best-epoch=019.ckpt \\
+        --results results/ram_fmnist_centered_seed0.json
+
+A checkpoint whose hyperparameters differ from the recipe's, or whose results run passed train.py
+other arguments, is refused: `train.py fit --config <recipe> --seed_everything <seed>` must
+reproduce every release (zoo/release.py).
 """
 from __future__ import annotations
 
-import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from zoo import hub, registry  # noqa: E402
-from zoo.errors import UserError  # noqa: E402
+from zoo import hub, registry, release  # noqa: E402
+from zoo.errors import OneLineParser, UserError, report_user_errors  # noqa: E402
 from zoo.io import atomic_write_bytes  # noqa: E402
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--name", required=True, help="registry name, e.g. ram_fmnist_centered")
-    parser.add_argument("--results", help="results JSON whose 'metrics' (and device) go in the manifest")
-    parser.add_argument("--recipe", help="command that trained it (default: the registry recipe)")
-    parser.add_argument("--dataset", help="dataset description (default: from the data config)")
-    parser.add_argument("--url", help="where the file will also be downloadable")
-    args = parser.parse_args(argv)
-    try:
-        model = registry.load_checkpoint(args.checkpoint)
-        config = model.zoo_config()
-        target = registry.weights_dir() / f"{args.name}.safetensors"
-        sha256 = hub.save_release(model, config, target)
-        results = json.loads(Path(args.results).read_text()) if args.results else {}
-        data = config.get("data") or {}
-        try:
-            recipe = args.recipe or registry.get_entry(args.name).metadata.get("recipe")
-        except UserError:
-            recipe = args.recipe
-        metadata = {"task": config["family"],
-                    "dataset": args.dataset or f"{data.get('class_path', '?').rsplit('.', 1)[-1]} {data.get('init_args', {}).get('variant', '')}".strip(),
-                    "metrics": results.get("metrics", {}), "recipe": recipe,
-                    "device": (results.get("device") or {}).get("device"),
-                    "results_file": args.results}
-        manifest_path = registry.weights_dir() / "MANIFEST.json"
-        manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-        manifest[args.name] = {"file": target.name, "sha256": sha256, "config": config,
-                               "metadata": metadata, **({"url": args.url} if args.url else {})}
-        atomic_write_bytes(manifest_path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
-    except UserError as exc:
-        print(f"release.py: error: {exc}", file=sys.stderr)
-        return 2
+def parse_args(argv=None):
+    parser = OneLineParser(prog="release.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--remake", metavar="NAME", help="train, select, evaluate and release NAME in one go")
+    parser.add_argument("--name", help="registry name of the release, e.g. ram_fmnist_centered")
+    parser.add_argument("--recipe", help="the committed config that trained it (default: the manifest's)")
+    parser.add_argument("--seed", type=int, help="its --seed_everything (default: the manifest's)")
+    parser.add_argument("--checkpoint", help="the selected checkpoint (a .ckpt or .safetensors)")
+    parser.add_argument("--results", help="the per-seed results JSON of that checkpoint")
+    return parser.parse_args(argv)
+
+
+def _relative(path: str | Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def publish(name: str, recipe: str, seed: int, checkpoint: str, results: str) -> Path:
+    recipe, results = _relative(recipe), _relative(results)
+    recorded = json.loads((ROOT / results).read_text())
+    spec = release.load_recipe(recipe)
+    problems = release.override_problems(recorded.get("train_args") or [], spec)
+    model = registry.load_checkpoint(checkpoint)
+    problems += release.recipe_mismatches(model.zoo_config(), spec)
+    problems += release.recipe_drift(recipe, recorded.get("git_commit"), recorded.get("train_args"))
+    if recorded.get("seed") != seed:
+        problems.append(f"{results} is seed {recorded.get('seed')}, not {seed}")
+    if problems:
+        raise UserError(f"{checkpoint} is not what `train.py fit --config {recipe} --seed_everything {seed}` "
+                        f"trains: {'; '.join(problems)}")
+    target = hub.weights_dir() / f"{name}.safetensors"
+    probe = release.describe(model, name, recipe, seed, results, sha256="")
+    sha256 = hub.save_release(model, probe["config"], target, meta=probe["metadata"])
+    entry = {**probe, "sha256": sha256}
+    manifest_path = hub.weights_dir() / "MANIFEST.json"
+    manifest = hub.manifest()
+    manifest[name] = entry
+    golden = release.golden_output(registry.load_checkpoint(target))
+    atomic_write_bytes(release.golden_dir() / f"{name}.json", (json.dumps(golden) + "\n").encode())
+    atomic_write_bytes(manifest_path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     print(f"{target} ({target.stat().st_size / 1e6:.2f} MB, sha256 {sha256[:12]}…) -> {manifest_path}")
-    return 0
+    return target
+
+
+def remake(name: str, recipe: str | None, seed: int | None) -> Path:
+    entry = hub.manifest().get(name, {}).get("metadata", {})
+    recipe, seed = recipe or entry.get("recipe"), entry.get("seed", 0) if seed is None else seed
+    if not recipe:
+        raise UserError(f"'{name}' is not released yet: give --recipe (and --seed)")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "results_run.py"), recipe, "--seeds", str(seed),
+                    "--name", name], cwd=ROOT, check=True)
+    record = ROOT / "results" / f"{name}_seed{seed}.json"
+    checkpoint = json.loads(record.read_text())["checkpoint"]
+    return publish(name, recipe, seed, str(ROOT / checkpoint), str(record))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    def run():
+        if args.remake:
+            remake(args.remake, args.recipe, args.seed)
+            return 0
+        if not all((args.name, args.recipe, args.checkpoint, args.results)) or args.seed is None:
+            raise UserError("give --remake NAME, or --name, --recipe, --seed, --checkpoint and --results")
+        publish(args.name, args.recipe, args.seed, args.checkpoint, args.results)
+        return 0
+
+    return report_user_errors("release.py", run)
 
 
 if __name__ == "__main__":

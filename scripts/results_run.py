@@ -2,8 +2,9 @@
 
     python scripts/results_run.py configs/baseline/cnn_cluttered60.yaml --seeds 0 1 2 [-- --trainer.max_epochs 5]
 
-For each seed it runs `train.py fit` (the best checkpoint is chosen on the recipe's validation
-metric), then `eval.py` on val and on test with that checkpoint, and writes
+For each seed it runs `train.py fit --config CONFIG --seed_everything N` (the best checkpoint is
+chosen on the recipe's validation metric), then `eval.py` on val and on test with that checkpoint,
+and writes
 results/<family>_<recipe>_seed<N>.json. The summary results/<family>_<recipe>.json holds every
 metric's mean, std and per-seed values over all seeds run so far with the same recipe and
 arguments, the recipe, the extra arguments, the commit, the device
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
             # A checkpoint left by an earlier invocation must not be taken for this run's best.
             shutil.rmtree(ROOT / root / "checkpoints", ignore_errors=True)
             run([sys.executable, "train.py", "fit", "--config", str(config), "--seed_everything", str(seed),
-                 "--data.init_args.seed", str(seed), "--trainer.default_root_dir", root, *extra])
+                 "--trainer.default_root_dir", root, *extra])
         train_wall = time.perf_counter() - t0
         trained_at = commit
         if args.eval_only:  # keep what an earlier, interrupted invocation recorded of its training

@@ -103,12 +103,10 @@ def main() -> None:
         if not hasattr(model, "caption"):
             raise UserError("this script analyses captioners; the model given is not one")
         # the scenes the model was trained for (its data config, as eval.py uses), cut to --num-test
-        data_config = getattr(model, "_zoo_data_config", None) or {}
-        if data_config.get("class_path", "").rsplit(".", 1)[-1] != FashionScenesDataModule.__name__:
+        dm = zoo.build_datamodule(model, num_test=args.num_test)
+        if not isinstance(dm, FashionScenesDataModule):
             raise UserError("this script needs a captioner trained on FashionScenes (its data config names "
-                            f"{data_config.get('class_path') or 'no data module'})")
-        data_args = {k: v for k, v in (data_config.get("init_args") or {}).items() if not k.startswith("_")}
-        dm = FashionScenesDataModule(**{**data_args, "num_test": args.num_test})
+                            f"{zoo.data_config(model)['class_path']})")
     except UserError as err:
         sys.exit(f"sat_word_attention: error: {err}")
     dm.prepare_data()

@@ -111,3 +111,14 @@ def trainable_through_softmax(score) -> list:
     A bias added to every score equally (the additive score's `out.bias`) is ignored by the
     softmax, so its gradient is zero up to rounding and a test must not expect otherwise."""
     return [p for name, p in score.named_parameters() if name not in SHIFT_INVARIANT]
+
+
+from zoo.data.scenes import FashionScenesDataModule  # noqa: E402
+
+
+class BoxlessScenes(FashionScenesDataModule):
+    """FashionScenes that does not say where the named items are (like COCO captions)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.provides_word_boxes = False

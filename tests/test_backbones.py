@@ -149,3 +149,125 @@ def test_user_errors_unknown_names_missing_file_offline_hub(monkeypatch, tmp_pat
     with pytest.raises(UserError, match="offline.*pretrained_file=PATH") as err:
         build_backbone("timm_vit", pretrained=True, **TINY_VIT)
     assert "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- typed specs (BackboneSpec)
+def test_spec_from_dict_refuses_unknown_and_inapplicable_fields():
+    from zoo.backbones import BackboneSpec
+
+    spec = BackboneSpec.coerce({"kind": "stem", "in_chans": 3, "channels": [8], "strides": [2]})
+    assert spec.to_dict() == {"kind": "stem", "pretrained": False, "in_chans": 3, "channels": [8], "strides": [2]}
+    assert spec.build().out_dim == 8
+    with pytest.raises(UserError, match="unknown field.*chanels"):
+        BackboneSpec.coerce({"kind": "stem", "chanels": [8]})
+    with pytest.raises(UserError, match="kind 'stem' takes no level"):
+        BackboneSpec.coerce({"kind": "stem", "level": 3}).build()
+    with pytest.raises(UserError, match="no hub weights.*pretrained: NAME"):
+        BackboneSpec.coerce({"kind": "stem", "pretrained": True}).build()
+    with pytest.raises(UserError, match="unknown backbone kind"):
+        BackboneSpec.coerce({"kind": "transformer"})
+
+
+def test_offline_error_names_the_backbone_flag_that_exists(monkeypatch):
+    from zoo.backbones import BackboneSpec
+
+    monkeypatch.setattr(common, "_hub_reachable", lambda cfg: False)
+    monkeypatch.setattr(common, "_cached_hub_file", lambda cfg: None)
+    spec = BackboneSpec.coerce({"kind": "timm_vit", "pretrained": True, **TINY_VIT})
+    with pytest.raises(UserError) as err:
+        spec.build(option="--model.init_args.backbone.")
+    assert "--model.init_args.backbone.pretrained_file PATH" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(UserError) as err:  # a flat ViT classifier keeps its own flag
+        build_backbone("timm_vit", pretrained=True, **TINY_VIT)
+    assert "--model.init_args.pretrained_file PATH" in str(err.value)
+
+
+def _stem_release(tmp_path, in_chans=3):
+    """A zoo weight holding a trained-looking stem under `encoder.`, as a captioner's release does."""
+    from zoo import hub
+    from zoo.backbones import BackboneSpec
+
+    torch.manual_seed(0)
+    spec = BackboneSpec.coerce({"kind": "stem", "in_chans": in_chans, "channels": [8, 16], "strides": [2, 2]})
+    holder = torch.nn.Module()
+    holder.encoder = spec.build()
+    with torch.no_grad():
+        for p in holder.encoder.parameters():
+            p.add_(torch.randn_like(p))
+        holder.encoder.body[1].running_mean.add_(0.5)
+    config = {"family": "captioner", "class_path": "zoo.models.captioner.Captioner",
+              "init_args": {"backbone": spec.self_contained(holder.encoder), "image_size": [32, 32]}}
+    path = tmp_path / f"stem{in_chans}.safetensors"
+    hub.save_release(holder, config, path)
+    return holder, path
+
+
+def test_zoo_weight_fills_the_architecture_and_loads_its_tensors(tmp_path):
+    from zoo.backbones import BackboneSpec
+
+    source, path = _stem_release(tmp_path)
+    spec = BackboneSpec.coerce({"kind": "stem", "pretrained": str(path), "trainable": False})
+    enc = spec.build()
+    assert spec.channels == [8, 16] and spec.strides == [2, 2] and spec.in_chans == 3
+    assert not enc.trainable and not any(p.requires_grad for p in enc.parameters())
+    for k, v in source.encoder.state_dict().items():
+        assert torch.equal(enc.state_dict()[k], v), k
+    with pytest.raises(UserError, match=r"trained with channels \[8, 16\], the config asks for \[8, 32\]"):
+        BackboneSpec.coerce({"kind": "stem", "pretrained": str(path), "channels": [8, 32]}).build()
+    with pytest.raises(UserError, match="is a 'stem' backbone"):
+        BackboneSpec.coerce({"kind": "timm_cnn", "pretrained": str(path)}).build()
+    with pytest.raises(UserError, match="no such backbone weights file"):
+        BackboneSpec.coerce({"kind": "stem", "pretrained": str(tmp_path / "gone.safetensors")}).build()
+    with pytest.raises(UserError, match="no released weights named 'nope'"):
+        BackboneSpec.coerce({"kind": "stem", "pretrained": "nope"}).build()
+
+
+def test_backbone_weight_that_does_not_fit_the_images_is_refused_naming_both(tmp_path):
+    from zoo.models.captioner import Captioner
+
+    _, gray = _stem_release(tmp_path, in_chans=1)
+    with pytest.raises(UserError) as err:
+        Captioner(vocab=None, image_size=[64, 64], backbone={"kind": "stem", "pretrained": str(gray)})
+    message = str(err.value)
+    assert "takes 1-channel images (trained on 32x32 px)" in message and "3x64x64" in message and "\n" not in message
+    vit = {"kind": "timm_vit", **{**TINY_VIT, "in_chans": 3}}  # a fixed 32 px input
+    with pytest.raises(UserError, match=r"takes 3x32x32 images; the captioner's images are 3x64x64"):
+        Captioner(vocab=None, image_size=[64, 64], backbone=vit)
+
+
+def test_cli_backbone_fields_are_typed_and_a_second_config_merges_field_wise(tmp_path):
+    import yaml
+    from conftest import REPO, cli_env, run_cli
+
+    recipe = REPO / "configs/sat/coco_soft.yaml"
+    second = tmp_path / "fine_tune.yaml"
+    second.write_text("model:\n  init_args:\n    backbone:\n      trainable: true\n")
+    rc, out, err = run_cli(["train.py", "fit", "--config", recipe, "--config", second,
+                            "--model.init_args.backbone.pretrained", "false",
+                            "--model.init_args.backbone.level", "3", "--print_config"], cwd=tmp_path, env=cli_env())
+    assert rc == 0, err[-2000:]
+    backbone = yaml.safe_load(out)["model"]["init_args"]["backbone"]
+    written = yaml.safe_load(recipe.read_text())["model"]["init_args"]["backbone"]
+    assert backbone["pretrained"] is False and backbone["level"] == 3  # a bool and an int, not strings
+    assert backbone["trainable"] is True  # from the second config ...
+    assert backbone["model_name"] == written["model_name"] and backbone["normalize"] is written["normalize"]  # ... kept
+    rc, out, err = run_cli(["train.py", "fit", "--config", recipe, "--model.init_args.backbone.pretrained",
+                            "backbone_fmnist_stem", "--print_config"], cwd=tmp_path, env=cli_env())
+    assert rc == 0 and yaml.safe_load(out)["model"]["init_args"]["backbone"]["pretrained"] == "backbone_fmnist_stem"
+
+
+def test_a_released_vit_classifier_is_a_backbone_by_name():
+    import zoo
+    from zoo.backbones import BackboneSpec
+    from zoo.models.captioner import Captioner
+
+    if "vit_fmnist" not in zoo.list_models(pretrained=True):
+        pytest.skip("vit_fmnist is not released here")
+    classifier = zoo.create_model("vit_fmnist", pretrained=True).eval()
+    spec = BackboneSpec.coerce({"kind": "timm_vit", "pretrained": "vit_fmnist", "trainable": False})
+    encoder = spec.build().eval()
+    x = torch.rand(2, 1, 28, 28)
+    assert torch.equal(encoder(x).tokens, classifier.backbone(x).tokens)
+    assert spec.img_size == 28 and spec.in_chans == 1
+    with pytest.raises(UserError, match=r"'vit_fmnist' takes 1-channel images \(trained on 28x28 px\); the captioner's images are 3x64x64"):
+        Captioner(vocab=None, image_size=[64, 64], backbone={"kind": "timm_vit", "pretrained": "vit_fmnist"})

@@ -136,7 +136,12 @@ def test_localization_hand_made():
     half = one_hot([0, 0, 0, 0, 0, 0, 0, 1])  # shirt right, bag at an empty corner
     stats = localization_stats([half], (2, 2), boxes, box_words, words, (64, 64))
     assert stats == {"localization": 0.5, "hits": 1, "scored": 2, "absent": 0,
+                     "attention_mass_in_box": 0.5, "box_area": 0.25,
                      "localization_previous_word": 0.5, "previous_hits": 1, "previous_scored": 2}
+    # mass in box is soft credit: a map spread evenly puts the box's share of cells inside
+    uniform = torch.full((8, 4), 0.25)
+    stats = localization_stats([uniform], (2, 2), boxes, box_words, words, 64)
+    assert stats["attention_mass_in_box"] == pytest.approx(stats["box_area"]) == pytest.approx(0.25)
     # looking at each item one word early ("red" -> shirt, "blue" -> bag) and elsewhere after
     early = one_hot([1, 0, 1, 1, 1, 1, 3, 0])
     stats = localization_stats([early], (2, 2), boxes, box_words, words, 64)
@@ -165,6 +170,8 @@ def test_localization_repeated_and_absent_items():
     stats = localization_stats(alphas, (2, 2), boxes, box_words, words, 64, item_words={"shirt", "bag", "coat"})
     # "coat" is not in the image: no box to look at, counted apart
     assert stats == {"localization": 2 / 3, "hits": 2, "scored": 3, "absent": 1,
+                     # mass: 1, 1, 0 inside the named boxes; area: either shirt (2 of 4 cells) twice, the bag 1
+                     "attention_mass_in_box": pytest.approx(2 / 3), "box_area": pytest.approx((0.5 + 0.5 + 0.25) / 3),
                      "localization_previous_word": 0.5, "previous_hits": 1, "previous_scored": 2}
     # by default the item words are those naming some box in the set: "coat" is then just a word
     assert localization_stats(alphas, (2, 2), boxes, box_words, words, 64)["absent"] == 0

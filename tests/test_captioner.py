@@ -86,10 +86,10 @@ def test_pads_are_masked_from_the_loss():
     model = tiny()
     model.eval()
     batch = batch_of()
-    losses = model._losses(batch, "soft")
+    losses = model.loss_terms(batch)
     # More padding columns change nothing.
     padded = dict(batch, captions=F.pad(batch["captions"], (0, 3), value=0))
-    losses_padded = model._losses(padded, "soft")
+    losses_padded = model.loss_terms(padded)
     for key in ("nll", "nll_word", "doubly_stochastic", "loss"):
         torch.testing.assert_close(losses[key], losses_padded[key])
     # And the NLL is the per-caption sum over the real words only, computed one image at a time.
@@ -106,7 +106,7 @@ def test_doubly_stochastic_regularisation():
     model = tiny(alpha_c=0.7)
     model.eval()
     batch = batch_of()
-    losses = model._losses(batch, "soft")
+    losses = model.loss_terms(batch)
     alpha = losses["out"]["alpha"]  # [B, T-1, L]
     expected = []
     for b in range(alpha.shape[0]):
@@ -141,7 +141,7 @@ def test_init_layers_zero_leaves_attention_as_the_only_route_for_the_image():
 def test_gradients_reach_every_parameter_soft():
     model = tiny()
     model.train()
-    model._losses(batch_of(), "soft")["loss"].backward()
+    model.loss_terms(batch_of())["loss"].backward()
     ignored_by_softmax = {f"attend.score.{name}" for name in SHIFT_INVARIANT}  # zero up to rounding
     missing = [n for n, p in model.named_parameters()
                if n not in ignored_by_softmax and (p.grad is None or p.grad.abs().sum() == 0)]
@@ -151,7 +151,7 @@ def test_gradients_reach_every_parameter_soft():
 def test_frozen_backbone_gets_no_gradient():
     model = tiny(backbone={**TINY["backbone"], "trainable": False})
     model.train()
-    model._losses(batch_of(), "soft")["loss"].backward()
+    model.loss_terms(batch_of())["loss"].backward()
     assert all(p.grad is None for p in model.encoder.parameters())
     assert model.init_h[0].weight.grad is not None
     assert not any(p is q for p in model.encoder.parameters() for g in
@@ -163,7 +163,7 @@ def test_hard_attention_trains_attention_only_through_reinforce():
     model.train()
     batch = batch_of()
     score_params = list(model.attend.score.parameters())
-    model._losses(batch, "sample")["nll"].backward()
+    model.loss_terms(batch, "sample")["nll"].backward()
     assert all(p.grad is None or torch.all(p.grad == 0) for p in score_params)
     model.zero_grad()
     torch.manual_seed(1)
@@ -186,7 +186,7 @@ def test_tiny_fit_memorises_captions():
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     first = None
     for _ in range(80):
-        loss = model._losses(batch, "soft")["nll"]
+        loss = model.loss_terms(batch)["nll"]
         first = first if first is not None else loss.item()
         optimizer.zero_grad()
         loss.backward()
@@ -397,3 +397,266 @@ def test_cli_bad_beam_size(cli_files, capsys):
     code, _, err = run_zoo(["caption", cli_files["good"], "--checkpoint", cli_files["weights"],
                             "--beam-size", "0"], capsys)
     assert code == 2 and "--beam-size" in err
+
+
+# ----------------------------------------------------------------------------- self-contained checkpoints
+def _fit_and_save(model, tmp_path):
+    import lightning as L
+
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0, logger=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        default_root_dir=str(tmp_path), accelerator="cpu", enable_checkpointing=False)
+    trainer.fit(model, datamodule=scene_datamodule(tmp_path))
+    ckpt = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(ckpt)
+    return ckpt
+
+
+@pytest.mark.parametrize("source", ["timm_file", "zoo_weight"])
+def test_checkpoint_rebuilds_without_the_pretrained_file(tmp_path, source):
+    """Train with a local backbone weights file, delete the file: the checkpoint and its release
+    still load (no network, no file), normalise the same way and caption identically."""
+    import timm
+    from safetensors.torch import save_file
+
+    import zoo
+    from zoo import hub
+
+    torch.manual_seed(0)
+    if source == "timm_file":
+        weights = tmp_path / "resnet.safetensors"
+        save_file(timm.create_model("test_resnet").state_dict(), str(weights))
+        backbone = {"kind": "timm_cnn", "model_name": "test_resnet", "level": 1, "pretrained_file": str(weights),
+                    "trainable": False}
+    else:
+        donor = tiny()  # a captioner's release is a zoo weight with a backbone inside
+        weights = tmp_path / "donor.safetensors"
+        hub.save_release(donor, donor.zoo_config(), weights)
+        backbone = {"kind": "stem", "pretrained": str(weights), "trainable": False}
+    model = Captioner(vocab=None, **{**TINY, "backbone": backbone})
+    assert model.encoder.normalize == (source == "timm_file")  # timm weights bring their mean/std
+    ckpt = _fit_and_save(model, tmp_path)
+    release = tmp_path / "release.safetensors"
+    hub.save_release(model, model.zoo_config(), release)
+    weights.unlink()
+
+    recorded = torch.load(ckpt, map_location="cpu", weights_only=True)["zoo"]["init_args"]["backbone"]
+    assert recorded["pretrained"] is False and "pretrained_file" not in recorded
+    assert recorded["normalize"] is model.encoder.normalize
+    if model.encoder.normalize:
+        assert recorded["mean"] == pytest.approx(model.encoder.mean.flatten().tolist())
+    images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    model.eval()
+    expected = model.caption(images, beam_size=2)
+    for path in (ckpt, release):
+        loaded = zoo.load_checkpoint(path).eval()
+        assert torch.equal(loaded.encode(images)[0], model.encode(images)[0])
+        got = loaded.caption(images, beam_size=2)
+        assert [r["words"] for r in got] == [r["words"] for r in expected]
+        torch.testing.assert_close(got[0]["alpha"], expected[0]["alpha"])
+
+
+# ----------------------------------------------------------------------------- the fused teacher-forced pass
+def step_by_step(model, images, captions, mode):
+    """The obvious reference: `step()` once per time step, all outputs stacked."""
+    annotations, _ = model.encode(images)
+    projected = model.attend.score.project_keys(annotations)
+    h, c = model.init_state(annotations)
+    outs = []
+    for t in range(captions.shape[1] - 1):
+        out = model.step(captions[:, t], h, c, projected, annotations, mode)
+        h, c = out.pop("h"), out.pop("c")
+        outs.append(out)
+    return {k: torch.stack([o[k] for o in outs], 1) for k in outs[0]}
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(attention="hard"), dict(gate=False, annotation_coords=True),
+                                dict(score="dot", deep_output=False), dict(score="general", init_layers=0)])
+def test_teacher_forced_pass_equals_the_step_by_step_reference(kw):
+    model = tiny(**kw).eval()
+    batch = batch_of(B=5, T=7, seed=2)
+    fast = model(batch["images"], batch["captions"])  # eval: hard attention uses the expected context
+    slow = step_by_step(model, batch["images"], batch["captions"], "expected")
+    for key in ("logits", "alpha", "beta"):
+        torch.testing.assert_close(fast[key], slow[key], rtol=1e-5, atol=1e-5)
+    if kw.get("attention") == "hard":
+        torch.testing.assert_close(fast["log_alpha"], slow["log_alpha"], rtol=1e-5, atol=1e-5)
+
+
+def test_hard_samples_follow_the_gumbel_noise_and_the_coin_picks_the_expected_context():
+    model = tiny("hard").eval()
+    batch = batch_of(B=3, T=5, seed=1)
+    annotations, _ = model.encode(batch["images"])
+    B, T1, L = 3, 4, annotations.shape[1]
+    gumbel = -torch.empty(B, T1, L).exponential_(generator=torch.Generator().manual_seed(0)).log()
+    sampled = model.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(False))
+    torch.testing.assert_close(sampled["location"], (sampled["log_alpha"] + gumbel).argmax(-1), rtol=0, atol=0)
+    # the first step's context is the sampled annotation: its logits differ from the expected-context pass
+    expected = model.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(True))
+    assert not torch.allclose(sampled["logits"], expected["logits"])
+    torch.testing.assert_close(expected["logits"], model.teacher_forced(annotations, batch["captions"])["logits"])
+    # after the first step the states differ, so the samples' maps do too; the first map cannot
+    torch.testing.assert_close(sampled["alpha"][:, 0], expected["alpha"][:, 0])
+
+
+def test_reinforce_term_vanishes_on_expected_minibatches_and_word_costs_discount():
+    model = tiny("hard", entropy_coef=0.0, reinforce_cost="word", reinforce_discount=0.5, baseline="learned")
+    model.train()
+    batch = batch_of()
+    with pytest.MonkeyPatch.context() as mp:  # the coin says: expected context
+        mp.setattr(torch, "rand", lambda *a, **k: torch.zeros(()))
+        terms = model.loss_terms(batch, "sample", coin=True)
+    assert float(terms["reinforce"]) == 0.0
+    with pytest.MonkeyPatch.context() as mp:  # ... and now: the sample
+        mp.setattr(torch, "rand", lambda *a, **k: torch.ones(()))
+        terms = model.loss_terms(batch, "sample", coin=True)
+    assert float(terms["reinforce"]) != 0.0
+    # step t pays sum_{t' >= t} 0.5^(t' - t) nll_t'
+    out = terms["out"]
+    nll = F.cross_entropy(out["logits"].flatten(0, 1), batch["captions"][:, 1:].flatten(), reduction="none")
+    nll = (nll.view(terms["step_mask"].shape) * terms["step_mask"]).detach()
+    want = torch.stack([sum(0.5 ** (u - t) * nll[:, u] for u in range(t, nll.shape[1])) for t in range(nll.shape[1])], 1)
+    torch.testing.assert_close(terms["cost"], want)
+    # the learned baseline is trained by its regression only, and the attention by REINFORCE
+    terms["baseline_loss"].backward()
+    assert model.baseline_net.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in model.attend.score.parameters())
+
+
+# ----------------------------------------------------------------------------- supervised attention
+def test_supervised_attention_loss_equals_a_per_word_reference():
+    model = tiny(supervised_attention=0.7)
+    batch = batch_of(B=3, T=6, seed=4)
+    # image 0: a shirt in the top-left quarter named at tokens 1-2; image 1: a bag, token 3; image 2: none
+    batch["item_boxes"] = torch.tensor([[[0, 0, 16, 16], [-1] * 4], [[16, 8, 32, 32], [0, 0, 8, 8]],
+                                        [[-1] * 4, [-1] * 4]], dtype=torch.float32)
+    batch["word_items"] = torch.full_like(batch["captions"], -1)
+    batch["word_items"][0, 1:3] = 0
+    batch["word_items"][1, 3] = 0
+    batch["word_items"][1, 1] = 1
+    model.eval()
+    for target in ("box", "mass"):
+        model.hparams.supervised_attention_target = target
+        terms = model.loss_terms(batch)
+        log_alpha = torch.log(terms["out"]["alpha"])  # [B, T-1, 16] over a 4x4 grid of 8 px cells
+        total = 0.0
+        for b in range(3):
+            for t in range(batch["captions"].shape[1] - 1):
+                slot = int(batch["word_items"][b, t + 1])
+                if slot < 0 or batch["captions"][b, t + 1] == 0:
+                    continue
+                x0, y0, x1, y1 = batch["item_boxes"][b, slot].tolist()
+                inside = [r * 4 + c for r in range(4) for c in range(4)
+                          if x0 <= (c + 0.5) * 8 < x1 and y0 <= (r + 0.5) * 8 < y1]
+                if target == "box":
+                    total += -log_alpha[b, t, inside].mean()
+                else:
+                    total += -torch.logsumexp(log_alpha[b, t, inside], 0)
+        torch.testing.assert_close(terms["supervised_attention"], total / 3, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(terms["loss"], terms["nll"] + terms["doubly_stochastic"]
+                                   + 0.7 * terms["supervised_attention"])
+
+
+def test_supervised_attention_trains_hard_attention_directly():
+    model = tiny("hard", supervised_attention=1.0, entropy_coef=0.0, reward_scale=0.0)
+    model.train()
+    batch = batch_of()
+    batch["item_boxes"] = torch.tensor([[[0, 0, 16, 16]]] * 4, dtype=torch.float32)
+    batch["word_items"] = torch.where(batch["captions"] > 3, 0, -1)
+    terms = model.loss_terms(batch, "sample")
+    terms["supervised_attention"].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.attend.score))
+
+
+# ----------------------------------------------------------------------------- bad input through train.py
+TINY_RECIPE = """
+model:
+  class_path: zoo.models.captioner.Captioner
+  init_args:
+    backbone: {kind: stem, in_chans: 3, channels: [8, 16], strides: [4, 2]}
+    image_size: [32, 32]
+    embed_dim: 8
+    hidden_dim: 16
+    attention_dim: 8
+data:
+  class_path: DATA
+  init_args: {num_train: 16, num_val: 4, num_test: 4, canvas_size: 32, item_sizes: [12], max_items: 2, batch_size: 8}
+trainer:
+  max_epochs: 1
+  limit_train_batches: 1
+  limit_val_batches: 1
+"""
+
+
+@pytest.mark.parametrize("case", ["supervised_without_boxes", "backbone_misfit"])
+def test_train_py_refuses_bad_input_with_one_line_and_exit_2(tmp_path, tiny_data_dir, case):
+    from conftest import cli_env, run_cli
+
+    from zoo import hub
+    from zoo.backbones import BackboneSpec
+
+    data = "helpers.BoxlessScenes" if case == "supervised_without_boxes" else "zoo.data.scenes.FashionScenesDataModule"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(TINY_RECIPE.replace("DATA", data))
+    args = ["train.py", "fit", "--config", recipe, f"--trainer.default_root_dir={tmp_path / 'run'}"]
+    if case == "supervised_without_boxes":
+        args += ["--model.init_args.supervised_attention", "1.0"]
+        expected = ["supervised_attention", "BoxlessScenes has no boxes"]
+    else:  # a grayscale backbone weight for RGB scenes
+        spec = BackboneSpec.coerce({"kind": "stem", "in_chans": 1, "channels": [8, 16], "strides": [4, 2]})
+        holder = torch.nn.Module()
+        holder.backbone = spec.build()
+        gray = tmp_path / "gray_stem.safetensors"
+        hub.save_release(holder, {"family": "backbone", "class_path": "x.Y",
+                                  "init_args": {"backbone": spec.self_contained(holder.backbone), "image_size": [28, 28]}},
+                         gray)
+        recipe.write_text(recipe.read_text().replace("{kind: stem, in_chans: 3, channels: [8, 16], strides: [4, 2]}",
+                                                     f"{{kind: stem, pretrained: {gray}, trainable: false}}"))
+        expected = ["takes 1-channel images (trained on 28x28 px)", "the captioner's images are 3x32x32"]
+    rc, out, err = run_cli(args, cwd=tmp_path, env=cli_env(tiny_data_dir))
+    lines = [line for line in err.strip().splitlines() if line.startswith("train.py: error")]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert all(part in lines[0] for part in expected), lines[0]
+
+
+@pytest.mark.parametrize("attention", ["soft", "hard"])
+def test_active_rows_give_the_same_loss_and_gradients_as_all_rows(attention):
+    """A batch sorted longest first with plain-int lengths skips finished rows at each step;
+    the loss and every gradient are those of the full pass."""
+    model = tiny(attention, dropout=0.0, supervised_attention=0.5)
+    model.train()
+    batch = batch_of(B=6, T=8, seed=5)
+    order = torch.argsort(batch["lengths"], descending=True, stable=True)
+    batch = {k: v[order] for k, v in batch.items()}
+    batch["item_boxes"] = torch.tensor([[[0, 0, 16, 16]]] * 6, dtype=torch.float32)
+    batch["word_items"] = torch.where(batch["captions"] > 3, 0, -1)
+    assert batch["lengths"].tolist() != [8] * 6
+    results = []
+    for host in (None, batch["lengths"].tolist()):
+        model.zero_grad()
+        torch.manual_seed(3)  # the same hard-attention draws
+        terms = model.loss_terms({**batch, **({"host_lengths": host} if host else {})}, "sample")
+        terms["loss"].backward()
+        results.append((terms["loss"].detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                                 if p.grad is not None}))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    assert results[0][1].keys() == results[1][1].keys()
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(results[1][1][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert model._active_rows({"host_lengths": [5, 4, 4, 2]}, 4) == [4, 3, 3, 1]
+    assert model._active_rows({"host_lengths": [2, 4]}, 3) is None  # not sorted: all rows
+
+
+def test_the_training_loss_captures_as_one_graph():
+    """loss_terms has no host sync, .item() or Python branch on a tensor: dynamo captures the
+    whole training loss (hard attention's draws and coin included) as one graph, so a compiled
+    or CUDA-graphed step can wrap it. (Active rows need host lengths: off here, as with
+    `pad_to_multiple` for a compiled step.)"""
+    import torch._dynamo as dynamo
+
+    model = tiny("hard", supervised_attention=1.0, reinforce_cost="word", baseline="learned").train()
+    batch = batch_of(B=4, T=8)
+    batch["item_boxes"] = torch.tensor([[[0, 0, 16, 16]]] * 4, dtype=torch.float32)
+    batch["word_items"] = torch.where(batch["captions"] > 3, 0, -1)
+    explanation = dynamo.explain(lambda b: model.loss_terms(b, "sample", coin=True)["loss"])(batch)
+    assert explanation.graph_count == 1 and explanation.graph_break_count == 0, explanation.break_reasons

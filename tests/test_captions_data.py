@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from zoo.data.captions import (IMAGENET_MEAN, IMAGENET_STD, CaptionsDataModule, read_coco_captions,
+from zoo.data.captions import (CaptionsDataModule, read_coco_captions,
                                read_karpathy)
 from zoo.data.vocab import END_ID, PAD_ID, START_ID, UNK_ID, BucketBatchSampler, tokenize
 from zoo.errors import UserError
@@ -133,19 +133,23 @@ def test_training_batches_are_bucketed_pairs(coco):
     assert sorted(captions_seen) == sorted(expected) and len(expected) == 7
 
 
-def test_eval_batches_and_normalisation(coco):
+def test_eval_batches_are_the_shared_preprocessing_and_never_normalised(coco):
+    from zoo.preprocess import Preprocessing, load_image_tensor
+
     dm = coco_dm(*coco)
     dm.setup("fit")
     batch = next(iter(dm.val_dataloader()))
     assert batch["image_ids"] == [10, 11]
     assert batch["references"] == [VAL_CAPTIONS[10], VAL_CAPTIONS[11]]
-    raw = coco_dm(*coco, normalize=False)
-    raw.setup("validate")
-    plain = next(iter(raw.val_dataloader()))["images"]
-    assert 0 <= plain.min() and plain.max() <= 1
-    mean, std = torch.tensor(IMAGENET_MEAN)[:, None, None], torch.tensor(IMAGENET_STD)[:, None, None]
-    assert torch.allclose(batch["images"], (plain - mean) / std, atol=1e-5)
-    assert dm.image_mean == IMAGENET_MEAN and raw.image_std == (1.0, 1.0, 1.0)
+    images = batch["images"]
+    assert images.shape[1:] == (3, 16, 16) and 0 <= images.min() and images.max() <= 1
+    # the same file, prepared the way `zoo caption` and `zoo.get_weights(...).transforms()` do
+    spec = Preprocessing(3, (16, 16), "crop", 20)
+    for image, record in zip(images, dm.records("val")[:2]):
+        assert torch.equal(image, load_image_tensor(record.path, spec))
+    # normalisation belongs to the model's encoder; the data module refuses to do it too
+    with pytest.raises(UserError, match="normalize must be false"):
+        coco_dm(*coco, normalize=True)
     # eval.py's --split val switch
     dm.test_split = "val"
     dm.setup("test")
@@ -188,8 +192,12 @@ def test_missing_and_malformed_files_are_clear_errors(coco, tmp_path):
     bad.write_text(json.dumps({"images": [{"filename": "a.jpg", "split": "nope", "sentences": []}]}))
     with pytest.raises(UserError, match=r"bad.json: images\[0\] needs"):
         read_karpathy(bad, tmp_path)
-    with pytest.raises(UserError, match=r"captions_train.json: images\[0\] needs 'filename'"):
+    with pytest.raises(UserError, match="captions_train.json: this is a COCO captions file, not a Karpathy split; "
+                                        "use format: coco with train_annotations"):
         read_karpathy(train, tmp_path)  # a COCO file given as a Karpathy split
+    karpathy = write_karpathy(tmp_path)
+    with pytest.raises(UserError, match="this is a Karpathy split file, not COCO captions; use format: karpathy"):
+        coco_dm(root, karpathy, val).vocab  # and the reverse
     bad.write_text(json.dumps([1, 2]))
     with pytest.raises(UserError, match="bad.json: not a Karpathy split file"):
         read_karpathy(bad, tmp_path)
@@ -202,6 +210,8 @@ def test_missing_images_and_bad_settings(coco, tmp_path):
         coco_dm(root, train, val).setup("fit")
     with pytest.raises(UserError, match="empty vocabulary"):
         coco_dm(root, train, val, min_freq=1000).vocab
+    with pytest.raises(UserError, match=r"image root .*nowhere \(train\) is not a directory; set data.init_args.train_image_root"):
+        coco_dm(root, train, val, train_image_root=str(tmp_path / "nowhere")).setup("fit")
     with pytest.raises(UserError, match="unknown format"):
         CaptionsDataModule(format="flickr")
     with pytest.raises(UserError, match="needs karpathy_json"):

@@ -18,7 +18,8 @@ from conftest import cli_env, run_cli
 from zoo import cli
 from zoo.commands.common import exit_code
 from zoo.errors import UserError
-from zoo.io import MAX_SIDE, atomic_write_bytes, image_to_tensor, load_image, load_images
+from zoo.io import MAX_SIDE, atomic_write_bytes, image_to_tensor, load_image
+from zoo.preprocess import Preprocessing, load_batch
 
 
 # ----------------------------------------------------------------------------- the zoo command
@@ -205,22 +206,36 @@ def test_directory_and_missing_file(tmp_path):
         load_image(tmp_path / "missing.png")
 
 
-def test_load_images_keeps_the_good_ones(tmp_path):
+def test_load_batch_keeps_the_good_ones(tmp_path):
     good = tmp_path / "good.png"
     Image.new("RGB", (30, 20), (255, 0, 0)).save(good)
     other = tmp_path / "other.png"
     Image.new("RGB", (28, 28), (0, 255, 0)).save(other)
+    grey = tmp_path / "grey.png"
+    Image.new("RGB", (28, 28), (90, 90, 90)).save(grey)
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"junk")
-    batch, paths, errors = load_images([good, bad, other, tmp_path / "gone.png"], channels=3, size=(28, 28))
+    batch, paths, errors = load_batch([good, bad, other, tmp_path / "gone.png"], Preprocessing(3, (28, 28)))
     assert batch.shape == (2, 3, 28, 28) and batch.dtype == torch.float32
     assert paths == [str(good), str(other)]
     assert len(errors) == 2 and "bad.png" in errors[0] and "gone.png" in errors[1]
     assert torch.allclose(batch[0, 0], torch.ones(28, 28)) and batch[0, 1:].abs().max() == 0
-    _, paths, errors = load_images([good, other], channels=1, size=(28, 28), strict_size=True)
-    assert paths == [str(other)] and "30x20" in errors[0]
-    empty, paths, errors = load_images([bad], channels=1, size=(28, 28))
+    # "exact": the size must match, and a 1-channel model takes grey (even stored as RGB), not colour
+    _, paths, errors = load_batch([good, other, grey], Preprocessing(1, (28, 28), "exact"))
+    assert paths == [str(grey)] and "30x20" in errors[0] and "colour image" in errors[1]
+    empty, paths, errors = load_batch([bad], Preprocessing(1, (28, 28)))
     assert empty.shape == (0, 1, 28, 28) and paths == [] and len(errors) == 1
+
+
+def test_crop_rule_is_torchvisions_evaluation_transform(tmp_path):
+    from torchvision import transforms as T
+
+    path = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)).save(path)
+    spec = Preprocessing(3, (16, 16), "crop", 20)
+    reference = T.Compose([T.Resize(20), T.CenterCrop(16), T.ToTensor()])(Image.open(path).convert("RGB"))
+    assert torch.equal(spec(load_image(path)), reference)
+    assert Preprocessing.from_dict(spec.as_dict()) == spec
 
 
 def test_image_to_tensor_range_and_layout():

@@ -129,3 +129,37 @@ def test_bad_arguments():
         beam_search(model.step, state, static, 1, 0, START, END, max_len=5)
     with pytest.raises(ValueError):
         greedy_decode(model.step, state, static, 1, START, END, max_len=0)
+
+
+def test_beam_search_drops_finished_images_and_stops_when_all_are_done():
+    """Images leave the batch once their k beams have finished (the step function then sees only
+    the others' rows), the search ends at the step the last image finishes, and neither changes
+    any result."""
+    end_bias = [1e4, 1e4, 0.0, 1e4, -1e4]  # eager enders; a free one; one that never ends
+    model = ToyModel(len(end_bias), seed=11, end_bias=end_bias)
+    state, static = model.init()
+    rows_seen = []
+
+    def counting_step(tokens, state, static):
+        rows_seen.append(tokens.shape[0])
+        return model.step(tokens, state, static)
+
+    results = beam_search(counting_step, state, static, len(end_bias), 3, START, END, max_len=9)
+    # after two steps the three eager images' beams have all ended: only 2 images x 3 beams run on
+    assert len(rows_seen) == 9 and rows_seen[:3] == [15, 15, 6] and set(rows_seen[3:]) <= {6, 3}
+    assert rows_seen == sorted(rows_seen, reverse=True)
+    for b, result in enumerate(results):
+        words, score, finished, extras = reference_beam(model, b, 3, 9, 1.0)
+        assert result.tokens == words and result.finished == finished
+        assert result.score == pytest.approx(score, abs=1e-5)
+        if words:
+            torch.testing.assert_close(result.extras["alpha"], extras["alpha"])
+    lazy = beam_search(model.step, state, static, len(end_bias), 3, START, END, max_len=9, check_every=4)
+    assert [r.tokens for r in lazy] == [r.tokens for r in results]
+    assert [r.score for r in lazy] == pytest.approx([r.score for r in results])
+    # every image ends at once: the search stops there, far before max_len
+    model = ToyModel(4, seed=12, end_bias=[1e4] * 4)
+    state, static = model.init()
+    rows_seen.clear()
+    assert all(r.tokens == [] for r in beam_search(counting_step, state, static, 4, 2, START, END, max_len=30))
+    assert len(rows_seen) == 2  # step 1: beam 0 ends; step 2: the k copies' beam 1 ends

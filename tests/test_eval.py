@@ -28,7 +28,7 @@ def _eval_main():
 def _accuracy(checkpoint, split: str) -> tuple[float, int]:
     """The accuracy eval.py should report, computed here directly from the data module."""
     model = zoo.load_checkpoint(checkpoint).eval()
-    data = {k: v for k, v in model._zoo_data_config["init_args"].items() if not k.startswith("_")}
+    data = {k: v for k, v in zoo.data_config(model)["init_args"].items() if not k.startswith("_")}
     dm = FashionMNISTDataModule(**data)
     dm.setup("test")
     images, labels = dm.datasets[split].tensors

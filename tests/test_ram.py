@@ -283,31 +283,14 @@ def test_cli_partly_bad_batch(trained, images_dir, tmp_path, capsys):
 
 
 def test_cli_refuses_other_family(images_dir, tmp_path, capsys):
-    from zoo.models.base import ZooModule
+    from zoo.models.draw import DRAWClassifier
 
-    class Other(ZooModule):
-        family = "draw"
-
-        def __init__(self, width: int = 3):
-            super().__init__()
-            self.save_hyperparameters()
-            self.layer = torch.nn.Linear(width, width)
-
-    other = Other()
+    other = DRAWClassifier(image_size=28, T=1, read_n=2, hidden_size=8, glimpse_hidden=0)
     path = tmp_path / "other.safetensors"
-    config = {"family": "draw", "class_path": "test_ram_other.Other", "init_args": {"width": 3}}
-    # a loadable foreign checkpoint: register the class under an importable module name
-    module = type(sys)("test_ram_other")
-    module.Other = Other
-    Other.__module__ = "test_ram_other"
-    sys.modules["test_ram_other"] = module
-    try:
-        hub.save_release(other, config, path)
-        code, _, err = run_cli([images_dir["good"], "--checkpoint", path, "--out", tmp_path / "o"], capsys)
-    finally:
-        del sys.modules["test_ram_other"]
+    hub.save_release(other, other.zoo_config(), path)
+    code, _, err = run_cli([images_dir["good"], "--checkpoint", path, "--out", tmp_path / "o"], capsys)
     assert code == 2
-    assert len(err.strip().splitlines()) == 1 and "not a RAM model" in err
+    assert len(err.strip().splitlines()) == 1 and "is a draw_classifier model, not a RAM model" in err
 
 
 def test_cli_missing_checkpoint_and_console_entry(images_dir, tmp_path):

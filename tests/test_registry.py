@@ -97,7 +97,7 @@ def test_every_recipe_builds(name):
     json.dumps(config)
     assert config["class_path"] == entry.model["class_path"]
     assert entry.metadata["recipe"].startswith("python train.py fit --config configs/")
-    assert getattr(model, "_zoo_data_config", None) == entry.data
+    assert zoo.data_config(model) == entry.data
 
 
 def test_overrides_replace_recipe_values():
@@ -109,14 +109,29 @@ def test_overrides_replace_recipe_values():
 
 
 # ----------------------------------------------------------------------------- releases
+def test_release_script_refuses_what_its_recipe_did_not_train(trained_run, tmp_path, isolated_weights, capsys):
+    """The tiny training overrides the recipe's data (val_size, batch_size) and budget, so its
+    checkpoint may not be released as baseline_cnn_centered."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"seed": 0, "metrics": {"test/acc": 0.25}, "train_args": []}))
+    rc = release_main(["--checkpoint", str(trained_run["last"]), "--name", "baseline_cnn_centered",
+                       "--recipe", "configs/baseline/cnn_centered.yaml", "--seed", "0", "--results", str(results)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "is not what `train.py fit --config configs/baseline/cnn_centered.yaml --seed_everything 0` trains" in err[0]
+    assert "data.init_args.val_size: weights 100, recipe 5000" in err[0]
+    assert not (isolated_weights / "baseline_cnn_centered.safetensors").exists()
+
+
 @pytest.fixture
 def released(trained_run, tmp_path, isolated_weights):
     """baseline_cnn_centered released from the tiny training's last.ckpt into the tmp weights dir."""
-    results = tmp_path / "results.json"
-    results.write_text(json.dumps({"metrics": {"test/acc": 0.25}, "device": {"device": "cpu (test)"}}))
-    rc = release_main(["--checkpoint", str(trained_run["last"]), "--name", "baseline_cnn_centered",
-                          "--results", str(results)])
-    assert rc == 0
+    model = zoo.load_checkpoint(trained_run["last"])
+    target = isolated_weights / "baseline_cnn_centered.safetensors"
+    sha = hub.save_release(model, model.zoo_config(), target)
+    manifest = {"baseline_cnn_centered": {"file": target.name, "sha256": sha, "config": model.zoo_config(),
+                                          "metadata": {"metrics": {"test/acc": 0.25}}}}
+    (isolated_weights / "MANIFEST.json").write_text(json.dumps(manifest))
     return {"ckpt": trained_run["last"], "file": isolated_weights / "baseline_cnn_centered.safetensors",
             "manifest": isolated_weights / "MANIFEST.json"}
 
@@ -128,18 +143,25 @@ def test_release_roundtrip_gives_identical_outputs(released):
     assert zoo.list_models(pretrained=True) == ["baseline_cnn_centered"]
     metadata = registry.get_entry("baseline_cnn_centered").metadata
     assert metadata["sha256"] == record["sha256"]
-    assert metadata["task"] == "baseline" and "centered" in metadata["dataset"]
-    assert metadata["metrics"] == {"test/acc": 0.25}
-    assert metadata["recipe"] == "python train.py fit --config configs/baseline/cnn_centered.yaml"
+    assert metadata["family"] == "baseline" and metadata["metrics"] == {"test/acc": 0.25}
     reference = zoo.load_checkpoint(released["ckpt"])
     pretrained = zoo.create_model("baseline_cnn_centered", pretrained=True)
     assert torch.equal(_outputs(reference, X28), _outputs(pretrained, X28))
     for key, value in reference.state_dict().items():
         assert torch.equal(value, pretrained.state_dict()[key])
     # the data config rides along for eval.py
-    assert pretrained._zoo_data_config["init_args"]["variant"] == "centered"
+    assert zoo.data_config(pretrained)["init_args"]["variant"] == "centered"
     # the recipe's fresh model differs: the weights really came from the release
     assert not torch.equal(_outputs(zoo.create_model("baseline_cnn_centered"), X28), _outputs(reference, X28))
+
+
+def test_a_re_release_names_the_recipe_file_not_the_previous_record(released, tmp_path):
+    manifest = json.loads(released["manifest"].read_text())
+    manifest["baseline_cnn_centered"]["metadata"]["recipe"] = "python scripts/results_run.py old -- --lr 9"
+    released["manifest"].write_text(json.dumps(manifest))
+    assert release_main(["--checkpoint", str(released["ckpt"]), "--name", "baseline_cnn_centered"]) == 0
+    metadata = json.loads(released["manifest"].read_text())["baseline_cnn_centered"]["metadata"]
+    assert metadata["recipe"] == "python train.py fit --config configs/baseline/cnn_centered.yaml"
 
 
 def test_tampered_release_refused(released):
@@ -248,7 +270,7 @@ def test_load_checkpoint_lightning_ckpt_and_safetensors(trained_run, tmp_path):
     hub.save_release(from_ckpt, from_ckpt.zoo_config(), release)
     from_release = zoo.load_checkpoint(release)
     assert torch.equal(_outputs(from_ckpt, X28), _outputs(from_release, X28))
-    assert from_release._zoo_data_config == from_ckpt._zoo_data_config
+    assert zoo.data_config(from_release) == zoo.data_config(from_ckpt)
     # a safetensors file without metadata takes its config from a sidecar JSON
     from safetensors.torch import save_file
 
@@ -317,24 +339,3 @@ def test_pretrained_from_url(released, http_server, tmp_path):
     with pytest.raises(UserError, match="sha256"):
         zoo.create_model("baseline_cnn_centered", pretrained=True)
     assert _cache_files(tmp_path) == []
-
-
-def test_every_shipped_release_loads_and_names_its_recipe(monkeypatch):
-    """What a fresh clone ships in weights/: each MANIFEST entry loads through
-    create_model(..., pretrained=True) (sha256 checked), is a few MB at most, and says which
-    recipe command trained it and what it measured."""
-    from conftest import REPO
-
-    monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(REPO / "weights"))
-    manifest = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
-    assert {"ram_fmnist_centered", "ram_fmnist_cluttered60", "draw_fmnist_t16",
-            "draw_cluttered100_classifier", "sat_soft_scenes", "vit_fmnist"} <= set(manifest)
-    assert sorted(manifest) == zoo.list_models(pretrained=True)
-    for name, entry in manifest.items():
-        model = zoo.create_model(name, pretrained=True)
-        assert isinstance(model, ZooModule) and model.family == entry["config"]["family"], name
-        assert (REPO / "weights" / entry["file"]).stat().st_size < 8e6, name
-        recipe = entry["metadata"]["recipe"]
-        config_path = next(word for word in recipe.split() if word.startswith("configs/"))
-        assert (REPO / config_path).is_file(), f"{name}: {config_path} is gone"
-        assert any(k.startswith("test/") for k in entry["metadata"]["metrics"]), name

@@ -47,3 +47,29 @@ def test_a_stale_checkpoint_is_never_evaluated_and_the_starting_commit_is_record
     assert summary["metrics"]["test/acc"]["per_seed"] == [0.5]
     # provenance names the code the run was started with, not HEAD when it ended
     assert record["git_commit"] == summary["git_commit"] == "commit-at-start"
+
+
+def test_outputs_docs_and_tests_do_not_make_a_commit_dirty(tmp_path, monkeypatch):
+    """A results run started while earlier runs' results JSON (or the docs) are uncommitted
+    trained from clean code; an edit to code or configs is what "-dirty" must report."""
+    import subprocess
+
+    from zoo import results
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    for path in ("results/a.json", "docs/a.md", "tests/test_a.py", "zoo/a.py", "configs/a.yaml"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("0\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
+    for path in ("results/a.json", "docs/a.md", "tests/test_a.py"):
+        (tmp_path / path).write_text("1\n")
+    assert not results.git_commit().endswith("-dirty")
+    for path in ("zoo/a.py", "configs/a.yaml"):
+        git("checkout", "--", ".")
+        (tmp_path / path).write_text("1\n")
+        assert results.git_commit().endswith("-dirty"), path

@@ -295,14 +295,60 @@ def test_real_fashion_mnist_scenes(tmp_path):
 def test_export_pngs_round_trip(tmp_path):
     import json
 
-    from zoo.io import load_images
+    from zoo.preprocess import Preprocessing, load_batch
 
     dm = make_dm(tmp_path / "cache")
     paths = dm.export_pngs("test", tmp_path / "pngs", 3)
-    images, good, errors = load_images(paths, channels=3)
+    images, good, errors = load_batch(paths, Preprocessing(3, (dm.image_size, dm.image_size)))
     assert not errors and len(good) == 3
     test = dm.build_split("test")
     assert torch.equal(images, torch.from_numpy(test.images[:3]).float() / 255)
     refs = json.loads((tmp_path / "pngs" / "references.json").read_text())
     assert refs[paths[0].name]["references"] == test.captions[0]
     assert refs[paths[0].name]["box_words"] == test.item_words(0)
+
+
+def test_word_items_name_the_item_each_colour_and_item_word_belongs_to(tmp_path):
+    """The grammar knows which item each noun phrase names: every colour word and item word of a
+    training caption points at the slot of an item with that colour / that name, and no other
+    word points anywhere."""
+    dm = make_dm(tmp_path)
+    dm.setup("fit")
+    train = dm.build_split("train")
+    item_tokens = {w for name in ITEM_NAMES for w in name.split()}
+    checked = 0
+    for batch in dm.train_dataloader():
+        captions, items, boxes = batch["captions"], batch["word_items"], batch["item_boxes"]
+        assert items.shape == captions.shape and boxes.shape == (len(captions), 3, 4)
+        for row, slots, scene, scene_boxes in zip(captions.tolist(), items.tolist(), batch["image_ids"], boxes):
+            assert torch.equal(scene_boxes, torch.from_numpy(train.boxes[scene]))
+            for token, slot in zip(row, slots):
+                word = dm.vocab.itos[token]
+                if word in COLOUR_NAMES or word in item_tokens:
+                    assert 0 <= slot < train.n_items[scene], (word, slot)
+                    assert word == COLOUR_NAMES[train.colours[scene, slot]] or \
+                        word in ITEM_NAMES[train.labels[scene, slot]].split()
+                    checked += 1
+                else:
+                    assert slot == -1, word
+    assert checked > 500
+    # repeated items (two red shirts) are told apart: each phrase names its own slot
+    s = S.untag(S.noun_phrase(6, 0, slot=0) + " left of " + S.noun_phrase(6, 0, True, slot=1))
+    assert s == ("a red shirt left of the red shirt", [-1, 0, 0, -1, -1, -1, 1, 1])
+
+
+def test_pad_to_multiple_pads_caption_batches_to_few_lengths(tmp_path):
+    plain, padded = make_dm(tmp_path), make_dm(tmp_path, pad_to_multiple=8)
+    for dm in (plain, padded):
+        dm.setup("fit")
+    widths = set()
+    for a, b in zip(plain.train_dataloader(), padded.train_dataloader()):
+        width = b["captions"].shape[1]
+        widths.add(width)
+        assert width % 8 == 0 and width >= a["captions"].shape[1]
+        assert torch.equal(b["captions"][:, :a["captions"].shape[1]], a["captions"])
+        assert (b["captions"][:, a["captions"].shape[1]:] == PAD_ID).all()
+        assert (b["word_items"][:, a["captions"].shape[1]:] == -1).all()
+    assert len(widths) <= 3
+    val = next(iter(padded.val_dataloader()))
+    assert val["captions"].shape[1] % 8 == 0 and val["word_items"].shape == val["captions"].shape

@@ -1,21 +1,31 @@
-"""Logging pieces shared by every family: the default W&B logger (offline unless WANDB_MODE says
-otherwise) and a callback that logs each model's attention figures at validation."""
+"""Training pieces shared by every family: the default W&B logger (offline unless WANDB_MODE says
+otherwise), crash-safe checkpointing, fine-tuning from released weights, and a callback that logs
+each model's attention figures at validation."""
 from __future__ import annotations
 
 import os
-import re
+import tempfile
 from pathlib import Path
 
 import lightning as L
 import numpy as np
+import torch
+from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from zoo.errors import UserError
 
 OFFLINE_MODES = ("offline", "dryrun", "disabled")
+WANDB_CLASSES = ("zoo.callbacks.ZooWandbLogger", "lightning.pytorch.loggers.WandbLogger",
+                 "lightning.pytorch.loggers.wandb.WandbLogger")
 
 
 class ZooWandbLogger(WandbLogger):
-    """WandbLogger that needs no account: offline under ./wandb unless WANDB_MODE=online.
+    """WandbLogger that needs no account: offline under ./wandb unless WANDB_MODE=online. This is
+    the one place that chooses W&B's mode.
 
     `wandb sync wandb/offline-run-*` uploads an offline run later. Model upload (`log_model`)
     is only possible online, so it is forced off offline."""
@@ -29,6 +39,47 @@ class ZooWandbLogger(WandbLogger):
                          log_model=log_model and not offline, **kwargs)
 
 
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written to a temporary file in their own folder, flushed to disk, then renamed
+    over the target: a kill or a full disk mid-write leaves the previous checkpoint intact, and no
+    temporary file outside the run's folder. Leftovers of killed writers are swept on the next save."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        if storage_options is not None or not _is_local_file_protocol(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _sweep_stale_writes(path.parent)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 -> what a plain open() would give
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _sweep_stale_writes(directory: Path) -> None:
+    for tmp in directory.glob(".*.tmp"):
+        try:
+            pid = int(tmp.name.split(".")[-3])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except (ValueError, IndexError, PermissionError):
+            continue
+
+
 class ZooCheckpoint(ModelCheckpoint):
     """ModelCheckpoint that keeps the best on validation and also rewrites `last.ckpt` at the end
     of every training epoch, for `--ckpt_path last`.
@@ -37,22 +88,107 @@ class ZooCheckpoint(ModelCheckpoint):
     also saved, so after a non-improving epoch last.ckpt would lag behind. Writing it here, after
     the parent's own end-of-epoch save (validation has run by then), means it holds the finished
     epoch (so a resume starts the next one cleanly) and the up-to-date best score. A separate
-    callback could not do this: Lightning runs checkpoint callbacks after all others."""
+    callback could not do this: Lightning runs checkpoint callbacks after all others.
+
+    An interrupted run (SIGTERM from a scheduler, Ctrl-C) saves last.ckpt where it stopped, and each
+    checkpoint records the W&B run id, so `--ckpt_path last` continues the same W&B run."""
+
+    #: where the last interrupted run saved its checkpoint (read by train.py for its message)
+    interrupted_path: str | None = None
 
     def __init__(self, *args, write_last: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.write_last = write_last
 
+    def _last_path(self) -> str:
+        return os.path.join(self.dirpath, f"{self.CHECKPOINT_NAME_LAST}.ckpt")
+
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         super().on_train_epoch_end(trainer, pl_module)
         if self.write_last and self.dirpath and not trainer.fast_dev_run:
-            trainer.save_checkpoint(os.path.join(self.dirpath, f"{self.CHECKPOINT_NAME_LAST}.ckpt"))
+            trainer.save_checkpoint(self._last_path(), weights_only=False)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger) and logger.version:
+                checkpoint["zoo_run"] = {"wandb_id": str(logger.version)}
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)) or not self.dirpath:
+            return
+        if trainer.state.fn != "fit" or trainer.sanity_checking:
+            return
+        trainer.save_checkpoint(self._last_path(), weights_only=False)
+        ZooCheckpoint.interrupted_path = self._last_path()
+
+
+class InitFrom(L.Callback):
+    """Fine-tuning: load weights (no optimizer, no schedule) into the model when fit starts, after
+    `setup` has built every layer. `prepare` fetches and checks the source before training."""
+
+    def __init__(self, state: dict[str, torch.Tensor], source: str):
+        self.state, self.source = state, source
+
+    @classmethod
+    def prepare(cls, source: str, model, sha256: str | None = None) -> "InitFrom":
+        from zoo import hub
+        from zoo.models.base import class_path
+
+        if not hub.is_url(source) and not Path(source).exists() and source in hub.manifest():
+            path = hub.fetch_release(source)
+        else:
+            if not hub.is_url(source) and not Path(source).is_file():
+                released = ", ".join(sorted(hub.manifest())) or "none"
+                raise UserError(f"--init_from {source}: no such file or release (releases: {released})")
+            path = hub.fetch(source, sha256)
+        state, config = hub.load_weights(path)
+        expected = class_path(model)
+        if config and config.get("class_path") != expected:
+            raise UserError(f"--init_from {source}: it holds a {config.get('family', '?')} model "
+                            f"({config.get('class_path')}); this run trains {expected}")
+        return cls(state, source)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        from zoo.registry import check_state_dict
+
+        check_state_dict(pl_module, self.state, source=f"--init_from {self.source}")
+        pl_module.load_state_dict(self.state)
+        self.state = {}
+
+
+class EpochSummary(L.Callback):
+    """One line per epoch on stdout (epoch, step, the epoch's metrics, elapsed time): train.py's
+    progress report where no terminal shows a live progress bar (a log file, CI, a pipe)."""
+
+    def __init__(self):
+        self._started = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        import time
+
+        self._started = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        import time
+
+        if not trainer.is_global_zero or trainer.sanity_checking:
+            return
+        shown = {k: float(v) for k, v in sorted(trainer.callback_metrics.items())
+                 if k.startswith(("train/", "val/")) and getattr(v, "numel", lambda: 1)() == 1 and "step" not in k}
+        metrics = "  ".join(f"{k} {v:.4g}" for k, v in shown.items())
+        elapsed = time.perf_counter() - (self._started or time.perf_counter())
+        print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}  step {trainer.global_step}  {metrics}  "
+              f"({elapsed:.0f} s)", flush=True)
 
 
 class AttentionImageLogger(L.Callback):
     """At the end of validation, ask the model where it looks on the first validation batch
     (`model.attention_figures(batch)`) and log the figures: to W&B when it is the logger, else as
-    PNGs under the run's directory. Only rank 0 logs."""
+    PNGs under the run's directory. Only rank 0 logs.
+
+    Each figure keeps its place across epochs: W&B key `val/attention/<index>` (the model's title
+    for it, e.g. the generated caption, goes in the image's caption), so one example can be
+    followed from epoch to epoch."""
 
     def __init__(self, every_n_epochs: int = 1, max_figures: int = 8):
         self.every_n_epochs = every_n_epochs
@@ -72,7 +208,7 @@ class AttentionImageLogger(L.Callback):
         was_training = pl_module.training
         pl_module.eval()
         try:
-            figures = dict(list(pl_module.attention_figures(batch).items())[: self.max_figures])
+            figures = list(pl_module.attention_figures(batch).items())[: self.max_figures]
         finally:
             pl_module.train(was_training)
         if not figures:
@@ -82,19 +218,14 @@ class AttentionImageLogger(L.Callback):
             if isinstance(logger, WandbLogger):
                 # One key per figure: W&B shows the images of one key side by side at one size,
                 # and the figures (a strip, a grid, overlays) differ in size.
-                for caption, figure in figures.items():
-                    logger.log_image(key=f"val/attention/{_slug(caption)}", images=[np.asarray(figure)],
+                for index, (caption, figure) in enumerate(figures):
+                    logger.log_image(key=f"val/attention/{index}", images=[np.asarray(figure)],
                                      caption=[caption], step=step)
                 return
         out = Path(trainer.default_root_dir) / "figures" / f"step{step:07d}"
         out.mkdir(parents=True, exist_ok=True)
-        for i, (caption, figure) in enumerate(figures.items()):
-            from PIL import Image
+        from PIL import Image
 
+        for index, (caption, figure) in enumerate(figures):
             image = figure if isinstance(figure, Image.Image) else Image.fromarray(np.asarray(figure))
-            image.save(out / f"{i:02d}.png")
-
-
-def _slug(text: str) -> str:
-    """A figure's caption as a W&B key part: words, '/', '.', '-' kept, other runs become '_'."""
-    return re.sub(r"[^\w/.-]+", "_", text).strip("_") or "figure"
+            image.save(out / f"{index:02d}.png")

@@ -4,11 +4,10 @@
 Exit codes: 0 success, 2 user error (one line on stderr), 1 a partly failed batch."""
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 
-from zoo.errors import UserError
+from zoo.errors import OneLineParser, report_user_errors
 
 SUBCOMMANDS = {
     "list": ("zoo.commands.list_models", "list registered models and released weights"),
@@ -16,25 +15,16 @@ SUBCOMMANDS = {
     "glimpses": ("zoo.commands.glimpses", "draw a RAM model's glimpse trajectories"),
     "sample": ("zoo.commands.sample", "sample images (and canvas animations) from DRAW"),
     "attention": ("zoo.commands.attention", "ViT attention maps and rollout"),
+    "export": ("zoo.commands.export", "export a model as ONNX or a torch.export program"),
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's usage errors: one line, exit 2
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="zoo", description="attention-zoo: visual attention models")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="zoo", description="attention-zoo: visual attention models")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     for name, (module_path, help_text) in SUBCOMMANDS.items():
-        try:
-            module = importlib.import_module(module_path)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_path:
-                continue  # subcommand not built yet
-            raise
+        module = importlib.import_module(module_path)
         p = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
@@ -42,12 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        parser.error(f"give a command: {', '.join(SUBCOMMANDS)}")
+    args = parser.parse_args(argv)
     try:
-        return int(args._run(args) or 0)
-    except UserError as exc:
-        print(f"zoo {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return report_user_errors(f"zoo {args.command}", lambda: args._run(args))
     except KeyboardInterrupt:
         return 130
 

@@ -5,6 +5,13 @@ Formats:
   file's metadata (key "zoo_config"); a sidecar `<name>.json` is accepted too.
 - Lightning `.ckpt`: loaded with `torch.load(weights_only=True)` only, so a pickle payload that
   would run code is refused.
+
+Downloads go to a temporary file beside their cache entry, are verified (the pinned sha256, or
+else at least the file format), and only then renamed into the cache: a failed, cut-off or wrong
+download is never cached and never reused. A URL is pinned by `sha256=` (the CLI's `--sha256`) or,
+as torch.hub does, by a hash prefix at the end of its file name (`model-1a2b3c4d.safetensors`);
+an unpinned URL is fetched with a one-line warning. A server that stalls for `$ZOO_DOWNLOAD_TIMEOUT`
+seconds (default 30) ends the download with one line.
 """
 from __future__ import annotations
 
@@ -12,7 +19,14 @@ import hashlib
 import json
 import os
 import pickle
-import tempfile
+import re
+import signal
+import sys
+import threading
+import uuid
+import warnings
+import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -21,12 +35,21 @@ import torch
 from zoo.errors import UserError
 
 CONFIG_KEY = "zoo_config"
+META_KEY = "zoo_meta"  # a release's preprocessing, class names or vocabulary, metrics, recipe
 REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TIMEOUT_S = 30.0
+# torch.hub's convention: the file name ends in "-<first hex digits of its sha256>"
+HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})(?:\.[A-Za-z0-9]+)+$")
 
 
 def weights_dir() -> Path:
-    """Where released weights and their MANIFEST.json live ($ZOO_WEIGHTS_DIR overrides)."""
-    return Path(os.environ.get("ZOO_WEIGHTS_DIR", REPO_ROOT / "weights"))
+    """Where the release manifest (and, in a clone, the released files) live: $ZOO_WEIGHTS_DIR,
+    else the manifest installed with the package (zoo/releases; the files then come by URL), else
+    the clone's weights/."""
+    if os.environ.get("ZOO_WEIGHTS_DIR"):
+        return Path(os.environ["ZOO_WEIGHTS_DIR"])
+    installed = Path(__file__).resolve().parent / "releases"
+    return installed if installed.is_dir() else REPO_ROOT / "weights"
 
 
 def manifest() -> dict:
@@ -35,16 +58,29 @@ def manifest() -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+# Where released weight files are published: the assets of this repository's GitHub release for
+# the weights. $ZOO_WEIGHTS_URL points at a mirror instead (any folder served over http(s) or file://).
+DEFAULT_WEIGHTS_URL = "https://github.com/attention-zoo/attention-zoo/releases/download/weights-v1"
+
+
+def release_url(record: dict) -> str:
+    """Where a release can be downloaded: `$ZOO_WEIGHTS_URL/<file>` when that mirror is set, else
+    the manifest's own URL, else the default host. The sha256 pin is the manifest's either way."""
+    base = os.environ.get("ZOO_WEIGHTS_URL")
+    if base:
+        return f"{base.rstrip('/')}/{record['file']}"
+    return record.get("url") or f"{DEFAULT_WEIGHTS_URL}/{record['file']}"
+
+
 def fetch_release(name: str) -> Path:
     """The verified local file of the released weights `name`: the copy in weights_dir() when
-    present, else its manifest URL downloaded into the cache; sha256-checked either way."""
+    present, else its URL downloaded into the cache; sha256-checked either way."""
     record = manifest().get(name)
     if record is None:
         available = ", ".join(sorted(manifest())) or "none"
         raise UserError(f"no released weights named '{name}' (released: {available})")
     local = weights_dir() / record["file"]
-    location = local if local.is_file() or not record.get("url") else record["url"]
-    return fetch(location, record.get("sha256"))
+    return fetch(local if local.is_file() else release_url(record), record.get("sha256"))
 
 
 def cache_dir() -> Path:
@@ -64,37 +100,176 @@ def is_url(location: str) -> bool:
     return urlparse(str(location)).scheme in ("http", "https", "file", "ftp")
 
 
+def _check_pin(sha256: str | None) -> str | None:
+    if sha256 is None:
+        return None
+    pin = str(sha256).strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{8,64}", pin):
+        raise UserError(f"--sha256 {sha256!r}: give the file's sha256 in hex (at least its first 8 digits)")
+    return pin
+
+
+def _matches(path: Path, pin: str) -> bool:
+    return sha256_file(path).startswith(pin)
+
+
 def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
-    """A local path, or a URL downloaded once into the cache. With `sha256`, the file must match it
-    (a download is verified before the atomic rename into the cache; a local file on every call)."""
+    """A local path, or a URL downloaded once into the cache.
+
+    sha256: the file's sha256 in hex, or a prefix of at least 8 digits. A local file is checked on
+    every call; a download is verified before it enters the cache, and a cached copy is checked
+    before it is served."""
+    pin = _check_pin(sha256)
     if not is_url(str(location)):
         path = Path(location)
         if not path.is_file():
             raise UserError(f"{path}: no such weights file")
-        if sha256 and sha256_file(path) != sha256:
+        if pin and not _matches(path, pin):
             raise UserError(f"{path}: sha256 mismatch; the file was changed or corrupted "
-                            f"(expected {sha256[:12]}…, got {sha256_file(path)[:12]}…)")
+                            f"(expected {pin[:12]}…, got {sha256_file(path)[:12]}…)")
         return path
-    name = Path(urlparse(str(location)).path).name or "weights"
-    target = cache_dir() / (sha256[:16] if sha256 else "unverified") / name
-    if target.is_file() and (not sha256 or sha256_file(target) == sha256):
-        return target
+    url = str(location)
+    name = Path(urlparse(url).path).name or "weights"
+    if pin is None:
+        in_name = HASH_IN_NAME.search(name)
+        pin = in_name.group(1) if in_name else None
+    if pin is None:
+        warnings.warn(f"{url} is not pinned to a sha256, so its content is not verified; pin it with "
+                      "--sha256 HASH (or a file name ending in -<hash prefix>)", UserWarning, stacklevel=2)
+    # One cache folder per pin (a content address) or, unpinned, per URL.
+    key = pin[:16] if pin else "url-" + hashlib.sha256(url.encode()).hexdigest()[:16]
+    target = cache_dir() / key / name
+    if target.is_file():
+        if pin is None or _matches(target, pin):
+            return target
+        target.unlink()  # a cached file that no longer matches its pin is not served again
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{name}.", suffix=".part")
-    os.close(fd)
+    _sweep_partials(target.parent)
+    part = target.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
     try:
-        try:
-            torch.hub.download_url_to_file(str(location), tmp, progress=False)
-        except Exception as exc:
-            raise UserError(f"could not download {location}: {exc}. Offline? Download the file "
-                            "elsewhere and pass its local path instead") from None
-        if sha256 and sha256_file(tmp) != sha256:
-            raise UserError(f"{location}: downloaded file fails its sha256 check; refusing it")
-        os.replace(tmp, target)
+        with _sigterm_raises():
+            _download(url, part)
+        if pin is not None:
+            if not _matches(part, pin):
+                raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
+                                f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
+        else:
+            _check_weights_format(part, url)
+        os.replace(part, target)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        part.unlink(missing_ok=True)
     return target
+
+
+def _download(url: str, dest: Path) -> None:
+    """Stream `url` into `dest` with a progress bar; one-line UserErrors for network failures, a
+    stalled server and a body cut short."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from tqdm import tqdm
+
+    timeout = float(os.environ.get("ZOO_DOWNLOAD_TIMEOUT", DEFAULT_TIMEOUT_S))
+    offline_hint = "Offline? Download the file elsewhere and pass its local path instead"
+    try:
+        response = urllib.request.urlopen(url, timeout=timeout)  # noqa: S310 (http/https/file/ftp only)
+    except urllib.error.HTTPError as exc:
+        raise UserError(f"could not download {url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UserError(f"could not download {url}: {reason}. {offline_hint}") from None
+    expected = response.headers.get("Content-Length")
+    expected = int(expected) if expected and expected.isdigit() else None
+    received = 0
+    try:
+        with response, open(dest, "wb") as out, tqdm(total=expected, unit="B", unit_scale=True, leave=False,
+                                                    desc=Path(dest).name.split(".")[1], disable=None,
+                                                    file=sys.stderr) as bar:
+            while True:
+                block = response.read(1 << 16)
+                if not block:
+                    break
+                out.write(block)
+                received += len(block)
+                bar.update(len(block))
+    except (socket.timeout, TimeoutError):
+        raise UserError(f"download of {url} stalled: no data for {timeout:g} s after {received} bytes; "
+                        "try again later ($ZOO_DOWNLOAD_TIMEOUT sets the limit)") from None
+    except OSError as exc:  # connection reset, IncompleteRead, full disk
+        raise UserError(f"download of {url} failed after {received} bytes: {exc}") from None
+    if expected is not None and received != expected:
+        raise UserError(f"download of {url} was cut short: {received} of {expected} bytes; nothing was cached")
+
+
+def _check_weights_format(path: Path, url: str) -> None:
+    """An unpinned download must at least be a weights file: a safetensors header or a zip-format
+    torch checkpoint (an HTML error page served with status 200 is neither)."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    size = path.stat().st_size
+    if len(head) == 9 and 0 < int.from_bytes(head[:8], "little") <= size - 8 and head[8:9] == b"{":
+        return
+    if zipfile.is_zipfile(path):
+        return
+    looks = "an HTML page" if head.lstrip().lower().startswith((b"<!doc", b"<html", b"<?xml", b"<head")) else \
+        "not a .safetensors or zip-format .ckpt file"
+    raise UserError(f"{url}: the download is {looks}; refusing it, nothing was cached")
+
+
+def _sweep_partials(directory: Path) -> None:
+    """Remove .part files of downloads whose process is gone (killed mid-download)."""
+    for part in directory.glob(".*.part"):
+        fields = part.name.split(".")
+        try:
+            pid = int(fields[-3])
+        except (ValueError, IndexError):
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            part.unlink(missing_ok=True)
+        except PermissionError:
+            pass
+
+
+@contextmanager
+def _sigterm_raises():
+    """While downloading, SIGTERM raises SystemExit (exit code 143) instead of killing the process
+    outright, so the partial file is removed on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict:
+    """A Lightning .ckpt as a dict, loaded with `weights_only=True` (no code can run); one-line
+    UserErrors for a pickle payload, a truncated or otherwise unreadable file."""
+    path = Path(path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        named = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        what = f"it names {named.group(1)}" if named else str(exc).strip().splitlines()[-1][:160]
+        raise UserError(f"{path}: refused, the checkpoint holds objects that only an unsafe (code-running) "
+                        f"load could restore ({what})") from None
+    except Exception as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise UserError(f"{path}: not a readable checkpoint (truncated or damaged? {reason})") from None
+    if not isinstance(checkpoint, dict):
+        raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
+    return checkpoint
 
 
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
@@ -109,28 +284,25 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
                 state = {k: f.get_tensor(k) for k in f.keys()}
         except Exception as exc:
             raise UserError(f"{path}: not a valid safetensors file ({exc})") from None
-        config = json.loads(metadata[CONFIG_KEY]) if CONFIG_KEY in metadata else None
         sidecar = path.with_suffix(".json")
-        if config is None and sidecar.is_file():
-            config = json.loads(sidecar.read_text())
-        return state, config
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise UserError(f"{path}: refused, the checkpoint holds objects that only an unsafe "
-                        f"(code-running) load could restore: {str(exc).splitlines()[0][:160]}") from None
-    except Exception as exc:
-        raise UserError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
-    if not isinstance(checkpoint, dict):
-        raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
+        try:
+            if CONFIG_KEY in metadata:
+                config = json.loads(metadata[CONFIG_KEY])
+            else:
+                config = json.loads(sidecar.read_text()) if sidecar.is_file() else None
+        except (json.JSONDecodeError, OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"{path}: its zoo config is not readable JSON ({exc})") from None
+        return state, config if isinstance(config, dict) or config is None else {"class_path": config}
+    checkpoint = read_checkpoint(path)
     state = checkpoint.get("state_dict", checkpoint)
-    if not all(isinstance(v, torch.Tensor) for v in state.values()):
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
-    return state, checkpoint.get("zoo")
+    config = checkpoint.get("zoo")
+    return state, config if isinstance(config, dict) or config is None else {"class_path": config}
 
 
-def save_release(model: torch.nn.Module, config: dict, path: str | os.PathLike) -> str:
-    """Write `model`'s weights and config as safetensors (atomically); return the file's sha256."""
+def save_release(model: torch.nn.Module, config: dict, path: str | os.PathLike, meta: dict | None = None) -> str:
+    """Write `model`'s weights, config and `meta` as safetensors (atomically); return the file's sha256."""
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -138,7 +310,10 @@ def save_release(model: torch.nn.Module, config: dict, path: str | os.PathLike) 
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        save_file(state, str(tmp), metadata={CONFIG_KEY: json.dumps(config, sort_keys=True)})
+        metadata = {CONFIG_KEY: json.dumps(config, sort_keys=True)}
+        if meta:
+            metadata[META_KEY] = json.dumps(meta, sort_keys=True)
+        save_file(state, str(tmp), metadata=metadata)
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -10,10 +10,11 @@ from PIL import Image, ImageOps
 
 from zoo.errors import UserError
 
-# Decompression-bomb guard: huge images are accepted, then downscaled on load.
+# PIL's own decompression-bomb check (a warning, then an error, at ~179 megapixels) is switched
+# off: large photos are legitimate input and are downscaled on load to MAX_SIDE. What guards
+# memory instead is MAX_PIXELS, checked from the header before anything is decoded.
 Image.MAX_IMAGE_PIXELS = None
 MAX_SIDE = 4096
-# ... but a small file can claim gigapixels: refuse those before decoding (memory)
 MAX_PIXELS = 16384 * 16384
 
 
@@ -75,25 +76,31 @@ def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> to
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
-def load_images(paths, channels: int, size: tuple[int, int] | None = None, strict_size: bool = False):
-    """Load many images; returns (tensor [N, C, H, W] of the good ones, good_paths, errors).
+def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) -> Path:
+    """Fail early, before any work, when an output path cannot be written: `path` is the file (or,
+    with `directory`, the folder) a command will write, named `flag` in the message. Missing parent
+    folders are fine (they are created on write) when the nearest existing one is writable. The
+    check really creates (and removes) a file there: permission bits say nothing to root, nor
+    about read-only or pseudo file systems."""
+    import tempfile
 
-    errors is a list of one-line messages for the bad files, so that a partly bad batch still
-    processes the good images. With strict_size, an image whose size differs from `size` is an
-    error (models that cannot rescale, e.g. RAM's coordinates); otherwise it is resized."""
-    tensors, good, errors = [], [], []
-    for p in paths:
-        try:
-            img = load_image(p, channels)
-            if strict_size and size is not None and (img.height, img.width) != tuple(size):
-                raise UserError(f"{p}: image is {img.width}x{img.height}, the model expects "
-                                f"{size[1]}x{size[0]}")
-            tensors.append(image_to_tensor(img, size))
-            good.append(str(p))
-        except UserError as exc:
-            errors.append(str(exc))
-    batch = torch.stack(tensors) if tensors else torch.empty(0, channels, *(size or (0, 0)))
-    return batch, good, errors
+    path = Path(path)
+    if path.exists():
+        if directory and not path.is_dir():
+            raise UserError(f"{flag} {path}: exists and is not a directory")
+        if not directory and path.is_dir():
+            raise UserError(f"{flag} {path}: is a directory")
+    folder = path if directory else path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"{flag} {path}: {folder} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".zoo-write-check-"):
+            pass
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot write in {folder} ({exc.strerror or exc})") from None
+    return path
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

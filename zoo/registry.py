@@ -30,7 +30,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def config_dir() -> Path:
-    return Path(os.environ.get("ZOO_CONFIG_DIR", REPO_ROOT / "configs"))
+    """The recipes: $ZOO_CONFIG_DIR, else those installed with the package (a wheel ships them as
+    zoo/recipes), else the clone's configs/."""
+    if os.environ.get("ZOO_CONFIG_DIR"):
+        return Path(os.environ["ZOO_CONFIG_DIR"])
+    installed = Path(__file__).resolve().parent / "recipes"
+    return installed if installed.is_dir() else REPO_ROOT / "configs"
 
 
 weights_dir = hub.weights_dir
@@ -86,18 +91,54 @@ def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
                   if fnmatch.fnmatch(n, pattern) and (e.weights is not None or not pretrained))
 
 
-def import_class(path: str):
+# ----------------------------------------------------------------------------- allow-list
+# The only classes a file may name. A weights file, checkpoint, manifest or downloaded config is
+# data, not code: each class_path it carries is looked up here BEFORE anything is imported, and
+# anything else is refused. (A recipe a user passes to train.py on the command line is their own
+# code and stays free; train.py never instantiates a class named by a checkpoint.)
+ALLOWED_CLASSES: dict[str, set[str]] = {
+    "model": {
+        "zoo.models.baselines.Classifier",
+        "zoo.models.ram.RAM",
+        "zoo.models.draw.DRAW",
+        "zoo.models.draw.DRAWClassifier",
+        "zoo.models.vit.ViTClassifier",
+        "zoo.models.captioner.Captioner",
+    },
+    "data": {
+        "zoo.data.fashion_mnist.FashionMNISTDataModule",
+        "zoo.data.scenes.FashionScenesDataModule",
+        "zoo.data.captions.CaptionsDataModule",
+        "zoo.data.imagefolder.ImageFolderDataModule",
+    },
+}
+
+
+def allow_class(cls: type, kind: str = "model") -> type:
+    """Let files name `cls` (a model family or data module of your own, registered from Python
+    code, never from a file). Returns `cls`, so it works as a class decorator."""
+    ALLOWED_CLASSES[kind].add(f"{cls.__module__}.{cls.__qualname__}")
+    return cls
+
+
+def resolve_class(path: str, kind: str = "model") -> type:
+    """The allow-listed class `path` names, imported only after the check."""
+    if not isinstance(path, str) or path not in ALLOWED_CLASSES[kind]:
+        raise UserError(f"refused: the file names {kind} class {path!r}, which is not one of the zoo's "
+                        f"{kind} classes; a file may not choose code to run")
     module, _, name = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"cannot import '{path}': {exc}") from None
+    return getattr(importlib.import_module(module), name)
 
 
-def instantiate(spec: dict, **overrides):
-    """Instantiate {class_path, init_args} with overrides on top (a model or a data module)."""
-    cls = import_class(spec["class_path"])
-    init_args = {k: v for k, v in (spec.get("init_args") or {}).items() if not k.startswith("_")}
+def instantiate(spec: dict, kind: str = "model", **overrides):
+    """Instantiate an allow-listed {class_path, init_args} with overrides on top."""
+    if not isinstance(spec, dict):
+        raise UserError(f"refused: a {kind} config must be a mapping with class_path, got {type(spec).__name__}")
+    cls = resolve_class(spec.get("class_path"), kind)
+    init_args = spec.get("init_args") or {}
+    if not isinstance(init_args, dict):
+        raise UserError(f"{spec['class_path']}: init_args must be a mapping")
+    init_args = {k: v for k, v in init_args.items() if not str(k).startswith("_")}
     try:
         return cls(**{**init_args, **overrides})
     except TypeError as exc:
@@ -105,15 +146,39 @@ def instantiate(spec: dict, **overrides):
 
 
 def build(config: dict, **overrides):
-    """A model from its config; the data config rides along for eval.py and the CLI."""
-    model = instantiate(config, **overrides)
+    """A model from its config; the data config rides along (see `data_config`)."""
+    model = instantiate(config, "model", **overrides)
     if config.get("data"):
         model._zoo_data_config = config["data"]
     return model
 
 
+def data_config(model) -> dict | None:
+    """{class_path, init_args} of the data module `model` was trained with (from its checkpoint,
+    release or recipe), or None."""
+    return getattr(model, "_zoo_data_config", None)
+
+
+def build_datamodule(model, **overrides):
+    """The data module `model` was trained with, rebuilt from its data config (allow-listed),
+    with `overrides` on top of its arguments (e.g. batch_size, limit_eval)."""
+    import inspect
+
+    config = data_config(model)
+    if not config:
+        raise UserError("the model carries no data config; use a checkpoint written by train.py or a "
+                        "registry model")
+    cls = resolve_class(config.get("class_path"), "data")
+    accepted = inspect.signature(cls).parameters
+    unknown = sorted(k for k in overrides if k not in accepted)
+    if unknown:
+        raise UserError(f"{config['class_path']} has no argument {', '.join(unknown)}")
+    return instantiate(config, "data", **overrides)
+
+
 def load_into(model, path: str | os.PathLike, sha256: str | None = None, expected_class: str | None = None):
-    """Load weights from `path` into `model`, refusing another model's checkpoint clearly."""
+    """Load weights from `path` (a file or URL; `sha256` pins it) into `model`, refusing another
+    model's checkpoint clearly."""
     from zoo.models.base import class_path
 
     state, config = hub.load_weights(hub.fetch(path, sha256))
@@ -143,11 +208,13 @@ def check_state_dict(model, state: dict, source: str) -> None:
         raise UserError(f"{source}: weights do not fit the model: " + "; ".join(parts))
 
 
-def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathLike | None = None, **overrides):
+def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathLike | None = None,
+                 sha256: str | None = None, **overrides):
     """Build the registered model `name`.
 
     pretrained: load its released weights (verified against the manifest's sha256).
-    checkpoint: load weights from this .ckpt/.safetensors instead (it must be this model's kind).
+    checkpoint: load weights from this .ckpt/.safetensors (a path or URL) instead; it must be this
+    model's kind. sha256 pins a checkpoint URL (or file).
     overrides: hyperparameters replacing the recipe's."""
     entry = get_entry(name)
     if pretrained and checkpoint:
@@ -161,15 +228,71 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
         return load_into(model, hub.fetch_release(name))
     model = build({**entry.model, "data": entry.data}, **overrides)
     if checkpoint is not None:
-        load_into(model, checkpoint)
+        load_into(model, checkpoint, sha256)
     return model
 
 
-def load_checkpoint(path: str | os.PathLike, **overrides):
+@dataclass(frozen=True)
+class Weights:
+    """A release, in the manner of torchvision's `Weights`: where it is, how its input is
+    prepared (`transforms()`), and what it is (`meta`: task, dataset, metrics, recipe, device,
+    preprocessing, and the class names or the vocabulary)."""
+
+    name: str
+    file: str
+    sha256: str
+    url: str | None
+    meta: dict
+
+    def transforms(self):
+        """PIL image -> float [C, H, W] in [0, 1], the model's evaluation preprocessing (its mean/std
+        normalisation happens inside the model)."""
+        from zoo.preprocess import Preprocessing
+
+        return Preprocessing.from_dict(self.meta["preprocessing"])
+
+    def get_model(self, **overrides):
+        return create_model(self.name, pretrained=True, **overrides)
+
+
+def release_meta(model, metadata: dict | None = None) -> dict:
+    """What a release records about itself beside its config: the preprocessing of its input and
+    its class names or vocabulary (plus any given `metadata`)."""
+    from zoo.preprocess import for_model
+
+    meta = dict(metadata or {})
+    spec = for_model(model)
+    meta["preprocessing"] = spec.as_dict()
+    if spec.class_names:
+        meta["class_names"] = list(spec.class_names)
+    vocab = model.hparams.get("vocab")
+    if vocab:
+        meta["vocab"] = list(vocab)
+    meta["num_params"] = sum(p.numel() for p in model.parameters())
+    return meta
+
+
+def get_weights(name: str) -> Weights:
+    """The release `name` (see `list_models(pretrained=True)`)."""
+    entry = get_entry(name)
+    if entry.weights is None:
+        available = ", ".join(list_models(pretrained=True)) or "none yet"
+        raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
+    record = entry.weights
+    meta = dict(record.get("metadata") or {})
+    if "preprocessing" not in meta:  # releases from before the manifest recorded it
+        config = record["config"]
+        model = build({**config, "data": config.get("data") or entry.data})
+        meta = release_meta(model, meta)
+    return Weights(name, record["file"], record["sha256"], hub.release_url(record), meta)
+
+
+def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overrides):
     """Rebuild a model from a zoo checkpoint alone: a Lightning .ckpt (weights_only) or a
-    .safetensors with its config in metadata or a sidecar .json."""
-    state, config = hub.load_weights(hub.fetch(path))
-    if not config or "class_path" not in config:
+    .safetensors with its config in metadata or a sidecar .json; a path or a URL (`sha256` pins
+    it). The classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
+    state, config = hub.load_weights(hub.fetch(path, sha256))
+    if not isinstance(config, dict) or "class_path" not in config:
         raise UserError(f"{path}: no zoo config inside; use zoo.create_model(NAME, checkpoint=PATH)")
     model = build(config, **overrides)
     check_state_dict(model, state, source=str(path))

@@ -16,11 +16,17 @@ from zoo.io import atomic_write_bytes
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+#: tracked paths whose edits cannot change a run's numbers: its outputs (results JSON that earlier
+#: runs rewrote), the documentation and the tests. An edit anywhere else marks the commit "-dirty".
+NOT_INPUTS = ("results", "docs", "tests")
+
+
 def git_commit() -> str:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                                 text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){path}" for path in NOT_INPUTS)], cwd=REPO_ROOT,
                                capture_output=True, text=True).stdout.strip()
         return commit + ("-dirty" if dirty else "")
     except Exception:

@@ -48,10 +48,14 @@ METHODS = ("filterbank", "grid_sample", "crop")
 
 
 class Retina(nn.Module):
-    """images [B, C, H, W], locations [B, 2] (x, y) in [-1, 1] -> [B, num_scales, C, g, g]."""
+    """images [B, C, H, W], locations [B, 2] (x, y) in [-1, 1] -> [B, num_scales, C, g, g].
+
+    `image_size` (H, W), when given, builds the image-size constant once as a buffer for images of
+    that size (other sizes still work): no host-to-device copy per call on a GPU, which also makes
+    the read capturable in a CUDA graph."""
 
     def __init__(self, patch_size: int, num_scales: int, scale_factor: float = 2,
-                 method: str = "crop", subpixel: bool = True):
+                 method: str = "crop", subpixel: bool = True, image_size: tuple[int, int] | None = None):
         super().__init__()
         if patch_size < 1 or num_scales < 1:
             raise ValueError(f"patch_size and num_scales must be >= 1, got {patch_size}, {num_scales}")
@@ -71,6 +75,13 @@ class Retina(nn.Module):
         self.scale_factor = scale_factor
         self.method = method
         self.subpixel = bool(subpixel)
+        # Constants as non-persistent buffers: they follow .to(device) and stay out of checkpoints.
+        # float64 keeps any scale factor exact; reads cast them to the locations' dtype.
+        self.register_buffer("_cells", torch.tensor(self.cell_sizes(), dtype=torch.float64), persistent=False)
+        self.register_buffer("_widths", torch.tensor(self.widths(), dtype=torch.float64), persistent=False)
+        self.image_hw = None if image_size is None else (int(image_size[0]), int(image_size[1]))
+        size = [] if image_size is None else [self.image_hw[1], self.image_hw[0]]  # (width, height)
+        self.register_buffer("_size", torch.tensor(size, dtype=torch.float64), persistent=False)
 
     def extra_repr(self) -> str:
         return (f"patch_size={self.patch_size}, num_scales={self.num_scales}, "
@@ -85,10 +96,16 @@ class Retina(nn.Module):
         """Width in pixels of each scale's square patch: patch_size * scale_factor ** i."""
         return [self.patch_size * d for d in self.cell_sizes()]
 
+    def _image_size(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """[2] = (width, height) in the locations' dtype; from the buffer when the size is the built one."""
+        if self.image_hw == (height, width):
+            return self._size.to(locations.device, locations.dtype)
+        return locations.new_tensor([width, height])
+
     def centres(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """[B, 2] (x, y) in [-1, 1] -> [B, 2] glimpse centres (x, y) in pixel-edge coordinates;
         without `subpixel`, moved so the patch edges fall on the nearest pixel edges."""
-        size = locations.new_tensor([width, height])
+        size = self._image_size(locations, height, width)
         centres = (locations + 1) * 0.5 * size
         if self.subpixel:
             return centres
@@ -101,7 +118,7 @@ class Retina(nn.Module):
         """Pixel boxes of every scale, [B, num_scales, 4] as (x0, y0, x1, y1) in pixel-edge
         coordinates (for drawing; they may extend past the image)."""
         c = self.centres(locations, height, width)  # [B, 2]
-        half = locations.new_tensor(self.widths())[None, :, None] / 2  # [1, k, 1]
+        half = self._widths.to(locations.device, locations.dtype)[None, :, None] / 2  # [1, k, 1]
         return torch.cat([c[:, None] - half, c[:, None] + half], dim=-1)
 
     # ------------------------------------------------------------------ forward
@@ -122,7 +139,7 @@ class Retina(nn.Module):
         image; pixels outside the image are simply absent, so they read as zero)."""
         c = self.centres(locations, height, width)  # [B, 2]
         g = self.patch_size
-        d = locations.new_tensor(self.cell_sizes())  # [k] cell width per scale
+        d = self._cells.to(locations.device, locations.dtype)  # [k] cell width per scale
         j = torch.arange(g + 1, device=locations.device, dtype=locations.dtype)
         # cell j of scale i spans [e_j, e_{j+1}) with edges e_j = c + (j - g/2) d_i
         offsets = (j[None, :] - g / 2) * d[:, None]  # [k, g+1]
@@ -152,7 +169,7 @@ class Retina(nn.Module):
         B, C, H, W = images.shape
         g = self.patch_size
         c = self.centres(locations, H, W)  # [B, 2]
-        size = locations.new_tensor([W, H])
+        size = self._image_size(locations, H, W)
         grids, counts = [], []
         for w in self.widths():  # k <= 4 scales; each one's sample grid, all sampled in one call
             n = int(w)

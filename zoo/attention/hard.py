@@ -100,11 +100,14 @@ class MovingAverageBaseline(nn.Module):
 
 def reinforce_surrogate(log_alpha: torch.Tensor, locations: torch.Tensor, cost: torch.Tensor,
                         baseline: torch.Tensor | float, step_mask: torch.Tensor | None = None,
-                        reward_scale: float = 0.1, entropy_coef: float = 0.002) -> torch.Tensor:
+                        reward_scale: float | torch.Tensor = 0.1, entropy_coef: float = 0.002) -> torch.Tensor:
     """A scalar to ADD to the loss so that autograd produces the authors' hard-attention gradient.
 
     log_alpha [B, T, L] (exact log alpha, with grad), locations [B, T] int64 (the samples s_t),
-    cost [B] (per-sample cost, e.g. caption NLL; detached here), baseline scalar,
+    cost [B] (one cost per sample, e.g. its caption NLL: every step's choice is charged with it)
+    or [B, T] (a cost per step, e.g. the NLL of the words a step's choice affects); detached here.
+    baseline: a scalar, [B] or [B, T] (anything that does not depend on the samples; detached).
+    reward_scale: a float or a scalar tensor (0 turns the REINFORCE term off without a branch).
     step_mask [B, T] (True/1 on real steps) -> scalar.
 
     Per sample n, d/d alpha_t of the returned value is
@@ -116,9 +119,16 @@ def reinforce_surrogate(log_alpha: torch.Tensor, locations: torch.Tensor, cost: 
     if step_mask is None:
         step_mask = torch.ones(locations.shape, dtype=log_alpha.dtype, device=log_alpha.device)
     step_mask = step_mask.to(log_alpha.dtype)
-    advantage = (cost.detach() - baseline) * reward_scale  # [B]
+    if isinstance(baseline, torch.Tensor):
+        baseline = baseline.detach()
+        if baseline.dim() == 1:
+            baseline = baseline.unsqueeze(1)
+    cost = cost.detach()
+    if cost.dim() == 1:
+        cost = cost.unsqueeze(1)
+    advantage = (cost - baseline) * reward_scale  # [B, 1] or [B, T]
     log_p_sample = log_alpha.gather(-1, locations.unsqueeze(-1)).squeeze(-1)  # [B, T] = log alpha_{t, s_t}
-    score_term = (advantage.unsqueeze(1) * log_p_sample * step_mask).sum()
+    score_term = (advantage * log_p_sample * step_mask).sum()
     alpha = log_alpha.exp()
     neg_entropy = (alpha * log_alpha).sum(-1)  # [B, T]; masked locations give 0 * (-huge) = 0
     entropy_term = entropy_coef * (neg_entropy * step_mask).sum()

@@ -13,10 +13,13 @@ end with the h * w patch tokens.
                          patch_size=4, in_chans=1, depth=6, embed_dim=96, num_heads=3)
 
 All constructor arguments are plain values so that a model can keep them in its hparams.
+A model's `backbone:` config block is a typed `BackboneSpec` (zoo.backbones.spec): the same
+fields plus `kind`, and `pretrained: NAME` to load a released zoo backbone by name.
 """
 from __future__ import annotations
 
 from zoo.backbones.common import PatchFeatures, freeze
+from zoo.backbones.spec import BackboneSpec, check_input, load_zoo_backbone
 from zoo.backbones.stem import ConvStem
 from zoo.backbones.timm_cnn import TimmCNN
 from zoo.backbones.timm_vit import TimmViT
@@ -35,4 +38,5 @@ def build_backbone(kind: str, **kwargs):
         raise UserError(f"backbone '{kind}': bad arguments ({exc})") from None
 
 
-__all__ = ["PatchFeatures", "build_backbone", "freeze", "ConvStem", "TimmCNN", "TimmViT", "BACKBONES"]
+__all__ = ["PatchFeatures", "build_backbone", "freeze", "ConvStem", "TimmCNN", "TimmViT", "BACKBONES",
+           "BackboneSpec", "check_input", "load_zoo_backbone"]

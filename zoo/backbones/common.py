@@ -3,6 +3,8 @@ errors for the mistakes users make (unknown names, missing or ill-fitting weight
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import os
 import re
@@ -63,6 +65,26 @@ def match_channels(images: torch.Tensor, in_chans: int) -> torch.Tensor:
     if c == 1 and in_chans == 3:
         return images.expand(-1, 3, -1, -1)
     raise UserError(f"images have {c} channels, the backbone expects {in_chans}")
+
+
+# ---------------------------------------------------------------------------- error messages
+# Where the backbone's fields live on the command line, so that an error names a flag that
+# exists: a ViT classifier takes them flat (--model.init_args.pretrained_file), a model with a
+# `backbone:` block under it (--model.init_args.backbone.pretrained_file; BackboneSpec.build sets it).
+_OPTION_PREFIX = contextvars.ContextVar("zoo_backbone_option_prefix", default="--model.init_args.")
+
+
+@contextlib.contextmanager
+def option_prefix(prefix: str):
+    token = _OPTION_PREFIX.set(prefix)
+    try:
+        yield
+    finally:
+        _OPTION_PREFIX.reset(token)
+
+
+def _file_hint() -> str:
+    return f"pass it as pretrained_file=PATH ({_OPTION_PREFIX.get()}pretrained_file PATH)"
 
 
 # ---------------------------------------------------------------------------- timm creation
@@ -157,8 +179,7 @@ def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str 
             cached = _cached_hub_file(cfg)
             if cached is None:
                 raise UserError(f"cannot download pretrained weights for '{model_name}' (offline?); "
-                                "download its model.safetensors elsewhere and pass it as "
-                                "pretrained_file=PATH (e.g. --model.init_args.pretrained_file PATH)")
+                                f"download its model.safetensors elsewhere and {_file_hint()}")
             overlay = {"file": cached}
     try:
         return timm.create_model(model_name, pretrained=pretrained, pretrained_cfg_overlay=overlay, **kwargs)
@@ -170,7 +191,7 @@ def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str 
         if pretrained_file:
             raise UserError(f"{pretrained_file}: cannot read ({exc})") from None
         raise UserError(f"cannot download pretrained weights for '{model_name}' ({type(exc).__name__}); "
-                        "download its model.safetensors elsewhere and pass it as pretrained_file=PATH") from None
+                        f"download its model.safetensors elsewhere and {_file_hint()}") from None
 
 
 def _weights_error(exc: RuntimeError, source: str) -> Exception:

@@ -2,18 +2,24 @@
 where an ImageNet CNN's stride-32 features would leave a 1x1 grid."""
 from __future__ import annotations
 
+import math
+
 from torch import nn
 
-from zoo.backbones.common import Frozen, PatchFeatures, freeze, match_channels
+from zoo.backbones.common import Frozen, PatchFeatures, freeze, match_channels, register_normalization
 
 
 class ConvStem(Frozen):
     """Stages of [conv k x k (stride s) -> BatchNorm -> ReLU] x blocks_per_stage; the first conv of
     stage i has stride strides[i]. The grid is the last stage's feature map, so its stride is
-    prod(strides) (28 px with strides [2, 2] -> 7x7 tokens of width channels[-1])."""
+    prod(strides) (28 px with strides [2, 2] -> 7x7 tokens of width channels[-1]).
+
+    normalize: apply (x - mean) / std to inputs in [0, 1] first (off by default: the zoo's own
+    data are in [0, 1] and the first BatchNorm absorbs the scale)."""
 
     def __init__(self, in_chans: int = 1, channels: list[int] = (32, 64), strides: list[int] = (2, 2),
-                 blocks_per_stage: int = 1, kernel_size: int = 3, trainable: bool = True):
+                 blocks_per_stage: int = 1, kernel_size: int = 3, trainable: bool = True,
+                 normalize: bool | None = None, mean: list[float] | None = None, std: list[float] | None = None):
         super().__init__()
         if len(channels) != len(strides) or not channels:
             raise ValueError("channels and strides need the same, non-zero length")
@@ -27,6 +33,16 @@ class ConvStem(Frozen):
         self.body = nn.Sequential(*layers)
         self.in_chans = in_chans
         self.out_dim = prev
+        self.stride = math.prod(strides)
+        # pixels one output cell sees: each conv adds (k - 1) x the stride of its input
+        self.receptive_field, jump = 1, 1
+        for stride in strides:
+            for b in range(blocks_per_stage):
+                self.receptive_field += (kernel_size - 1) * jump
+                jump *= stride if b == 0 else 1
+        self.normalize = bool(normalize if normalize is not None else (mean is not None or std is not None))
+        register_normalization(self, mean if mean is not None else (0.0,) * in_chans,
+                               std if std is not None else (1.0,) * in_chans, in_chans)
         self.trainable = trainable
         if not trainable:
             freeze(self)
@@ -34,6 +50,9 @@ class ConvStem(Frozen):
 
     def forward(self, images):
         # images [B, C, H, W] -> tokens [B, h*w, D], grid (h, w)
+        x = match_channels(images, self.in_chans)
+        if self.normalize:
+            x = (x - self.mean) / self.std
         with self._grad_context():
-            feats = self.body(match_channels(images, self.in_chans))  # [B, D, h, w]
+            feats = self.body(x)  # [B, D, h, w]
         return PatchFeatures(feats.flatten(2).transpose(1, 2), tuple(feats.shape[-2:]))

@@ -2,7 +2,6 @@
 Show-Attend-Tell encoder: `model_name="vgg19", level=4` gives 14x14x512 at 224 px)."""
 from __future__ import annotations
 
-
 from zoo.backbones.common import Frozen, PatchFeatures, create_timm, freeze, match_channels, register_normalization
 
 
@@ -11,24 +10,26 @@ class TimmCNN(Frozen):
     negative counts from the end).
 
     pretrained: timm's hub weights; pretrained_file: a local checkpoint instead (offline use).
-    normalize: apply the pretrained weights' mean/std to inputs in [0, 1]; None means "when
-    pretrained". trainable=False freezes the weights and keeps BatchNorm in eval mode."""
+    normalize: apply `mean`/`std` (given, or the pretrained weights' own) to inputs in [0, 1];
+    None means "when pretrained or when mean/std are given". trainable=False freezes the weights
+    and keeps BatchNorm in eval mode."""
 
     def __init__(self, model_name: str = "resnet18", level: int = -1, in_chans: int = 3,
                  pretrained: bool = False, pretrained_file: str | None = None,
-                 trainable: bool = True, normalize: bool | None = None, model_kwargs: dict | None = None):
+                 trainable: bool = True, normalize: bool | None = None, mean: list[float] | None = None,
+                 std: list[float] | None = None, model_kwargs: dict | None = None):
         super().__init__()
         self.net = create_timm(model_name, pretrained=pretrained, pretrained_file=pretrained_file,
                                features_only=True, out_indices=(level,), in_chans=in_chans,
                                **(model_kwargs or {}))
         self.in_chans = in_chans
         self.out_dim = self.net.feature_info.channels()[-1]
-        self.reduction = self.net.feature_info.reduction()[-1]
-        use_norm = (pretrained or bool(pretrained_file)) if normalize is None else normalize
+        self.reduction = self.stride = self.net.feature_info.reduction()[-1]
+        pretrained_any = pretrained or bool(pretrained_file)
+        self.normalize = (pretrained_any or mean is not None or std is not None) if normalize is None else normalize
         cfg = getattr(self.net, "pretrained_cfg", {}) or {}
-        self.normalize = use_norm
-        register_normalization(self, cfg.get("mean", (0.485, 0.456, 0.406)), cfg.get("std", (0.229, 0.224, 0.225)),
-                               in_chans)
+        register_normalization(self, mean if mean is not None else cfg.get("mean", (0.485, 0.456, 0.406)),
+                               std if std is not None else cfg.get("std", (0.229, 0.224, 0.225)), in_chans)
         self.trainable = trainable
         if not trainable:
             freeze(self)

@@ -6,13 +6,14 @@ and prints the predicted class.
     zoo attention --model vit_fmnist shirt.png boot.jpg --out figures/
     zoo attention --checkpoint runs/vit_fmnist/checkpoints/last.ckpt *.png --out out/ --json
 
-Images are converted to the model's channel count (colour to grayscale for a Fashion-MNIST model,
-grayscale to RGB for an RGB one) and resized to its input size."""
+Images are prepared as the model's evaluation data was (zoo.preprocess): converted to its channel
+count (colour to grayscale for a Fashion-MNIST model) and resized (or resized and centre-cropped)
+to its input size."""
 from __future__ import annotations
 
-from pathlib import Path
 
-from zoo.commands.common import add_model_arguments, exit_code, print_records, report_bad_files, resolve_model
+from zoo.commands.common import (add_model_arguments, exit_code, print_records, report_bad_files, resolve_model,
+                                 unique_names)
 from zoo.errors import UserError
 
 CHUNK = 64  # images per forward pass, so that many files do not need much memory
@@ -31,35 +32,28 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
 
-    from zoo.io import atomic_save_image, load_images
+    from zoo.io import atomic_save_image, check_writable
+    from zoo.preprocess import for_model, load_batch
     from zoo.viz.vit import heads_figure, rollout_figure
 
     if not 0 <= args.residual < 1:
         raise UserError(f"--residual must be in [0, 1), not {args.residual}")
-    out_dir = Path(args.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
+    out_dir = check_writable(args.out, "--out", directory=True)
     model = resolve_model(args, "vit", "a ViT (zoo attention draws Vision Transformer attention maps)")
     in_chans = model.hparams.in_chans
     if in_chans not in (1, 3):
         raise UserError(f"the model expects {in_chans}-channel images; zoo attention reads 1- or 3-channel images")
-    batch, good, errors = load_images(args.images, channels=in_chans, size=model.img_size)
+    batch, good, errors = load_batch(args.images, for_model(model))
     report_bad_files(errors, "attention")
     if not good:
         return exit_code(0, errors)
-    records, used = [], set()
+    records, names = [], unique_names(good, "")
     for start in range(0, len(good), CHUNK):
         images = batch[start:start + CHUNK]
         maps = model.attention_maps(images, head_fusion=args.head_fusion, residual=args.residual)
         probs = maps["logits"].softmax(-1)
         for i in range(images.shape[0]):
-            path = good[start + i]
-            stem, n = Path(path).stem, 1
-            name = stem
-            while name in used:  # the same stem from different folders
-                n += 1
-                name = f"{stem}_{n}"
-            used.add(name)
+            path, name = good[start + i], names[start + i]
             pred = int(probs[i].argmax())
             label = f"{model.class_name(pred)} ({float(probs[i, pred]):.0%})"
             heads_path, rollout_path = out_dir / f"{name}_heads.png", out_dir / f"{name}_rollout.png"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model
+from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model, unique_names
 from zoo.errors import UserError
 
 DEFAULT_MODEL = "sat_soft_scenes"
@@ -28,21 +28,9 @@ def add_arguments(parser) -> None:
                         help="print JSON with per-word alpha maps and beta gates")
 
 
-def _overlay_names(paths: list[str]) -> list[str]:
-    """<stem>.png per image, made unique when two inputs share a stem."""
-    names, used = [], set()
-    for p in paths:
-        stem = Path(p).stem or "image"
-        name, k = f"{stem}.png", 1
-        while name in used:
-            name, k = f"{stem}_{k}.png", k + 1
-        used.add(name)
-        names.append(name)
-    return names
-
-
 def run(args) -> int:
-    from zoo.io import atomic_save_image, load_images
+    from zoo.io import atomic_save_image, check_writable
+    from zoo.preprocess import for_model, load_batch
 
     if args.beam_size is not None and args.beam_size < 1:
         raise UserError(f"--beam-size must be >= 1, got {args.beam_size}")
@@ -51,14 +39,14 @@ def run(args) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     attention_dir = Path(args.attention_dir) if args.attention_dir else None
-    if attention_dir is not None and attention_dir.exists() and not attention_dir.is_dir():
-        raise UserError(f"--attention-dir {attention_dir}: exists and is not a directory")
+    if attention_dir is not None:
+        check_writable(attention_dir, "--attention-dir", directory=True)
 
     model = resolve_model(args, "captioner", "a captioner")
     if getattr(model, "embed", None) is None:
         raise UserError("the model has an empty vocabulary (it was never trained)")
     beam_size = args.beam_size or int(model.hparams.get("beam_size", 3))
-    images, good, errors = load_images(args.images, channels=3, size=tuple(model.hparams.image_size))
+    images, good, errors = load_batch(args.images, for_model(model))
     report_bad_files(errors, "caption")
 
     results = []
@@ -69,7 +57,7 @@ def run(args) -> int:
     if attention_dir is not None and good:
         from zoo.viz.caption import caption_figure
 
-        for path, name, image, result in zip(good, _overlay_names(good), images, results):
+        for path, name, image, result in zip(good, unique_names(good, ".png"), images, results):
             target = attention_dir / name
             atomic_save_image(caption_figure(image, result), target)
             overlays[path] = str(target)

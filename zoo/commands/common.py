@@ -1,8 +1,10 @@
-"""Pieces every subcommand shares: choosing the model, checking its family, reporting bad files."""
+"""Pieces every subcommand shares: choosing the model, checking its family, reporting bad files,
+naming output files."""
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from zoo.errors import UserError
 
@@ -11,7 +13,10 @@ def add_model_arguments(parser, default_model: str | None = None) -> None:
     source = parser.add_mutually_exclusive_group(required=default_model is None)
     source.add_argument("--model", default=default_model,
                         help="registered model name (pretrained weights are loaded)")
-    source.add_argument("--checkpoint", help="a .ckpt or .safetensors file of this model family")
+    source.add_argument("--checkpoint", help="a .ckpt or .safetensors file (path or URL) of this model family")
+    parser.add_argument("--sha256", metavar="HASH",
+                        help="pin --checkpoint: its sha256 (or first 8+ hex digits); a URL without a pin "
+                             "is fetched with a warning")
 
 
 def resolve_model(args, family: str | tuple[str, ...], what: str):
@@ -22,9 +27,11 @@ def resolve_model(args, family: str | tuple[str, ...], what: str):
 
     families = (family,) if isinstance(family, str) else family
     if args.checkpoint:
-        model = zoo.load_checkpoint(args.checkpoint)
+        model = zoo.load_checkpoint(args.checkpoint, sha256=args.sha256)
         source = args.checkpoint
     else:
+        if args.sha256:
+            raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
         model = zoo.create_model(args.model, pretrained=True)
         source = args.model
     if getattr(model, "family", None) not in families:
@@ -53,3 +60,18 @@ def exit_code(n_good: int, errors: list[str]) -> int:
     if errors and n_good == 0:
         return 2
     return 1 if errors else 0
+
+
+def unique_names(paths: list[str], suffix: str) -> list[str]:
+    """`<stem><suffix>` per input path, numbered (`<stem>_2<suffix>`, ...) when inputs from
+    different folders share a stem, so no output overwrites another."""
+    names, used = [], set()
+    for path in paths:
+        stem = Path(path).stem or "image"
+        name, k = f"{stem}{suffix}", 1
+        while name in used:
+            k += 1
+            name = f"{stem}_{k}{suffix}"
+        used.add(name)
+        names.append(name)
+    return names

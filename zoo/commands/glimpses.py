@@ -8,10 +8,9 @@ RAM's locations are tied to its image size, so images must have exactly the mode
 colour image is refused by a grayscale model (a grey image stored as RGB is accepted)."""
 from __future__ import annotations
 
-from pathlib import Path
 
-from zoo.commands.common import add_model_arguments, exit_code, print_records, report_bad_files, resolve_model
-from zoo.errors import UserError
+from zoo.commands.common import (add_model_arguments, exit_code, print_records, report_bad_files, resolve_model,
+                                 unique_names)
 
 
 def add_arguments(parser) -> None:
@@ -23,60 +22,23 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print predictions and locations as JSON")
 
 
-def load_for_model(paths: list[str], in_chans: int, size: tuple[int, int]):
-    """(tensor [N, C, H, W], good paths, error lines): exact size, and colour only for colour models."""
-    import torch
-
-    from zoo.io import image_to_tensor, load_image
-
-    tensors, good, errors = [], [], []
-    for path in paths:
-        try:
-            img = load_image(path, channels=3)
-            if (img.height, img.width) != tuple(size):
-                raise UserError(f"{path}: image is {img.width}x{img.height}, the model expects "
-                                f"{size[1]}x{size[0]}")
-            rgb = image_to_tensor(img)  # [3, H, W]
-            if in_chans == 1:
-                if not (torch.equal(rgb[0], rgb[1]) and torch.equal(rgb[1], rgb[2])):
-                    raise UserError(f"{path}: colour image, the model expects 1-channel grayscale")
-                tensors.append(rgb[:1])
-            elif in_chans == 3:
-                tensors.append(rgb)
-            else:
-                raise UserError(f"the model expects {in_chans}-channel images, which this command cannot read")
-            good.append(str(path))
-        except UserError as exc:
-            errors.append(str(exc))
-    batch = torch.stack(tensors) if tensors else None
-    return batch, good, errors
-
-
 def run(args) -> int:
     import torch
 
-    from zoo.io import atomic_save_image
+    from zoo.io import atomic_save_image, check_writable
+    from zoo.preprocess import for_model, load_batch
     from zoo.viz.glimpses import draw_glimpses
 
+    out_dir = check_writable(args.out, "--out", directory=True)
     model = resolve_model(args, "ram", "a RAM model (zoo glimpses draws RAM glimpse trajectories)")
-    batch, good, errors = load_for_model(args.images, model.hparams.in_chans, model.image_hw)
+    batch, good, errors = load_batch(args.images, for_model(model))
     report_bad_files(errors, "glimpses")
-    if batch is None:
+    if not good:
         return exit_code(0, errors)
-    out_dir = Path(args.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
     with torch.inference_mode():
         traj = model.glimpse_trajectory(batch, policy=args.policy)
-    records, used = [], set()
-    for i, path in enumerate(good):
-        stem = Path(path).stem
-        name = f"{stem}_glimpses.png"
-        n = 1
-        while name in used:  # same stem from different folders
-            n += 1
-            name = f"{stem}_{n}_glimpses.png"
-        used.add(name)
+    records = []
+    for i, (path, name) in enumerate(zip(good, unique_names(good, "_glimpses.png"))):
         pred = int(traj["predictions"][i])
         confidence = float(traj["probs"][i, pred])
         figure = draw_glimpses(batch[i], traj["boxes"][i], model.class_name(pred), confidence=confidence)

@@ -14,10 +14,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from zoo.registry import _entries, list_models
+    from zoo.registry import get_entry, list_models
 
     names = list_models(args.pattern, pretrained=args.pretrained)
-    entries = _entries()
+    entries = {name: get_entry(name) for name in names}
     if args.json:
         print(json.dumps({n: {"pretrained": entries[n].weights is not None, **entries[n].metadata}
                           for n in names}, indent=2, default=str))

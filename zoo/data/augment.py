@@ -74,7 +74,15 @@ class BatchAugment(nn.Module):
 def mixup(images: torch.Tensor, labels: torch.Tensor, alpha: float):
     """Mixup (Zhang et al. 2018) with the batch's own reversal as partner (any batch size):
     returns (mixed images, labels, partner labels, lam); the loss is
-    lam * CE(logits, labels) + (1 - lam) * CE(logits, partner labels)."""
-    lam = float(torch.distributions.Beta(alpha, alpha).sample()) if alpha > 0 else 1.0
+    lam * CE(logits, labels) + (1 - lam) * CE(logits, partner labels).
+
+    lam ~ Beta(alpha, alpha) is a 0-d tensor drawn on the images' device: no host sync, no copy
+    (1 without mixing, alpha <= 0)."""
+    if alpha > 0:
+        concentration = torch.full((), float(alpha), device=images.device)
+        # validate_args=False: checking the parameters would read them back on the host
+        lam = torch.distributions.Beta(concentration, concentration, validate_args=False).sample()
+    else:
+        lam = torch.ones((), device=images.device)
     partner = images.flip(0)
     return lam * images + (1 - lam) * partner, labels, labels.flip(0), lam

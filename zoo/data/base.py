@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.parsing import AttributeDict
 from torch.utils.data import DataLoader, RandomSampler
 
 from zoo.data.vocab import BucketBatchSampler
@@ -16,6 +17,13 @@ class SplitDataModule(L.LightningDataModule):
     with `--split val` (it runs `trainer.test`, whose metrics code then serves both splits)."""
 
     test_split = "test"
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """What Lightning logs beside the model's hyperparameters, as `data.<key>`: a data module
+        and a model may both have an `image_size` (224 and [224, 224] in the COCO recipes), and
+        Lightning refuses to merge equal keys with different values."""
+        return AttributeDict({f"data.{k}": v for k, v in super().hparams_initial.items() if not k.startswith("_")})
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train")

@@ -16,9 +16,10 @@ captions longer than `max_len` words are left out of training. Evaluation batche
 once with its raw reference strings, for free-running decoding and coco-caption scoring.
 
 Images: resized so the shorter side is `resize_size`, then cropped to `image_size` (random crop
-for training when `random_crop`, centre crop otherwise; never flipped, which would swap "left"
-and "right" in the captions), scaled to [0, 1] and normalised with the ImageNet mean/std when
-`normalize` (pretrained timm encoders expect it). `dm.image_mean` / `dm.image_std` say which.
+for training when `random_crop`; never flipped, which would swap "left" and "right" in the
+captions), as floats in [0, 1]. Evaluation uses zoo.preprocess's "crop" rule, the same code that
+`zoo caption` and `zoo.get_weights(...).transforms()` run. Images are not normalised here: a
+pretrained encoder applies its mean/std inside the model (`backbone.normalize`), the one place.
 """
 from __future__ import annotations
 
@@ -37,8 +38,6 @@ from zoo.data.base import SplitDataModule
 from zoo.data.vocab import Vocab, pad_captions, tokenize
 from zoo.errors import UserError
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 FORMATS = ("coco", "karpathy")
 KARPATHY_SPLITS = ("train", "restval", "val", "test")
 
@@ -67,12 +66,27 @@ def _read_json(path: str | os.PathLike, what: str):
         raise UserError(f"{path}: cannot read {what} ({exc})") from None
 
 
+def _looks_like(data) -> str | None:
+    """'coco' or 'karpathy' when a parsed JSON has that format's signature, else None."""
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        return None
+    first = data["images"][0] if data["images"] and isinstance(data["images"][0], dict) else {}
+    if isinstance(data.get("annotations"), list) and "file_name" in first:
+        return "coco"
+    if "sentences" in first and "filename" in first:
+        return "karpathy"
+    return None
+
+
 def read_coco_captions(annotation_file: str | os.PathLike, image_root: str | os.PathLike) -> list[CaptionedImage]:
     """Images with their captions from a COCO captions JSON, through pycocotools' index."""
     from pycocotools.coco import COCO
 
     path = Path(annotation_file)
     data = _read_json(path, "COCO captions annotations")
+    if _looks_like(data) == "karpathy":
+        raise UserError(f"{path}: this is a Karpathy split file, not COCO captions; use format: karpathy "
+                        f"with karpathy_json: {path}")
     if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
             or not isinstance(data.get("annotations"), list):
         raise UserError(f"{path}: not a COCO captions file (needs 'images' and 'annotations' lists)")
@@ -108,6 +122,9 @@ def read_karpathy(split_file: str | os.PathLike, image_root: str | os.PathLike,
     """{"train", "val", "test"} -> images with captions, from a Karpathy split JSON."""
     path = Path(split_file)
     data = _read_json(path, "Karpathy split")
+    if _looks_like(data) == "coco":
+        raise UserError(f"{path}: this is a COCO captions file, not a Karpathy split; use format: coco with "
+                        f"train_annotations: {path} (and val_annotations / test_annotations)")
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise UserError(f"{path}: not a Karpathy split file (needs an 'images' list)")
     root = Path(image_root)
@@ -140,17 +157,16 @@ def read_karpathy(split_file: str | os.PathLike, image_root: str | os.PathLike,
     return splits
 
 
-def build_transform(image_size: int, resize_size: int | None, train: bool, random_crop: bool,
-                    normalize: bool):
-    """PIL image -> float tensor [3, image_size, image_size]."""
+def build_transform(image_size: int, resize_size: int | None, train: bool, random_crop: bool):
+    """PIL image -> float tensor [3, image_size, image_size] in [0, 1]: random crops for training,
+    else the evaluation transform every route shares (zoo.preprocess)."""
     from torchvision import transforms as T
 
-    steps = [T.Resize(resize_size or image_size),
-             T.RandomCrop(image_size) if (train and random_crop) else T.CenterCrop(image_size),
-             T.ToTensor()]
-    if normalize:
-        steps.append(T.Normalize(IMAGENET_MEAN, IMAGENET_STD))
-    return T.Compose(steps)
+    from zoo.preprocess import Preprocessing
+
+    if train and random_crop:
+        return T.Compose([T.Resize(resize_size or image_size), T.RandomCrop(image_size), T.ToTensor()])
+    return Preprocessing(3, (image_size, image_size), "crop", resize_size or image_size)
 
 
 def _load_rgb(path: Path):
@@ -216,7 +232,7 @@ class CaptionsDataModule(SplitDataModule):
                  train_image_root: str | None = None, val_image_root: str | None = None,
                  test_image_root: str | None = None, restval_in_train: bool = True,
                  image_size: int = 224, resize_size: int | None = 256, random_crop: bool = True,
-                 normalize: bool = True, batch_size: int = 64, eval_batch_size: int | None = None,
+                 normalize: bool = False, batch_size: int = 64, eval_batch_size: int | None = None,
                  max_len: int = 20, min_freq: int = 5, max_vocab: int | None = 10000,
                  num_workers: int = 4, seed: int = 0, bucket_pool: int = 50,
                  limit_train: int | None = None, limit_eval: int | None = None, check_files: bool = True):
@@ -230,11 +246,11 @@ class CaptionsDataModule(SplitDataModule):
             raise UserError("captions: format 'coco' needs train_annotations (e.g. captions_train2014.json)")
         if max_len < 1 or min_freq < 1:
             raise UserError(f"captions: max_len and min_freq must be >= 1, got {max_len} and {min_freq}")
+        if normalize:
+            raise UserError("captions: normalize must be false: images stay in [0, 1] and the model's encoder "
+                            "normalises them (model.init_args.backbone.normalize)")
         self.image_size = image_size
         self.in_chans = 3
-        self.image_mean = IMAGENET_MEAN if normalize else (0.0, 0.0, 0.0)
-        self.image_std = IMAGENET_STD if normalize else (1.0, 1.0, 1.0)
-        #: which split test_dataloader() serves: eval.py sets "val" for `--split val`
         self._records: dict[str, list[CaptionedImage]] = {}
         self._vocab: Vocab | None = None
         self.datasets: dict[str, Dataset] = {}
@@ -275,6 +291,11 @@ class CaptionsDataModule(SplitDataModule):
         return len(self.vocab)
 
     def _check_files(self, split: str, records: Sequence[CaptionedImage]) -> None:
+        hp = self.hparams
+        root = Path(getattr(hp, f"{split}_image_root", None) or hp.image_root)
+        if not root.is_dir():
+            raise UserError(f"captions: image root {root} ({split}) is not a directory; set data.init_args."
+                            f"{split + '_image_root' if getattr(hp, f'{split}_image_root', None) else 'image_root'}")
         missing = [r.path for r in records if not r.path.is_file()]
         if missing:
             raise UserError(f"captions: {len(missing)} of {len(records)} {split} images are missing, "
@@ -297,7 +318,7 @@ class CaptionsDataModule(SplitDataModule):
             if not encoded:
                 raise UserError(f"captions: no training caption has 1..max_len={hp.max_len} words")
             captions, lengths = pad_captions(encoded)
-            transform = build_transform(hp.image_size, hp.resize_size, True, hp.random_crop, hp.normalize)
+            transform = build_transform(hp.image_size, hp.resize_size, True, hp.random_crop)
             self.datasets["train"] = CaptionPairs(records, pair_image, captions, lengths, transform)
         wanted = {"fit": ["val"], "validate": ["val"], "test": [self.test_split]}.get(stage, ["val", "test"])
         for split in wanted:
@@ -311,7 +332,7 @@ class CaptionsDataModule(SplitDataModule):
             if hp.check_files:
                 self._check_files(split, records)
             first = [vocab.encode_caption(r.tokens[0], hp.max_len) for r in records]
-            transform = build_transform(hp.image_size, hp.resize_size, False, False, hp.normalize)
+            transform = build_transform(hp.image_size, hp.resize_size, False, False)
             self.datasets[split] = CaptionImages(records, *pad_captions(first), transform)
 
     def loader(self, split: str) -> DataLoader:

@@ -9,7 +9,8 @@ with the widely used `valprep.sh`). Classes are the sorted folder names, identic
 
 Batches are (images float [B, 3, S, S] in [0, 1], labels int64 [B]); the model normalises.
 Training: RandomResizedCrop(S, scale) + horizontal flip; evaluation: resize to S / crop_pct, then
-center-crop S (timm's and torchvision's standard evaluation transform)."""
+center-crop S (timm's and torchvision's standard evaluation transform: zoo.preprocess's "crop"
+rule, the code every route shares)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from zoo.data.base import SplitDataModule
 from zoo.errors import UserError
+from zoo.preprocess import Preprocessing
 
 
 class ImageFolderDataModule(SplitDataModule):
@@ -47,10 +49,7 @@ class ImageFolderDataModule(SplitDataModule):
                 transforms.RandomHorizontalFlip(hp.hflip),
                 transforms.ToTensor()])
         else:
-            tf = transforms.Compose([
-                transforms.Resize(int(round(hp.image_size / hp.crop_pct))),
-                transforms.CenterCrop(hp.image_size),
-                transforms.ToTensor()])
+            tf = Preprocessing(3, (hp.image_size, hp.image_size), "crop", int(round(hp.image_size / hp.crop_pct)))
         dataset = datasets.ImageFolder(str(path), transform=tf, loader=_rgb_loader)
         if self.class_names and dataset.classes != self.class_names:
             raise UserError(f"{path}: class folders differ from {hp.train_dir}/ "

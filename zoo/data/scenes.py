@@ -24,10 +24,14 @@ Batches (float images in [0, 1], no mean/std normalisation; `dm.image_mean`/`dm.
 say so explicitly):
 - train: one (scene, caption) pair per example, `images [B, 3, S, S]`, `captions int64 [B, T]`
   (<start> w1 .. wn <end> <pad>..), `lengths int64 [B]` (with <start>/<end>), `image_ids`;
-  length-bucketed batches.
+  length-bucketed batches, sorted longest caption first, with `host_lengths` (the lengths as
+  plain ints, so a model can skip finished rows without reading a tensor). For supervised attention: `item_boxes float [B, K, 4]` (every item
+  slot's box, -1 for empty slots) and `word_items int64 [B, T]` (aligned with `captions`: the
+  slot of the item a colour or item word names, -1 elsewhere). `pad_to_multiple` pads T up to a
+  multiple (e.g. 8), so a compiled training step meets a few caption lengths, not every one.
 - val / test: each scene once, plus `references` (raw strings), `boxes` (list of float [n, 4]),
-  `box_words` (list of lists), and `captions`/`lengths` of its first reference (for a
-  teacher-forced validation loss).
+  `box_words` (list of lists), and `captions`/`lengths`/`word_items`/`item_boxes` of its first
+  reference (for a teacher-forced validation loss).
 """
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ from zoo.data.vocab import Vocab, pad_captions, tokenize
 from zoo.errors import UserError
 from zoo.io import atomic_write_bytes
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: captions carry the item each word names
 BLOCK = 256  # scenes per RNG block (prefix stability, see the module docstring)
 CANDIDATES = 64  # layouts tried at once per scene in the vectorised rejection sampler
 MAX_ROUNDS = 200  # x CANDIDATES tries per scene; a feasible layout is found long before
@@ -75,13 +79,31 @@ SPLITS = ("train", "val", "test")
 
 
 # ----------------------------------------------------------------------------- grammar
-def noun_phrase(label: int, colour: int, definite: bool = False) -> str:
-    colour_word, name = COLOUR_NAMES[colour], ITEM_NAMES[label]
+TAG = "\x01"  # joins a word to the item slot it names inside the generator; never in a caption
+
+
+def noun_phrase(label: int, colour: int, definite: bool = False, slot: int | None = None) -> str:
+    """"a red shirt"; with `slot`, the colour and item words are tagged "red\x01<slot>" so the
+    caption can say which item each word names (see `untag`)."""
+    tag = "" if slot is None else f"{TAG}{slot}"
+    colour_word = COLOUR_NAMES[colour] + tag
+    name = " ".join(w + tag for w in ITEM_NAMES[label].split())
     if definite:
         return f"the {colour_word} {name}"
-    if name == "trousers":
-        return f"a pair of {colour_word} trousers"
+    if ITEM_NAMES[label] == "trousers":
+        return f"a pair of {colour_word} {name}"
     return f"{'an' if colour_word[0] in 'aeiou' else 'a'} {colour_word} {name}"
+
+
+def untag(tagged: str) -> tuple[str, list[int]]:
+    """A tagged caption -> (the caption, the item slot of each of its `tokenize` tokens, -1 for
+    words that name no item)."""
+    words, slots = [], []
+    for raw in tagged.split():
+        word, _, slot = raw.partition(TAG)
+        words.append(word)
+        slots += [int(slot) if slot else -1] * len(tokenize(word))
+    return " ".join(words), slots
 
 
 def _rel(r: int) -> str:
@@ -148,10 +170,13 @@ def relations(boxes: np.ndarray) -> np.ndarray:
 
 
 def captions_for_scene(labels: Sequence[int], colours: Sequence[int], rel: np.ndarray,
-                       count: int, rng: np.random.Generator) -> list[str]:
-    """`count` distinct captions of one scene (labels/colours of its n items, rel [n, n])."""
+                       count: int, rng: np.random.Generator, with_items: bool = False):
+    """`count` distinct captions of one scene (labels/colours of its n items, rel [n, n]).
+    with_items: also return, per caption, the item (index into labels) each token names, -1
+    for tokens that name none (the colour and item words of a noun phrase name its item)."""
     n = len(labels)
     out: list[str] = []
+    items: list[list[int]] = []
     seen = set()
     for _ in range(50 * count):
         if len(out) == count:
@@ -159,17 +184,18 @@ def captions_for_scene(labels: Sequence[int], colours: Sequence[int], rel: np.nd
         perm = rng.permutation(n)
 
         def np_(k, definite=False, perm=perm):
-            return noun_phrase(int(labels[perm[k]]), int(colours[perm[k]]), definite)
+            return noun_phrase(int(labels[perm[k]]), int(colours[perm[k]]), definite, slot=int(perm[k]))
 
         def rel_(a, b, perm=perm):
             return int(rel[perm[a], perm[b]])
 
         templates = TEMPLATES[n](np_, rel_)
-        caption = templates[int(rng.integers(len(templates)))]()
+        caption, slots = untag(templates[int(rng.integers(len(templates)))]())
         if caption not in seen:
             seen.add(caption)
             out.append(caption)
-    return out
+            items.append(slots)
+    return (out, items) if with_items else out
 
 
 # ----------------------------------------------------------------------------- generation
@@ -178,7 +204,8 @@ class Scenes:
     """One split. images uint8 [N, 3, S, S]; per item slot k < n_items[i]: labels [N, K]
     (-1 for empty slots), colours [N, K], boxes float32 [N, K, 4] (x0, y0, x1, y1, exclusive
     ends), source_index [N, K] (index into the Fashion-MNIST split the item came from);
-    captions: list of N lists of strings."""
+    captions: list of N lists of strings; caption_items: for each caption, the item slot each of
+    its `tokenize` tokens names (its colour and item words), -1 for the other tokens."""
 
     images: np.ndarray
     n_items: np.ndarray
@@ -187,6 +214,7 @@ class Scenes:
     boxes: np.ndarray
     source_index: np.ndarray
     captions: list[list[str]]
+    caption_items: list[list[list[int]]]
 
     def __len__(self) -> int:
         return len(self.images)
@@ -199,7 +227,7 @@ class Scenes:
 
     def cut(self, n: int) -> "Scenes":
         return Scenes(self.images[:n], self.n_items[:n], self.labels[:n], self.colours[:n],
-                      self.boxes[:n], self.source_index[:n], self.captions[:n])
+                      self.boxes[:n], self.source_index[:n], self.captions[:n], self.caption_items[:n])
 
     # npz round-trip (no pickles: captions travel as one JSON string)
     def to_bytes(self) -> bytes:
@@ -207,6 +235,7 @@ class Scenes:
         np.savez_compressed(buffer, images=self.images, n_items=self.n_items, labels=self.labels,
                             colours=self.colours, boxes=self.boxes, source_index=self.source_index,
                             captions=np.array(json.dumps(self.captions)),
+                            caption_items=np.array(json.dumps(self.caption_items)),
                             version=np.array(FORMAT_VERSION))
         return buffer.getvalue()
 
@@ -216,7 +245,7 @@ class Scenes:
             if int(z["version"]) != FORMAT_VERSION:
                 raise ValueError("old cache format")
             return cls(z["images"], z["n_items"], z["labels"], z["colours"], z["boxes"],
-                       z["source_index"], json.loads(str(z["captions"])))
+                       z["source_index"], json.loads(str(z["captions"])), json.loads(str(z["caption_items"])))
 
 
 def _place(rng: np.random.Generator, sizes: np.ndarray, n_items: np.ndarray, canvas: int,
@@ -257,6 +286,39 @@ def _resize_items(items: np.ndarray, size: int) -> np.ndarray:
     return t[:, 0].round().clamp(0, 255).to(torch.uint8).numpy()
 
 
+def paint(items: np.ndarray, source_index: np.ndarray, colours: np.ndarray, sizes: np.ndarray,
+          corners: np.ndarray, active: np.ndarray, canvas_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Paint tinted items on black canvases, vectorised over canvases.
+
+    items uint8 [M, 28, 28]; per canvas n and slot k: source_index [N, K] (into items), colours
+    [N, K] (palette index), sizes [N, K] (px), corners [N, K, 2] (x, y), active bool [N, K] ->
+    (images uint8 [N, 3, S, S], boxes float32 [N, K, 4], the tight x0, y0, x1, y1 of the drawn
+    pixels, -1 for inactive slots)."""
+    n, k = source_index.shape
+    images = np.zeros((n, 3, canvas_size, canvas_size), dtype=np.uint8)
+    boxes = np.full((n, k, 4), -1.0, dtype=np.float32)
+    for slot in range(k):  # K <= 3 slots x a few sizes: each paste covers all scenes at once
+        for size in np.unique(sizes[active[:, slot], slot]).tolist():
+            sel = np.nonzero(active[:, slot] & (sizes[:, slot] == size))[0]
+            grey = _resize_items(items[source_index[sel, slot]], size).astype(np.float32)  # [M, s, s]
+            tint = PALETTE[colours[sel, slot]]  # [M, 3]
+            patch = np.rint(grey[:, None] * tint[:, :, None, None]).astype(np.uint8)  # [M, 3, s, s]
+            x, y = corners[sel, slot, 0], corners[sel, slot, 1]
+            rows = (y[:, None] + np.arange(size))[:, None, :, None]
+            cols = (x[:, None] + np.arange(size))[:, None, None, :]
+            images[sel[:, None, None, None], np.arange(3)[None, :, None, None], rows, cols] = patch
+            # tight box of the drawn pixels (the whole patch if an item is blank)
+            drawn = patch.max(1) > 0  # [M, s, s]
+            any_row, any_col = drawn.any(2), drawn.any(1)
+            blank = ~any_row.any(1)
+            r0 = np.where(blank, 0, any_row.argmax(1))
+            r1 = np.where(blank, size, size - any_row[:, ::-1].argmax(1))
+            c0 = np.where(blank, 0, any_col.argmax(1))
+            c1 = np.where(blank, size, size - any_col[:, ::-1].argmax(1))
+            boxes[sel, slot] = np.stack([x + c0, y + r0, x + c1, y + r1], 1).astype(np.float32)
+    return images, boxes
+
+
 def generate_block(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, n: int,
                    rng: np.random.Generator, canvas_size: int, item_sizes: Sequence[int],
                    min_items: int, max_items: int, min_captions: int, max_captions: int,
@@ -275,36 +337,14 @@ def generate_block(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, n: i
     n_items, active, source_index, item_labels, colours, sizes, corners, counts = (
         a[:n] for a in (n_items, active, source_index, item_labels, colours, sizes, corners, counts))
 
-    images = np.zeros((n, 3, canvas_size, canvas_size), dtype=np.uint8)
-    boxes = np.full((n, k, 4), -1.0, dtype=np.float32)
-    for slot in range(k):  # K <= 3 slots x a few sizes: each paste covers all scenes at once
-        for size in set(int(s) for s in item_sizes):
-            sel = np.nonzero(active[:, slot] & (sizes[:, slot] == size))[0]
-            if len(sel) == 0:
-                continue
-            grey = _resize_items(items[source_index[sel, slot]], size).astype(np.float32)  # [M, s, s]
-            tint = PALETTE[colours[sel, slot]]  # [M, 3]
-            patch = np.rint(grey[:, None] * tint[:, :, None, None]).astype(np.uint8)  # [M, 3, s, s]
-            x, y = corners[sel, slot, 0], corners[sel, slot, 1]
-            rows = (y[:, None] + np.arange(size))[:, None, :, None]
-            cols = (x[:, None] + np.arange(size))[:, None, None, :]
-            images[sel[:, None, None, None], np.arange(3)[None, :, None, None], rows, cols] = patch
-            # tight box of the drawn pixels (the whole patch if an item is blank)
-            drawn = patch.max(1) > 0  # [M, s, s]
-            any_row, any_col = drawn.any(2), drawn.any(1)
-            blank = ~any_row.any(1)
-            r0 = np.where(blank, 0, any_row.argmax(1))
-            r1 = np.where(blank, size, size - any_row[:, ::-1].argmax(1))
-            c0 = np.where(blank, 0, any_col.argmax(1))
-            c1 = np.where(blank, size, size - any_col[:, ::-1].argmax(1))
-            boxes[sel, slot] = np.stack([x + c0, y + r0, x + c1, y + r1], 1).astype(np.float32)
-
+    images, boxes = paint(items, source_index, colours, sizes, corners, active, canvas_size)
     rel = relations(boxes)
-    captions = [captions_for_scene(item_labels[i, :n_items[i]], colours[i, :n_items[i]],
-                                   rel[i, :n_items[i], :n_items[i]], int(counts[i]), rng)
-                for i in range(n)]
+    described = [captions_for_scene(item_labels[i, :n_items[i]], colours[i, :n_items[i]],
+                                    rel[i, :n_items[i], :n_items[i]], int(counts[i]), rng, with_items=True)
+                 for i in range(n)]
     return Scenes(images, n_items.astype(np.int64), item_labels.astype(np.int64),
-                  colours.astype(np.int64), boxes, source_index.astype(np.int64), captions)
+                  colours.astype(np.int64), boxes, source_index.astype(np.int64),
+                  [d[0] for d in described], [d[1] for d in described])
 
 
 def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num: int, seed: int,
@@ -336,7 +376,7 @@ def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num
         raise UserError(f"the {split} split needs at least one scene")
     return Scenes(*(np.concatenate([getattr(x, f) for x in blocks]) for f in
                     ("images", "n_items", "labels", "colours", "boxes", "source_index")),
-                  [c for x in blocks for c in x.captions])
+                  [c for x in blocks for c in x.captions], [c for x in blocks for c in x.caption_items])
 
 
 def split_pools(num_train_items: int, num_test_items: int, test_seed: int) -> dict[str, np.ndarray]:
@@ -371,24 +411,46 @@ def _to_float(images: np.ndarray, index: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(images[index].astype(np.float32) / np.float32(255.0))
 
 
+def padded_length(longest: int, multiple: int | None, limit: int) -> int:
+    """Columns of a caption batch: the longest caption, or that rounded up to a multiple of
+    `multiple` (capped at the data's widest, `limit`), so a compiled step sees few shapes."""
+    if not multiple:
+        return longest
+    return min(-(-longest // multiple) * multiple, limit)
+
+
+def _word_items(encoded_items: list[list[int]], multiple: int | None) -> torch.Tensor:
+    """Per caption, the item slot of each token (aligned with <start> w1 .. wn <end>) -> int64
+    [N, T], -1 for <start>, <end>, pads and words that name no item."""
+    return pad_captions([[-1, *items, -1] for items in encoded_items], pad_value=-1, multiple=multiple)[0]
+
+
 class SceneTrainPairs(Dataset):
     """Every (scene, caption) pair; __getitems__ builds a whole batch with one gather."""
 
-    def __init__(self, scenes: Scenes, captions: torch.Tensor, lengths: torch.Tensor, pair_scene: torch.Tensor):
+    def __init__(self, scenes: Scenes, captions: torch.Tensor, lengths: torch.Tensor, pair_scene: torch.Tensor,
+                 word_items: torch.Tensor, pad_to_multiple: int | None = None):
         self.images = scenes.images
+        self.item_boxes = torch.from_numpy(scenes.boxes)  # [N, K, 4], -1 for empty slots
         self.captions, self.lengths, self.pair_scene = captions, lengths, pair_scene
+        self.word_items, self.pad_to_multiple = word_items, pad_to_multiple
 
     def __len__(self) -> int:
         return len(self.pair_scene)
 
     def __getitems__(self, indices):
         idx = torch.as_tensor(indices, dtype=torch.long)
+        idx = idx[torch.argsort(self.lengths[idx], descending=True, stable=True)]  # longest caption first
         scene = self.pair_scene[idx]
         lengths = self.lengths[idx]
+        width = padded_length(int(lengths.max()), self.pad_to_multiple, self.captions.shape[1])
         return {"images": _to_float(self.images, scene.numpy()),
-                "captions": self.captions[idx, :int(lengths.max())],
+                "captions": self.captions[idx, :width],
                 "lengths": lengths,
-                "image_ids": scene.tolist()}
+                "host_lengths": lengths.tolist(),  # plain ints: the model skips finished rows without a sync
+                "image_ids": scene.tolist(),
+                "word_items": self.word_items[idx, :width],
+                "item_boxes": self.item_boxes[scene]}
 
     def __getitem__(self, i):
         return {k: v[0] for k, v in self.__getitems__([i]).items()}
@@ -397,12 +459,15 @@ class SceneTrainPairs(Dataset):
 class SceneEval(Dataset):
     """Each scene once, with its references and item boxes."""
 
-    def __init__(self, scenes: Scenes, first_captions: torch.Tensor, first_lengths: torch.Tensor):
+    def __init__(self, scenes: Scenes, first_captions: torch.Tensor, first_lengths: torch.Tensor,
+                 first_items: torch.Tensor, pad_to_multiple: int | None = None):
         self.scenes = scenes
         self.images = scenes.images
+        self.item_boxes = torch.from_numpy(scenes.boxes)
         self.boxes = [torch.from_numpy(scenes.item_boxes(i).copy()) for i in range(len(scenes))]
         self.box_words = [scenes.item_words(i) for i in range(len(scenes))]
-        self.first_captions, self.first_lengths = first_captions, first_lengths
+        self.first_captions, self.first_lengths, self.first_items = first_captions, first_lengths, first_items
+        self.pad_to_multiple = pad_to_multiple
 
     def __len__(self) -> int:
         return len(self.images)
@@ -410,9 +475,12 @@ class SceneEval(Dataset):
     def __getitems__(self, indices):
         idx = torch.as_tensor(indices, dtype=torch.long)
         lengths = self.first_lengths[idx]
+        width = padded_length(int(lengths.max()), self.pad_to_multiple, self.first_captions.shape[1])
         return {"images": _to_float(self.images, idx.numpy()),
-                "captions": self.first_captions[idx, :int(lengths.max())],
+                "captions": self.first_captions[idx, :width],
                 "lengths": lengths,
+                "word_items": self.first_items[idx, :width],
+                "item_boxes": self.item_boxes[idx],
                 "image_ids": idx.tolist(),
                 "references": [list(self.scenes.captions[i]) for i in idx.tolist()],
                 "boxes": [self.boxes[i] for i in idx.tolist()],
@@ -442,8 +510,8 @@ class FashionScenesDataModule(SplitDataModule):
                  max_vocab: int | None = None, num_workers: int = 0, canvas_size: int = 64,
                  item_sizes: list[int] | None = None, min_items: int = 1, max_items: int = 3,
                  min_captions: int = 3, max_captions: int = 5, gap: int = 0,
-                 bucket_pool: int = 50, cache: bool = True, cache_dir: str | None = None,
-                 item_loader: Callable | None = None):
+                 bucket_pool: int = 50, pad_to_multiple: int | None = None, cache: bool = True,
+                 cache_dir: str | None = None, item_loader: Callable | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["item_loader"])
         if item_sizes is None:
@@ -453,12 +521,15 @@ class FashionScenesDataModule(SplitDataModule):
                 raise UserError(f"FashionScenes: {name} must be >= 1, got {getattr(self.hparams, name)}")
         if max_len < 1:
             raise UserError(f"FashionScenes: max_len must be >= 1, got {max_len}")
+        if pad_to_multiple is not None and pad_to_multiple < 1:
+            raise UserError(f"FashionScenes: pad_to_multiple must be >= 1, got {pad_to_multiple}")
         self.item_loader = item_loader
         self.image_size = canvas_size
         self.in_chans = 3
         self.image_mean = (0.0, 0.0, 0.0)  # images are in [0, 1], not normalised further
         self.image_std = (1.0, 1.0, 1.0)
         self.item_words = ITEM_WORDS
+        self.provides_word_boxes = True  # batches carry item_boxes + word_items (supervised attention)
         #: which split test_dataloader() serves: eval.py sets "val" for `--split val`
         self.scenes: dict[str, Scenes] = {}
         self.datasets: dict[str, Dataset] = {}
@@ -542,25 +613,29 @@ class FashionScenesDataModule(SplitDataModule):
 
     # ------------------------------------------------------------------ datasets
     def setup(self, stage: str | None = None) -> None:
-        vocab, max_len = self.vocab, self.hparams.max_len
+        vocab, max_len, multiple = self.vocab, self.hparams.max_len, self.hparams.pad_to_multiple
         if "train" not in self.datasets:
             train = self.build_split("train")
-            encoded, scene_of = [], []
-            for i, caps in enumerate(train.captions):
-                for c in caps:
+            encoded, items, scene_of = [], [], []
+            for i, (caps, caps_items) in enumerate(zip(train.captions, train.caption_items)):
+                for c, c_items in zip(caps, caps_items):
                     tokens = tokenize(c)
                     if len(tokens) <= max_len:
                         encoded.append(vocab.encode_caption(tokens))
+                        items.append(c_items)
                         scene_of.append(i)
             if not encoded:
                 raise UserError(f"FashionScenes: every training caption is longer than max_len={max_len}")
-            captions, lengths = pad_captions(encoded)
-            self.datasets["train"] = SceneTrainPairs(train, captions, lengths, torch.tensor(scene_of))
+            captions, lengths = pad_captions(encoded, multiple=multiple)
+            self.datasets["train"] = SceneTrainPairs(train, captions, lengths, torch.tensor(scene_of),
+                                                     _word_items(items, multiple), multiple)
         for split in ("val", "test"):
             if split not in self.datasets:
                 scenes = self.build_split(split)
                 first = [vocab.encode_caption(tokenize(caps[0]), max_len) for caps in scenes.captions]
-                self.datasets[split] = SceneEval(scenes, *pad_captions(first))
+                first_items = _word_items([items[0][:max_len] for items in scenes.caption_items], multiple)
+                self.datasets[split] = SceneEval(scenes, *pad_captions(first, multiple=multiple), first_items,
+                                                 multiple)
 
     def loader(self, split: str) -> DataLoader:
         if split == "train":

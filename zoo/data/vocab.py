@@ -117,10 +117,15 @@ class Vocab:
         return words
 
 
-def pad_captions(encoded: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Encoded captions -> (captions int64 [N, T] padded with <pad>=0, lengths int64 [N])."""
+def pad_captions(encoded: Sequence[Sequence[int]], pad_value: int = PAD_ID,
+                 multiple: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encoded captions -> (captions int64 [N, T] padded with `pad_value` (<pad>=0), lengths
+    int64 [N]); with `multiple`, T is rounded up to a multiple of it."""
     lengths = torch.tensor([len(c) for c in encoded], dtype=torch.long)
-    out = torch.full((len(encoded), int(lengths.max()) if len(encoded) else 0), PAD_ID, dtype=torch.long)
+    width = int(lengths.max()) if len(encoded) else 0
+    if multiple:
+        width = -(-width // multiple) * multiple
+    out = torch.full((len(encoded), width), pad_value, dtype=torch.long)
     for row, ids in enumerate(encoded):  # once per dataset, at setup
         out[row, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
     return out, lengths

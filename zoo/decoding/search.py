@@ -1,8 +1,10 @@
 """Batched greedy decoding and batched beam search over B x k hypotheses.
 
 Both run the step function on all images (and all beams) at once: one call per time step, never
-one per image. The only host syncs are the occasional "is everything finished?" check (every
-`check_every` steps) and the final conversion of the chosen hypotheses to Python lists.
+one per image. The only host syncs are the "is everything finished?" check (at most one per
+step; every `check_every` steps) and the final conversion of the chosen hypotheses to Python
+lists. Beam search also drops the images whose beams have all finished from the batch at each
+check, so a batch costs what its images' own searches cost, not B times the longest one.
 
 Beam search semantics (tests/test_decoding.py holds a per-image reference with the same rules):
 - each image keeps k hypotheses ranked by their summed log-probability;
@@ -57,7 +59,7 @@ def _results(tokens: torch.Tensor, n_words: torch.Tensor, scores: torch.Tensor, 
 
 @torch.no_grad()
 def greedy_decode(step_fn: StepFn, state: Any, static: Any, batch_size: int, start_id: int, end_id: int,
-                  max_len: int, check_every: int = 4) -> list[DecodeResult]:
+                  max_len: int, check_every: int = 1) -> list[DecodeResult]:
     """Pick the most likely word at every step, for B images at once. state/static: trees of [B, ...]."""
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
@@ -84,45 +86,69 @@ def greedy_decode(step_fn: StepFn, state: Any, static: Any, batch_size: int, sta
 
 @torch.no_grad()
 def beam_search(step_fn: StepFn, state: Any, static: Any, batch_size: int, beam_size: int, start_id: int,
-                end_id: int, max_len: int, length_penalty: float = 1.0, check_every: int = 4) -> list[DecodeResult]:
-    """Beam search for B images at once over B * k rows. state/static: trees of [B, ...]."""
+                end_id: int, max_len: int, length_penalty: float = 1.0, check_every: int = 1) -> list[DecodeResult]:
+    """Beam search for B images at once over B * k rows. state/static: trees of [B, ...].
+
+    Images whose k beams have all finished leave the batch: later steps run the step function
+    on the rows of the images still searching only, and the search ends as soon as none is left.
+    Finding out which images are done costs one host sync every `check_every` steps (1: every
+    step, the most it ever costs); between checks, finished beams just continue with <end> at
+    no cost, which changes nothing in the result."""
     if beam_size < 1 or max_len < 1:
         raise ValueError(f"beam_size and max_len must be >= 1, got {beam_size}, {max_len}")
     B, k = batch_size, beam_size
     device = _device_of(state, static)
     expand = lambda x: x.repeat_interleave(k, dim=0)  # noqa: E731  [B, ...] -> [B * k, ...]
     state, static = tree_map(expand, state), tree_map(expand, static)
-    offsets = (torch.arange(B, device=device) * k).unsqueeze(1)  # [B, 1]
+    beams = torch.arange(k, device=device)
     tokens = torch.full((B * k,), start_id, dtype=torch.long, device=device)
     # Only beam 0 is alive at the start, so the k copies of <start> do not fill the beam with clones.
     scores = torch.full((B, k), float("-inf"), device=device)
     scores[:, 0] = 0.0
     finished = torch.zeros(B, k, dtype=torch.bool, device=device)
     lengths = torch.zeros(B, k, dtype=torch.long, device=device)  # tokens emitted, <end> included
+    alive = torch.arange(B, device=device)  # the images still searching; rows alive*k .. alive*k+k-1
+    n_alive = B
     token_hist, parent_hist, extras_hist = [], [], []
     for t in range(max_len):
-        log_probs, state, extras = step_fn(tokens, state, static)  # [B * k, V]
+        log_probs, state, extras = step_fn(tokens, state, static)  # [A * k, V], A = images alive
         V = log_probs.shape[-1]
-        log_probs = log_probs.view(B, k, V)
+        log_probs = log_probs.view(n_alive, k, V)
+        was_finished = finished[alive]  # [A, k]
         # A finished hypothesis continues with <end> at no cost: its score is frozen.
         frozen = torch.full_like(log_probs, float("-inf"))
         frozen[..., end_id] = 0.0
-        log_probs = torch.where(finished.unsqueeze(-1), frozen, log_probs)
-        candidates = (scores.unsqueeze(-1) + log_probs).view(B, k * V)
-        scores, index = candidates.topk(k, dim=1)  # [B, k], sorted best first
+        log_probs = torch.where(was_finished.unsqueeze(-1), frozen, log_probs)
+        candidates = (scores[alive].unsqueeze(-1) + log_probs).view(n_alive, k * V)
+        top, index = candidates.topk(k, dim=1)  # [A, k], sorted best first
         parent, token = index // V, index % V
-        parent_finished = finished.gather(1, parent)
-        lengths = lengths.gather(1, parent) + (~parent_finished).long()
-        finished = parent_finished | (token == end_id)
-        rows = (offsets + parent).view(-1)  # [B * k] rows of the parents
+        parent_finished = was_finished.gather(1, parent)
+        scores[alive] = top
+        lengths[alive] = lengths[alive].gather(1, parent) + (~parent_finished).long()
+        finished[alive] = parent_finished | (token == end_id)
+        rows = (torch.arange(n_alive, device=device).unsqueeze(1) * k + parent).view(-1)  # parents' rows [A * k]
         state = tree_map(lambda x: x.index_select(0, rows), state)
-        token_hist.append(token)
-        parent_hist.append(parent)
-        extras_hist.append({name: value.index_select(0, rows).view(B, k, *value.shape[1:])
-                            for name, value in extras.items()})
+        # history at full batch size: an image that left keeps its beams (parent = itself, <end>)
+        full_token = torch.full((B, k), end_id, dtype=torch.long, device=device).index_copy_(0, alive, token)
+        full_parent = beams.expand(B, k).index_copy(0, alive, parent)
+        token_hist.append(full_token)
+        parent_hist.append(full_parent)
+        extras_hist.append({name: value.new_zeros(B, k, *value.shape[1:]).index_copy_(
+            0, alive, value.index_select(0, rows).view(n_alive, k, *value.shape[1:]))
+            for name, value in extras.items()})
         tokens = token.view(-1)
-        if (t + 1) % check_every == 0 and bool(finished.all()):
-            break
+        if (t + 1) % check_every == 0:
+            searching = ~finished[alive].all(dim=1)  # [A]
+            keep = searching.nonzero().squeeze(1)  # the step's one host sync
+            if keep.numel() == 0:
+                break
+            if keep.numel() < n_alive:  # some images are done: their rows leave the batch
+                keep_rows = (keep.unsqueeze(1) * k + beams).view(-1)
+                state = tree_map(lambda x: x.index_select(0, keep_rows), state)
+                static = tree_map(lambda x: x.index_select(0, keep_rows), static)
+                tokens = tokens.index_select(0, keep_rows)
+                alive = alive.index_select(0, keep)
+                n_alive = int(keep.numel())
 
     normalised = scores / lengths.clamp(min=1).to(scores.dtype) ** length_penalty
     has_finished = finished.any(dim=1)

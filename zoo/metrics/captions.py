@@ -1,7 +1,7 @@
 """Caption metrics through the coco-caption code (pycocoevalcap): BLEU-1..4, METEOR, ROUGE_L,
 CIDEr, and SPICE on request.
 
-Honesty rules (PAPERS.md, Show-Attend-Tell "Evaluation"):
+Honesty rules (Xu et al. 2015 and the coco-caption evaluation protocol):
 - score free-running decodes, one caption per image;
 - score a whole split in ONE call: CIDEr's IDF weights come from the reference set passed in,
   so splitting a split into chunks changes the numbers;

@@ -14,6 +14,11 @@ How words map to boxes:
 - an item word whose item is not in the image (a hallucinated "bag") has no box to look at:
   it is left out of the fraction and counted in `absent` by `localization_stats`.
 
+Two more numbers per split, over the same scored item words: `attention_mass_in_box`, the mean
+attention mass inside the named item's box(es) (soft credit, not just the peak), and `box_area`,
+the mean fraction of grid cells inside those boxes: the chance level of both (what a uniform map
+puts inside, and how often a random peak lands inside).
+
 A diagnostic rides along: `localization_previous_word`, the same test applied to the attention map
 of the step BEFORE each scored item word (the map the decoder used to emit "red" in "a red
 shirt"). A decoder can look at an item while it names the colour, carry what it saw in its LSTM
@@ -29,6 +34,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import torch
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -44,20 +50,29 @@ def _pair(x) -> tuple[int, int]:
     return int(h), int(w)
 
 
-def cells_in_boxes(boxes, grid, image_size) -> np.ndarray:
-    """Which grid cells have their centre inside each box (the convention above).
-    boxes [n, 4] (x0, y0, x1, y1) pixels, grid (h, w), image_size H or (H, W) -> bool [n, h, w]."""
-    boxes = _as_numpy(boxes).reshape(-1, 4)
+def cell_masks(boxes: torch.Tensor, grid, image_size) -> torch.Tensor:
+    """Which grid cells have their centre inside each box (the convention above), on the boxes'
+    device: boxes [..., 4] (x0, y0, x1, y1) pixels, grid (h, w), image_size H or (H, W) ->
+    bool [..., h * w] (row-major cells). A box of -1s (an empty item slot) holds no cell."""
     h, w = _pair(grid)
     H, W = _pair(image_size)
-    ys, xs = np.meshgrid((np.arange(h) + 0.5) * H / h, (np.arange(w) + 0.5) * W / w, indexing="ij")  # [h, w]
-    return ((boxes[:, 0, None, None] <= xs) & (xs < boxes[:, 2, None, None]) &
-            (boxes[:, 1, None, None] <= ys) & (ys < boxes[:, 3, None, None]))
+    ys = ((torch.arange(h, device=boxes.device, dtype=boxes.dtype) + 0.5) * (H / h)).repeat_interleave(w)  # [L]
+    xs = ((torch.arange(w, device=boxes.device, dtype=boxes.dtype) + 0.5) * (W / w)).repeat(h)
+    x0, y0, x1, y1 = (boxes[..., i, None] for i in range(4))
+    return (x0 <= xs) & (xs < x1) & (y0 <= ys) & (ys < y1)
+
+
+def cells_in_boxes(boxes, grid, image_size) -> np.ndarray:
+    """`cell_masks` for array-likes: boxes [n, 4] -> bool numpy [n, h, w]."""
+    h, w = _pair(grid)
+    boxes = torch.from_numpy(_as_numpy(boxes).reshape(-1, 4))
+    return cell_masks(boxes, (h, w), image_size).view(-1, h, w).numpy()
 
 
 def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequence[Sequence[str]],
                        words: Sequence[Sequence[str]], image_size, item_words: Iterable[str] | None = None) -> dict:
     """Per-split counts: {"localization": hits / scored (nan if none), "hits", "scored", "absent",
+    "attention_mass_in_box", "box_area" (means over the scored words, nan if none),
     "localization_previous_word": previous_hits / previous_scored (nan if none), "previous_hits",
     "previous_scored"} (the previous-word counts cover scored item words that are not the first word).
 
@@ -77,6 +92,7 @@ def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequ
     H, W = _pair(image_size)
     vocab = set(item_words) if item_words is not None else {w for ws in box_words for w in ws}
     hits = scored = absent = previous_hits = previous_scored = 0
+    mass = area = 0.0
     for i in range(n):  # per image: a few words each, once per evaluation
         h, w = _pair(grids[i] if per_image_grid else grids)
         alpha = _as_numpy(alphas[i]).reshape(-1, h * w) if len(words[i]) else np.zeros((0, h * w))
@@ -84,7 +100,8 @@ def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequ
             raise ValueError(f"image {i}: {alpha.shape[0]} attention maps for {len(words[i])} words")
         labels = list(box_words[i])
         peak = alpha[:len(words[i])].argmax(1)  # [T]
-        inside = cells_in_boxes(boxes[i], (h, w), (H, W)).reshape(-1, h * w)[:, peak].T  # [T, n]
+        cells = cells_in_boxes(boxes[i], (h, w), (H, W)).reshape(-1, h * w)  # [n, L]
+        inside = cells[:, peak].T  # [T, n]
         for t, word in enumerate(words[i]):
             if word not in vocab:
                 continue
@@ -94,11 +111,15 @@ def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequ
                 continue
             scored += 1
             hits += bool(inside[t, match].any())
+            union = cells[match].any(0)  # [L]
+            mass += float(alpha[t, union].sum())
+            area += float(union.mean())
             if t > 0:
                 previous_scored += 1
                 previous_hits += bool(inside[t - 1, match].any())
     return {"localization": hits / scored if scored else math.nan, "hits": hits, "scored": scored,
-            "absent": absent,
+            "absent": absent, "attention_mass_in_box": mass / scored if scored else math.nan,
+            "box_area": area / scored if scored else math.nan,
             "localization_previous_word": previous_hits / previous_scored if previous_scored else math.nan,
             "previous_hits": previous_hits, "previous_scored": previous_scored}
 

@@ -1,9 +1,13 @@
-"""What every zoo LightningModule shares: a family name, a self-describing checkpoint, and a
-hook that feeds attention figures to the logger.
+"""What every zoo LightningModule shares: a family name, a self-describing checkpoint, a hook
+that feeds attention figures to the logger, and the acceleration switch (zoo.models.accel).
 
 A family subclasses `ZooModule`, calls `self.save_hyperparameters()` in `__init__` with plain
 values only (ints, floats, strings, bools, lists and dicts of those), and sets `family`.
 Plain hyperparameters keep `torch.load(weights_only=True)` working on its checkpoints.
+
+Steps: a family with an `accel` hyperparameter implements `train_inputs` / `train_loss` and
+`eval_inputs` / `eval_metrics` (see zoo.models.accel); the Lightning steps here run them in the
+configured mode and log what they return after the step.
 """
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+
+from zoo.models import optim
+from zoo.models.accel import StepAccelerator
 
 
 def class_path(obj_or_cls: Any) -> str:
@@ -23,6 +30,21 @@ class ZooModule(L.LightningModule):
     #: Short family name ("baseline", "ram", "draw", "vit", "captioner"): the CLI uses it to
     #: refuse a checkpoint of the wrong family with a clear message.
     family: str = "zoo"
+
+    #: What `accel: auto` picks (zoo.models.accel): the mode on a CUDA device, and on CPU the
+    #: fewest optimizer steps of a run for which compiling its training step pays off (None:
+    #: never; measured by benchmarks/accel.py, see docs/acceleration.md).
+    accel_cuda: str = "graph"
+    accel_cpu_compile_min_steps: int | None = None
+    #: False: compile mode compiles pieces the family picks (`accel_piece`), not the whole step.
+    accel_compile_whole_step: bool = True
+    #: Input shapes per step that get their own compiled or captured graph; other shapes run
+    #: eagerly (1: the run's batch; more for a few fixed shapes, e.g. caption length buckets).
+    accel_max_shapes: int = 1
+    #: The optimizer implementation in eager mode (zoo.models.optim: "default" or "fused").
+    eager_optimizer_impl: str = "default"
+    #: Metrics shown in the progress bar during training and validation.
+    progress_bar_metrics: tuple[str, ...] = ("loss", "acc")
 
     # ------------------------------------------------------------------ checkpoints
     def zoo_config(self) -> dict:
@@ -40,6 +62,7 @@ class ZooModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["zoo"] = self.zoo_config()
+        optim.plain_checkpoint_state(checkpoint)  # any acceleration mode resumes from it
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         data = checkpoint.get("zoo", {}).get("data")
@@ -55,9 +78,93 @@ class ZooModule(L.LightningModule):
 
     # ------------------------------------------------------------------ helpers
     def speed_setup(self) -> None:
-        """Optional speed switches shared by families (config keys `compile`, `channels_last`)."""
+        """Optional speed switches shared by families (config key `channels_last`)."""
         if self.hparams.get("channels_last", False):
             self.to(memory_format=torch.channels_last)
+
+    # ------------------------------------------------------------------ acceleration
+    @property
+    def accel(self) -> StepAccelerator:
+        """This module's acceleration state (not an nn.Module: never in the state_dict)."""
+        runner = self.__dict__.get("_zoo_accel")
+        if runner is None:
+            runner = self.__dict__["_zoo_accel"] = StepAccelerator()
+        return runner
+
+    def accel_requested(self) -> str:
+        """The configured mode (hparam `accel`; eager for a family without one)."""
+        return self.hparams.get("accel", "eager")
+
+    def accel_mode(self, kind: str = "train") -> str:
+        """The resolved mode ("eager", "compile" or "graph") of this run's "train" or "eval" steps."""
+        return self.accel.mode(self, kind)
+
+    def accel_piece(self, name: str, fn):
+        """`fn`, compiled when the running step is in compile mode and the family compiles pieces
+        (`accel_compile_whole_step = False`); as is while tracing or in any other mode."""
+        if torch.compiler.is_compiling():
+            return fn
+        return self.accel.piece(name, fn)
+
+    def optimizer_impl(self) -> str:
+        """The optimizer implementation the training mode wants (zoo.models.optim)."""
+        return {"graph": "graph", "compile": "fused"}.get(self.accel_mode("train"), self.eager_optimizer_impl)
+
+    def train_inputs(self, batch) -> tuple:
+        """The batch and every random draw of a training step, as a tuple of `train_loss` inputs."""
+        return tuple(batch)
+
+    def train_loss(self, *inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Pure: (loss, {metric: 0-d tensor}) from `train_inputs`."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement train_loss")
+
+    def eval_inputs(self, batch, stage: str) -> tuple:
+        return tuple(batch)
+
+    def eval_metrics(self, stage: str, *inputs) -> dict[str, torch.Tensor]:
+        """Pure: {metric: tensor} of a "val" or "test" batch, from `eval_inputs`."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement eval_metrics")
+
+    def log_step_metrics(self, stage: str, metrics: dict[str, torch.Tensor], batch_size: int) -> None:
+        """Log a step's metrics under `stage/`; validation and test metrics are averaged over DDP ranks."""
+        for key, value in metrics.items():
+            self.log(f"{stage}/{key}", value, prog_bar=stage != "test" and key in self.progress_bar_metrics,
+                     sync_dist=stage != "train", batch_size=batch_size)
+
+    def training_step(self, batch, batch_idx):
+        loss, metrics = self.accel.training_step(self, batch)
+        self.log_step_metrics("train", metrics, _batch_size(batch))
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log_step_metrics("val", self.accel.eval_step(self, batch, "val"), _batch_size(batch))
+
+    def test_step(self, batch, batch_idx):
+        self.log_step_metrics("test", self.accel.eval_step(self, batch, "test"), _batch_size(batch))
+
+    def _graphed_training(self) -> bool:
+        return "_zoo_accel" in self.__dict__ and self.accel_mode("train") == "graph"
+
+    def on_train_start(self) -> None:
+        for optimizer in self.trainer.optimizers:  # restored from a checkpoint of another mode?
+            optim.reconcile(optimizer)
+        for config in self.trainer.lr_scheduler_configs:  # resumed with a longer horizon?
+            optim.refresh(config.scheduler)
+
+    # A captured training step zeroes, back-propagates and steps the optimizer itself.
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+        if self._graphed_training():
+            optimizer_closure()  # runs training_step, which replays the graph
+            return
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        if not self._graphed_training():
+            super().optimizer_zero_grad(epoch, batch_idx, optimizer)
+
+    def backward(self, loss, *args, **kwargs):
+        if not self._graphed_training():
+            super().backward(loss, *args, **kwargs)
 
 
 class ClassifierModule(ZooModule):
@@ -66,33 +173,33 @@ class ClassifierModule(ZooModule):
     Subclasses define `forward(images) -> logits [B, classes]` and keep `lr`, `weight_decay` and
     `cosine_schedule` in their hparams."""
 
-    def _step(self, batch, stage: str):
-        images, labels = batch
+    def _metrics(self, images: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         logits = self(images)
         loss = F.cross_entropy(logits, labels)
         wrong = (logits.argmax(-1) != labels).float().mean()
-        sync = stage != "train"  # epoch-level metrics are averaged over DDP ranks
-        self.log(f"{stage}/loss", loss, prog_bar=stage != "train", sync_dist=sync)
-        self.log(f"{stage}/acc", 1 - wrong, prog_bar=True, sync_dist=sync)
+        return {"loss": loss, "acc": 1 - wrong, "wrong": wrong}
+
+    def train_loss(self, images, labels):
+        m = self._metrics(images, labels)
+        return m["loss"], {"loss": m["loss"].detach(), "acc": m["acc"]}
+
+    def eval_metrics(self, stage, images, labels):
+        m = self._metrics(images, labels)
+        out = {"loss": m["loss"], "acc": m["acc"]}
         if stage == "test":
-            self.log("test/error_pct", 100 * wrong, sync_dist=True)
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        self._step(batch, "test")
+            out["error_pct"] = 100 * m["wrong"]
+        return out
 
     def configure_optimizers(self):
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        if not self.hparams.cosine_schedule:
-            return optimizer
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, self.trainer.max_epochs or 1))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+        hp = self.hparams
+        return optim.configure(self, self.parameters(), "adam", lr=hp.lr, weight_decay=hp.weight_decay,
+                               schedule="cosine" if hp.cosine_schedule else "none")
+
+
+def _batch_size(batch) -> int:
+    """Examples in a batch: the first tensor's leading size."""
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else [batch]
+    return next((len(t) for t in items if isinstance(t, torch.Tensor)), 1)
 
 
 def _init_args(hparams) -> dict:

@@ -11,9 +11,39 @@ Per step t, with annotations a [B, L, D] from the encoder (any zoo.backbones bac
 with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh), or zeros when `init_layers: 0`
 (an ablation, not the paper: the image then reaches the decoder only through attention).
 
+The encoder: the paper attends over a pretrained, frozen CNN (VGG conv5_4): `backbone:
+{kind: stem, pretrained: backbone_fmnist_stem, trainable: false}` does the same with the zoo's
+shared Fashion-MNIST backbone (zoo.models.item_grid). `annotation_coords: true` appends each
+cell's (x, y) in [-1, 1] to its annotation vector, so the context z_t carries where the decoder
+looked (the captions say "left of", and a frozen convolutional encoder is translation-equivariant).
+
 Training loss per caption: sum_t -log p(y_t) over real words (pads masked) + the doubly stochastic
-regularisation lambda * sum_i (1 - sum_t alpha_ti)^2 (eq. 14), both averaged over the batch. Hard
-attention adds the REINFORCE surrogate of zoo.attention.hard (authors' learning rule).
+regularisation lambda * sum_i (1 - sum_t alpha_ti)^2 (eq. 14), both averaged over the batch.
+- Hard attention adds the REINFORCE surrogate of zoo.attention.hard. The authors' rule
+  (`reinforce_cost: caption`, `baseline: moving_average`) charges every step's sample with the
+  caption's per-word NLL against a moving average; `reinforce_cost: word` charges step t's sample
+  with the NLL of the words it can affect (word t, and later ones discounted by
+  `reinforce_discount`), and `baseline: learned` subtracts a prediction of that cost from the state
+  before the sample (h_{t-1} and the target word), trained by regression (Mnih et al. 2014 do the
+  same for RAM). With probability `semi_sampling_p` a minibatch uses the expected context instead
+  (sec. 4.1): a device-side coin, blended with torch.where, not a Python branch.
+- Supervised attention (Liu et al. 2017, "Attention Correctness in Neural Image Captioning"), off
+  by default: `supervised_attention` (weight lambda_s) adds lambda_s * sum_t loss(alpha_t, box) on
+  the words that name an item (its colour and item words; the data module says which item each
+  word names and where it is): `supervised_attention_target: box` is their strong supervision,
+  the cross-entropy between alpha_t and the box mask normalised to sum 1; `mass` is
+  -log(sum of alpha_t inside the box).
+
+Speed: `loss_terms` is the whole loss as tensors (no logging, no host sync), so a compiled or
+CUDA-graphed step can wrap it. Its teacher-forced pass computes everything that does not feed back
+outside the time loop: embeddings and their LSTM input term for all steps at once, the keys'
+projection once per image, one fused matmul per step for every linear map of h_{t-1} (attention
+query, gate, LSTM recurrent term), and the deep output for all steps after the loop. `step()` is
+the same model one step at a time (decoding, and the tests' reference). `active_rows`: when a
+batch comes sorted longest caption first with its lengths as plain ints (`host_lengths`, as
+FashionScenes' training batches do), each step runs only the rows still decoding; off, or without
+`host_lengths`, every step runs every row (static shapes, for a compiled or CUDA-graphed step with
+the data module's `pad_to_multiple`).
 
 Validation and test decode every image ONCE, free-running, with batched beam search, and score the
 whole split in one call (coco-caption metrics) plus attention localisation where boxes are known.
@@ -26,9 +56,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.attention.hard import HardAttention, MovingAverageBaseline, reinforce_surrogate
+from zoo.attention.hard import HardAttention, MovingAverageBaseline, gather_context, reinforce_surrogate
 from zoo.attention.scores import build_score
-from zoo.attention.soft import SoftAttention
+from zoo.attention.soft import SoftAttention, expected_context
+from zoo.backbones.spec import BackboneSpec
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
 from zoo.models.base import ZooModule
@@ -36,6 +67,9 @@ from zoo.models.base import ZooModule
 PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<start>", "<end>", "<unk>"]
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "strides": [2, 2, 2]}
+CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax"),
+           "deep_output_activation": ("tanh", "none"), "reinforce_cost": ("caption", "word"),
+           "baseline": ("moving_average", "learned"), "supervised_attention_target": ("box", "mass")}
 
 
 def _mlp(in_dim: int, out_dim: int, layers: int) -> nn.Sequential:
@@ -44,6 +78,14 @@ def _mlp(in_dim: int, out_dim: int, layers: int) -> nn.Sequential:
     for i in range(layers):
         modules += [nn.Linear(in_dim if i == 0 else out_dim, out_dim), nn.Tanh()]
     return nn.Sequential(*modules)
+
+
+def grid_coords(grid: tuple[int, int], device, dtype) -> torch.Tensor:
+    """(x, y) of every cell's centre in [-1, 1], row-major: [h * w, 2]."""
+    h, w = grid
+    ys = (torch.arange(h, device=device, dtype=dtype) + 0.5) / h * 2 - 1
+    xs = (torch.arange(w, device=device, dtype=dtype) + 0.5) / w * 2 - 1
+    return torch.stack([xs.repeat(h), ys.repeat_interleave(w)], dim=-1)
 
 
 class Captioner(ZooModule):
@@ -56,39 +98,44 @@ class Captioner(ZooModule):
     family = "captioner"
 
     def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
-                 backbone: dict | None = None, image_size: list[int] = (64, 64),
+                 backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
+                 annotation_coords: bool = False,
                  embed_dim: int = 64, hidden_dim: int = 256, attention_dim: int = 128, init_layers: int = 1,
                  gate: bool = True, deep_output: bool = True, deep_output_activation: str = "tanh",
                  dropout: float = 0.5, alpha_c: float = 1.0,
                  semi_sampling_p: float = 0.5, entropy_coef: float = 0.002, reward_scale: float = 0.1,
-                 baseline_decay: float = 0.9, hard_test_mode: str = "expected",
-                 optimizer: str = "adam", lr: float = 1e-3, backbone_lr: float | None = None,
+                 baseline_decay: float = 0.9, reinforce_cost: str = "caption", reinforce_discount: float = 0.0,
+                 baseline: str = "moving_average", hard_test_mode: str = "expected",
+                 supervised_attention: float = 0.0, supervised_attention_target: str = "box",
+                 active_rows: bool = True, optimizer: str = "adam", lr: float = 1e-3, backbone_lr: float | None = None,
                  weight_decay: float = 0.0, lr_schedule: str = "none",
                  beam_size: int = 3, decode_max_len: int = 20, length_penalty: float = 1.0,
                  val_meteor: bool = False, num_figures: int = 4):
         super().__init__()
-        backbone = dict(backbone or DEFAULT_BACKBONE)
+        # a typed spec from the CLI, or a plain dict from an old checkpoint or a Python caller
+        spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
-        self.hparams.backbone, self.hparams.image_size = dict(backbone), [int(s) for s in image_size]
-        if attention not in ("soft", "hard"):
-            raise UserError(f"captioner: attention must be 'soft' or 'hard', got '{attention}'")
-        if hard_test_mode not in ("expected", "argmax"):
-            raise UserError(f"captioner: hard_test_mode must be 'expected' or 'argmax', got '{hard_test_mode}'")
-        if deep_output_activation not in ("tanh", "none"):
-            raise UserError("captioner: deep_output_activation must be 'tanh' or 'none'")
+        self.hparams.image_size = [int(s) for s in image_size]
+        for name, allowed in CHOICES.items():
+            if self.hparams[name] not in allowed:
+                raise UserError(f"captioner: {name} must be one of {', '.join(allowed)}, got '{self.hparams[name]}'")
+        if init_layers < 0:
+            raise UserError(f"captioner: init_layers must be >= 0, got {init_layers}")
+        if supervised_attention < 0:
+            raise UserError(f"captioner: supervised_attention (its weight) must be >= 0, got {supervised_attention}")
 
-        from zoo.backbones import build_backbone
+        from zoo.backbones import check_input
 
-        kind = backbone.pop("kind", "stem")
-        self.encoder = build_backbone(kind, **backbone)
-        D, n, m = self.encoder.out_dim, hidden_dim, embed_dim
+        self.encoder = spec.build(option="--model.init_args.backbone.")
+        check_input(self.encoder, 3, self.hparams.image_size, "the captioner")
+        self.backbone_spec = spec
+        self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
+        D, n, m = self.encoder.out_dim + (2 if annotation_coords else 0), hidden_dim, embed_dim
         try:
             score_module = build_score(score, D, n, attention_dim)
         except ValueError as exc:
             raise UserError(f"captioner: {exc}") from None
         self.attend = SoftAttention(score_module) if attention == "soft" else HardAttention(score_module)
-        if init_layers < 0:
-            raise UserError(f"captioner: init_layers must be >= 0, got {init_layers}")
         # init_layers 0: no f_init, h_0 = c_0 = 0
         self.init_h, self.init_c = (_mlp(D, n, init_layers), _mlp(D, n, init_layers)) if init_layers else (None, None)
         self.f_beta = nn.Linear(n, 1) if gate else None  # [n, 1]: a scalar gate, not a vector
@@ -97,11 +144,21 @@ class Captioner(ZooModule):
         if deep_output:
             self.L_h, self.L_z = nn.Linear(n, m), nn.Linear(D, m, bias=False)
         self.baseline = MovingAverageBaseline(baseline_decay) if attention == "hard" else None
+        # the learned baseline: expected cost of step t from what is known before its sample
+        self.baseline_net = nn.Linear(n + m, 1) if attention == "hard" and baseline == "learned" else None
         self.embed: nn.Embedding | None = None
         self.L_o: nn.Linear | None = None
         if vocab is not None:
             self._build_vocab_layers(vocab)
         self._eval_store: dict[str, list] = {}
+
+    # ------------------------------------------------------------------ checkpoints
+    def zoo_config(self) -> dict:
+        # The encoder's weights are in the checkpoint: rebuilding it must neither download them
+        # nor need the user's pretrained file or released backbone, and must normalise as trained.
+        config = super().zoo_config()
+        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.encoder)
+        return config
 
     # ------------------------------------------------------------------ vocabulary
     def _build_vocab_layers(self, vocab: list[str]) -> None:
@@ -127,6 +184,11 @@ class Captioner(ZooModule):
         elif data_vocab is not None and list(data_vocab.itos) != list(self.hparams.vocab):
             raise UserError("captioner: the datamodule's vocabulary differs from the model's "
                             f"({len(data_vocab.itos)} vs {len(self.hparams.vocab)} entries)")
+        if (self.hparams.supervised_attention > 0 and datamodule is not None
+                and not getattr(datamodule, "provides_word_boxes", False)):
+            raise UserError(f"captioner: supervised_attention needs the box of the item each word names; "
+                            f"{type(datamodule).__name__} has no boxes (use FashionScenes, or set "
+                            "supervised_attention: 0)")
 
     def _require_vocab(self) -> None:
         if self.embed is None:
@@ -136,8 +198,12 @@ class Captioner(ZooModule):
     def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """images [B, 3, H, W] -> annotations [B, L, D], grid (h, w) with L = h * w."""
         tokens, grid = self.encoder(images)
-        h, w = grid
-        return tokens[:, tokens.shape[1] - h * w:], (int(h), int(w))  # drop ViT prefix tokens if kept
+        h, w = int(grid[0]), int(grid[1])
+        annotations = tokens[:, tokens.shape[1] - h * w:]  # drop ViT prefix tokens if kept
+        if self.hparams.annotation_coords:
+            coords = grid_coords((h, w), annotations.device, annotations.dtype)
+            annotations = torch.cat([annotations, coords.expand(annotations.shape[0], -1, -1)], dim=-1)
+        return annotations, (h, w)
 
     def init_state(self, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # annotations [B, L, D] -> h_0, c_0 [B, n]
@@ -166,42 +232,168 @@ class Captioner(ZooModule):
         else:
             beta = torch.ones(h.shape[0], 1, device=h.device, dtype=h.dtype)
         h, c = self.lstm(torch.cat([emb, context], dim=-1), (h, c))  # eq. (1)-(3)
-        if self.hparams.deep_output:
-            pre = emb + self.L_h(self.drop(h)) + self.L_z(context)  # eq. (7)
-            if self.hparams.deep_output_activation == "tanh":
-                pre = torch.tanh(pre)
-            logits = self.L_o(self.drop(pre))
+        out.update(logits=self.output(emb, h, context), h=h, c=c, alpha=alpha, beta=beta.squeeze(-1))
+        return out
+
+    def output(self, emb: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """The deep output, eq. (7): (E y_{t-1}, h_t, z_t) [..., m / n / D] -> logits [..., V]."""
+        if not self.hparams.deep_output:
+            return self.L_o(self.drop(h))
+        pre = emb + self.L_h(self.drop(h)) + self.L_z(z)
+        if self.hparams.deep_output_activation == "tanh":
+            pre = torch.tanh(pre)
+        return self.L_o(self.drop(pre))
+
+    def _fused_h_maps(self) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+        """Every linear map of h_{t-1} in one matrix: the attention query, the gate's logit and the
+        LSTM's recurrent term -> (weight [Q + G + 4n, n], bias or None, split sizes [Q, G, 4n])."""
+        n = self.hparams.hidden_dim
+        query = self.attend.score.query_linear
+        weights, biases, splits = [], [], []
+        if query is not None:
+            weights.append(query.weight)
+            biases.append(query.bias if query.bias is not None else query.weight.new_zeros(query.out_features))
+            splits.append(query.out_features)
         else:
-            logits = self.L_o(self.drop(h))
-        out.update(logits=logits, h=h, c=c, alpha=alpha, beta=beta.squeeze(-1))
+            splits.append(0)
+        if self.f_beta is not None:
+            weights.append(self.f_beta.weight)
+            biases.append(self.f_beta.bias)
+            splits.append(1)
+        else:
+            splits.append(0)
+        weights.append(self.lstm.weight_hh)
+        biases.append(self.lstm.weight_hh.new_zeros(4 * n))  # its biases join the input term
+        splits.append(4 * n)
+        return torch.cat(weights), torch.cat(biases), splits
+
+    def teacher_forced(self, annotations: torch.Tensor, captions: torch.Tensor,
+                       gumbel: torch.Tensor | None = None, use_expected: torch.Tensor | None = None,
+                       need_log_alpha: bool = False, active: list[int] | None = None) -> dict[str, torch.Tensor]:
+        """The decoder over a whole caption batch: the same function as `step` applied T-1 times.
+
+        annotations [B, L, D], captions [B, T] (<start> .. <end> <pad>..). Hard attention only:
+        gumbel [B, T-1, L] (-log of Exp(1) noise: sample s_t = argmax(log alpha_t + gumbel_t)) and
+        use_expected (bool scalar tensor: the minibatch uses the expected context); gumbel None
+        means the expected context throughout. active: rows still decoding at each step, for
+        captions sorted longest first (rows past their <end> then skip the step; their outputs
+        are zeros, which the losses mask as pads).
+        -> logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1], h_prev [B, T-1, n] (h_{t-1}),
+        and log_alpha [B, T-1, L] (hard, or when asked), location [B, T-1] (hard)."""
+        hard = self.hparams.attention == "hard"
+        B, T1 = captions.shape[0], captions.shape[1] - 1
+        m = self.hparams.embed_dim
+        active = list(active) if active is not None else [B] * T1
+        score = self.attend.score
+        projected = score.project_keys(annotations)  # [B, L, P], once per image
+        h, c = self.init_state(annotations)
+        # Time-major packing of the (row, step) pairs that decode: step t holds rows [:active[t]].
+        # Per-step tensors come from unbind/split (whose backward is one stack/cat), never from
+        # slicing a [B, T, ...] tensor per step (whose backward zero-fills all of it every step).
+        emb = torch.cat([e[:rows] for e, rows in zip(self.embed(captions[:, :-1]).unbind(1), active)])  # [N, m]
+        w_ih = self.lstm.weight_ih  # [4n, m + D]
+        # the LSTM's input term for the words: one matmul for all steps
+        word_gates = F.linear(emb, w_ih[:, :m], self.lstm.bias_ih + self.lstm.bias_hh).split(active)  # [rows_t, 4n]
+        w_z = w_ih[:, m:]  # [4n, D]
+        fused_w, fused_b, splits = self._fused_h_maps()
+        keep_log = hard or need_log_alpha
+        h_prev, h_new, zs, alphas, betas, log_alphas, locations = [], [], [], [], [], [], []
+        keys, values = projected, annotations
+        gumbel_steps = gumbel.unbind(1) if gumbel is not None else None
+        for t in range(T1):
+            rows = active[t]
+            if rows < h.shape[0]:  # sorted longest first: a finished row never returns
+                h, c, keys, values = h[:rows], c[:rows], keys[:rows], values[:rows]
+            h_prev.append(h)
+            query, gate_logit, h_gates = F.linear(h, fused_w, fused_b).split(splits, dim=-1)
+            scores = score.combine(keys, query if splits[0] else h)  # eq. (4), [rows, L]
+            if keep_log:
+                log_alpha = torch.log_softmax(scores, dim=-1)  # eq. (5)
+                alpha = log_alpha.exp()
+                log_alphas.append(log_alpha)
+            else:
+                alpha = torch.softmax(scores, dim=-1)
+            context = expected_context(alpha, values)  # eq. (13)
+            if hard:
+                if gumbel_steps is not None:
+                    location = (log_alpha.detach() + gumbel_steps[t][:rows]).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
+                    context = torch.where(use_expected, context, gather_context(values, location))  # eq. (9)
+                else:
+                    location = alpha.detach().argmax(dim=-1)
+                locations.append(location)
+            if self.f_beta is not None:
+                beta = torch.sigmoid(gate_logit)  # [rows, 1]
+                z = beta * context
+                betas.append(beta.squeeze(-1))
+            else:
+                z = context
+            gates = word_gates[t] + h_gates + F.linear(z, w_z)  # eq. (1)-(3): i, f, g, o
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            h_new.append(h)
+            zs.append(z)
+            alphas.append(alpha)
+
+        def unpack(steps) -> torch.Tensor:  # [rows_t, ...] per step (or packed [N, ...]) -> [B, T1, ...]
+            steps = steps.split(active) if isinstance(steps, torch.Tensor) else steps
+            return torch.stack([x if x.shape[0] == B else torch.cat([x, x.new_zeros(B - x.shape[0], *x.shape[1:])])
+                                for x in steps], dim=1)
+
+        # the deep output does not feed back: all steps at once, on the decoding pairs only
+        out = {"logits": unpack(self.output(emb, torch.cat(h_new), torch.cat(zs))), "alpha": unpack(alphas),
+               "h_prev": unpack(h_prev)}
+        out["beta"] = unpack(betas) if betas else out["alpha"].new_ones(B, T1)
+        if keep_log:
+            out["log_alpha"] = unpack(log_alphas)
+        if hard:
+            out["location"] = unpack(locations)
         return out
 
     def forward(self, images: torch.Tensor, captions: torch.Tensor, mode: str | None = None) -> dict[str, torch.Tensor]:
         """Teacher forcing. images [B, 3, H, W], captions [B, T] (<start> .. <end> <pad>..) ->
-        logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1] (+ log_alpha, location for hard)."""
+        logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1] (+ log_alpha, location for hard).
+        mode (hard attention): "sample" (draws the samples here), "expected"; default: sample
+        when training, the expected context otherwise."""
         self._require_vocab()
-        mode = mode or self._train_mode()
         annotations, _ = self.encode(images)
-        projected = self.attend.score.project_keys(annotations)  # once per image, not per step
-        h, c = self.init_state(annotations)
-        steps = []
-        for t in range(captions.shape[1] - 1):
-            out = self.step(captions[:, t], h, c, projected, annotations, mode)
-            h, c = out.pop("h"), out.pop("c")
-            steps.append(out)
-        return {k: torch.stack([s[k] for s in steps], dim=1) for k in steps[0]}
-
-    def _train_mode(self) -> str:
-        if self.hparams.attention == "soft":
-            return "soft"
-        return "sample" if self.training else self.hparams.hard_test_mode
+        gumbel, use_expected = self._draws(annotations, captions, mode)
+        return self.teacher_forced(annotations, captions, gumbel, use_expected)
 
     # ------------------------------------------------------------------ training
-    def _losses(self, batch: dict, mode: str) -> dict[str, torch.Tensor]:
+    def _draws(self, annotations: torch.Tensor, captions: torch.Tensor, mode: str | None = None,
+               coin: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Hard attention's random draws for a minibatch, on its device, in two calls: the Gumbel
+        noise of every step's sample and (coin=True) the expected-context coin (sec. 4.1)."""
+        mode = mode or ("sample" if self.training else "expected")
+        if self.hparams.attention != "hard" or mode not in ("sample",):
+            return None, None
+        B, T1, L = captions.shape[0], captions.shape[1] - 1, annotations.shape[1]
+        gumbel = -torch.empty(B, T1, L, device=annotations.device, dtype=annotations.dtype).exponential_().log()
+        if coin:
+            use_expected = torch.rand((), device=annotations.device) < self.hparams.semi_sampling_p
+        else:
+            use_expected = torch.zeros((), dtype=torch.bool, device=annotations.device)
+        return gumbel, use_expected
+
+    def loss_terms(self, batch: dict, mode: str | None = None, coin: bool = False) -> dict[str, torch.Tensor]:
+        """The training loss of a batch and its parts, as tensors: no logging, no host sync.
+
+        mode (hard attention): "sample" draws the samples (and with coin=True the 50% expected-
+        context coin, the training rule), "expected" uses the expected context; default: sample
+        when training. Returns loss, nll (per caption), nll_word, doubly_stochastic,
+        supervised_attention, and for hard attention reinforce, cost [B] or [B, T-1],
+        baseline_loss; plus `out` (the teacher-forced outputs) and step_mask [B, T-1]."""
+        self._require_vocab()
+        hp = self.hparams
         captions = batch["captions"]
         targets = captions[:, 1:]
         step_mask = (targets != PAD_ID).to(torch.float32)  # [B, T-1]: pads carry no loss
-        out = self(batch["images"], captions, mode)
+        annotations, grid = self.encode(batch["images"])
+        gumbel, use_expected = self._draws(annotations, captions, mode, coin)
+        supervised = hp.supervised_attention > 0
+        out = self.teacher_forced(annotations, captions, gumbel, use_expected, need_log_alpha=supervised,
+                                  active=self._active_rows(batch, captions.shape[1] - 1))
         B, T1 = targets.shape
         nll = F.cross_entropy(out["logits"].reshape(B * T1, -1), targets.reshape(-1), reduction="none").view(B, T1)
         nll = nll * step_mask
@@ -209,36 +401,103 @@ class Captioner(ZooModule):
         caption_nll = nll.sum(1)  # [B], -log p(caption)
         attention_sum = (out["alpha"] * step_mask.unsqueeze(-1)).sum(1)  # [B, L] = sum_t alpha_ti
         doubly = ((1.0 - attention_sum) ** 2).sum(1).mean()  # eq. (14)
-        losses = {"nll": caption_nll.mean(), "nll_word": nll.sum() / step_mask.sum().clamp(min=1),
-                  "doubly_stochastic": doubly, "caption_nll": caption_nll, "n_words": n_words, "out": out,
-                  "step_mask": step_mask}
-        losses["loss"] = losses["nll"] + self.hparams.alpha_c * doubly
-        return losses
+        terms = {"nll": caption_nll.mean(), "nll_word": nll.sum() / step_mask.sum().clamp(min=1),
+                 "doubly_stochastic": doubly, "out": out, "step_mask": step_mask}
+        loss = terms["nll"] + hp.alpha_c * doubly
+        if supervised:
+            terms["supervised_attention"] = self.supervised_attention_loss(
+                out["log_alpha"], batch, grid, tuple(batch["images"].shape[-2:]), step_mask)
+            loss = loss + hp.supervised_attention * terms["supervised_attention"]
+        if hp.attention == "hard" and gumbel is not None:
+            reinforce, extra = self._reinforce(out, nll, caption_nll / n_words, step_mask, targets, use_expected)
+            terms.update(extra)
+            terms["reinforce"] = reinforce
+            loss = loss + reinforce + extra.get("baseline_loss", 0.0)
+        terms["loss"] = loss
+        return terms
+
+    def _active_rows(self, batch: dict, steps: int) -> list[int] | None:
+        """Rows still decoding at each step, from the batch's plain-int lengths (with <start> and
+        <end>) when it is sorted longest first; None (all rows) otherwise."""
+        lengths = batch.get("host_lengths") if self.hparams.active_rows else None
+        if not lengths or any(a < b for a, b in zip(lengths, lengths[1:])):
+            return None
+        active, rows = [], len(lengths)
+        for t in range(steps):  # step t predicts word t + 1: rows whose caption is longer than t + 1
+            while rows and lengths[rows - 1] - 1 <= t:
+                rows -= 1
+            active.append(max(rows, 1))
+        return active
+
+    def _reinforce(self, out: dict, nll: torch.Tensor, per_word_nll: torch.Tensor, step_mask: torch.Tensor,
+                   targets: torch.Tensor, use_expected: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The hard-attention surrogate (zoo.attention.hard) for this minibatch: REINFORCE on the
+        sampled minibatches only (a multiplier, not a branch), the entropy bonus on all."""
+        hp = self.hparams
+        extra: dict[str, torch.Tensor] = {}
+        if hp.reinforce_cost == "caption":  # the authors: every step pays the caption's per-word NLL
+            cost = per_word_nll.detach()  # [B]
+        else:  # step t pays for word t and, discounted, the later words its sample can change
+            cost = nll.detach()
+            if hp.reinforce_discount > 0:
+                T1 = cost.shape[1]
+                powers = torch.arange(T1, device=cost.device, dtype=cost.dtype)
+                later = powers.view(1, -1) - powers.view(-1, 1)  # [t, t'] = t' - t
+                weight = torch.where(later >= 0, hp.reinforce_discount ** later.clamp(min=0), 0.0)
+                cost = cost @ weight.T  # [B, T1]: sum_{t' >= t} gamma^(t' - t) nll_t'
+        if self.baseline_net is not None:
+            known = torch.cat([out["h_prev"], self.embed(targets)], dim=-1).detach()  # before s_t is drawn
+            predicted = self.baseline_net(known).squeeze(-1)  # [B, T1]
+            if cost.dim() == 1:
+                predicted = (predicted * step_mask).sum(1) / step_mask.sum(1).clamp(min=1)  # one per caption
+                extra["baseline_loss"] = ((predicted - cost) ** 2).mean()
+            else:
+                extra["baseline_loss"] = (((predicted - cost) ** 2) * step_mask).sum() / step_mask.sum().clamp(min=1)
+            baseline = predicted.detach()
+        else:
+            baseline = self.baseline.value
+        extra["cost"] = cost
+        scale = hp.reward_scale * (~use_expected).to(cost.dtype)  # no REINFORCE on expected minibatches
+        return reinforce_surrogate(out["log_alpha"], out["location"], cost, baseline, step_mask,
+                                   reward_scale=scale, entropy_coef=hp.entropy_coef), extra
+
+    def supervised_attention_loss(self, log_alpha: torch.Tensor, batch: dict, grid: tuple[int, int],
+                                  image_size: tuple[int, int], step_mask: torch.Tensor) -> torch.Tensor:
+        """Liu et al. 2017: on every word that names an item, a loss between alpha_t and that
+        item's box. log_alpha [B, T-1, L]; batch["word_items"] [B, T] (the item slot each caption
+        token names, -1 none), batch["item_boxes"] [B, K, 4] -> per-caption sum, batch mean."""
+        from zoo.metrics.localization import cell_masks
+
+        if "word_items" not in batch or "item_boxes" not in batch:
+            raise UserError("captioner: supervised_attention needs batches with word_items and item_boxes")
+        masks = cell_masks(batch["item_boxes"].to(log_alpha.dtype), grid, image_size)  # [B, K, L]
+        slot = batch["word_items"][:, 1:]  # the target word's item, aligned with the steps
+        L = log_alpha.shape[-1]
+        target = masks.gather(1, slot.clamp(min=0).unsqueeze(-1).expand(-1, -1, L))  # [B, T-1, L]
+        valid = (slot >= 0) & (step_mask > 0) & target.any(-1)  # (a box too small to hold a cell centre: no target)
+        if self.hparams.supervised_attention_target == "box":
+            q = target.to(log_alpha.dtype)
+            q = q / q.sum(-1, keepdim=True).clamp(min=1)
+            per_step = -(q * log_alpha).sum(-1)  # cross-entropy to the normalised box mask
+        else:
+            per_step = -torch.logsumexp(log_alpha.masked_fill(~target, float("-inf")), dim=-1)
+            per_step = torch.where(valid, per_step, torch.zeros_like(per_step))
+        return (per_step * valid).sum() / log_alpha.shape[0]
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        mode = "soft"
+        terms = self.loss_terms(batch, "sample", coin=True)
         if self.hparams.attention == "hard":
-            # Paper sec. 4.1: with probability semi_sampling_p a minibatch uses the expected context.
-            use_expected = torch.rand(()) < self.hparams.semi_sampling_p  # a CPU draw: no device sync
-            mode = "expected" if use_expected else "sample"
-        losses = self._losses(batch, mode)
-        loss = losses["loss"]
-        if self.hparams.attention == "hard":
-            out = losses["out"]
-            cost = (losses["caption_nll"] / losses["n_words"]).detach()  # per-word NLL, as the authors
-            # Sampled minibatch: REINFORCE + entropy. Expected minibatch: the NLL gradient reaches
-            # alpha directly; only the entropy bonus is added (reward_scale 0).
-            loss = loss + reinforce_surrogate(out["log_alpha"], out["location"], cost, self.baseline.value,
-                                              losses["step_mask"],
-                                              reward_scale=self.hparams.reward_scale if mode == "sample" else 0.0,
-                                              entropy_coef=self.hparams.entropy_coef)
-            self.baseline.update(cost)  # b <- 0.9 b + 0.1 mean(cost), every minibatch as the authors
+            cost = terms["cost"]
+            self.baseline.update(cost if cost.dim() == 1 else (cost * terms["step_mask"]).sum() / terms["step_mask"].sum())
             self.log("train/baseline", self.baseline.value)
+            self.log("train/reinforce", terms["reinforce"])
         bs = batch["captions"].shape[0]
-        self.log("train/loss", loss, prog_bar=True, batch_size=bs)
-        self.log("train/nll_word", losses["nll_word"], batch_size=bs)
-        self.log("train/doubly_stochastic", losses["doubly_stochastic"], batch_size=bs)
-        return loss
+        self.log("train/loss", terms["loss"], prog_bar=True, batch_size=bs)
+        self.log("train/nll_word", terms["nll_word"], batch_size=bs)
+        self.log("train/doubly_stochastic", terms["doubly_stochastic"], batch_size=bs)
+        if "supervised_attention" in terms:
+            self.log("train/supervised_attention", terms["supervised_attention"], batch_size=bs)
+        return terms["loss"]
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
@@ -255,7 +514,7 @@ class Captioner(ZooModule):
     def _eval_step(self, batch: dict, stage: str) -> None:
         images = batch["images"]
         if "captions" in batch:  # teacher-forced NLL of one reference, for model selection by loss
-            losses = self._losses(batch, self._train_mode())
+            losses = self.loss_terms(batch, "expected")
             self.log(f"{stage}/loss", losses["nll"], batch_size=images.shape[0], sync_dist=True)
             self.log(f"{stage}/nll_word", losses["nll_word"], batch_size=images.shape[0], sync_dist=True)
         results = self.caption(images, beam_size=self.hparams.beam_size, max_len=self.hparams.decode_max_len)
@@ -293,6 +552,8 @@ class Captioner(ZooModule):
             stats = localization_stats(store["alphas"], store["grids"], store["boxes"], store["box_words"],
                                        store["words"], store["image_sizes"][0])
             metrics["localization"] = stats["localization"]
+            metrics["attention_mass_in_box"] = stats["attention_mass_in_box"]
+            metrics["box_area"] = stats["box_area"]  # the chance level of both
             metrics["localization_previous_word"] = stats["localization_previous_word"]  # a diagnostic
         self.last_eval = {"stage": stage, "metrics": metrics, "predictions": predictions,
                           "notes": scores.get("notes", {})}

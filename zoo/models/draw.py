@@ -21,6 +21,10 @@ and test use one fixed binarization that is a function of the image and `binariz
 Evaluation (test_step): the negative ELBO in nats/image (the paper's "<=" numbers), an
 importance-weighted bound with `iwae_samples` samples (Burda et al. 2016; chunked), and the KL
 of each step.
+
+Speed (`accel`, zoo.models.accel): compiled mode compiles the per-step cell (`_cell`), not the
+T-step unroll (compiling 64 unrolled steps as one graph does not finish in minutes); graph mode
+captures the whole unrolled training step in one CUDA graph.
 """
 from __future__ import annotations
 
@@ -33,6 +37,8 @@ from torch import nn
 from zoo.attention import filterbank as fb
 from zoo.data.binarize import fixed_binarize
 from zoo.errors import UserError
+from zoo.models import optim
+from zoo.models.accel import check_mode
 from zoo.models.base import ClassifierModule, ZooModule
 
 ATTENTION_KINDS = ("none", "filterbank")
@@ -66,15 +72,20 @@ class DRAW(ZooModule):
     """The DRAW generative model. images [B, C, S, S] in [0, 1] (binarized here) -> bound in nats."""
 
     family = "draw"
+    accel_compile_whole_step = False  # compiled mode compiles the cell
+    # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
+    # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
+    accel_cpu_compile_min_steps = 1000
 
     def __init__(self, image_size: int = 28, in_chans: int = 1, T: int = 64, enc_size: int = 256,
                  dec_size: int = 256, z_size: int = 100, attention: str = "filterbank", read_n: int = 2,
                  write_n: int = 5, lr: float = 1e-3, betas: list[float] = (0.9, 0.999),
                  train_binarization: str = "dynamic", binarize_seed: int = 0,
                  iwae_samples: int = 1000, iwae_chunk: int = 100, iwae_batches: int | None = None,
-                 num_figure_images: int = 8):
+                 num_figure_images: int = 8, accel: str = "auto"):
         super().__init__()
         self.save_hyperparameters()
+        check_mode(accel, "DRAW config")
         S = _check_size(image_size, "image_size")
         C = _check_size(in_chans, "in_chans")
         self.T = _check_size(T, "T")
@@ -120,6 +131,23 @@ class DRAW(ZooModule):
         return fb.write(w.view(-1, self.C, n, n), fx, fy, params.gamma), params  # eq. 29
 
     # ------------------------------------------------------------------ the model
+    def _cell(self, x, canvas, h_enc, c_enc, h_dec, c_dec, eps):
+        """One step t (eqs. 3-8). x [B, C, S, S], canvas c_{t-1} [B, C, S, S], LSTM states [B, *],
+        eps [B, Z] this step's standard normal draw -> (canvas c_t, h_enc, c_enc, h_dec, c_dec,
+        kl_t [B], log p(z_t) - log q(z_t) [B], mu, logsigma, z [B, Z], read / write FilterParams)."""
+        x_hat = x - torch.sigmoid(canvas)  # eq. 3
+        r, read_params = self._read(x, x_hat, h_dec)  # eq. 4
+        h_enc, c_enc = self.encoder(torch.cat([r, h_dec], 1), (h_enc, c_enc))  # eq. 5
+        mu, logsigma = self.q(h_enc).chunk(2, dim=1)
+        z = mu + torch.exp(logsigma) * eps  # eq. 6, reparameterised with this step's draw
+        h_dec, c_dec = self.decoder(z, (h_dec, c_dec))  # eq. 7
+        increment, write_params = self._write(h_dec)
+        canvas = canvas + increment  # eq. 8
+        # log N(z; 0, I) - log N(z; mu, sigma): the 2 pi terms cancel, (z - mu)/sigma = eps
+        log_pq = (0.5 * eps.pow(2) - 0.5 * z.pow(2) + logsigma).sum(1)
+        return (canvas, h_enc, c_enc, h_dec, c_dec, kl_std_normal(mu, logsigma), log_pq, mu, logsigma, z,
+                read_params, write_params)
+
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None, record: bool = False) -> dict:
         """Encode and reconstruct binary images x [B, C, S, S].
 
@@ -136,18 +164,12 @@ class DRAW(ZooModule):
         canvas = x.new_zeros(B, self.C, self.S, self.S)
         kls, log_pq = [], x.new_zeros(B)
         rec: dict[str, list] = {"mu": [], "logsigma": [], "z": [], "canvas": [], "read": [], "write": []}
+        cell = self._cell if record else self.accel_piece("cell", self._cell)
         for t in range(self.T):
-            x_hat = x - torch.sigmoid(canvas)  # eq. 3
-            r, read_params = self._read(x, x_hat, h_dec)  # eq. 4
-            h_enc, c_enc = self.encoder(torch.cat([r, h_dec], 1), (h_enc, c_enc))  # eq. 5
-            mu, logsigma = self.q(h_enc).chunk(2, dim=1)
-            z = mu + torch.exp(logsigma) * noise[t]  # eq. 6, reparameterised with this step's draw
-            h_dec, c_dec = self.decoder(z, (h_dec, c_dec))  # eq. 7
-            increment, write_params = self._write(h_dec)
-            canvas = canvas + increment  # eq. 8
-            kls.append(kl_std_normal(mu, logsigma))
-            # log N(z; 0, I) - log N(z; mu, sigma): the 2 pi terms cancel, (z - mu)/sigma = noise
-            log_pq = log_pq + (0.5 * noise[t].pow(2) - 0.5 * z.pow(2) + logsigma).sum(1)
+            (canvas, h_enc, c_enc, h_dec, c_dec, kl, log_pq_t, mu, logsigma, z,
+             read_params, write_params) = cell(x, canvas, h_enc, c_enc, h_dec, c_dec, noise[t])
+            kls.append(kl)
+            log_pq = log_pq + log_pq_t
             if record:
                 for key, value in (("mu", mu), ("logsigma", logsigma), ("z", z), ("canvas", canvas),
                                    ("read", read_params), ("write", write_params)):
@@ -171,20 +193,24 @@ class DRAW(ZooModule):
         return {"nelbo": rec + kl, "rec": rec, "kl": kl, "kl_steps": out["kl"],
                 "log_w": -rec + out["log_pq"]}  # log p(x, z) - log q(z | x) at the sampled z
 
+    def _log_w(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return self.negative_elbo(x, noise)["log_w"]
+
     @torch.no_grad()
     def iwae_bound(self, x: torch.Tensor, samples: int | None = None, chunk: int | None = None) -> torch.Tensor:
         """Importance-weighted bound: -log 1/K sum_k p(x, z_k)/q(z_k | x) in nats, x [B, ...] -> [B].
 
         K samples run as `chunk`-sized replicas of the batch, so memory stays that of a
-        B * chunk batch."""
+        B * chunk batch. Inside an accelerated evaluation step each chunk runs in its mode."""
         K = samples or self.hparams.iwae_samples
         chunk = min(chunk or self.hparams.iwae_chunk, K)
-        B = x.shape[0]
+        B, Z = x.shape[0], self.hparams.z_size
         log_ws = []
         for start in range(0, K, chunk):
             k = min(chunk, K - start)
             xr = x.repeat_interleave(k, dim=0)  # [B * k, ...], rows b*k .. b*k+k-1 are image b
-            log_ws.append(self.negative_elbo(xr)["log_w"].view(B, k))
+            noise = torch.randn(self.T, B * k, Z, device=x.device, dtype=x.dtype)
+            log_ws.append(self.accel.call(self, "iwae", self._log_w, (xr, noise), whole=False).view(B, k))
         log_w = torch.cat(log_ws, 1)  # [B, K]
         return -(torch.logsumexp(log_w.double(), 1) - math.log(K)).to(x.dtype)
 
@@ -219,39 +245,49 @@ class DRAW(ZooModule):
             return torch.bernoulli(images)
         return fixed_binarize(images, self.hparams.binarize_seed)
 
-    def training_step(self, batch, batch_idx):
+    # ------------------------------------------------------------------ steps (zoo.models.accel)
+    def train_inputs(self, batch):
         x = self._binarize(batch[0], train=True)
-        terms = self.negative_elbo(x)
-        loss = terms["nelbo"].mean()
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/kl", terms["kl"].mean())
-        return loss
+        return x, torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)
 
-    def validation_step(self, batch, batch_idx):
+    def train_loss(self, x, noise):
+        terms = self.negative_elbo(x, noise)
+        loss = terms["nelbo"].mean()
+        return loss, {"loss": loss.detach(), "kl": terms["kl"].mean().detach()}
+
+    def eval_inputs(self, batch, stage):
+        # fixed binarization: the same binary images for every model, batch size and order
         x = self._binarize(batch[0], train=False)
-        terms = self.negative_elbo(x)
-        B = x.shape[0]
-        self.log("val/loss", terms["nelbo"].mean(), prog_bar=True, batch_size=B, sync_dist=True)
-        self.log("val/rec", terms["rec"].mean(), batch_size=B, sync_dist=True)
-        self.log("val/kl", terms["kl"].mean(), batch_size=B, sync_dist=True)
+        return x, torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)
+
+    def eval_metrics(self, stage, x, noise):
+        terms = self.negative_elbo(x, noise)
+        metrics = {"nelbo" if stage == "test" else "loss": terms["nelbo"].mean(), "rec": terms["rec"].mean(),
+                   "kl": terms["kl"].mean()}
+        if stage == "test":
+            metrics["kl_steps"] = terms["kl_steps"].mean(1)  # [T]
+        return metrics
+
+    def log_step_metrics(self, stage, metrics, batch_size):
+        kl_steps = metrics.pop("kl_steps", None)
+        super().log_step_metrics(stage, metrics, batch_size)
+        if kl_steps is not None:
+            for t in range(self.T):
+                self.log(f"test/kl_step{t + 1:03d}", kl_steps[t], batch_size=batch_size, sync_dist=True)
 
     def test_step(self, batch, batch_idx):
-        x = self._binarize(batch[0], train=False)
-        terms = self.negative_elbo(x)
-        B = x.shape[0]
-        self.log("test/nelbo", terms["nelbo"].mean(), batch_size=B, sync_dist=True)
-        self.log("test/rec", terms["rec"].mean(), batch_size=B, sync_dist=True)
-        self.log("test/kl", terms["kl"].mean(), batch_size=B, sync_dist=True)
-        kl_steps = terms["kl_steps"].mean(1)
-        for t in range(self.T):
-            self.log(f"test/kl_step{t + 1:03d}", kl_steps[t], batch_size=B, sync_dist=True)
+        metrics = self.accel.eval_step(self, batch, "test")
+        x = batch[0]
         limit = self.hparams.iwae_batches  # IWAE costs K forward passes: optionally a prefix only
         if limit is None or batch_idx < limit:
-            self.log(f"test/iwae_k{self.hparams.iwae_samples}", self.iwae_bound(x).mean(),
-                     batch_size=B, sync_dist=True)
+            with self.accel.running(self, "eval"):
+                x = self._binarize(x, train=False)
+                metrics[f"iwae_k{self.hparams.iwae_samples}"] = self.iwae_bound(x).mean()
+        self.log_step_metrics("test", metrics, x.shape[0])
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas))
+        hp = self.hparams
+        return optim.configure(self, self.parameters(), "adam", lr=hp.lr, betas=hp.betas)
 
     @torch.no_grad()
     def attention_figures(self, batch) -> dict:
@@ -278,13 +314,17 @@ class DRAWClassifier(ClassifierModule):
     images [B, C, S, S] in [0, 1] -> logits [B, num_classes]."""
 
     family = "draw_classifier"
+    # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
+    # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
+    accel_cpu_compile_min_steps = 4000
 
     def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,
                  read_n: int = 12, hidden_size: int = 256, glimpse_hidden: int = 256,
                  lr: float = 1e-3, weight_decay: float = 0.0, cosine_schedule: bool = True,
-                 read_init: str = "whole_image", num_figure_images: int = 8):
+                 read_init: str = "whole_image", num_figure_images: int = 8, accel: str = "auto"):
         super().__init__()
         self.save_hyperparameters()
+        check_mode(accel, "DRAWClassifier")
         if read_init not in ("whole_image", "default"):
             raise UserError(f"DRAWClassifier: read_init must be whole_image or default, got '{read_init}'")
         S = _check_size(image_size, "image_size")

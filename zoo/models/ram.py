@@ -30,6 +30,10 @@ probabilities over M sampled trajectories (`acc_mc{M}`, M = `eval_samples`; the 
 "M=10" Monte-Carlo evaluation); the accuracy of the classifier read after each glimpse count
 1..T on the deterministic trajectory (`acc_glimpses_t`; the classifier is trained on h_T only);
 and the random-glimpse ablation (`acc_random`: the same model, locations uniform in the image).
+
+Speed (`accel`, zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn
+glimpse by glimpse from the global or the evaluation generator), so eager, compiled and
+CUDA-graphed steps consume the same random stream.
 """
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ from torch import nn
 
 from zoo.attention.glimpse import Retina
 from zoo.errors import UserError
+from zoo.models import optim
+from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
 
 POLICIES = ("sample", "mean", "random")
@@ -71,6 +77,9 @@ class RAM(ZooModule):
     """images [B, C, H, W] in [0, 1] -> logits [B, num_classes] after `num_glimpses` glimpses."""
 
     family = "ram"
+    # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
+    # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
+    accel_cpu_compile_min_steps = 5000
 
     def __init__(
         self,
@@ -112,9 +121,12 @@ class RAM(ZooModule):
         eval_samples: int = 10,
         eval_seed: int = 0,
         num_figures: int = 4,
+        # speed (zoo.models.accel): eager | compile | graph | auto
+        accel: str = "auto",
     ):
         super().__init__()
         self.save_hyperparameters()
+        check_mode(accel, "RAM")
         checks = {"core": (core, ("rnn", "lstm")), "location_policy": (location_policy, ("learned", "random")),
                   "location_mean": (location_mean, ("tanh", "linear")),
                   "std_mode": (std_mode, ("fixed", "learnable", "annealed")),
@@ -130,7 +142,7 @@ class RAM(ZooModule):
         self.image_hw = (int(size[0]), int(size[1]))
         try:
             retina = Retina(patch_size, num_scales, scale_factor, method=retina_method,
-                            subpixel=retina_subpixel)
+                            subpixel=retina_subpixel, image_size=self.image_hw)
         except ValueError as exc:
             raise UserError(f"RAM: {exc}") from None
         self.glimpse = GlimpseNetwork(retina, in_chans, glimpse_hidden, location_hidden, glimpse_dim)
@@ -171,31 +183,59 @@ class RAM(ZooModule):
             raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected} "
                             "(RAM's coordinates are tied to its image size)")
 
+    def policy_noise(self, policy: str, batch_size: int, like: torch.Tensor,
+                     generator: torch.Generator | None = None) -> torch.Tensor | None:
+        """The random draws of one rollout, [T, B, 2]: standard normals for "sample", uniforms in
+        [0, 1) for "random", None for "mean". Drawn glimpse by glimpse, in the order a rollout
+        consumes them, on `like`'s device and dtype."""
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}")
+        if policy == "mean":
+            return None
+        draw = torch.randn if policy == "sample" else torch.rand
+        return torch.stack([draw((batch_size, 2), generator=generator, device=like.device, dtype=like.dtype)
+                            for _ in range(self.hparams.num_glimpses)])
+
+    def _std_input(self, like: torch.Tensor) -> float | torch.Tensor | None:
+        """The annealed sigma as a step input (it changes every step; compiled and graphed steps
+        take it as a tensor). None otherwise: a fixed sigma is a constant and a learnable one is
+        computed inside the step, where its gradient flows."""
+        if self.hparams.std_mode != "annealed":
+            return None
+        std = self.current_std()
+        if self.accel.active == "eager":
+            return std
+        return torch.full((), std, device=like.device, dtype=like.dtype)
+
     def rollout(self, images: torch.Tensor, policy: str = "sample",
-                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+                generator: torch.Generator | None = None, noise: torch.Tensor | None = None,
+                std: float | torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Run all T glimpses. images [B, C, H, W]; policy "sample" (Gaussian), "mean"
-        (deterministic) or "random" (uniform in [-1, 1]^2). Returns
-        logits [B, classes] (from h_T), step_logits [B, T, classes] (classifier on every h_t),
-        locations [B, T, 2] (clamped, as read), log_probs [B, T], baselines [B, T]."""
+        (deterministic) or "random" (uniform in [-1, 1]^2); noise: the policy's draws
+        (`policy_noise`; drawn here from `generator` when None); std: sigma (`current_std()` when
+        None). Returns logits [B, classes] (from h_T), step_logits [B, T, classes] (classifier on
+        every h_t), locations [B, T, 2] (clamped, as read), log_probs [B, T], baselines [B, T]."""
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}")
         B, T = images.shape[0], self.hparams.num_glimpses
+        if noise is None:
+            noise = self.policy_noise(policy, B, images, generator)
         h = images.new_zeros(B, self.hparams.hidden_size)
         c = torch.zeros_like(h) if self.hparams.core == "lstm" else None
-        std = self.current_std()  # a float, or a 0-d tensor when learnable (no host round trip)
+        if std is None:
+            std = self.current_std()  # a float, or a 0-d tensor when learnable (no host round trip)
         log_std = torch.log(std) if isinstance(std, torch.Tensor) else math.log(std)
         states, locations, log_probs, baselines = [], [], [], []
-        for _ in range(T):
+        for t in range(T):
             # The switch: a detached state keeps REINFORCE inside the location network.
             h_policy = h if self.hparams.reinforce_to_core else h.detach()
             mu = self.location_mean(h_policy)  # [B, 2]
             if policy == "sample":
-                noise = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
-                raw = (mu + std * noise).detach()  # the action is a constant for every gradient
+                raw = (mu + std * noise[t]).detach()  # the action is a constant for every gradient
             elif policy == "mean":
                 raw = mu.detach()
             else:
-                raw = torch.rand(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype) * 2 - 1
+                raw = noise[t] * 2 - 1
             # log pi(l_t | h_{t-1}) of the raw sample, before clamping (eq. 2): the clamp is part
             # of the environment, not of the policy whose density REINFORCE differentiates.
             log_prob = (-((raw - mu) ** 2) / (2 * std ** 2) - log_std).sum(-1) - math.log(2 * math.pi)  # [B]
@@ -243,15 +283,22 @@ class RAM(ZooModule):
     def _eval_policy(self) -> str:
         return "random" if self.hparams.location_policy == "random" else "mean"
 
-    def training_step(self, batch, batch_idx):
+    # ------------------------------------------------------------------ steps (zoo.models.accel)
+    def train_inputs(self, batch):
         images, labels = batch
-        out = self.rollout(images, self._train_policy())
+        noise = self.policy_noise(self._train_policy(), images.shape[0], images)
+        return images, labels, noise, self._std_input(images)
+
+    def train_loss(self, images, labels, noise, std):
+        out = self.rollout(images, self._train_policy(), noise=noise, std=std)
         terms = self.losses(out, labels)
-        for key, value in terms.items():
-            self.log(f"train/{key}", value, prog_bar=key == "loss")
-        std = self.current_std()
-        self.log("train/std", std.detach() if isinstance(std, torch.Tensor) else float(std))
-        return terms["loss"]
+        return terms["loss"], {key: value.detach() for key, value in terms.items()}
+
+    def log_step_metrics(self, stage, metrics, batch_size):
+        super().log_step_metrics(stage, metrics, batch_size)
+        if stage == "train":
+            std = self.current_std()
+            self.log("train/std", std.detach() if isinstance(std, torch.Tensor) else float(std))
 
     # ------------------------------------------------------------------ evaluation
     def _generator(self) -> torch.Generator:
@@ -265,33 +312,39 @@ class RAM(ZooModule):
     def on_test_epoch_start(self) -> None:
         self._eval_generator = self._generator()
 
-    def validation_step(self, batch, batch_idx):
+    def eval_inputs(self, batch, stage):
+        """The batch and, from the evaluation generator, the draws of the deterministic (none
+        unless the policy is random), sampled, and for "test" the M-sample and random rollouts."""
         images, labels = batch
-        n = images.shape[0]
-        det = self.rollout(images, self._eval_policy(), self._eval_generator)
-        sampled = self.rollout(images, self._train_policy(), self._eval_generator)
-        self.log("val/loss", F.cross_entropy(det["logits"], labels), prog_bar=True, sync_dist=True, batch_size=n)
-        self.log("val/acc", _accuracy(det["logits"], labels), prog_bar=True, sync_dist=True, batch_size=n)
-        self.log("val/acc_sampled", _accuracy(sampled["logits"], labels), sync_dist=True, batch_size=n)
+        n, gen, train_policy = images.shape[0], self._eval_generator, self._train_policy()
+        inputs = [images, labels, self.policy_noise(self._eval_policy(), n, images, gen),
+                  self.policy_noise(train_policy, n, images, gen)]
+        if stage == "test":
+            inputs += [self.policy_noise(train_policy, n * self.hparams.eval_samples, images, gen),
+                       self.policy_noise("random", n, images, gen)]
+        return (*inputs, self._std_input(images))
 
-    def test_step(self, batch, batch_idx):
-        images, labels = batch
+    def eval_metrics(self, stage, images, labels, det_noise, sampled_noise, *rest):
         n, hp = images.shape[0], self.hparams
-        gen = self._eval_generator
-        det = self.rollout(images, self._eval_policy(), gen)
+        std = rest[-1]
+        det = self.rollout(images, self._eval_policy(), noise=det_noise, std=std)
+        sampled = self.rollout(images, self._train_policy(), noise=sampled_noise, std=std)
         metrics = {"loss": F.cross_entropy(det["logits"], labels), "acc": _accuracy(det["logits"], labels)}
+        if stage != "test":
+            metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
+            return metrics
+        many_noise, random_noise = rest[0], rest[1]
         metrics["error_pct"] = 100 * (1 - metrics["acc"])
-        metrics["acc_sampled"] = _accuracy(self.rollout(images, self._train_policy(), gen)["logits"], labels)
+        metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
         # M trajectories per image in one batched rollout; average the class probabilities
         m = hp.eval_samples
-        many = self.rollout(images.repeat_interleave(m, 0), self._train_policy(), gen)["logits"]
+        many = self.rollout(images.repeat_interleave(m, 0), self._train_policy(), noise=many_noise, std=std)["logits"]
         probs = many.softmax(-1).view(n, m, -1).mean(1)
         metrics[f"acc_mc{m}"] = _accuracy(probs, labels)
         for t in range(hp.num_glimpses):
             metrics[f"acc_glimpses_{t + 1}"] = _accuracy(det["step_logits"][:, t], labels)
-        metrics["acc_random"] = _accuracy(self.rollout(images, "random", gen)["logits"], labels)
-        for key, value in metrics.items():
-            self.log(f"test/{key}", value, sync_dist=True, batch_size=n)
+        metrics["acc_random"] = _accuracy(self.rollout(images, "random", noise=random_noise, std=std)["logits"], labels)
+        return metrics
 
     # ------------------------------------------------------------------ figures
     @torch.no_grad()
@@ -329,15 +382,9 @@ class RAM(ZooModule):
     def configure_optimizers(self):
         hp = self.hparams
         params = [p for p in self.parameters() if p.requires_grad]
-        if hp.optimizer == "sgd":  # the paper: SGD with momentum 0.9
-            optimizer = torch.optim.SGD(params, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
-        else:
-            optimizer = torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay)
-        if hp.lr_schedule == "none":
-            return optimizer
-        epochs = max(1, (self.trainer.max_epochs if self._trainer is not None else None) or 1)
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+        # the paper: SGD with momentum 0.9; the recipes: Adam
+        return optim.configure(self, params, hp.optimizer, lr=hp.lr, momentum=hp.momentum,
+                               weight_decay=hp.weight_decay, schedule=hp.lr_schedule)
 
 
 def _accuracy(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

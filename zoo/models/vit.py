@@ -10,8 +10,9 @@ Training for small data: AdamW (no weight decay on biases, norms, position embed
 token), linear warm-up then cosine decay per step, label smoothing, stochastic depth, and batch
 augmentation on the batch's device (`zoo.data.augment`: random translation, flips, erasing, mixup).
 
-Speed switches (all off by default, which is right on CPU): `bf16` autocast, `compile`
-(torch.compile of the forward), `channels_last`.
+Speed: `accel` (zoo.models.accel: eager | compile | graph | auto; auto compiles on CUDA and on
+CPU runs long enough to pay for it), `bf16` autocast, `channels_last`; `compile: true` is the
+older spelling of `accel: compile`. AdamW runs its fused kernel in every mode.
 
 Pretrained weights:
 - `zoo.create_model("vit_fmnist", pretrained=True)`: our released Fashion-MNIST weights;
@@ -22,7 +23,7 @@ A checkpoint of this model stores its weights, so its config records neither of 
 """
 from __future__ import annotations
 
-import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -30,22 +31,17 @@ import torch.nn.functional as F
 from zoo.backbones import build_backbone
 from zoo.data.augment import BatchAugment, mixup
 from zoo.errors import UserError
+from zoo.models import optim
+from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
-
-
-def make_adamw(groups: list[dict], **kwargs) -> torch.optim.AdamW:
-    """AdamW with the fused kernel (one pass over all parameters, on CPU and GPU alike) where the
-    parameters allow it; the default implementation otherwise."""
-    try:
-        return torch.optim.AdamW(groups, fused=True, **kwargs)
-    except (RuntimeError, ValueError):
-        return torch.optim.AdamW(groups, **kwargs)
 
 
 class ViTClassifier(ZooModule):
     """images [B, in_chans, H, W] in [0, 1] -> logits [B, num_classes]."""
 
     family = "vit"
+    accel_cuda = "compile"  # a compute-bound transformer: fused kernels matter more than launches
+    eager_optimizer_impl = "fused"
 
     def __init__(self, model_name: str = "vit_tiny_patch16_224", img_size: int = 28, patch_size: int = 4,
                  in_chans: int = 1, num_classes: int = 10, depth: int | None = 6, embed_dim: int | None = 96,
@@ -61,11 +57,12 @@ class ViTClassifier(ZooModule):
                  translate: int = 0, hflip: float = 0.0, erase: float = 0.0, erase_area: float = 0.1,
                  mixup_alpha: float = 0.0,
                  # speed
-                 bf16: bool = False, compile: bool = False, channels_last: bool = False,
+                 bf16: bool = False, compile: bool = False, channels_last: bool = False, accel: str = "auto",
                  # figures
                  class_names: list[str] | None = None, figure_images: int = 4):
         super().__init__()
         self.save_hyperparameters()
+        check_mode(accel, "ViT")
         self.backbone = build_backbone(
             "timm_vit", model_name=model_name, img_size=img_size, patch_size=patch_size, in_chans=in_chans,
             depth=depth, embed_dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, num_classes=num_classes,
@@ -73,7 +70,6 @@ class ViTClassifier(ZooModule):
             attn_drop_rate=attn_drop_rate, pretrained=pretrained, pretrained_file=pretrained_file,
             mean=mean, std=std, conv_stem=conv_stem, conv_stem_blocks=conv_stem_blocks, model_kwargs=model_kwargs)
         self.augment = BatchAugment(translate, hflip, erase, erase_area)
-        self._compiled = None
 
     # ------------------------------------------------------------------ config
     def zoo_config(self) -> dict:
@@ -98,6 +94,9 @@ class ViTClassifier(ZooModule):
     def setup(self, stage: str | None = None) -> None:
         self.speed_setup()
 
+    def accel_requested(self) -> str:
+        return "compile" if self.hparams.compile and self.hparams.accel == "auto" else self.hparams.accel
+
     # ------------------------------------------------------------------ forward
     def check_images(self, images: torch.Tensor) -> None:
         expected = (self.hparams.in_chans, *self.img_size)
@@ -113,46 +112,39 @@ class ViTClassifier(ZooModule):
         self.check_images(images)
         if self.hparams.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        run = self._logits
-        if self.hparams.compile:
-            if self._compiled is None:
-                self._compiled = torch.compile(self._logits)
-            run = self._compiled
-        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=bool(self.hparams.bf16)):
-            logits = run(images)
+        # entered only when on: a disabled autocast still leaves a node that torch.export cannot save
+        autocast = torch.autocast(images.device.type, dtype=torch.bfloat16) if self.hparams.bf16 else nullcontext()
+        with autocast:
+            logits = self._logits(images)
         return logits.float()
 
-    # ------------------------------------------------------------------ steps
-    def training_step(self, batch, batch_idx):
+    # ------------------------------------------------------------------ steps (zoo.models.accel)
+    def train_inputs(self, batch):
+        """Augmented images and labels, with mixup's partner labels and weight when it is on."""
         images, labels = batch
         images = self.augment(images)
-        smoothing = self.hparams.label_smoothing
         if self.hparams.mixup_alpha > 0:
             images, labels, partner, lam = mixup(images, labels, self.hparams.mixup_alpha)
-            logits = self(images)
+            return images, labels, partner, lam
+        return images, labels
+
+    def train_loss(self, images, labels, partner=None, lam=None):
+        smoothing = self.hparams.label_smoothing
+        logits = self(images)
+        if partner is None:
+            loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
+        else:
             loss = (lam * F.cross_entropy(logits, labels, label_smoothing=smoothing)
                     + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=smoothing))
-        else:
-            logits = self(images)
-            loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/acc", (logits.argmax(-1) == labels).float().mean())
-        return loss
+        return loss, {"loss": loss.detach(), "acc": (logits.argmax(-1) == labels).float().mean()}
 
-    def _evaluate(self, batch, stage: str):
-        images, labels = batch
+    def eval_metrics(self, stage, images, labels):
         logits = self(images)
         wrong = (logits.argmax(-1) != labels).float().mean()
-        self.log(f"{stage}/loss", F.cross_entropy(logits, labels), prog_bar=stage == "val", sync_dist=True)
-        self.log(f"{stage}/acc", 1 - wrong, prog_bar=stage == "val", sync_dist=True)
+        metrics = {"loss": F.cross_entropy(logits, labels), "acc": 1 - wrong}
         if stage == "test":
-            self.log("test/error_pct", 100 * wrong, sync_dist=True)
-
-    def validation_step(self, batch, batch_idx):
-        self._evaluate(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        self._evaluate(batch, "test")
+            metrics["error_pct"] = 100 * wrong
+        return metrics
 
     # ------------------------------------------------------------------ optimisation
     def parameter_groups(self) -> list[dict]:
@@ -169,21 +161,8 @@ class ViTClassifier(ZooModule):
 
     def configure_optimizers(self):
         hp = self.hparams
-        optimizer = make_adamw(self.parameter_groups(), lr=hp.lr, betas=tuple(hp.betas))
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else None
-        per_epoch = total / epochs if epochs else max(1, self.trainer.num_training_batches)
-        warmup = min(int(round(hp.warmup_epochs * per_epoch)), total - 1)
-        floor = hp.min_lr / hp.lr
-
-        def factor(step: int) -> float:
-            if step < warmup:  # linear warm-up from lr / warmup to lr
-                return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return optim.configure(self, self.parameter_groups(), "adamw", lr=hp.lr, betas=hp.betas,
+                               schedule="warmup_cosine", warmup_epochs=hp.warmup_epochs, min_lr=hp.min_lr)
 
     # ------------------------------------------------------------------ attention
     @torch.no_grad()

@@ -6,7 +6,9 @@ import colorsys
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
+
+from zoo.viz.common import font, to_rgb_uint8
 
 DISPLAY_SIZE = 300  # the longer image side in the figure, in pixels
 HEADER = 22
@@ -22,13 +24,6 @@ def step_colours(n: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _font(size: int):
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1
-        return ImageFont.load_default()
-
-
 def draw_glimpses(image: torch.Tensor | np.ndarray, boxes: torch.Tensor | np.ndarray, predicted: str,
                   label: str | None = None, confidence: float | None = None,
                   display_size: int = DISPLAY_SIZE) -> Image.Image:
@@ -37,21 +32,18 @@ def draw_glimpses(image: torch.Tensor | np.ndarray, boxes: torch.Tensor | np.nda
 
     Each glimpse has its own colour; its smallest box is drawn thick and numbered t + 1, its larger
     scales thin. Boxes may extend past the image: a margin shows them, clipped to the figure."""
-    image = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)
-    image = image.detach().float().cpu().clamp(0, 1)
+    pixels = to_rgb_uint8(image)
     boxes = torch.as_tensor(np.asarray(boxes) if not isinstance(boxes, torch.Tensor) else boxes)
     boxes = boxes.detach().double().cpu()
-    C, H, W = image.shape
+    H, W = pixels.shape[:2]
     zoom = max(1, round(display_size / max(H, W)))
     margin = max(8, display_size // 10)
-    pixels = (image.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
-    picture = Image.fromarray(pixels[..., 0] if C == 1 else pixels).convert("RGB")
-    picture = picture.resize((W * zoom, H * zoom), Image.NEAREST)
+    picture = Image.fromarray(pixels).resize((W * zoom, H * zoom), Image.NEAREST)
     canvas = Image.new("RGB", (W * zoom + 2 * margin, H * zoom + 2 * margin + HEADER), (40, 40, 40))
     top = HEADER + margin
     canvas.paste(picture, (margin, top))
     draw = ImageDraw.Draw(canvas)
-    font = _font(12)
+    small = font(12)
 
     def to_canvas(x: float, y: float) -> tuple[float, float]:
         return margin + x * zoom, top + y * zoom
@@ -71,7 +63,7 @@ def draw_glimpses(image: torch.Tensor | np.ndarray, boxes: torch.Tensor | np.nda
         r = 3
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=colours[t])
         x0, y0 = to_canvas(*boxes[t, 0, :2].tolist())
-        draw.text((x0 + 2, y0 + 1), str(t + 1), fill=colours[t], font=font, stroke_width=1,
+        draw.text((x0 + 2, y0 + 1), str(t + 1), fill=colours[t], font=small, stroke_width=1,
                   stroke_fill=(0, 0, 0))
     title = f"pred: {predicted}" + (f" ({confidence:.0%})" if confidence is not None else "")
     colour = (255, 255, 255)
@@ -79,5 +71,5 @@ def draw_glimpses(image: torch.Tensor | np.ndarray, boxes: torch.Tensor | np.nda
         title += f"   true: {label}"
         colour = (120, 230, 120) if label == predicted else (255, 120, 120)
     draw.rectangle([0, 0, canvas.width, HEADER], fill=(0, 0, 0))
-    draw.text((6, 4), title, fill=colour, font=font)
+    draw.text((6, 4), title, fill=colour, font=small)
     return canvas

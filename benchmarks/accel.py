@@ -1,0 +1,255 @@
+"""Acceleration modes (zoo.models.accel) against eager: training images/s of every family's whole
+step (random draws, forward, loss, backward, gradient clipping, optimizer step), at the recipe's
+batch and at batch 1000, with the compile time beside it.
+
+    python benchmarks/accel.py                                   # every family, CPU (+ CUDA when present)
+    python benchmarks/accel.py --families ram draw --batches recipe --rounds 3 --threads 1
+
+Each family runs its recipe's model (configs/...) on random images of the recipe's size, with
+the recipe's optimizer and gradient clipping. Per batch size one model per mode is built from the
+same seed; the first step of each non-eager mode is timed alone (it compiles or captures:
+`first_step_s`, and `compile_s` = first step minus a steady step), with torch.compile's on-disk
+caches off unless `--warm-cache` (a first run on a machine compiles from scratch). Then rounds
+alternate the modes (in a rotating order) in this one process, `--steps` timed steps each, so
+that load from other processes on a shared machine hits every mode alike; throughput is batch /
+median step time, and each ratio to eager is the median over rounds of the per-round ratios.
+
+`default` names the mode `accel: auto` picks for the recipe's run on this device; on CPU compiling
+pays off after `break_even_steps` = compile_s / (eager step - compiled step) optimizer steps, to
+be compared with the recipe's own number of steps (`recipe_steps`).
+
+Families: ram (cluttered-60), draw (T=64), draw_classifier (cluttered-100), vit (fmnist),
+baseline (small CNN, cluttered-60), and sat_soft / sat_hard / beam, which run once the captioner
+implements the accel contract (a printed note skips them otherwise).
+Writes results/bench_accel_<cpu|cuda>.json (device, torch version, commit).
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from zoo.registry import import_class  # noqa: E402
+from zoo.results import write_json  # noqa: E402
+
+RECIPES = {
+    "ram": "configs/ram/fmnist_cluttered60.yaml",
+    "draw": "configs/draw/fmnist.yaml",
+    "draw_classifier": "configs/draw/cluttered100_classifier.yaml",
+    "vit": "configs/vit/fmnist.yaml",
+    "baseline": "configs/baseline/smallcnn_cluttered60.yaml",
+    "sat_soft": "configs/sat/soft_scenes.yaml",
+    "sat_hard": "configs/sat/hard_scenes.yaml",
+}
+CAPTIONER_ENTRIES = ("sat_soft", "sat_hard", "beam")
+TRAIN_SIZE = 55000  # Fashion-MNIST train minus the recipes' 5000 validation images (FashionScenes: num_train)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def load_recipe(name: str) -> dict:
+    config = yaml.safe_load((ROOT / RECIPES[name]).read_text())
+    data = config["data"]["init_args"]
+    return {"path": RECIPES[name], "class_path": config["model"]["class_path"],
+            "init_args": dict(config["model"].get("init_args") or {}), "batch_size": int(data["batch_size"]),
+            "train_size": int(data.get("num_train") or TRAIN_SIZE),
+            "clip": (config.get("trainer") or {}).get("gradient_clip_val"),
+            "max_epochs": int((config.get("trainer") or {}).get("max_epochs") or 10)}
+
+
+def image_shape(model) -> tuple[int, int, int]:
+    hp = model.hparams
+    if "img_size" in hp:  # ViT
+        return hp.in_chans, hp.img_size, hp.img_size
+    size = hp.image_size
+    h, w = (size, size) if isinstance(size, int) else size
+    return hp.in_chans, h, w
+
+
+CAPTION_LENGTH, VOCAB_WORDS = 16, 60  # SAT: captions padded to one length bucket; a synthetic vocabulary
+
+
+def build(recipe: dict, mode: str, device: torch.device):
+    """The recipe's model in `mode`, seeded, on `device`, with the recipe's optimizer."""
+    torch.manual_seed(0)
+    cls = import_class(recipe["class_path"])
+    init_args = {**recipe["init_args"], "accel": "eager"}
+    if recipe["class_path"].endswith("Captioner"):
+        from zoo.models.captioner import SPECIALS
+
+        init_args["vocab"] = SPECIALS + [f"w{i}" for i in range(VOCAB_WORDS)]
+    model = cls(**init_args).to(device).train()
+    model.accel.force(mode)
+    configured = model.configure_optimizers()
+    optimizer = configured["optimizer"] if isinstance(configured, dict) else configured
+    return model, optimizer
+
+
+def make_batch(model, batch_size: int, device: torch.device):
+    g = torch.Generator().manual_seed(0)
+    if model.family == "captioner":  # <start> w w ... <end> <pad>..., lengths 4..CAPTION_LENGTH
+        from zoo.models.captioner import END_ID, PAD_ID, SPECIALS, START_ID
+
+        h, w = model.hparams.image_size
+        lengths = torch.randint(4, CAPTION_LENGTH + 1, (batch_size,), generator=g)
+        words = torch.randint(len(SPECIALS), len(SPECIALS) + VOCAB_WORDS, (batch_size, CAPTION_LENGTH), generator=g)
+        position = torch.arange(CAPTION_LENGTH)[None]
+        captions = torch.where(position < lengths[:, None] - 1, words, torch.full_like(words, PAD_ID))
+        captions[torch.arange(batch_size), lengths - 1] = END_ID
+        captions = torch.cat([torch.full((batch_size, 1), START_ID), captions], 1)
+        return {"images": torch.rand(batch_size, 3, h, w, generator=g).to(device), "captions": captions.to(device)}
+    c, h, w = image_shape(model)
+    images = torch.rand(batch_size, c, h, w, generator=g).to(device)
+    labels = torch.randint(0, model.hparams.get("num_classes", 10), (batch_size,), generator=g).to(device)
+    return images, labels
+
+
+def bench(recipe: dict, batch_size: int, modes: list[str], device: torch.device, steps: int, rounds: int) -> dict:
+    torch._dynamo.reset()  # a fresh static compile for this batch size
+    runs = {}
+    for mode in modes:
+        model, optimizer = build(recipe, mode, device)
+        batch = make_batch(model, batch_size, device)
+
+        def step(model=model, optimizer=optimizer, batch=batch):
+            model.accel.fit_step(model, batch, optimizer, recipe["clip"])
+
+        _sync(device)
+        start = time.perf_counter()
+        step()  # eager: warm-up; compile: compiles; graph: warm-up step and capture
+        _sync(device)
+        first = time.perf_counter() - start
+        if mode == "graph":
+            step()  # the first replay
+        runs[mode] = {"step": step, "first_step_s": first, "times": []}
+        print(f"  {mode:8s} first step {first:8.2f} s", flush=True)
+    per_round = []
+    for r in range(rounds):
+        order = modes[r % len(modes):] + modes[:r % len(modes)]
+        this_round = {}
+        for mode in order:
+            times = []
+            for _ in range(steps):
+                _sync(device)
+                start = time.perf_counter()
+                runs[mode]["step"]()
+                _sync(device)
+                times.append(time.perf_counter() - start)
+            runs[mode]["times"] += times
+            this_round[mode] = batch_size / statistics.median(times)
+        per_round.append(this_round)
+        print(f"  round {r}: " + ", ".join(f"{m} {v:9.1f} img/s" for m, v in this_round.items()), flush=True)
+    out = {"batch_size": batch_size, "steps_per_round": steps, "rounds": per_round, "modes": {}}
+    eager_step = statistics.median(runs["eager"]["times"]) if "eager" in runs else None
+    for mode, run in runs.items():
+        median = statistics.median(run["times"])
+        row = {"images_per_s": batch_size / median, "step_s": median, "first_step_s": run["first_step_s"]}
+        if mode != "eager":
+            row["compile_s"] = max(0.0, run["first_step_s"] - median)
+            if eager_step is not None:
+                row["ratio_to_eager"] = statistics.median(r[mode] / r["eager"] for r in per_round)
+                saved = eager_step - median
+                row["break_even_steps"] = math.ceil(row["compile_s"] / saved) if saved > 0 else None
+        out["modes"][mode] = row
+    return out
+
+
+def captioner_ready() -> str | None:
+    """None when the captioner implements the accel contract, else why not."""
+    from zoo.models.captioner import Captioner
+
+    if "accel" not in inspect.signature(Captioner.__init__).parameters:
+        return "the captioner has no `accel` option yet"
+    if "train_loss" not in Captioner.__dict__:
+        return "the captioner does not implement train_inputs/train_loss yet"
+    return None
+
+
+def main(argv=None) -> int:
+    import logging
+    import warnings
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", nargs="+", default=[*RECIPES, "beam"], choices=[*RECIPES, "beam"])
+    parser.add_argument("--batches", nargs="+", default=["recipe", "1000"], help="'recipe' and/or integers")
+    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per mode per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (on a shared machine: 1)")
+    parser.add_argument("--out", help="JSON path (default results/bench_accel_<device>.json)")
+    parser.add_argument("--warm-cache", action="store_true",
+                        help="let torch.compile reuse its on-disk caches (default: off, so compile_s is a "
+                             "first run's cost)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not args.warm_cache:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.force_disable_caches = True
+    devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else (
+        ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
+    if "cuda" in devices and not torch.cuda.is_available():
+        print("accel benchmark: error: --device cuda needs a CUDA device", file=sys.stderr)
+        return 2
+    for name in devices:
+        device = torch.device(name)
+        modes = ["eager", "compile"] + (["graph"] if device.type == "cuda" else [])
+        results, skipped = {}, {}
+        for family in args.families:
+            if family in CAPTIONER_ENTRIES:
+                why = captioner_ready()
+                if why is not None:
+                    print(f"{family}: skipped: {why}", flush=True)
+                    skipped[family] = why
+                    continue
+                if family == "beam":
+                    why = "batched beam search is not accelerated by this benchmark yet"
+                    print(f"{family}: skipped: {why}", flush=True)
+                    skipped[family] = why
+                    continue
+            recipe = load_recipe(family)
+            cls = import_class(recipe["class_path"])
+            steps = math.ceil(recipe["train_size"] / recipe["batch_size"]) * recipe["max_epochs"]
+            entry = {"recipe": recipe["path"], "recipe_batch_size": recipe["batch_size"],
+                     "recipe_steps": steps, "gradient_clip_val": recipe["clip"],
+                     "cpu_compile_min_steps": cls.accel_cpu_compile_min_steps,
+                     "cuda_default": cls.accel_cuda, "batches": []}
+            min_steps = cls.accel_cpu_compile_min_steps
+            entry["default"] = (cls.accel_cuda if device.type == "cuda" else
+                                "compile" if min_steps is not None and steps >= min_steps else "eager")
+            for batch in args.batches:
+                size = recipe["batch_size"] if batch == "recipe" else int(batch)
+                print(f"{family} ({recipe['path']}) on {name}, batch {size}:", flush=True)
+                entry["batches"].append(bench(recipe, size, modes, device, args.steps, args.rounds))
+            results[family] = entry
+        record = {"benchmark": "accel", "device_type": name, "threads": torch.get_num_threads(),
+                  "compile_caches": "warm" if args.warm_cache else "disabled (cold compile times)",
+                  "torch": torch.__version__, "modes": modes, "families": results, "skipped": skipped,
+                  "load_average": list(os.getloadavg()),
+                  "note": "ratios are medians of per-round ratios measured in one process, modes alternating; "
+                          "the machine may have been shared"}
+        out = Path(args.out or ROOT / "results" / f"bench_accel_{name}.json")
+        write_json(out, record)
+        print(f"-> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

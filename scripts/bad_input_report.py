@@ -1,0 +1,155 @@
+"""Run every bad-input case of the entry points as a user would (a real process each) and print a
+table: the case, the exit code, how many lines went to stderr, and the first of them. Each case
+that names code to run checks that its marker file never appears.
+
+    python scripts/bad_input_report.py [--json results/bad_input_report.json]
+
+It writes a tiny Fashion-MNIST (the tests' generator) and its files under a temporary folder; a
+few cases need a short training run, made once.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle  # noqa: F401  (the payload below is what a hostile .ckpt holds)
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+class Payload:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the table as JSON")
+    args = parser.parse_args(argv)
+
+    import torch
+    from PIL import Image
+    from safetensors.torch import save_file
+
+    from conftest import write_fashion_mnist
+    from zoo import hub
+    from zoo.models.baselines import Classifier
+
+    work = Path(tempfile.mkdtemp(prefix="zoo-bad-input-"))
+    data = work / "data"
+    write_fashion_mnist(data, gz=True)
+    env = {**os.environ, "ZOO_DATA_DIR": str(data), "ZOO_CACHE_DIR": str(work / "cache"), "WANDB_MODE": "offline",
+           "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+           "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1", "ZOO_DOWNLOAD_TIMEOUT": "2"}
+    py = sys.executable
+    recipe = str(ROOT / "configs/baseline/mlp_centered.yaml")
+    tiny = ["--data.init_args.val_size=100", "--data.init_args.batch_size=32"]
+
+    def fit(root, *extra):
+        return [py, str(ROOT / "train.py"), "fit", "--config", recipe, f"--trainer.default_root_dir={work / root}",
+                *tiny, *extra]
+
+    # files the cases need
+    marker = work / "MARKER"
+    evil = {"class_path": "os.system", "init_args": {"command": f"touch {marker}"}}
+    save_file({"w": torch.zeros(1)}, str(work / "evil.safetensors"), metadata={"zoo_config": json.dumps(evil)})
+    torch.save({"state_dict": {"w": torch.zeros(1)}, "zoo": evil}, work / "evil_config.ckpt")
+    model = Classifier(arch="mlp", hidden=[8])
+    torch.save({"state_dict": model.state_dict(), "zoo": {**model.zoo_config(), "data": evil}}, work / "evil_data.ckpt")
+    served = work / "served"
+    served.mkdir()
+    torch.save({"state_dict": {}, "epoch": Payload(marker)}, served / "payload.ckpt")
+    (served / "page.safetensors").write_text("<!DOCTYPE html><html>sign in</html>")
+    image = work / "scene.png"
+    Image.new("RGB", (64, 64)).save(image)
+    for name, text in {"empty": "", "list": "- a\n", "invalid": "model: [\n",
+                       "lots": Path(recipe).read_text().replace("batch_size: 128", "batch_size: lots"),
+                       "typo_class": Path(recipe).read_text().replace("baselines.Classifier", "baselines.Clasifier")}.items():
+        (work / f"{name}.yaml").write_text(text)
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    trained = work / "trained"
+    subprocess.run(fit("trained", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
+                       "--trainer.limit_val_batches=1", "--trainer.logger=false"), env=env, capture_output=True,
+                   check=True)
+    half = work / "half" / "checkpoints"
+    half.mkdir(parents=True)
+    good = (trained / "checkpoints" / "last.ckpt").read_bytes()
+    (half / "best-epoch=000.ckpt").write_bytes(good)
+    time.sleep(0.01)
+    (half / "last.ckpt").write_bytes(good[: len(good) // 2])
+
+    zoo = [py, "-m", "zoo.cli"]
+    cases = [
+        ("safetensors config naming os.system: zoo caption", zoo + ["caption", str(image), "--checkpoint", str(work / "evil.safetensors")]),
+        ("safetensors config naming os.system: eval.py", [py, str(ROOT / "eval.py"), "--checkpoint", str(work / "evil.safetensors")]),
+        (".ckpt config naming os.system: eval.py", [py, str(ROOT / "eval.py"), "--checkpoint", str(work / "evil_config.ckpt")]),
+        ("data config naming os.system: eval.py", [py, str(ROOT / "eval.py"), "--checkpoint", str(work / "evil_data.ckpt")]),
+        ("pickle payload at a URL: train.py fit --ckpt_path", fit("r1", "--ckpt_path", f"{url}/payload.ckpt", "--sha256",
+                                                                    hub.sha256_file(served / "payload.ckpt"))),
+        ("pickle payload, local: train.py fit --ckpt_path", fit("r2", "--ckpt_path", str(served / "payload.ckpt"))),
+        ("typo'd key --trainer.max_epoch", fit("r3", "--trainer.max_epoch", "1")),
+        ("missing config file", fit("r4", "--config", str(work / "nope.yaml"))),
+        ("wrong type (batch_size: lots)", fit("r5", "--config", str(work / "lots.yaml"))),
+        ("unknown class (Clasifier)", fit("r6", "--config", str(work / "typo_class.yaml"))),
+        ("empty YAML", fit("r7", "--config", str(work / "empty.yaml"))),
+        ("YAML list", fit("r8", "--config", str(work / "list.yaml"))),
+        ("invalid YAML", fit("r9", "--config", str(work / "invalid.yaml"))),
+        ("--data.init_args.batch_size -5", fit("r10", "--data.init_args.batch_size", "-5")),
+        ("unwritable --trainer.default_root_dir", fit("r11", "--trainer.default_root_dir", "/sys/zoo-run")),
+        ("--ckpt_path last, last.ckpt truncated", fit("half", "--ckpt_path", "last")),
+        ("--ckpt_path with a changed lr", fit("trained", "--ckpt_path", "last", "--model.init_args.lr", "0.5")),
+        ("--ckpt_path a released .safetensors", fit("r12", "--ckpt_path", str(ROOT / "weights/vit_fmnist.safetensors"))),
+        ("a second run into an earlier run's dir", fit("trained")),
+        ("--init_from another family", fit("r13", "--init_from", str(ROOT / "weights/vit_fmnist.safetensors"))),
+        ("eval.py --json unwritable", [py, str(ROOT / "eval.py"), "--checkpoint", str(trained / "checkpoints/last.ckpt"),
+                                        "--json", "/sys/zoo/out.json"]),
+        ("zoo caption --attention-dir under a file", zoo + ["caption", str(image), "--attention-dir", str(image / "x")]),
+        ("zoo glimpses --out under a file", zoo + ["glimpses", str(image), "--model", "ram_fmnist_centered", "--out",
+                                                   str(image / "x")]),
+        ("HTML page as weights (unpinned URL)", zoo + ["caption", str(image), "--checkpoint", f"{url}/page.safetensors"]),
+        ("HTML page as weights (pinned URL)", zoo + ["caption", str(image), "--checkpoint", f"{url}/page.safetensors",
+                                                     "--sha256", "0" * 64]),
+        ("zoo with no command", zoo),
+        ("zoo frobnicate", zoo + ["frobnicate"]),
+    ]
+    rows = []
+    for case, command in cases:
+        result = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=600)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        rows.append({"case": case, "exit": result.returncode, "stderr_lines": len(lines),
+                     "first_line": lines[0] if lines else "", "marker": marker.exists()})
+    server.shutdown()
+    print("| case | exit code | stderr lines | stderr |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['case']} | {r['exit']} | {r['stderr_lines']} | {r['first_line'][:160]} |")
+    print(f"\nmarker file created by any case: {any(r['marker'] for r in rows)}")
+    if args.json:
+        from zoo.results import write_json
+
+        write_json(args.json, {"cases": rows})
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Build the results tables of README.md and docs/results.md from results/*.json: no number in
+them is typed by hand.
+
+    python scripts/results_tables.py           # rewrite the tables in place
+    python scripts/results_tables.py --check   # exit 1 when a committed table differs (the tests run this)
+
+docs/tables.yaml lays the tables out: each row is a label and cells; a cell is a string, or a
+mapping naming a results file (results/<results>.json, a multi-seed summary or one seed) and what
+to show from it:
+    metric: test/acc        the metric, as mean ± std over the seeds (or the single value)
+    scale: 100              multiply first (accuracies in percent)
+    digits: 2               decimals
+    field: seeds | params | epochs | wall_min | device
+                            the seed count, the model's parameter count (built from the recorded
+                            config), the epochs of the run (its recipe's when it trained, or its
+                            command-line override), the training wall time per seed in minutes, the
+                            device
+A document holds a table between `<!-- table:NAME -->` and `<!-- /table -->`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+LAYOUT = ROOT / "docs" / "tables.yaml"
+DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md"]
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> dict:
+    path = ROOT / "results" / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"results_tables: {path.relative_to(ROOT)} does not exist (named in {LAYOUT.name})")
+    return json.loads(path.read_text())
+
+
+def _values(record: dict, metric: str) -> list[float]:
+    value = (record.get("metrics") or {}).get(metric)
+    if value is None:
+        raise SystemExit(f"results_tables: {record.get('name')} has no metric {metric}")
+    if isinstance(value, dict):
+        return [v for v in value["per_seed"] if v is not None]
+    return [value]
+
+
+def metric_cell(record: dict, metric: str, scale: float = 1.0, digits: int = 2) -> str:
+    values = [v * scale for v in _values(record, metric)]
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def _epochs(record: dict) -> int | None:
+    """The run's epochs: its command-line override, else its recipe as it was when it trained."""
+    from zoo.release import load_recipe, recipe_at
+
+    args = record.get("train_args") or []
+    for flag, value in zip(args, args[1:]):
+        if flag == "--trainer.max_epochs":
+            return int(value)
+    recipe = recipe_at(record["recipe"], record.get("git_commit")) or load_recipe(record["recipe"])
+    return (recipe.get("trainer") or {}).get("max_epochs")
+
+
+@lru_cache(maxsize=None)
+def _params(name: str) -> int:
+    from zoo.registry import build
+
+    config = dict(load(name)["config"])
+    config.pop("data", None)
+    init_args = dict(config.get("init_args") or {})
+    for key in ("pretrained", "pretrained_file"):  # the architecture only, no downloads
+        init_args.pop(key, None)
+    return sum(p.numel() for p in build({**config, "init_args": init_args}).parameters())
+
+
+def field_cell(name: str, field: str) -> str:
+    record = load(name)
+    if field == "seeds":
+        return str(len(record.get("seeds") or [record.get("seed")]))
+    if field == "params":
+        return f"{_params(name) / 1e6:.2f} M"
+    if field == "epochs":
+        epochs = _epochs(record)
+        return f"{epochs}" if epochs is not None else "-"
+    if field == "wall_min":  # training time per seed (a summary's own wall time includes evaluation)
+        seeds = record.get("seeds")
+        walls = [load(f"{name}_seed{s}").get("train_wall_time_s") for s in seeds] if seeds else \
+            [record.get("train_wall_time_s")]
+        walls = [w for w in walls if w]
+        return f"{statistics.fmean(walls) / 60:.0f}" if walls else "-"
+    if field == "device":
+        return (record.get("device") or {}).get("device", "-")
+    raise SystemExit(f"results_tables: unknown field {field!r}")
+
+
+def cell(spec) -> str:
+    if not isinstance(spec, dict):
+        return str(spec)
+    name = spec["results"]
+    if "field" in spec:
+        return field_cell(name, spec["field"])
+    return metric_cell(load(name), spec["metric"], spec.get("scale", 1.0), spec.get("digits", 2))
+
+
+def render(table: dict) -> str:
+    header = table["columns"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in table["rows"]:
+        cells = [cell(c) for c in row]
+        if len(cells) != len(header):
+            raise SystemExit(f"results_tables: a row of {len(cells)} cells under {len(header)} columns: {row[0]}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fill(text: str, tables: dict[str, str], source: Path) -> str:
+    out, pos = [], 0
+    while True:
+        start = text.find("<!-- table:", pos)
+        if start < 0:
+            out.append(text[pos:])
+            return "".join(out)
+        head_end = text.index("-->", start) + 3
+        name = text[start + len("<!-- table:"):head_end - 3].strip()
+        end = text.index("<!-- /table -->", head_end)
+        if name not in tables:
+            raise SystemExit(f"results_tables: {source.name} asks for table {name!r}, not in {LAYOUT.name}")
+        out.append(text[pos:head_end] + "\n" + tables[name] + "\n")
+        pos = end
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report tables that differ (exit 1)")
+    args = parser.parse_args(argv)
+    layout = yaml.safe_load(LAYOUT.read_text())
+    tables = {name: render(table) for name, table in layout.items()}
+    stale = []
+    for document in DOCUMENTS:
+        text = document.read_text()
+        new = fill(text, tables, document)
+        if new != text:
+            stale.append(document.relative_to(ROOT))
+            if not args.check:
+                document.write_text(new)
+    if args.check and stale:
+        print(f"results_tables: out of date in {', '.join(map(str, stale))}; run python scripts/results_tables.py",
+              file=sys.stderr)
+        return 1
+    for document in stale:
+        print(f"rewrote the tables of {document}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,516 @@
+"""The acceleration switch (zoo.models.accel): every family's whole training step and evaluation
+step trace with torch.compile(fullgraph=True) without graph breaks, compiled steps equal eager
+(AOT tracing and the real inductor backend), the switch works through Lightning (fit, validation,
+test, checkpoints, resume across modes, DDP, train.py and eval.py), a mode that cannot work falls
+back with one warning, and, on a CUDA device only, captured graphs equal eager and a whole step
+makes no host synchronisation.
+
+Tolerances. The loss and every gradient of a compiled step equal eager's within a relative error
+of 1e-5 (aot_eager: the same ATen kernels, decomposed) or 1e-3 (inductor: fused, reordered float32
+arithmetic), gradients measured by the norm of the difference per tensor (+1e-6 absolute, for
+gradients that are exactly 0 in eager). A captured CUDA graph replays the eager kernels: its
+losses, gradients and parameters must agree within 1e-5.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+import lightning as L
+import pytest
+import torch
+import yaml
+from torch.utils.data import DataLoader, TensorDataset
+
+import zoo
+from conftest import REPO, cli_env, run_cli, tiny_fit_args
+from zoo.errors import UserError
+from zoo.models import accel
+from zoo.models.baselines import Classifier
+from zoo.models.draw import DRAW, DRAWClassifier
+from zoo.models.ram import RAM
+from zoo.models.vit import ViTClassifier
+
+# Short unrolls: tracing time grows with the number of steps.
+RAM_TINY = dict(image_size=20, in_chans=1, num_classes=4, patch_size=4, num_scales=2, num_glimpses=2,
+                glimpse_hidden=16, location_hidden=8, glimpse_dim=24, hidden_size=32, eval_samples=3)
+DRAW_TINY = dict(image_size=12, T=2, enc_size=16, dec_size=16, z_size=3, read_n=3, write_n=4, iwae_samples=4,
+                 iwae_chunk=2)
+CLS_TINY = dict(image_size=16, num_classes=3, T=2, read_n=4, hidden_size=16, glimpse_hidden=16)
+VIT_TINY = dict(model_name="vit_tiny_patch16_224", img_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
+                embed_dim=24, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0)
+
+# name -> (class, hyperparameters, (C, H, W), classes or None for DRAW)
+FAMILIES = {
+    "ram": (RAM, RAM_TINY, (1, 20, 20), 4),
+    "ram_lstm_learnable_to_core": (RAM, {**RAM_TINY, "core": "lstm", "std_mode": "learnable",
+                                         "reinforce_to_core": True, "retina_method": "filterbank"}, (1, 20, 20), 4),
+    "ram_annealed_random": (RAM, {**RAM_TINY, "std_mode": "annealed", "location_policy": "random"}, (1, 20, 20), 4),
+    "draw": (DRAW, DRAW_TINY, (1, 12, 12), None),
+    "draw_noattn": (DRAW, {**DRAW_TINY, "attention": "none"}, (1, 12, 12), None),
+    "draw_classifier": (DRAWClassifier, CLS_TINY, (1, 16, 16), 3),
+    "baseline_cnn": (Classifier, dict(arch="cnn", image_size=16, channels=[4, 8], cnn_hidden=8, dropout=0.0),
+                     (1, 16, 16), 10),
+    "baseline_mlp": (Classifier, dict(arch="mlp", image_size=16, hidden=[16, 16], dropout=0.0), (1, 16, 16), 10),
+    "vit_augment_mixup": (ViTClassifier, {**VIT_TINY, "translate": 2, "hflip": 0.5, "erase": 0.5, "mixup_alpha": 0.4},
+                          (1, 28, 28), 10),
+}
+# one small configuration per family for the real inductor backend (compiling costs seconds to a minute)
+INDUCTOR = ["ram", "draw", "draw_classifier", "baseline_mlp", "vit_augment_mixup"]
+
+
+def build(name: str, mode: str = "eager", **overrides):
+    cls, hparams, _, _ = FAMILIES[name]
+    torch.manual_seed(0)
+    model = cls(**{**hparams, **overrides})
+    model.accel.force(mode)
+    return model
+
+
+def batch(name: str, n: int = 6, seed: int = 0):
+    _, _, (c, h, w), classes = FAMILIES[name]
+    g = torch.Generator().manual_seed(seed)
+    images = torch.rand(n, c, h, w, generator=g)
+    return (images,) if classes is None else (images, torch.randint(0, classes, (n,), generator=g))
+
+
+def grads(model) -> dict[str, torch.Tensor]:
+    return {k: (p.grad.clone() if p.grad is not None else torch.zeros_like(p))
+            for k, p in model.named_parameters() if p.requires_grad}
+
+
+def assert_close_grads(got: dict, want: dict, rel: float) -> None:
+    for key, g in want.items():
+        err = (got[key] - g).norm()
+        assert err <= rel * g.norm() + 1e-6, f"{key}: |diff| {err:.3g} vs |grad| {g.norm():.3g}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _loss_and_grads(model, fn, inputs):
+    model.zero_grad(set_to_none=True)
+    loss, metrics = fn(*inputs)
+    loss.backward()
+    return loss.detach(), metrics, grads(model)
+
+
+# ----------------------------------------------------------------------------- tracing (CPU)
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_whole_training_step_traces_without_graph_breaks_and_equals_eager(name):
+    """fullgraph=True raises on any graph break; the compiled forward + backward must give eager's
+    loss and gradients over a few optimizer steps (the parameters move in between)."""
+    eager = build(name).train()
+    traced = copy.deepcopy(eager)
+    step = torch.compile(traced.train_loss, fullgraph=True, backend="aot_eager")
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
+    opt_t = torch.optim.SGD(traced.parameters(), lr=0.05)
+    for i in range(3):
+        torch.manual_seed(100 + i)
+        inputs = eager.train_inputs(batch(name, seed=i))
+        loss_e, metrics_e, grads_e = _loss_and_grads(eager, eager.train_loss, inputs)
+        loss_t, metrics_t, grads_t = _loss_and_grads(traced, step, inputs)
+        torch.testing.assert_close(loss_t, loss_e, rtol=1e-5, atol=1e-6)
+        assert metrics_t.keys() == metrics_e.keys() and all(v.dim() == 0 for v in metrics_t.values())
+        assert_close_grads(grads_t, grads_e, rel=1e-5)
+        opt_e.step()
+        opt_t.step()
+
+
+# "val" computes a subset of "test" for the classifiers; RAM and DRAW differ between the two
+EVAL_CASES = [(name, "test") for name in FAMILIES] + [("ram", "val"), ("draw", "val")]
+
+
+@pytest.mark.parametrize("name,stage", EVAL_CASES)
+def test_evaluation_step_traces_without_graph_breaks_and_equals_eager(name, stage):
+    model = build(name).eval()
+    if isinstance(model, RAM):
+        model._eval_generator = torch.Generator().manual_seed(0)
+    inputs = model.eval_inputs(batch(name), stage)
+    fn = torch.compile(lambda *x: model.eval_metrics(stage, *x), fullgraph=True, backend="eager")
+    with torch.no_grad():
+        want = model.eval_metrics(stage, *inputs)
+        got = fn(*inputs)
+    assert got.keys() == want.keys() and ("loss" in got or "nelbo" in got)
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-6)
+
+
+def test_draw_compiles_its_cell_not_the_unroll(monkeypatch):
+    """The production granularity for DRAW: one step of eqs. 3-8 traces as one graph, and compile
+    mode compiles exactly that cell (a T=64 unroll would not compile in minutes)."""
+    monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
+    model = build("draw", "compile")
+    x, noise = model.train_inputs(batch("draw"))
+    h = x.new_zeros(x.shape[0], DRAW_TINY["enc_size"])
+    args = (x, torch.zeros_like(x), h, h, h, h, noise[0])
+    traced = torch.compile(model._cell, fullgraph=True, backend="aot_eager")
+    for got, want in zip(traced(*args)[:10], model._cell(*args)[:10]):
+        torch.testing.assert_close(got, want)
+    model.accel.fit_step(model, batch("draw"), torch.optim.Adam(model.parameters()))
+    assert list(model.accel._compiled) == ["cell"]
+
+
+# ----------------------------------------------------------------------------- real inductor (CPU)
+@pytest.mark.parametrize("name", INDUCTOR)
+def test_inductor_steps_equal_eager(name):
+    """Three whole training steps (draws, forward, loss, backward, clipping, optimizer step) with
+    the real inductor backend against eager, from the same parameters each step."""
+    eager, compiled = build(name, "eager").train(), build(name, "compile").train()
+    opt_e = eager.configure_optimizers()
+    opt_c = compiled.configure_optimizers()
+    opt_e = opt_e["optimizer"] if isinstance(opt_e, dict) else opt_e
+    opt_c = opt_c["optimizer"] if isinstance(opt_c, dict) else opt_c
+    assert opt_c.param_groups[0]["fused"] is True  # compile mode's optimizer: the fused kernel
+    for i in range(3):
+        compiled.load_state_dict(eager.state_dict())
+        torch.manual_seed(10 + i)
+        loss_e, metrics_e = eager.accel.fit_step(eager, batch(name, seed=i), opt_e, clip_val=5.0)
+        grads_e = grads(eager)
+        torch.manual_seed(10 + i)
+        loss_c, metrics_c = compiled.accel.fit_step(compiled, batch(name, seed=i), opt_c, clip_val=5.0)
+        torch.testing.assert_close(loss_c, loss_e, rtol=1e-3, atol=1e-5)
+        assert_close_grads(grads(compiled), grads_e, rel=1e-3)
+    assert compiled.accel._compiled  # it did compile
+    # a batch of another size (an epoch's last) runs eagerly instead of compiling again
+    torch.manual_seed(0)
+    loss_small, _ = compiled.accel.fit_step(compiled, batch(name, n=4), opt_c)
+    assert torch.isfinite(loss_small)
+    assert [signature[0][0][0] for signature in compiled.accel._shapes["train"]] == [6]
+
+
+def test_a_few_fixed_shapes_each_get_a_graph(monkeypatch):
+    """A family with a few fixed batch shapes (caption length buckets) raises accel_max_shapes:
+    each of the first shapes is compiled, any further one runs eagerly."""
+    monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
+    monkeypatch.setattr(Classifier, "accel_max_shapes", 2)
+    model = build("baseline_mlp", "compile")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for n in (6, 4, 6, 5):
+        model.accel.fit_step(model, batch("baseline_mlp", n=n), opt)
+    assert [signature[0][0][0] for signature in model.accel._shapes["train"]] == [6, 4]
+
+
+# ----------------------------------------------------------------------------- modes and fallbacks
+def test_unknown_mode_is_a_user_error():
+    for cls, hparams in ((RAM, RAM_TINY), (DRAW, DRAW_TINY), (DRAWClassifier, CLS_TINY), (ViTClassifier, VIT_TINY),
+                         (Classifier, {"arch": "mlp"})):
+        with pytest.raises(UserError, match="accel must be one of auto, eager, compile, graph"):
+            cls(**hparams, accel="fast")
+
+
+def test_train_py_rejects_an_unknown_mode_with_one_line(tmp_path, tiny_data_dir):
+    args = tiny_fit_args("configs/baseline/mlp_centered.yaml", tmp_path / "r", "--model.init_args.accel=turbo")
+    rc, out, err = run_cli(args, cwd=tmp_path, env=cli_env(tiny_data_dir))
+    assert rc == 2, err[-3000:]
+    lines = [line for line in err.splitlines() if "error" in line.lower()]
+    assert len(lines) == 1 and lines[0].startswith("train.py: error:") and "turbo" in lines[0]
+
+
+def _loaders(name: str, n: int = 40, batch_size: int = 16):
+    data = TensorDataset(*batch(name, n=n, seed=5))
+    return DataLoader(data, batch_size=batch_size, shuffle=True), DataLoader(data, batch_size=batch_size)
+
+
+def _fit(model, name: str, root, epochs: int = 1, ckpt_path=None, **trainer_kwargs):
+    L.seed_everything(0)
+    train, val = _loaders(name)
+    trainer = L.Trainer(max_epochs=epochs, default_root_dir=root, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", num_sanity_val_steps=0,
+                        gradient_clip_val=5.0, **trainer_kwargs)
+    trainer.fit(model, train, val, ckpt_path=ckpt_path)
+    return trainer
+
+
+def _resolved(model) -> dict[str, str]:
+    return {key[2]: mode for key, mode in model.accel._modes.items()}
+
+
+@pytest.mark.parametrize("name", ["ram", "draw"])  # a whole-step family and a cell-compiling one
+def test_compiled_fit_validate_test_and_checkpoints(name, tmp_path, monkeypatch):
+    """Through Lightning: training and evaluation steps compiled (AOT tracing for speed), the
+    epoch's smaller last batch eager, checkpoints with the module's own keys, and a resume in
+    eager mode from the compiled run's checkpoint."""
+    monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
+    model = build(name, **{"accel": "compile"})
+    model.accel.force(None)
+    trainer = _fit(model, name, tmp_path)
+    assert _resolved(model) == {"train": "compile", "eval": "compile"}
+    assert "train" in model.accel._compiled or "cell" in model.accel._compiled
+    metrics = trainer.callback_metrics
+    assert all(torch.isfinite(v) for v in metrics.values()) and "train/loss" in metrics
+    assert set(model.state_dict()) == set(build(name).state_dict())  # no `_orig_mod.` keys
+    test = trainer.test(model, _loaders(name)[1], verbose=False)[0]
+    assert all(k.startswith("test/") for k in test)
+    path = tmp_path / "compiled.ckpt"
+    trainer.save_checkpoint(path)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    assert not any(isinstance(g["lr"], torch.Tensor) for g in ckpt["optimizer_states"][0]["param_groups"])
+    loaded = zoo.load_checkpoint(path)
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value)
+    # resume the compiled run eagerly (its optimizer checkpoint holds the fused kernel's flags)
+    resumed = build(name, accel="eager")
+    resumed.accel.force(None)
+    trainer = _fit(resumed, name, tmp_path / "resumed", epochs=2, ckpt_path=path)
+    assert trainer.global_step == 2 * 3 and _resolved(resumed)["train"] == "eager"
+    assert not trainer.optimizers[0].param_groups[0]["fused"]
+
+
+def test_auto_on_cpu_compiles_only_runs_long_enough(tmp_path, monkeypatch):
+    monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
+    monkeypatch.setattr(RAM, "accel_cpu_compile_min_steps", 6)
+    short = build("ram", accel="auto")
+    short.accel.force(None)
+    _fit(short, "ram", tmp_path / "a", epochs=1)  # 3 steps
+    assert _resolved(short) == {"train": "eager", "eval": "eager"}
+    long = build("ram", accel="auto")
+    long.accel.force(None)
+    _fit(long, "ram", tmp_path / "b", epochs=2)  # 6 steps
+    assert _resolved(long) == {"train": "compile", "eval": "eager"}
+    monkeypatch.setattr(RAM, "accel_cpu_compile_min_steps", None)  # a family that never pays off on CPU
+    never = build("ram", accel="auto")
+    never.accel.force(None)
+    _fit(never, "ram", tmp_path / "c", epochs=2)
+    assert _resolved(never)["train"] == "eager"
+
+
+def test_graph_without_cuda_falls_back_with_one_warning(tmp_path, caplog):
+    model = build("ram", accel="graph")
+    model.accel.force(None)
+    with caplog.at_level(logging.WARNING, logger="zoo.accel"):
+        _fit(model, "ram", tmp_path)
+    warnings = [r for r in caplog.records if r.name == "zoo.accel"]
+    assert len(warnings) == 1 and "CUDA graphs need a CUDA device; this run is on cpu" in warnings[0].getMessage()
+    assert _resolved(model) == {"train": "eager", "eval": "eager"}  # what auto picks for this short run
+
+
+def test_compile_without_a_compiler_falls_back_with_one_warning(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(accel, "compile_unavailable", lambda device: "no C++ compiler (test)")
+    model = build("baseline_mlp", accel="compile")
+    model.accel.force(None)
+    with caplog.at_level(logging.WARNING, logger="zoo.accel"):
+        _fit(model, "baseline_mlp", tmp_path)
+    warnings = [r for r in caplog.records if r.name == "zoo.accel"]
+    assert len(warnings) == 1 and "no C++ compiler (test)" in warnings[0].getMessage()
+    assert _resolved(model) == {"train": "eager", "eval": "eager"} and not model.accel._compiled
+
+
+def test_compile_unavailable_reasons(monkeypatch):
+    monkeypatch.delenv(accel.BACKEND_ENV, raising=False)
+    assert accel.compile_unavailable(torch.device("cpu")) is None  # this machine has g++ and Python.h
+    monkeypatch.setattr(accel.sysconfig, "get_paths", lambda: {"include": "/nonexistent"})
+    assert "Python headers" in accel.compile_unavailable(torch.device("cpu"))
+    monkeypatch.setattr(accel.shutil, "which", lambda name: None)
+    assert "C++ compiler" in accel.compile_unavailable(torch.device("cpu"))
+    monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")  # no code generation: nothing to compile
+    assert accel.compile_unavailable(torch.device("cpu")) is None
+
+
+def test_a_compiler_failure_trains_eagerly_after_one_warning(monkeypatch, caplog):
+    def broken(fn, **kwargs):
+        def run(*args):
+            raise torch._dynamo.exc.TorchDynamoException("C++ toolchain broke (test)")
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    model = build("baseline_mlp", "compile")
+    reference = build("baseline_mlp", "eager")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    with caplog.at_level(logging.WARNING, logger="zoo.accel"):
+        for i in range(2):
+            losses = [m.accel.fit_step(m, batch("baseline_mlp", seed=i), o)[0]
+                      for m, o in zip((model, reference), opts)]
+            assert torch.equal(losses[0], losses[1])
+    warnings = [r.getMessage() for r in caplog.records if r.name == "zoo.accel"]
+    assert len(warnings) == 1 and "C++ toolchain broke (test)" in warnings[0] and "runs eager" in warnings[0]
+
+
+def test_a_user_mistake_inside_a_compiled_step_is_its_own_one_line_error(monkeypatch):
+    """Dynamo would wrap an exception raised while tracing; the step's UserError must surface."""
+    monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
+    model = build("baseline_mlp", "compile")
+    wrong = (torch.rand(2, 1, 20, 20), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(UserError, match=r"images are \(1, 20, 20\), the model expects \(1, 16, 16\)"):
+        model.accel.fit_step(model, wrong, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_graph_unavailable_reasons():
+    from types import SimpleNamespace
+
+    cuda = torch.device("cuda")
+    ok = SimpleNamespace(world_size=1, accumulate_grad_batches=1, precision="32-true", optimizers=[object()])
+    assert accel.graph_unavailable(ok, cuda, "train") is None
+    assert "DDP" in accel.graph_unavailable(SimpleNamespace(**{**vars(ok), "world_size": 2}), cuda, "train")
+    assert accel.graph_unavailable(SimpleNamespace(**{**vars(ok), "world_size": 2}), cuda, "eval") is None
+    assert "accumulate" in accel.graph_unavailable(SimpleNamespace(**{**vars(ok), "accumulate_grad_batches": 2}),
+                                                   cuda, "train")
+    assert "precision" in accel.graph_unavailable(SimpleNamespace(**{**vars(ok), "precision": "16-mixed"}),
+                                                  cuda, "train")
+
+
+def test_accelerator_state_is_not_copied_or_pickled():
+    import pickle
+
+    model = build("baseline_mlp", "compile")
+    model.accel.compiled("train", model.train_loss)
+    clone = copy.deepcopy(model)
+    assert clone.accel is not model.accel and not clone.accel._compiled and clone.accel.forced is None
+    assert not pickle.loads(pickle.dumps(model)).accel._compiled
+
+
+def test_retina_constants_are_buffers_outside_the_checkpoint():
+    from zoo.attention.glimpse import Retina
+
+    with_size, without = Retina(4, 2, image_size=(20, 24)), Retina(4, 2)
+    images, locations = torch.rand(3, 1, 20, 24), torch.rand(3, 2) * 2 - 1
+    assert torch.equal(with_size(images, locations), without(images, locations))
+    assert torch.equal(with_size.boxes(locations, 20, 24), without.boxes(locations, 20, 24))
+    assert with_size.state_dict() == {} and RAM(**RAM_TINY).glimpse.retina.image_hw == (20, 20)
+
+
+# ----------------------------------------------------------------------------- entry points
+@pytest.mark.slow
+def test_ddp_two_processes_with_compiled_steps(tmp_path, tiny_data_dir):
+    recipe = yaml.safe_load((REPO / "configs/baseline/mlp_centered.yaml").read_text())
+    recipe["model"]["class_path"] = "helpers.DumpingClassifier"
+    recipe["model"]["init_args"]["accel"] = "compile"
+    config = tmp_path / "ddp.yaml"
+    config.write_text(yaml.safe_dump(recipe))
+    root, dump = tmp_path / "runs" / "ddp", tmp_path / "dump"
+    args = tiny_fit_args("configs/baseline/mlp_centered.yaml", root, "--trainer.max_epochs=1",
+                         "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
+                         "--trainer.devices=2", "--trainer.strategy=ddp", "--trainer.accelerator=cpu")
+    args[args.index("--config") + 1] = str(config)
+    rc, out, err = run_cli(args, cwd=tmp_path, env=cli_env(tiny_data_dir, ZOO_TEST_DUMP_DIR=str(dump),
+                                                              ZOO_COMPILE_BACKEND="aot_eager"))
+    assert rc == 0, err[-5000:]
+    assert "DumpingClassifier train steps run compile" in out + err
+    end0, end1 = (torch.load(dump / f"rank{r}_end.pt", weights_only=True) for r in (0, 1))
+    start = torch.load(dump / "rank0_start.pt", weights_only=True)["state"]
+    assert end0["global_step"] == end1["global_step"] == 3
+    for key in end0["state"]:
+        assert torch.equal(end0["state"][key], end1["state"][key]), f"ranks differ in {key}"
+    assert any(not torch.equal(start[k], end0["state"][k]) for k in start)
+
+
+@pytest.mark.slow
+def test_eval_py_in_compiled_mode_matches_eager(trained_run, tmp_path, tiny_data_dir):
+    results = {}
+    for mode in ("eager", "compile"):
+        out = tmp_path / f"{mode}.json"
+        rc, stdout, err = run_cli(["eval.py", "--checkpoint", trained_run["last"], "--split", "val", "--limit", "64",
+                                   "--model-arg", f"accel={mode}", "--json", out],
+                                  cwd=tmp_path, env=cli_env(tiny_data_dir, ZOO_COMPILE_BACKEND="aot_eager"))
+        assert rc == 0, err[-4000:]
+        results[mode] = yaml.safe_load(out.read_text())["metrics"]
+    assert results["compile"].keys() == results["eager"].keys()
+    for key, value in results["eager"].items():
+        assert results["compile"][key] == pytest.approx(value, rel=1e-5, abs=1e-6)
+
+
+# ----------------------------------------------------------------------------- CUDA only
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+GRAPH_FAMILIES = ["ram", "ram_lstm_learnable_to_core", "ram_annealed_random", "draw", "draw_noattn",
+                  "draw_classifier", "baseline_cnn", "vit_augment_mixup"]
+
+
+def _cuda_pair(name: str):
+    from zoo.models import optim
+
+    models, optimizers = [], []
+    for mode in ("eager", "graph"):
+        model = build(name, mode).cuda().train()
+        models.append(model)
+        # the same (capturable, fused) optimizer kernels on both sides
+        optimizers.append(optim.build_optimizer(model.parameters(), "adam", lr=1e-3, impl="graph"))
+    return models, optimizers
+
+
+@cuda
+@pytest.mark.parametrize("name", GRAPH_FAMILIES)
+def test_cuda_graph_steps_equal_eager(name):
+    (eager, graphed), (opt_e, opt_g) = _cuda_pair(name)
+    for i in range(5):  # step 0 warms up and captures; steps 1.. replay
+        data = tuple(t.cuda() for t in batch(name, n=8, seed=i))
+        torch.manual_seed(50 + i)
+        loss_e, metrics_e = eager.accel.fit_step(eager, data, opt_e, clip_val=1.0)
+        torch.manual_seed(50 + i)
+        loss_g, metrics_g = graphed.accel.fit_step(graphed, data, opt_g, clip_val=1.0)
+        torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=1e-6)
+        for key in metrics_e:
+            torch.testing.assert_close(metrics_g[key], metrics_e[key], rtol=1e-5, atol=1e-6)
+        assert_close_grads(grads(graphed), grads(eager), rel=1e-5)
+        for (key, p_g), p_e in zip(graphed.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p_g, p_e, rtol=1e-5, atol=1e-6, msg=key)
+    assert len(graphed.accel._train_graph.graphs) == 1
+    # an odd-sized batch runs eagerly and the graph keeps replaying afterwards
+    graphed.accel.fit_step(graphed, tuple(t.cuda() for t in batch(name, n=5)), opt_g)
+    loss, _ = graphed.accel.fit_step(graphed, tuple(t.cuda() for t in batch(name, n=8, seed=9)), opt_g)
+    assert torch.isfinite(loss)
+
+
+@cuda
+@pytest.mark.parametrize("name", GRAPH_FAMILIES)
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_cuda_training_step_makes_no_host_sync(name, mode):
+    (eager, graphed), (opt_e, opt_g) = _cuda_pair(name)
+    model, opt = (eager, opt_e) if mode == "eager" else (graphed, opt_g)
+    data = tuple(t.cuda() for t in batch(name, n=8))
+    for _ in range(2):  # warm-up (graph: the eager first step and the capture)
+        model.accel.fit_step(model, data, opt, clip_val=1.0)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        model.accel.fit_step(model, data, opt, clip_val=1.0)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@cuda
+@pytest.mark.parametrize("name", ["ram", "draw_classifier", "baseline_cnn", "vit_augment_mixup"])
+@pytest.mark.parametrize("stage", ["val", "test"])
+def test_cuda_evaluation_graphs_equal_eager_and_make_no_host_sync(name, stage):
+    model = build(name, "graph").cuda().eval()
+    data = tuple(t.cuda() for t in batch(name, n=8))
+    results = []
+    for mode in ("eager", "graph", "graph", "graph"):  # warm-up + capture, then replays
+        model.accel.force(mode)
+        if isinstance(model, RAM):
+            model._eval_generator = torch.Generator(device="cuda").manual_seed(0)
+        with torch.inference_mode():
+            if mode == "graph" and len(results) == 3:
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                results.append(model.accel.eval_step(model, data, stage))
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    for got in results[1:]:
+        for key, value in results[0].items():
+            torch.testing.assert_close(got[key], value, rtol=1e-5, atol=1e-6)
+
+
+@cuda
+def test_cuda_graph_training_through_lightning(tmp_path):
+    model = build("ram", accel="graph")
+    model.accel.force(None)
+    train, val = _loaders("ram", n=40, batch_size=16)
+    train = DataLoader(train.dataset, batch_size=16, shuffle=True)
+    trainer = L.Trainer(max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="gpu", devices=1, gradient_clip_val=5.0,
+                        num_sanity_val_steps=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer.fit(model, train, val)
+    assert _resolved(model) == {"train": "graph", "eval": "graph"}
+    assert trainer.global_step == 6
+    assert any(not torch.equal(before[k], v.cpu()) for k, v in model.state_dict().items())
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    path = tmp_path / "graphed.ckpt"
+    trainer.save_checkpoint(path)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    assert isinstance(ckpt["optimizer_states"][0]["param_groups"][0]["lr"], float)

@@ -1,0 +1,91 @@
+"""`pip install` brings a working zoo: the wheel carries the recipes and the release manifest (not
+the weight files), and a fresh virtualenv outside the clone lists the models, downloads a release
+by URL (sha256-pinned, from a loopback server standing in for the release host) and captions an
+image with the `zoo` command.
+
+The fresh virtualenv reuses the test environment's installed dependencies through a .pth line
+(torch is large and there is no network), but not its editable install of the zoo: `import zoo`
+there must find the wheel's copy."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from conftest import REPO
+
+RELEASES = ("ram_fmnist_centered", "sat_soft_scenes")
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    for name in ("zoo", "configs"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    (src / "weights").mkdir()
+    shutil.copy(REPO / "weights" / "MANIFEST.json", src / "weights" / "MANIFEST.json")
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(dist), str(src)], check=True, capture_output=True, cwd=tmp_path)
+    return next(dist.glob("attention_zoo-*.whl"))
+
+
+@pytest.mark.slow
+def test_wheel_installed_outside_the_clone_lists_downloads_and_captions(tmp_path, http_server):
+    wheel = _build_wheel(tmp_path)
+    names = zipfile.ZipFile(wheel).namelist()
+    recipes = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").glob("*/*.yaml"))
+    assert sorted(n[len("zoo/recipes/"):] for n in names if n.startswith("zoo/recipes/")) == recipes
+    assert "zoo/releases/MANIFEST.json" in names
+    assert not any(n.endswith((".safetensors", ".ckpt")) for n in names)
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    # the dependencies (torch, lightning, ...) from the test environment, as plain paths: its .pth
+    # files, among them the editable install of the clone, are not processed
+    (site / "deps.pth").write_text(str(Path(torch.__file__).resolve().parent.parent) + "\n")
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed", str(wheel)],
+                   check=True, capture_output=True)
+
+    for name in RELEASES:
+        shutil.copy(REPO / "weights" / f"{name}.safetensors", http_server["dir"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "ZOO_"))}
+    env.update(ZOO_WEIGHTS_URL=http_server["url"], ZOO_CACHE_DIR=str(tmp_path / "cache"), WANDB_MODE="disabled",
+               OMP_NUM_THREADS="1", NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    probe = ("import json, zoo; m = zoo.create_model('ram_fmnist_centered', pretrained=True); "
+             "print(json.dumps({'file': zoo.__file__, 'models': zoo.list_models(), "
+             "'pretrained': zoo.list_models(pretrained=True), 'class': type(m).__name__}))")
+    result = subprocess.run([python, "-c", probe], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert Path(seen["file"]).is_relative_to(env_dir), seen["file"]  # the wheel's zoo, not the clone's
+    assert len(seen["models"]) == len([r for r in recipes if not r.startswith("base/")])
+    assert seen["pretrained"] == sorted(json.loads((REPO / "weights" / "MANIFEST.json").read_text()))
+    assert seen["class"] == "RAM"
+    assert http_server["requests"] == ["/ram_fmnist_centered.safetensors"]
+
+    image = elsewhere / "scene.png"
+    canvas = Image.new("RGB", (64, 64))
+    canvas.paste((230, 40, 40), (10, 10, 38, 38))
+    canvas.save(image)
+    result = subprocess.run([env_dir / "bin" / "zoo", "caption", str(image), "--model", "sat_soft_scenes"],
+                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    path, caption = result.stdout.strip().split("\t")
+    assert path == str(image) and len(caption.split()) >= 2
+    assert http_server["requests"][-1] == "/sat_soft_scenes.safetensors"

@@ -1,0 +1,35 @@
+"""zoo export: write a model as ONNX (or a torch.export .pt2 program) for serving without the zoo.
+
+    zoo export --model vit_fmnist --out exported/                 # exported/model.onnx
+    zoo export --model sat_soft_scenes --out exported/            # encoder, decoder_step, greedy .onnx
+    zoo export --checkpoint runs/x/checkpoints/best.ckpt --format torch --out exported/
+
+zoo/export.py says what each program takes and returns."""
+from __future__ import annotations
+
+from zoo.commands.common import add_model_arguments, resolve_model
+from zoo.errors import UserError
+
+FAMILIES = ("baseline", "ram", "draw", "draw_classifier", "vit", "captioner")
+
+
+def add_arguments(parser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--out", required=True, metavar="DIR", help="directory for the exported programs")
+    parser.add_argument("--format", choices=["onnx", "torch"], default="onnx",
+                        help="onnx (default) or torch (torch.export ExportedProgram, .pt2)")
+    parser.add_argument("--max-len", type=int, default=None,
+                        help="captioners: words in the unrolled greedy program (default: the model's)")
+
+
+def run(args) -> int:
+    from zoo.export import export
+    from zoo.io import check_writable
+
+    if args.max_len is not None and args.max_len < 1:
+        raise UserError(f"--max-len must be >= 1, got {args.max_len}")
+    out = check_writable(args.out, "--out", directory=True)
+    model = resolve_model(args, FAMILIES, "a zoo model")
+    for path in export(model, out, args.format, args.max_len):
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,138 @@
+"""Item canvases: tinted Fashion-MNIST items at random places on a black canvas, with each item's
+class, colour and box, for pretraining a backbone whose every grid cell says what is at its place.
+
+The canvases are FashionScenes' pictures without the captions: 1 to `max_items` items of
+`item_sizes` px, tinted with the scenes' palette, placed without overlap on a `canvas_size`
+canvas (zoo.data.scenes' placement and painting). So a backbone trained here sees the captioner's
+image statistics, but learns from item labels only (no caption, no word).
+
+Splits (no Fashion-MNIST test item reaches training or model selection):
+- train: Fashion-MNIST train items except `val_items` of them, held out by a fixed permutation;
+- val: canvases of those held-out train items;
+- test: canvases of Fashion-MNIST test items (reporting only).
+Layouts (which items, colours, places) are drawn for a whole split at setup, vectorised and
+deterministic in (seed, split); pixels are painted per batch, so a split costs a few bytes per
+canvas in memory. The test layouts use `test_seed` whatever the training seed.
+
+Batches: `images float [B, 3, S, S]` in [0, 1], `labels int64 [B, K]` (class per item slot, -1 for
+empty slots), `colours int64 [B, K]` (palette index, -1), `boxes float [B, K, 4]` (tight x0, y0,
+x1, y1 in pixels, -1).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from zoo.data.base import SplitDataModule
+from zoo.data.scenes import PALETTE, _place, paint
+from zoo.errors import UserError
+
+SPLIT_CODES = {"train": 10, "val": 11, "test": 12}  # RNG streams apart from the scenes' (0, 1, 2)
+LAYOUT_BLOCK = 4096  # canvases per RNG block: a split's first K canvases do not depend on its size
+
+
+def draw_layouts(pool: np.ndarray, num: int, seed: int, split: str, canvas_size: int, item_sizes,
+                 min_items: int, max_items: int, gap: int) -> dict[str, np.ndarray]:
+    """num layouts: n_items [N], source_index [N, K] (into the item source, -1 empty), colours
+    [N, K], sizes [N, K], corners [N, K, 2]; block b from the RNG (seed, split, b)."""
+    parts = []
+    for b in range(-(-num // LAYOUT_BLOCK)):
+        rng = np.random.default_rng([seed, SPLIT_CODES[split], b])
+        m, k = min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), max_items
+        n_items = rng.integers(min_items, max_items + 1, size=m)
+        active = np.arange(k)[None, :] < n_items[:, None]
+        source = np.where(active, pool[rng.integers(0, len(pool), size=(m, k))], -1)
+        colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, k)), -1)
+        sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, k))]
+        corners = _place(rng, sizes, n_items, canvas_size, gap)
+        parts.append({"n_items": n_items, "source_index": source, "colours": colours, "sizes": sizes,
+                      "corners": corners})
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+
+class ItemCanvases(Dataset):
+    """One split's canvases, painted a batch at a time."""
+
+    def __init__(self, items: np.ndarray, labels: np.ndarray, layouts: dict[str, np.ndarray], canvas_size: int):
+        self.items, self.labels, self.layouts, self.canvas_size = items, labels, layouts, canvas_size
+
+    def __len__(self) -> int:
+        return len(self.layouts["n_items"])
+
+    def __getitems__(self, indices):
+        idx = np.asarray(indices, dtype=np.int64)
+        lay = {key: value[idx] for key, value in self.layouts.items()}
+        active = lay["source_index"] >= 0
+        images, boxes = paint(self.items, np.maximum(lay["source_index"], 0), np.maximum(lay["colours"], 0),
+                              lay["sizes"], lay["corners"], active, self.canvas_size)
+        labels = np.where(active, self.labels[np.maximum(lay["source_index"], 0)], -1)
+        return {"images": torch.from_numpy(images.astype(np.float32) / np.float32(255.0)),
+                "labels": torch.from_numpy(labels.astype(np.int64)),
+                "colours": torch.from_numpy(lay["colours"].astype(np.int64)),
+                "boxes": torch.from_numpy(boxes)}
+
+    def __getitem__(self, i):
+        return {k: v[0] for k, v in self.__getitems__([i]).items()}
+
+
+def _batch_identity(batch):
+    return batch
+
+
+class ItemCanvasesDataModule(SplitDataModule):
+    """Tinted Fashion-MNIST item canvases with per-item class, colour and box (see the module
+    docstring). `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])` replaces Fashion-MNIST
+    (tests); it is not a hyperparameter."""
+
+    def __init__(self, num_train: int = 60000, num_val: int = 2000, num_test: int = 5000, val_items: int = 5000,
+                 seed: int = 0, test_seed: int = 1234, batch_size: int = 128, eval_batch_size: int | None = None,
+                 canvas_size: int = 64, item_sizes: list[int] | None = None, min_items: int = 1,
+                 max_items: int = 3, gap: int = 0, num_workers: int = 0, item_loader: Callable | None = None):
+        super().__init__()
+        self.save_hyperparameters(ignore=["item_loader"])
+        if item_sizes is None:
+            self.hparams.item_sizes = [28]
+        for name in ("num_train", "num_val", "num_test", "val_items"):
+            if getattr(self.hparams, name) < 1:
+                raise UserError(f"ItemCanvases: {name} must be >= 1, got {getattr(self.hparams, name)}")
+        if not 1 <= min_items <= max_items <= 3:
+            raise UserError(f"ItemCanvases: need 1 <= min_items <= max_items <= 3, got {min_items}..{max_items}")
+        self.item_loader = item_loader
+        self.image_size = canvas_size
+        self.in_chans = 3
+        self.image_mean, self.image_std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # [0, 1], not normalised
+        self.datasets: dict[str, ItemCanvases] = {}
+
+    def _source(self, fm_split: str) -> tuple[np.ndarray, np.ndarray]:
+        from zoo.data.scenes import _default_loader
+
+        images, labels = (self.item_loader or _default_loader)(fm_split)
+        return np.asarray(images, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        hp = self.hparams
+        train_items, train_labels = self._source("train")
+        if hp.val_items >= len(train_items):
+            raise UserError(f"ItemCanvases: val_items={hp.val_items} leaves no training items "
+                            f"(the source has {len(train_items)})")
+        order = np.random.default_rng([hp.test_seed, 98]).permutation(len(train_items))
+        pools = {"train": np.sort(order[hp.val_items:]), "val": np.sort(order[:hp.val_items])}
+        test_items, test_labels = self._source("test")
+        pools["test"] = np.arange(len(test_items))
+        for split in ("train", "val", "test"):
+            items, labels = (test_items, test_labels) if split == "test" else (train_items, train_labels)
+            seed = {"train": hp.seed, "val": hp.seed + 1, "test": hp.test_seed}[split]
+            num = {"train": hp.num_train, "val": hp.num_val, "test": hp.num_test}[split]
+            layouts = draw_layouts(pools[split], num, seed, split, hp.canvas_size, hp.item_sizes,
+                                   hp.min_items, hp.max_items, hp.gap)
+            self.datasets[split] = ItemCanvases(items, labels, layouts, hp.canvas_size)
+
+    def loader(self, split: str):
+        if split not in self.datasets:
+            raise UserError(f"ItemCanvases: no split '{split}' (train, val or test)")
+        return self.plain_loader(self.datasets[split], train=split == "train", collate_fn=_batch_identity)

@@ -1,0 +1,110 @@
+"""Pretraining a shared backbone: Fashion-MNIST item classification at every grid cell.
+
+Show, Attend and Tell (Xu et al. 2015, sec. 3.1.1) attends over a pretrained, frozen CNN: each
+annotation vector already describes what is at its place, and the decoder only learns where to
+look. Our offline stand-in for ImageNet is Fashion-MNIST itself. This family trains a backbone
+(any `zoo.backbones` kind, usually the conv stem) so that EVERY cell of its h x w grid classifies
+what lies at that cell's centre (zoo.metrics.localization's cell convention):
+
+    tokens [B, L, D] -> class logits [B, L, 11]  (the 10 Fashion-MNIST classes, or background)
+                     -> colour logits [B, L, 8]  (the item's tint; scored on item cells only)
+
+Why colour as well: FashionScenes captions name colours ("a red shirt"), and a frozen encoder
+can only pass on what its features keep. A pure item classifier is rewarded for ignoring the tint
+(every colour of shirt is a shirt), so it may discard it; the colour head makes every item cell
+say its colour too. Why per cell rather than one label per image: the captioner attends over
+cells, so a cell must describe its own place; a classifier pooled over the whole canvas may
+let one corner of an item carry the decision.
+
+The released weight is the backbone (prefix `backbone.`) with this config; any family loads it
+with `backbone: {kind: stem, pretrained: <release name>, trainable: false}` (zoo.backbones.spec).
+Test numbers (per item: class from the mean of its cells' logits) report how well the features
+know the items; they are no classifier benchmark.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.backbones.spec import BackboneSpec
+from zoo.metrics.localization import cell_masks
+from zoo.models.base import ClassifierModule
+
+DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128, 128], "strides": [2, 2, 2, 1]}
+
+
+class ItemGridClassifier(ClassifierModule):
+    """images [B, 3, H, W] in [0, 1] -> per-cell class logits [B, L, classes + 1] and colour
+    logits [B, L, colours] (see the module docstring). Adam, optional cosine schedule."""
+
+    family = "backbone"
+
+    def __init__(self, backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
+                 num_classes: int = 10, num_colours: int = 8, colour_weight: float = 1.0,
+                 lr: float = 2e-3, weight_decay: float = 0.0, cosine_schedule: bool = True,
+                 class_names: list[str] | None = None):
+        super().__init__()
+        spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
+        self.save_hyperparameters()
+        self.hparams.image_size = [int(s) for s in image_size]
+        self.backbone = spec.build(option="--model.init_args.backbone.")
+        self.backbone_spec = spec
+        self.hparams.backbone = spec.to_dict()
+        D = self.backbone.out_dim
+        self.class_head = nn.Linear(D, num_classes + 1)  # index num_classes: background
+        self.colour_head = nn.Linear(D, num_colours)
+
+    def zoo_config(self) -> dict:
+        config = super().zoo_config()
+        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.backbone)
+        return config
+
+    # ------------------------------------------------------------------ model
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+        """images [B, 3, H, W] -> (class logits [B, L, classes + 1], colour logits [B, L, colours], grid)."""
+        tokens, grid = self.backbone(images)
+        return self.class_head(tokens), self.colour_head(tokens), tuple(int(g) for g in grid)
+
+    def targets(self, batch: dict, grid, image_size) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per cell: class [B, L] (num_classes = background), colour [B, L] (-1 off items), and the
+        item masks [B, K, L] (cells whose centre lies in each item's box)."""
+        masks = cell_masks(batch["boxes"], grid, image_size)  # [B, K, L]; empty slots hold no cell
+        on_item = masks.any(1)  # [B, L]
+        slot = masks.to(torch.uint8).argmax(1)  # [B, L]: the item whose box holds the cell (boxes are disjoint)
+        classes = torch.where(on_item, batch["labels"].gather(1, slot), self.hparams.num_classes)
+        colours = torch.where(on_item, batch["colours"].gather(1, slot), -1)
+        return classes, colours, masks
+
+    def loss_terms(self, batch: dict) -> dict[str, torch.Tensor]:
+        """Losses and accuracies of a batch, as tensors (no logging, no host sync)."""
+        images = batch["images"]
+        class_logits, colour_logits, grid = self(images)
+        classes, colours, masks = self.targets(batch, grid, tuple(images.shape[-2:]))
+        class_loss = F.cross_entropy(class_logits.flatten(0, 1), classes.flatten())
+        on_item = colours >= 0
+        colour_loss = F.cross_entropy(colour_logits.flatten(0, 1), colours.flatten(), ignore_index=-1)
+        # per item: mean logits over its cells, as a classifier pooled over the item would decide
+        weights = masks.to(class_logits.dtype)  # [B, K, L]
+        counts = weights.sum(-1)  # [B, K]
+        seen = counts > 0
+        pooled = torch.einsum("bkl,blc->bkc", weights, class_logits[..., :self.hparams.num_classes])
+        pooled_colour = torch.einsum("bkl,blc->bkc", weights, colour_logits)
+        item_right = (pooled.argmax(-1) == batch["labels"]) & seen
+        colour_right = (pooled_colour.argmax(-1) == batch["colours"]) & seen
+        n_items = seen.sum().clamp(min=1)
+        return {"loss": class_loss + self.hparams.colour_weight * colour_loss, "class_loss": class_loss,
+                "colour_loss": colour_loss,
+                "cell_acc": (class_logits.argmax(-1) == classes).float().mean(),
+                "item_cell_acc": ((class_logits.argmax(-1) == classes) & on_item).sum() / on_item.sum().clamp(min=1),
+                "item_acc": item_right.sum() / n_items, "colour_acc": colour_right.sum() / n_items}
+
+    def _step(self, batch, stage: str):
+        terms = self.loss_terms(batch)
+        sync = stage != "train"
+        bs = batch["images"].shape[0]
+        for name, value in terms.items():
+            self.log(f"{stage}/{name}", value, prog_bar=name in ("loss", "item_acc"), sync_dist=sync, batch_size=bs)
+        if stage == "test":
+            self.log("test/error_pct", 100 * (1 - terms["item_acc"]), sync_dist=True, batch_size=bs)
+        return terms["loss"]

@@ -1,0 +1,228 @@
+"""The one optimizer and learning-rate schedule factory every family uses.
+
+    configure(module, params, optimizer="adam", lr=1e-3, schedule="cosine")
+
+returns what Lightning's `configure_optimizers` returns. Families keep their own hyperparameter
+names and pass them here; the recipes behave as before:
+- optimizers: Adam, AdamW, SGD (with momentum) and RMSprop, over a parameter list or groups;
+- schedules: "none"; "cosine", a cosine decay per epoch to 0 over `trainer.max_epochs`; and
+  "warmup_cosine", a linear warm-up over `warmup_epochs` then a cosine decay per optimiser step to
+  `min_lr` at the run's last step (`trainer.estimated_stepping_batches`).
+
+Both schedules read the run's horizon from the trainer each time they are evaluated, not once at
+construction, and `refresh` re-evaluates them when training starts: resuming a checkpoint with a
+larger `trainer.max_epochs` stretches the decay over the new horizon from the first resumed step.
+(A `CosineAnnealingLR` restores the `T_max` and the learning rate it was saved with, so a resumed
+longer run trained its extra epochs at learning rate 0: weights bit-identical to the checkpoint.)
+The factors are closures, so scheduler checkpoints hold plain numbers only.
+
+The optimizer's implementation follows the acceleration mode (zoo.models.accel):
+- "default": torch's default kernels (eager mode; the released recipes were trained so);
+- "fused": one fused kernel per step where the device and dtypes allow (compiled mode);
+- "graph": fused and capturable, with the learning rate a device tensor, so the optimizer step can
+  live inside a captured CUDA graph while the schedule still moves it (`reconcile` makes a
+  restored optimizer fit the current mode).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable
+
+import torch
+
+from zoo.errors import UserError
+
+OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
+SCHEDULES = ("none", "cosine", "warmup_cosine")
+IMPLS = ("default", "fused", "graph")
+_CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD,
+            "rmsprop": torch.optim.RMSprop}
+_FUSED = ("adam", "adamw", "sgd")  # torch has fused kernels for these (CPU and CUDA)
+
+
+# ----------------------------------------------------------------------------- optimizers
+def _param_list(params) -> list[torch.Tensor]:
+    out = []
+    for item in params:
+        out.extend(item["params"] if isinstance(item, dict) else [item])
+    return out
+
+
+def fused_supported(params: list[torch.Tensor]) -> bool:
+    """Whether torch's fused optimizer kernels accept every parameter (device and dtype)."""
+    from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+    devices = _get_fused_kernels_supported_devices()
+    return bool(params) and all(p.device.type in devices and torch.is_floating_point(p) for p in params)
+
+
+def build_optimizer(params: Iterable, name: str = "adam", *, lr: float, weight_decay: float = 0.0,
+                    betas: Iterable[float] = (0.9, 0.999), momentum: float = 0.9,
+                    impl: str = "default") -> torch.optim.Optimizer:
+    """params: tensors or parameter groups (dicts). name: adam | adamw | sgd | rmsprop."""
+    if name not in OPTIMIZERS:
+        raise UserError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got '{name}'")
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    params = list(params)
+    kwargs: dict[str, Any] = {"lr": lr, "weight_decay": weight_decay}
+    if name in ("adam", "adamw"):
+        kwargs["betas"] = tuple(betas)
+    elif name == "sgd":
+        kwargs["momentum"] = momentum
+    fused = impl != "default" and name in _FUSED and fused_supported(_param_list(params))
+    if fused:
+        kwargs["fused"] = True
+    if impl == "graph" and name != "sgd":  # SGD has no step counter: fused SGD is capture-safe as is
+        kwargs["capturable"] = True
+    optimizer = _CLASSES[name](params, **kwargs)
+    optimizer._zoo_impl = impl  # what `reconcile` restores after a checkpoint load
+    if impl == "graph":
+        _tensor_lr(optimizer)
+    return optimizer
+
+
+def _tensor_lr(optimizer: torch.optim.Optimizer) -> None:
+    """Each group's lr as a 0-d tensor on its parameters' device: a captured step reads it from
+    device memory, and LR schedulers update it in place (`fill_`). `initial_lr` stays a number,
+    so schedulers compute plain numbers from it (no device read when they step)."""
+    for group in optimizer.param_groups:
+        device = group["params"][0].device
+        lr = group["lr"]
+        if isinstance(lr, torch.Tensor):
+            group["lr"] = lr.detach().to(device=device, dtype=torch.float32)
+        else:
+            group.setdefault("initial_lr", float(lr))
+            group["lr"] = torch.full((), float(lr), dtype=torch.float32, device=device)
+
+
+def reconcile(optimizer: torch.optim.Optimizer) -> None:
+    """Make an optimizer restored from a checkpoint use the implementation it was built with
+    (a checkpoint written in another mode carries that mode's flags, lr type and step placement)."""
+    impl = getattr(optimizer, "_zoo_impl", None)
+    if impl is None:
+        return
+    name = next((n for n, cls in _CLASSES.items() if type(optimizer) is cls), None)
+    fused = impl != "default" and name in _FUSED and fused_supported(_param_list(optimizer.param_groups))
+    capturable = impl == "graph" and name != "sgd"
+    for group in optimizer.param_groups:
+        if "fused" in group:
+            group["fused"] = True if fused else (None if name != "sgd" else False)
+        if "capturable" in group:
+            group["capturable"] = capturable
+        if fused and "foreach" in group:
+            group["foreach"] = None
+        if impl != "graph" and isinstance(group["lr"], torch.Tensor):
+            group["lr"] = float(group["lr"])
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                on_device = fused or capturable
+                optimizer.state[p]["step"] = step.to(device=p.device if on_device else "cpu", dtype=torch.float32)
+    if impl == "graph":
+        _tensor_lr(optimizer)
+
+
+def plain_checkpoint_state(checkpoint: dict) -> None:
+    """Learning rates stored as numbers, not tensors, in a Lightning checkpoint's optimizer and
+    scheduler states (in place), so that any mode resumes from it."""
+    for state in checkpoint.get("optimizer_states", []):
+        for group in state.get("param_groups", []):
+            for key in ("lr", "initial_lr"):
+                if isinstance(group.get(key), torch.Tensor):
+                    group[key] = float(group[key])
+    for state in checkpoint.get("lr_schedulers", []):
+        for key in ("_last_lr", "base_lrs"):
+            if isinstance(state.get(key), list):
+                state[key] = [float(v) if isinstance(v, torch.Tensor) else v for v in state[key]]
+
+
+# ----------------------------------------------------------------------------- schedules
+def _trainer(module):
+    return getattr(module, "_trainer", None)
+
+
+def epoch_horizon(module) -> int:
+    """The run's epoch count as the trainer says now (>= 1; 1 without a trainer)."""
+    trainer = _trainer(module)
+    epochs = getattr(trainer, "max_epochs", None) if trainer is not None else None
+    return max(1, epochs or 1)
+
+
+def cosine_factor(module) -> Callable[[int], float]:
+    """lr(epoch) / lr: a half cosine from 1 at epoch 0 to 0 at the last epoch of the run."""
+
+    def factor(epoch: int) -> float:
+        total = epoch_horizon(module)
+        return 0.5 * (1 + math.cos(math.pi * min(epoch, total) / total))
+
+    return factor
+
+
+def warmup_cosine_factor(module, warmup_epochs: float, floor: float) -> Callable[[int], float]:
+    """lr(step) / lr: linear warm-up from 1/warmup to 1 over `warmup_epochs`, then a cosine from 1
+    to `floor` at the run's last optimiser step, both in optimiser steps."""
+
+    def horizon() -> tuple[int, int]:
+        trainer = _trainer(module)
+        total = max(1, int(trainer.estimated_stepping_batches)) if trainer is not None else 1
+        epochs = getattr(trainer, "max_epochs", None) if trainer is not None else None
+        per_epoch = total / epochs if epochs and epochs > 0 else max(1, getattr(trainer, "num_training_batches", 1))
+        return total, min(int(round(warmup_epochs * per_epoch)), total - 1)
+
+    def factor(step: int) -> float:
+        total, warmup = horizon()
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def build_schedule(optimizer: torch.optim.Optimizer, module, name: str = "none", *, warmup_epochs: float = 0.0,
+                   min_lr: float = 0.0) -> dict | None:
+    """A Lightning lr_scheduler config for `optimizer`, or None for schedule "none"."""
+    if name not in SCHEDULES:
+        raise UserError(f"lr schedule must be one of {', '.join(SCHEDULES)}, got '{name}'")
+    if name == "none":
+        return None
+    if name == "cosine":
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_factor(module))
+        interval = "epoch"
+    else:
+        base = float(optimizer.param_groups[0]["initial_lr"] if "initial_lr" in optimizer.param_groups[0]
+                     else optimizer.param_groups[0]["lr"])
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine_factor(module, warmup_epochs,
+                                                                                      min_lr / base))
+        interval = "step"
+    scheduler._zoo_schedule = True  # `refresh` re-evaluates it after a checkpoint restore
+    return {"scheduler": scheduler, "interval": interval}
+
+
+def refresh(scheduler) -> None:
+    """Set the learning rates of a factory schedule for its current position and the run's
+    current horizon. A restored checkpoint carries the rates its own run computed (0 at the end of
+    a finished cosine); a resumed run with a longer horizon must not train at them."""
+    if not getattr(scheduler, "_zoo_schedule", False):
+        return
+    for group, base, factor in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        lr = base * factor(scheduler.last_epoch)
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+    scheduler._last_lr = [float(group["lr"]) for group in scheduler.optimizer.param_groups]
+
+
+def configure(module, params: Iterable, optimizer: str = "adam", *, lr: float, weight_decay: float = 0.0,
+              betas: Iterable[float] = (0.9, 0.999), momentum: float = 0.9, schedule: str = "none",
+              warmup_epochs: float = 0.0, min_lr: float = 0.0, impl: str | None = None):
+    """What `configure_optimizers` returns: the optimizer alone, or with its schedule. `impl`
+    defaults to what the module's acceleration mode asks for (`module.optimizer_impl()`)."""
+    if impl is None:
+        impl = module.optimizer_impl() if hasattr(module, "optimizer_impl") else "default"
+    opt = build_optimizer(params, optimizer, lr=lr, weight_decay=weight_decay, betas=betas, momentum=momentum,
+                          impl=impl)
+    scheduler = build_schedule(opt, module, schedule, warmup_epochs=warmup_epochs, min_lr=min_lr)
+    return opt if scheduler is None else {"optimizer": opt, "lr_scheduler": scheduler}

@@ -1,0 +1,158 @@
+"""One way to turn an image file into a model's input, used by every route: the `zoo` commands,
+the data modules' evaluation transforms, eval.py (through those) and the Python API
+(`zoo.get_weights(name).transforms()`, `zoo.preprocessing(model)`).
+
+The convention everywhere is a float tensor [C, H, W] in [0, 1]. Normalisation by a mean and std is
+NOT done here: a model whose backbone wants it (pretrained timm weights, the ViT recipes) applies it
+inside, in exactly one place, and `Preprocessing.mean/std` only record what it applies.
+
+Resize rules:
+- "exact":  the image must already be H x W (RAM: its glimpse locations are tied to pixels; the
+            DRAW models). A colour image is refused by a 1-channel model, a grey one stored as RGB
+            is accepted.
+- "squash": resized to H x W (bilinear), any aspect ratio: the small-image models (Fashion-MNIST,
+            FashionScenes), whose training images have exactly that size.
+- "crop":   the shorter side resized to `resize_size`, then the centre H x W cropped: ImageNet-style
+            models and the COCO/Flickr captioners (torchvision's and timm's evaluation transform).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zoo.errors import UserError
+
+RESIZE_RULES = ("exact", "squash", "crop")
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    in_chans: int
+    size: tuple[int, int]  # (H, W)
+    resize: str = "squash"
+    resize_size: int | None = None  # the shorter side before the centre crop ("crop")
+    mean: tuple[float, ...] | None = None  # applied by the model, recorded here
+    std: tuple[float, ...] | None = None
+    class_names: tuple[str, ...] | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        if self.resize not in RESIZE_RULES:
+            raise UserError(f"unknown resize rule {self.resize!r} (choose from {', '.join(RESIZE_RULES)})")
+        if self.in_chans not in (1, 3):
+            raise UserError(f"images have 1 or 3 channels here, the model expects {self.in_chans}")
+        object.__setattr__(self, "size", (int(self.size[0]), int(self.size[1])))
+
+    # ------------------------------------------------------------------ transform
+    def __call__(self, image) -> torch.Tensor:
+        """A PIL image (any mode, as zoo.io.load_image returns) -> float [C, H, W] in [0, 1]."""
+        import torchvision.transforms.functional as TF
+
+        from zoo.io import image_to_tensor
+
+        H, W = self.size
+        if self.resize == "exact":
+            if (image.height, image.width) != (H, W):
+                raise UserError(f"image is {image.width}x{image.height}, the model expects {W}x{H} "
+                                "(its coordinates are tied to its image size)")
+            rgb = image_to_tensor(image.convert("RGB"))
+            if self.in_chans == 3:
+                return rgb
+            if not (torch.equal(rgb[0], rgb[1]) and torch.equal(rgb[1], rgb[2])):
+                raise UserError("colour image, the model expects 1-channel grayscale")
+            return rgb[:1]
+        image = image.convert("L" if self.in_chans == 1 else "RGB")
+        if self.resize == "crop":
+            image = TF.center_crop(TF.resize(image, self.resize_size or min(H, W)), [H, W])
+        return image_to_tensor(image, (H, W))
+
+    def transform(self):
+        """The transform itself (torchvision's `weights.transforms()` convention)."""
+        return self
+
+    # ------------------------------------------------------------------ records
+    def as_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in record.items()}
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "Preprocessing":
+        def tup(v):
+            return tuple(v) if v is not None else None
+
+        return cls(int(record["in_chans"]), tuple(record["size"]), record.get("resize", "squash"),
+                   record.get("resize_size"), tup(record.get("mean")), tup(record.get("std")),
+                   tup(record.get("class_names")))
+
+
+def load_batch(paths, spec: Preprocessing):
+    """Load and prepare many image files: (tensor [N, C, H, W] of the good ones, good paths,
+    one-line errors for the bad ones), so a partly bad batch still processes the good images."""
+    from zoo.io import load_image
+
+    tensors, good, errors = [], [], []
+    for path in paths:
+        try:
+            tensors.append(spec(load_image(path, channels=3)))
+            good.append(str(path))
+        except UserError as exc:
+            message = str(exc)
+            errors.append(message if message.startswith(str(path)) else f"{path}: {message}")
+    batch = torch.stack(tensors) if tensors else torch.empty(0, spec.in_chans, *spec.size)
+    return batch, good, errors
+
+
+def load_image_tensor(path: str | os.PathLike, spec: Preprocessing) -> torch.Tensor:
+    """One image file -> float [C, H, W] in [0, 1] as `spec` prepares it."""
+    from zoo.io import load_image
+
+    return spec(load_image(Path(path), channels=3))
+
+
+# ----------------------------------------------------------------------------- per model
+def _normalisation(model) -> tuple[tuple | None, tuple | None]:
+    """The mean/std a model applies to its input inside, if any (a backbone with `normalize`)."""
+    for module in model.modules():
+        if getattr(module, "normalize", False) and isinstance(getattr(module, "mean", None), torch.Tensor):
+            return (tuple(round(float(v), 6) for v in module.mean.flatten()),
+                    tuple(round(float(v), 6) for v in module.std.flatten()))
+    return None, None
+
+
+def for_model(model) -> Preprocessing:
+    """How images are prepared for `model`: from its family, hyperparameters and the data module
+    it was trained with (whose evaluation transform this is)."""
+    from zoo.registry import data_config
+
+    hp, family = model.hparams, getattr(model, "family", None)
+    data = (data_config(model) or {}).get("init_args") or {}
+    data_class = str((data_config(model) or {}).get("class_path", ""))
+    mean, std = _normalisation(model)
+    names = hp.get("class_names")
+    if not names and data_class.endswith("FashionMNISTDataModule"):
+        from zoo.data.fashion_mnist import CLASS_NAMES as names
+    names = tuple(names) if names else None
+
+    def square(value) -> tuple[int, int]:
+        return (int(value), int(value)) if isinstance(value, int) else (int(value[0]), int(value[1]))
+
+    if family == "captioner":
+        size = square(hp.image_size)
+        if data_class.endswith("CaptionsDataModule"):
+            return Preprocessing(3, size, "crop", data.get("resize_size") or min(size), mean, std)
+        return Preprocessing(3, size, "squash", None, mean, std)
+    if family == "ram":
+        return Preprocessing(int(hp.in_chans), tuple(model.image_hw), "exact", None, mean, std, names)
+    if family in ("draw", "draw_classifier"):
+        return Preprocessing(int(hp.in_chans), square(hp.image_size), "exact", None, mean, std, names)
+    if family == "vit":
+        size = tuple(model.img_size)
+        if data_class.endswith("ImageFolderDataModule"):
+            crop_pct = float(data.get("crop_pct", 0.875))
+            return Preprocessing(int(hp.in_chans), size, "crop", int(round(min(size) / crop_pct)), mean, std, names)
+        return Preprocessing(int(hp.in_chans), size, "squash", None, mean, std, names)
+    in_chans, size = int(hp.get("in_chans", 3)), square(hp.get("image_size", 28))
+    return Preprocessing(in_chans, size, "squash", None, mean, std, names)

@@ -1,0 +1,271 @@
+"""Released weights keep a promise: each is ONE committed recipe, trained with
+
+    python train.py fit --config <recipe> --seed_everything <seed>
+
+and nothing else, and its manifest entry says so (as torchvision's weights carry their recipe and
+metrics in `meta`). This module writes a release and checks one:
+
+- `describe`: the manifest entry of a model trained from a recipe (sha256, config, metadata:
+  recipe, seed, the command, the results JSON and its metrics, device, preprocessing, class names or
+  vocabulary);
+- `recipe_mismatches`: the hyperparameters in which a model's config differs from its recipe
+  (a release with any is refused);
+- `check_entry`: one line per disagreement between a manifest entry and the repository (recipe
+  missing or not the weights' config, sha256, metrics not those of its results JSON);
+- `golden_input` / `golden_output`: a release's output on a fixed, seeded input, stored beside the
+  weights (weights/golden/<name>.json), so a code change that silently changes a released model
+  fails a test.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from zoo import hub
+from zoo.registry import REPO_ROOT, resolve_class
+
+# filled in by training (the captioner's vocabulary comes from its data), not by the recipe
+FILLED_BY_TRAINING = {"vocab"}
+GOLDEN_BATCH = 2
+
+
+def golden_dir() -> Path:
+    return hub.weights_dir() / "golden"
+
+
+# ----------------------------------------------------------------------------- recipes
+def load_recipe(recipe: str | Path) -> dict:
+    path = Path(recipe)
+    path = path if path.is_absolute() else REPO_ROOT / path
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _defaults(class_path: str, kind: str) -> dict[str, Any]:
+    signature = inspect.signature(resolve_class(class_path, kind))
+    return {k: p.default for k, p in signature.parameters.items() if p.default is not inspect.Parameter.empty}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-6)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def recipe_mismatches(config: dict, recipe: dict) -> list[str]:
+    """`model.init_args.lr: weights 0.003, recipe 0.002`, ... for every hyperparameter (a missing one
+    counts as its default) in which a model's zoo config differs from the recipe's."""
+    problems = []
+    for section, kind in (("model", "model"), ("data", "data")):
+        spec = recipe.get(section) or {}
+        embedded = config if section == "model" else (config.get("data") or {})
+        if spec.get("class_path") != embedded.get("class_path"):
+            problems.append(f"{section}.class_path: weights {embedded.get('class_path')}, recipe {spec.get('class_path')}")
+            continue
+        defaults = _defaults(spec["class_path"], kind)
+        ours, theirs = embedded.get("init_args") or {}, spec.get("init_args") or {}
+        for key in sorted(set(ours) | set(theirs)):
+            if key.startswith("_") or key in FILLED_BY_TRAINING:
+                continue
+            want, got = theirs.get(key, defaults.get(key)), ours.get(key, defaults.get(key))
+            if not _same(got, want):
+                problems.append(f"{section}.init_args.{key}: weights {got!r}, recipe {want!r}")
+    return problems
+
+
+def override_problems(train_args: list[str], recipe: dict) -> list[str]:
+    """Command-line arguments a results run gave train.py beyond the recipe. Only `--model.init_args.K V`
+    or `--data.init_args.K V` that repeat the recipe's own value are harmless (runs from before a
+    recipe adopted the value); anything else means the weights are not the recipe's."""
+    problems, args = [], list(train_args or [])
+    pairs = list(zip(args[0::2], args[1::2])) if len(args) % 2 == 0 else [(a, None) for a in args]
+    for flag, value in pairs:
+        section, _, key = flag.lstrip("-").partition(".init_args.")
+        current = ((recipe.get(section) or {}).get("init_args") or {}).get(key, object()) \
+            if section in ("model", "data") and key else object()
+        if value is None or not _same(yaml.safe_load(value), current):
+            problems.append(f"trained with {flag} {value}, which the recipe does not say")
+    return problems
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in (tree or {}).items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def recipe_at(recipe: str, commit: str | None) -> dict | None:
+    """The recipe file as it was at `commit` (None without git, a commit, or the file then)."""
+    import subprocess
+
+    if not commit or not (REPO_ROOT / ".git").exists():
+        return None
+    shown = subprocess.run(["git", "show", f"{commit.removesuffix('-dirty')}:{recipe}"], cwd=REPO_ROOT,
+                           capture_output=True, text=True)
+    return (yaml.safe_load(shown.stdout) or {}) if shown.returncode == 0 else None
+
+
+def recipe_drift(recipe: str, commit: str | None, train_args: list[str] | None = None) -> list[str]:
+    """How the committed recipe differs from the one that trained the weights (the file at the
+    results' git commit, with the run's command-line arguments applied): trainer settings such as
+    max_epochs are not in a model's config, so only this catches a recipe edited after training.
+    Keys the old recipe lacks are fine when the new value is the class default. Without git or a
+    commit there is nothing to compare (the wheel, a record without provenance)."""
+    if not commit or not (REPO_ROOT / ".git").exists():
+        return []
+    then = recipe_at(recipe, commit)
+    if then is None:
+        return [f"recipe: {recipe} did not exist at the training commit {commit[:12]}"]
+    old, new = _flatten(then), _flatten(load_recipe(recipe))
+    args = list(train_args or [])
+    for flag, value in zip(args[0::2], args[1::2]):
+        old[flag.lstrip("-")] = yaml.safe_load(value)
+    problems = []
+    current = load_recipe(recipe)
+    for key in sorted(set(old) | set(new)):
+        if _same(old.get(key), new.get(key)):
+            continue
+        section, _, name = key.partition(".init_args.")
+        spec = (current.get(section) or {}) if name else {}
+        if spec.get("class_path") and (key not in old or key not in new):
+            # a setting one version leaves out trains with the class default: compare with that
+            default = _defaults(spec["class_path"], section).get(name, object())
+            if _same(old.get(key, default), new.get(key, default)):
+                continue
+        problems.append(f"{key}: {old.get(key)!r} when trained, {new.get(key)!r} in the recipe now")
+    return problems
+
+
+# ----------------------------------------------------------------------------- writing a release
+def describe(model, name: str, recipe: str, seed: int, results_file: str, sha256: str) -> dict:
+    """The manifest entry of `model`, trained by `recipe` with `seed`; its metrics come from the
+    per-seed results JSON `results_file` (written by scripts/results_run.py)."""
+    from zoo.registry import release_meta
+
+    results = json.loads((REPO_ROOT / results_file).read_text())
+    config = model.zoo_config()
+    family = config["family"]
+    data = config.get("data") or {}
+    variant = (data.get("init_args") or {}).get("variant", "")
+    metadata = {
+        "task": family,
+        "dataset": f"{data.get('class_path', '?').rsplit('.', 1)[-1]} {variant}".strip(),
+        "recipe": str(recipe),
+        "seed": int(seed),
+        "command": f"python train.py fit --config {recipe} --seed_everything {seed}",
+        "remake": f"python scripts/release.py --remake {name}",
+        "results_file": str(results_file),
+        "metrics": results.get("metrics", {}),
+        "device": (results.get("device") or {}).get("device"),
+        "trained_at": results.get("git_commit"),
+    }
+    return {"file": f"{name}.safetensors", "sha256": sha256, "config": config,
+            "metadata": release_meta(model, metadata)}
+
+
+# ----------------------------------------------------------------------------- checking a release
+def check_entry(name: str, entry: dict) -> list[str]:
+    """Every disagreement between a manifest entry and the repository, one line each, naming the
+    entry and the field."""
+    problems: list[str] = []
+    meta = entry.get("metadata") or {}
+    recipe = meta.get("recipe")
+    if not recipe or not (REPO_ROOT / recipe).is_file():
+        return [f"{name}: recipe: {recipe!r} is not a committed config"]
+    if meta.get("command") != f"python train.py fit --config {recipe} --seed_everything {meta.get('seed')}":
+        problems.append(f"{name}: command: {meta.get('command')!r} is not the plain recipe command")
+    problems += [f"{name}: {p}" for p in recipe_mismatches(entry.get("config") or {}, load_recipe(recipe))]
+    path = hub.weights_dir() / entry.get("file", "")
+    if not path.is_file():
+        problems.append(f"{name}: file: {path} is missing")
+    elif hub.sha256_file(path) != entry.get("sha256"):
+        problems.append(f"{name}: sha256: the manifest says {str(entry.get('sha256'))[:12]}…, "
+                        f"{path.name} is {hub.sha256_file(path)[:12]}…")
+    else:
+        _, file_config = hub.load_weights(path)
+        if not _same(file_config, entry.get("config")):
+            problems.append(f"{name}: config: the file's embedded config differs from the manifest's")
+    results_file = meta.get("results_file")
+    if not results_file or not (REPO_ROOT / results_file).is_file():
+        problems.append(f"{name}: results_file: {results_file!r} does not exist")
+    else:
+        results = json.loads((REPO_ROOT / results_file).read_text())
+        if results.get("seed") != meta.get("seed"):
+            problems.append(f"{name}: seed: manifest {meta.get('seed')}, results {results.get('seed')}")
+        problems += [f"{name}: {p}" for p in override_problems(results.get("train_args") or [], load_recipe(recipe))]
+        problems += [f"{name}: {p}" for p in recipe_drift(recipe, results.get("git_commit"),
+                                                            results.get("train_args"))]
+        for key, value in sorted((meta.get("metrics") or {}).items()):
+            if not _same(value, (results.get("metrics") or {}).get(key)):
+                problems.append(f"{name}: metrics.{key}: manifest {value}, {results_file} "
+                                f"{(results.get('metrics') or {}).get(key)}")
+        if not meta.get("metrics"):
+            problems.append(f"{name}: metrics: none recorded")
+    return problems
+
+
+# ----------------------------------------------------------------------------- golden outputs
+def golden_input(model) -> torch.Tensor:
+    """A fixed input of the model's shape: seeded noise in [0, 1] ([GOLDEN_BATCH, C, H, W])."""
+    from zoo.preprocess import for_model
+
+    spec = for_model(model)
+    return torch.rand(GOLDEN_BATCH, spec.in_chans, *spec.size, generator=torch.Generator().manual_seed(0))
+
+
+@torch.no_grad()
+def golden_output(model) -> dict[str, Any]:
+    """What the release answers on `golden_input`: logits (classifiers), the greedy caption and its
+    attention maps (captioners), or a seeded sample (DRAW generators); rounded to 1e-5."""
+    model = model.eval()
+    family = getattr(model, "family", None)
+
+    def values(t: torch.Tensor) -> list:
+        return [round(float(v), 5) for v in t.detach().float().flatten()]
+
+    if family == "draw":
+        sample = model.sample(GOLDEN_BATCH, generator=torch.Generator().manual_seed(0))["images"]
+        return {"kind": "sample", "shape": list(sample.shape), "values": values(sample)}
+    images = golden_input(model)
+    if family == "captioner":
+        results = model.caption(images, beam_size=1)
+        return {"kind": "caption", "words": [r["words"] for r in results],
+                "alpha": [values(r["alpha"]) for r in results]}
+    logits = model(images)
+    return {"kind": "logits", "shape": list(logits.shape), "values": values(logits)}
+
+
+def golden_mismatch(expected: dict, actual: dict, atol: float = 1e-4) -> str | None:
+    """Where `actual` departs from the stored output, in words, or None."""
+    if expected.get("kind") != actual.get("kind"):
+        return f"kind {actual.get('kind')} vs stored {expected.get('kind')}"
+    if "words" in expected and expected["words"] != actual["words"]:
+        return f"caption {actual['words']} vs stored {expected['words']}"
+    for key in ("values", "alpha"):
+        if key not in expected:
+            continue
+        a = torch.tensor(_flat(actual[key]))
+        e = torch.tensor(_flat(expected[key]))
+        if a.shape != e.shape:
+            return f"{key}: {tuple(a.shape)} values vs stored {tuple(e.shape)}"
+        worst = (a - e).abs().max().item() if a.numel() else 0.0
+        if worst > atol:
+            return f"{key} differ by up to {worst:.3g} (tolerance {atol:g})"
+    return None
+
+
+def _flat(values) -> list[float]:
+    return [v for row in values for v in row] if values and isinstance(values[0], list) else list(values)
