@@ -3,13 +3,15 @@ torch.distributions, fresh noise per step, the ELBO/IWAE relations, learning, ch
 fixed binarization and the `zoo sample` command."""
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
 import zoo
 from zoo.errors import UserError
-from zoo.models.draw import DRAW, DRAWClassifier, fixed_binarize, kl_std_normal
+from zoo.data.binarize import fixed_binarize
+from zoo.models.draw import DRAW, DRAWClassifier, kl_std_normal
 
 TINY = dict(image_size=12, T=4, enc_size=16, dec_size=16, z_size=3, read_n=3, write_n=4)
 
@@ -231,6 +233,25 @@ def test_attention_figures_and_gif_colours():
     assert viz.WRITE_COLOUR in pixels and viz.READ_COLOUR not in pixels
 
 
+def test_grey_gif_keeps_the_box_colours_in_few_colours():
+    import io
+
+    from PIL import Image
+
+    from zoo.viz import draw as viz
+
+    model = tiny_draw()
+    out = model.sample(4, generator=torch.Generator().manual_seed(0))
+    frames = viz.canvas_frames(out["canvases"], write=out["write"], write_n=TINY["write_n"], scale=4)
+    small, full = viz.gif_bytes(frames, greys=16), viz.gif_bytes(frames)
+    with Image.open(io.BytesIO(small)) as gif:
+        assert gif.n_frames == TINY["T"]
+        colours = {tuple(p) for p in gif.convert("RGB").getdata()}
+    assert viz.WRITE_COLOUR in colours and len(colours) <= 16 + 4
+    assert all(c in (viz.WRITE_COLOUR, viz.FIGURE_GREY, viz.CELL_GREY) or len(set(c)) == 1 for c in colours)
+    assert len(small) < len(full)
+
+
 def test_box_width_proportional_to_sigma():
     from zoo.attention.filterbank import FilterParams
     from zoo.viz.draw import _box
@@ -341,3 +362,160 @@ def test_recipes_are_registered_and_compare_like_with_like():
     assert c8["data"]["init_args"]["variant"] == "cluttered100"
     model = zoo.create_model("draw_cluttered100_classifier")
     assert isinstance(model, DRAWClassifier) and model.family == "draw_classifier"
+
+
+def _one_error_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("zoo sample: "), err
+    return err[0]
+
+
+def test_cli_sample_bad_input_is_one_line_and_exit_2(tmp_path, checkpoints, capsys):
+    from zoo.cli import main
+
+    generator, classifier = checkpoints
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(classifier), "--out", str(tmp_path / "c.png")]) == 2
+    line = _one_error_line(capsys)
+    assert "draw_classifier" in line and "generator" in line
+    for n in ("0", "-3"):
+        assert main(["sample", "--checkpoint", str(generator), "--n", n, "--out", str(tmp_path / "n.png")]) == 2
+        assert "--n must be between 1 and" in _one_error_line(capsys)
+    missing = tmp_path / "no" / "such" / "s.png"
+    assert main(["sample", "--checkpoint", str(generator), "--out", str(missing)]) == 2
+    line = _one_error_line(capsys)
+    assert "does not exist" in line and str(missing.parent) in line
+    assert not (tmp_path / "no").exists()  # nothing created on the way
+    (tmp_path / "file").write_text("x")
+    assert main(["sample", "--checkpoint", str(generator), "--out", str(tmp_path / "file" / "s.png")]) == 2
+    assert "not a folder" in _one_error_line(capsys)
+    assert main(["sample", "--checkpoint", str(generator), "--out", str(tmp_path / "s.png"),
+                 "--reconstruct", str(tmp_path / "a.png"), "--n", "2"]) == 2
+    assert "--n does not apply" in _one_error_line(capsys)
+    assert not list(tmp_path.glob("*.png")) and not list(tmp_path.glob("*.gif"))
+
+
+def _png(path, array):
+    from PIL import Image
+
+    Image.fromarray(array).save(path)
+    return str(path)
+
+
+def test_cli_sample_reconstructs_images_with_read_and_write_boxes(tmp_path, checkpoints, capsys):
+    from PIL import Image
+
+    from zoo.cli import main
+    from zoo.viz import draw as viz
+
+    generator, _ = checkpoints
+    rng = np.random.default_rng(0)
+    good = [_png(tmp_path / f"in{i}.png", rng.integers(0, 256, (12, 12), dtype=np.uint8)) for i in range(3)]
+    out = tmp_path / "recon.png"
+    assert main(["sample", "--checkpoint", str(generator), "--reconstruct", *good, "--out", str(out), "--gif"]) == 0
+    with Image.open(out) as strip:
+        colours = {tuple(p) for p in strip.convert("RGB").getdata()}
+        assert viz.READ_COLOUR in colours and viz.WRITE_COLOUR in colours
+    with Image.open(out.with_suffix(".gif")) as gif:
+        assert gif.n_frames == TINY["T"]
+        colours = {tuple(p) for p in gif.convert("RGB").getdata()}
+        assert viz.READ_COLOUR in colours and viz.WRITE_COLOUR in colours
+    # a wrong-size image: reported, the others still drawn (exit 1); only bad ones: exit 2
+    bad = _png(tmp_path / "big.png", np.zeros((20, 20), np.uint8))
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(generator), "--reconstruct", good[0], bad,
+                 "--out", str(tmp_path / "mixed.png")]) == 1
+    assert "expects 12x12" in _one_error_line(capsys) and (tmp_path / "mixed.png").exists()
+    assert main(["sample", "--checkpoint", str(generator), "--reconstruct", bad,
+                 "--out", str(tmp_path / "none.png")]) == 2
+    assert "expects 12x12" in _one_error_line(capsys) and not (tmp_path / "none.png").exists()
+
+
+def test_cli_sample_reconstructs_a_split_of_the_models_data(tmp_path, tiny_data, capsys):
+    from PIL import Image
+
+    from conftest import TINY_VAL
+    from zoo.cli import main
+
+    torch.manual_seed(0)
+    model = DRAW(image_size=28, T=3, enc_size=8, dec_size=8, z_size=2, read_n=2, write_n=3)
+    model._zoo_data_config = {"class_path": "zoo.data.fashion_mnist.FashionMNISTDataModule",
+                              "init_args": {"variant": "centered", "val_size": TINY_VAL, "batch_size": 4}}
+    ckpt = tmp_path / "m.ckpt"
+    _save_ckpt(model, ckpt)
+    out = tmp_path / "split.png"
+    assert main(["sample", "--checkpoint", str(ckpt), "--reconstruct-split", "test", "--n", "5",
+                 "--out", str(out), "--scale", "1"]) == 0
+    assert "5 reconstructions" in capsys.readouterr().out
+    with Image.open(out) as strip:
+        assert strip.size[1] > 5 * 28  # five rows (a batch of 4 and one more)
+    # without a data config there is no split to take
+    bare = tmp_path / "bare.ckpt"
+    _save_ckpt(tiny_draw(), bare)
+    assert main(["sample", "--checkpoint", str(bare), "--reconstruct-split", "val",
+                 "--out", str(tmp_path / "b.png")]) == 2
+    assert "no data config" in _one_error_line(capsys)
+
+
+def test_two_items_recipes_equal_size_budget_and_data():
+    """two_items60: attention vs none at equal parameter counts (within 10%), so the sizes differ;
+    everything else (data, budget, T, optimiser, evaluation) is the same."""
+    import re
+
+    import yaml
+
+    from zoo.registry import REPO_ROOT
+
+    texts = {stem: (REPO_ROOT / "configs" / "draw" / f"{stem}.yaml").read_text()
+             for stem in ("two_items60", "two_items60_noattn")}
+    recipes = {stem: yaml.safe_load(text) for stem, text in texts.items()}
+    a, b = recipes["two_items60"], recipes["two_items60_noattn"]
+    assert a["data"] == b["data"] and a["data"]["init_args"]["variant"] == "two_items60"
+    assert a.get("checkpoint") == b.get("checkpoint")
+    assert {k: v for k, v in a["trainer"].items() if k != "default_root_dir"} == \
+        {k: v for k, v in b["trainer"].items() if k != "default_root_dir"}
+    sizes = ("enc_size", "dec_size", "attention", "read_n", "write_n")
+    assert {k: v for k, v in a["model"]["init_args"].items() if k not in sizes} == \
+        {k: v for k, v in b["model"]["init_args"].items() if k not in sizes}
+    assert a["model"]["init_args"]["attention"] == "filterbank" and b["model"]["init_args"]["attention"] == "none"
+    assert a["model"]["init_args"]["image_size"] == 60
+    counts = {}
+    for stem in texts:
+        model = zoo.create_model(f"draw_{stem}")
+        counts[stem] = sum(p.numel() for p in model.parameters())
+        # the count the recipe's comment states is the model's
+        stated = re.search(r"parameters: ([\d,]+)", texts[stem]).group(1)
+        assert int(stated.replace(",", "")) == counts[stem], (stem, stated, counts[stem])
+    assert abs(counts["two_items60"] / counts["two_items60_noattn"] - 1) < 0.10, counts
+
+
+def _draw_windows_script():
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("draw_windows", REPO / "scripts" / "draw_windows.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_draw_windows_analysis():
+    from zoo.attention.filterbank import FilterParams
+
+    script = _draw_windows_script()
+    one = torch.ones(3)
+    # 1-based centres 3.0 (continuous 2.5: inside [2, 6)), 6.5 (6.0: outside) and 10 (9.5: in the second box)
+    params = FilterParams(torch.tensor([3.0, 6.5, 10.0]), torch.tensor([3.0, 3.0, 3.0]), one, one, one)
+    boxes = np.array([[[2, 2, 6, 6], [8, 0, 12, 4]]] * 3)
+    assert script.centre_inside(params, boxes).tolist() == [True, False, True]
+    model = tiny_draw()
+    images = torch.zeros(4, 1, 12, 12)
+    images[:, :, 2:6, 2:6] = 1
+    stats = script.analyse(model, images, np.array([[[2, 2, 6, 6]]] * 4))
+    assert stats["items_share"] == 16 / 144 and len(stats["steps"]) == TINY["T"]
+    for row in stats["steps"]:
+        assert 0 <= row["write_in_items"] <= 1 and 0 <= row["write_centre_in_items"] <= 1 and row["kl"] >= 0
+    # a no-attention model has no windows, only where its canvas changes
+    plain = script.analyse(tiny_draw("none"), images, np.array([[[2, 2, 6, 6]]] * 4))
+    assert "write_side" not in plain["steps"][0] and 0 <= plain["steps"][0]["write_in_items"] <= 1

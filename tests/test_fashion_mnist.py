@@ -338,3 +338,110 @@ def test_test_split_attribute_serves_val(tiny_data):
     assert len(dm.test_dataloader().dataset) == TINY_VAL
     dm.test_split = "test"
     assert len(dm.test_dataloader().dataset) == TINY_TEST
+
+
+# ----------------------------------------------------------------------------- two items on 60x60
+def _apart(boxes):
+    """boxes [N, 2, 4] -> bool [N]: the two frames are separated along x or along y."""
+    a, b = boxes[:, 0], boxes[:, 1]
+    sep_x = (a[:, 2] <= b[:, 0]) | (b[:, 2] <= a[:, 0])
+    sep_y = (a[:, 3] <= b[:, 1]) | (b[:, 3] <= a[:, 1])
+    return sep_x, sep_y
+
+
+def test_two_items_canvas_holds_exactly_its_two_items_apart():
+    images = structured_images(300, seed=5)[0]  # noise floor 5..40: every pixel of an item is > 0
+    canvases, boxes, sources = fm.make_variant(images, "two_items60", seed=3, return_sources=True)
+    n = len(images)
+    assert canvases.shape == (n, 60, 60) and canvases.dtype == np.uint8
+    assert boxes.shape == (n, 2, 4) and sources.shape == (n, 2)
+    np.testing.assert_array_equal(sources[:, 0], np.arange(n))  # canvas i shows image i ...
+    assert (sources[:, 1] != sources[:, 0]).all() and (0 <= sources).all() and (sources < n).all()
+    assert len(np.unique(sources[:, 1])) > n / 2  # ... and a random other one
+    assert (boxes[..., :2] >= 0).all() and (boxes[..., 2:] <= 60).all()
+    assert ((boxes[..., 2] - boxes[..., 0]) == 28).all() and ((boxes[..., 3] - boxes[..., 1]) == 28).all()
+    sep_x, sep_y = _apart(boxes)
+    assert (sep_x | sep_y).all()  # the 28x28 frames never overlap
+    for canvas, (first, second), frames in zip(canvases, sources, boxes):
+        inside = np.zeros((60, 60), bool)
+        for item, (x0, y0, x1, y1) in zip((first, second), frames):
+            np.testing.assert_array_equal(canvas[y0:y1, x0:x1], images[item])
+            inside[y0:y1, x0:x1] = True
+        assert (canvas[~inside] == 0).all()  # exactly two items, nothing else
+    # without return_sources: the same canvases and boxes
+    again = fm.make_variant(images, "two_items60", seed=3)
+    assert len(again) == 2
+    np.testing.assert_array_equal(again[0], canvases)
+    np.testing.assert_array_equal(again[1], boxes)
+
+
+def test_two_items_layouts_are_uniform_over_non_overlapping_ones():
+    # Corners are 0..32 per axis: 30 of the 33 x 33 x-pairs separate two 28-px frames, so of the
+    # 64440 valid layouts 31770 separate along x only, 31770 along y only and 900 along both.
+    images = structured_images(4000, seed=6)[0]
+    _, boxes, _ = fm.make_variant(images, "two_items60", seed=0, return_sources=True)
+    sep_x, sep_y = _apart(boxes)
+    n = len(images)
+    assert abs((sep_x & ~sep_y).mean() - 31770 / 64440) < 0.03
+    assert abs((sep_y & ~sep_x).mean() - 31770 / 64440) < 0.03
+    assert (sep_x & sep_y).sum() < 4 * 900 / 64440 * n
+    corners = boxes[..., :2].reshape(-1)
+    assert corners.min() == 0 and corners.max() == 32  # the whole canvas is reachable
+
+
+def test_two_items_deterministic_under_seed():
+    images = structured_images(50, seed=7)[0]
+    a = fm.make_variant(images, "two_items60", seed=9, return_sources=True)
+    b = fm.make_variant(images, "two_items60", seed=9, return_sources=True)
+    c = fm.make_variant(images, "two_items60", seed=10, return_sources=True)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a[0], c[0]) and not np.array_equal(a[1], c[1])
+    assert not np.array_equal(a[2], c[2])  # the pairing changes with the seed too
+
+
+def test_two_items_needs_two_images():
+    with pytest.raises(UserError, match="at least 2"):
+        fm.make_variant(np.zeros((1, 28, 28), np.uint8), "two_items60", seed=0)
+
+
+def _item_rows(dataset, boxes, lookup):
+    """The source rows (via lookup: item bytes -> row) of every item on every canvas: [N, 2]."""
+    canvases = dataset.tensors[0][:, 0].numpy()
+    rows = np.empty(boxes.shape[:2], np.int64)
+    for i, frames in enumerate(boxes.numpy()):
+        for k, (x0, y0, x1, y1) in enumerate(frames):
+            rows[i, k] = lookup.get(canvases[i, y0:y1, x0:x1].tobytes(), -1)
+    return rows
+
+
+def test_two_items_datamodule_splits_and_fixed_test_set(tiny_data):
+    dm = _setup(variant="two_items60", seed=0)
+    assert dm.image_size == 60
+    assert len(dm.datasets["train"]) == TINY_TRAIN - TINY_VAL and len(dm.datasets["test"]) == TINY_TEST
+    images, labels = dm.on_after_batch_transfer(next(iter(dm.train_dataloader())), 0)
+    assert images.shape == (16, 1, 60, 60) and labels.shape == (16, 2) and labels.dtype == torch.int64
+    train_all, train_labels = fm.load_fashion_mnist("train")
+    test_all, test_labels = fm.load_fashion_mnist("test")
+    train_rows = {x.numpy().tobytes(): i for i, x in enumerate(train_all)}
+    test_rows = {x.numpy().tobytes(): i for i, x in enumerate(test_all)}
+    assert not set(train_rows) & set(test_rows)
+    val_pool = {train_rows[x[0].numpy().tobytes()] for x in _setup(variant="centered").datasets["val"].tensors[0]}
+    found = {}
+    for split, lookup in (("train", train_rows), ("val", train_rows), ("test", test_rows)):
+        rows = _item_rows(dm.datasets[split], dm.boxes[split], lookup)
+        assert (rows >= 0).all(), split  # every item is an image of its own source split ...
+        other = test_rows if lookup is train_rows else train_rows
+        assert (_item_rows(dm.datasets[split], dm.boxes[split], other) < 0).all(), split  # ... not the other's
+        labels_all = test_labels if split == "test" else train_labels
+        np.testing.assert_array_equal(dm.datasets[split].tensors[1].numpy(), labels_all[rows].numpy())
+        found[split] = set(rows.ravel().tolist())
+    # validation canvases hold validation items only, training canvases never one of them
+    assert found["val"] <= val_pool and not found["train"] & val_pool
+    # the test set is fixed: another training seed changes train canvases, not the test ones
+    other = _setup(variant="two_items60", seed=1)
+    assert torch.equal(other.datasets["test"].tensors[0], dm.datasets["test"].tensors[0])
+    assert torch.equal(other.boxes["test"], dm.boxes["test"])
+    assert not torch.equal(other.datasets["train"].tensors[0], dm.datasets["train"].tensors[0])
+    limited = _setup(variant="two_items60", limit_eval=50)
+    assert torch.equal(limited.datasets["test"].tensors[0], dm.datasets["test"].tensors[0][:50])

@@ -1,31 +1,104 @@
-"""zoo sample: draw images from a DRAW generator, as a grid and optionally an animated canvas.
+"""zoo sample: draw images from a DRAW generator, or redraw given ones, as a figure and optionally
+an animated canvas.
 
-    zoo sample --model draw_fmnist --n 64 --out samples.png --gif
+    zoo sample --model draw_fmnist_t16 --n 64 --out samples.png --gif
     zoo sample --checkpoint runs/draw_fmnist/checkpoints/last.ckpt --out s.png
+    zoo sample --model draw_two_items60 --reconstruct-split test --n 8 --out recon.png --gif
+    zoo sample --model draw_fmnist_t16 --reconstruct a.png b.png --out recon.png
 
-The GIF (beside --out, suffix .gif) shows the canvas at every step with the write box in red
-(border width proportional to sigma); sampling uses no encoder, so there is no read box. The
-read (green) and write boxes of reconstructions are logged at validation (attention_figures).
+Sampling (eqs. 13-14) has no encoder, so its figures show the write box only (red, border width
+proportional to sigma): --out is a grid of the n samples and the GIF (beside --out, suffix .gif)
+the canvas at every step. Reconstruction encodes images (fixed binarization, as the model's test
+set) and redraws them: --out is a strip per image (the input, then the canvas at 8 steps) and the
+GIF shows input and canvas at every step, both with the step's read box (green) and write box
+(red). --reconstruct takes grayscale images of the model's size; --reconstruct-split the first n
+images of a split of the data set the model was trained on.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from zoo.commands.common import add_model_arguments, resolve_model
+from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model
 from zoo.errors import UserError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 MAX_SAMPLES = 4096
+DEFAULT_N = {"sample": 64, "split": 8}
+STRIP_STEPS = 8  # canvases shown per reconstruction strip
+GIF_GREYS = 16  # grey levels of a grayscale model's GIF (a smaller file)
 
 
 def add_arguments(parser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--n", type=int, default=64, help="number of samples (default 64)")
-    parser.add_argument("--out", required=True, help="sample grid image (.png, .jpg, ...)")
+    parser.add_argument("--n", type=int, help=f"number of samples (default {DEFAULT_N['sample']}) or of split "
+                                              f"images to reconstruct (default {DEFAULT_N['split']})")
+    parser.add_argument("--out", required=True, help="figure file (.png, .jpg, ...)")
     parser.add_argument("--gif", action="store_true", help="also write the animated canvas beside --out (.gif)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--reconstruct", nargs="+", metavar="IMAGE",
+                        help="encode and redraw these grayscale images of the model's size")
+    source.add_argument("--reconstruct-split", choices=["val", "test"],
+                        help="encode and redraw the first --n images of this split of the model's data set")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the latent draws")
     parser.add_argument("--scale", type=int, default=2, help="pixel upscaling of the figures")
     parser.add_argument("--frame-ms", type=int, default=80, help="GIF frame duration in ms")
+
+
+def _check_out(out: Path) -> None:
+    if out.suffix.lower() not in IMAGE_SUFFIXES:
+        raise UserError(f"--out {out}: use an image suffix ({', '.join(IMAGE_SUFFIXES)})")
+    if out.exists() and out.is_dir():
+        raise UserError(f"--out {out}: is a directory")
+    folder = out.parent
+    if not folder.is_dir():
+        raise UserError(f"--out {out}: folder {folder} does not exist" if not folder.exists()
+                        else f"--out {out}: {folder} is not a folder")
+
+
+def model_datamodule(model):
+    """The data module the model was trained with (its config travels in the checkpoint), set up."""
+    from zoo.registry import instantiate
+
+    data_config = getattr(model, "_zoo_data_config", None)
+    if not data_config:
+        raise UserError("the model carries no data config (a checkpoint written by train.py has one)")
+    init_args = {k: v for k, v in (data_config.get("init_args") or {}).items() if not k.startswith("_")}
+    datamodule = instantiate({"class_path": data_config["class_path"], "init_args": init_args})
+    datamodule.setup("test")
+    return datamodule
+
+
+def _split_images(model, split: str, n: int):
+    """The first n images [n, C, S, S] in [0, 1] of `split` of the model's own data module."""
+    import torch
+
+    try:
+        datamodule = model_datamodule(model)
+    except UserError as exc:
+        raise UserError(f"--reconstruct-split: {exc}; give images with --reconstruct") from None
+    datamodule.test_split = split
+    images = []
+    for batch in datamodule.test_dataloader():
+        images.append(datamodule.on_after_batch_transfer(batch, 0)[0])
+        if sum(len(b) for b in images) >= n:
+            break
+    return torch.cat(images)[:n]
+
+
+def _file_images(model, paths: list[str]):
+    """(images [N, C, S, S] in [0, 1] or None, error lines) of the given files, exactly the model's size."""
+    from zoo.commands.glimpses import load_for_model  # exact size, grayscale for 1-channel models
+
+    batch, _, errors = load_for_model(paths, model.C, (model.S, model.S))
+    report_bad_files(errors, "sample")
+    return batch, errors
+
+
+def _save(write, path: Path) -> None:
+    try:
+        write(path)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 def run(args) -> int:
@@ -34,32 +107,51 @@ def run(args) -> int:
     from zoo.io import atomic_save_image
     from zoo.viz import draw as viz
 
-    if not 1 <= args.n <= MAX_SAMPLES:
-        raise UserError(f"--n must be between 1 and {MAX_SAMPLES}, got {args.n}")
+    reconstructing = args.reconstruct is not None or args.reconstruct_split is not None
+    if args.reconstruct is not None and args.n is not None:
+        raise UserError("--n does not apply to --reconstruct IMAGE... (every image given is redrawn)")
+    n = args.n if args.n is not None else DEFAULT_N["split" if args.reconstruct_split else "sample"]
+    if not 1 <= n <= MAX_SAMPLES:
+        raise UserError(f"--n must be between 1 and {MAX_SAMPLES}, got {n}")
     if not 1 <= args.scale <= 16:
         raise UserError(f"--scale must be between 1 and 16, got {args.scale}")
     if args.frame_ms < 1:
         raise UserError(f"--frame-ms must be positive, got {args.frame_ms}")
     out = Path(args.out)
-    if out.suffix.lower() not in IMAGE_SUFFIXES:
-        raise UserError(f"--out {out}: use an image suffix ({', '.join(IMAGE_SUFFIXES)})")
-    if out.exists() and out.is_dir():
-        raise UserError(f"--out {out}: is a directory")
+    _check_out(out)
     model = resolve_model(args, "draw", "a DRAW generator (family 'draw'); sampling needs one")
-    result = model.sample(args.n, generator=torch.Generator().manual_seed(args.seed))
-    grid = viz.sample_grid(result["images"], scale=args.scale)
-    try:
-        atomic_save_image(grid, out)
-    except OSError as exc:
-        raise UserError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
-    print(f"wrote {out} ({args.n} samples, T={model.T})")
+    generator = torch.Generator().manual_seed(args.seed)
+    attention = model.hparams.attention == "filterbank"
+    read_n = model.hparams.read_n if attention else None
+    write_n = model.hparams.write_n if attention else None
+    errors: list[str] = []
+    if reconstructing:
+        if args.reconstruct is not None:
+            images, errors = _file_images(model, args.reconstruct)
+            if images is None:
+                return exit_code(0, errors)
+        else:
+            images = _split_images(model, args.reconstruct_split, n)
+        with torch.no_grad():
+            x = model._binarize(images, train=False)  # the fixed binarization of the test sets
+            noise = torch.randn(model.T, len(x), model.hparams.z_size, generator=generator)
+            result = model(x, noise=noise, record=True)
+        canvases = torch.sigmoid(result["canvas"])  # [T, n, C, S, S]
+        figure = viz.reconstruction_strip(x, canvases, result["read"], result["write"], read_n, write_n,
+                                          steps=STRIP_STEPS, scale=args.scale)
+        what = f"{len(x)} reconstructions"
+    else:
+        result = model.sample(n, generator=generator)
+        canvases, x = result["canvases"], None
+        figure = viz.sample_grid(result["images"], scale=args.scale)
+        what = f"{n} samples"
+    _save(lambda p: atomic_save_image(figure, p), out)
+    print(f"wrote {out} ({what}, T={model.T})")
     if args.gif:
-        write_n = model.hparams.write_n if model.hparams.attention == "filterbank" else None
-        frames = viz.canvas_frames(result["canvases"], write=result["write"], write_n=write_n, scale=args.scale)
+        frames = viz.canvas_frames(canvases, write=result["write"], write_n=write_n,
+                                   read=result.get("read"), read_n=read_n, targets=x, scale=args.scale)
         gif = out.with_suffix(".gif")
-        try:
-            viz.save_gif(frames, gif, duration_ms=args.frame_ms)
-        except OSError as exc:
-            raise UserError(f"{gif}: cannot write ({exc.strerror or exc})") from None
+        greys = GIF_GREYS if model.C == 1 else None  # colour canvases keep GIF's adaptive palette
+        _save(lambda p: viz.save_gif(frames, p, duration_ms=args.frame_ms, greys=greys), gif)
         print(f"wrote {gif} ({len(frames)} frames)")
-    return 0
+    return exit_code(1, errors)

@@ -10,7 +10,11 @@ Variants (canvases are built once, vectorised, from a seed; the test set uses a 
 - centered:     the 28x28 images as they are;
 - translated:   the item at a uniformly random position on a 60x60 canvas;
 - cluttered60:  translated 60x60 plus 4 distractors;
-- cluttered100: translated 100x100 plus 8 distractors.
+- cluttered100: translated 100x100 plus 8 distractors;
+- two_items60:  two items of the same split on a 60x60 canvas, their 28x28 frames apart (DRAW's
+                two-digit 60x60 task, Gregor et al. 2015 sec. 4.3, without overlaps): a mostly
+                empty canvas, where attention should pay. Labels are both items' classes [N, 2],
+                boxes both frames [N, 2, 4].
 Distractors are random 8x8 crops of other training images pasted at random positions (pixel max).
 """
 from __future__ import annotations
@@ -35,7 +39,10 @@ ITEM_SIZE = 28
 
 
 # variant name -> (canvas size, number of distractors)
-VARIANTS = {"centered": (28, 0), "translated": (60, 0), "cluttered60": (60, 4), "cluttered100": (100, 8)}
+VARIANTS = {"centered": (28, 0), "translated": (60, 0), "cluttered60": (60, 4), "cluttered100": (100, 8),
+            "two_items60": (60, 0)}
+# variants with more than one item per canvas -> items per canvas (the others: 1)
+MULTI_ITEM = {"two_items60": 2}
 
 
 # ----------------------------------------------------------------------------- IDX files
@@ -120,14 +127,24 @@ def load_fashion_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 # ----------------------------------------------------------------------------- variants
 def make_variant(images: np.ndarray, variant: str, seed: int,
-                 distractor_source: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 distractor_source: np.ndarray | None = None, return_sources: bool = False):
     """Place 28x28 items on canvases. Returns (canvases uint8 [N, S, S], boxes int [N, 4] as
-    x0, y0, x1, y1 of the item, exclusive ends). Deterministic in `seed`; vectorised over N."""
+    x0, y0, x1, y1 of the item, exclusive ends). Deterministic in `seed`; vectorised over N.
+
+    Multi-item variants (MULTI_ITEM) put image i and K - 1 other images of `images` on canvas i
+    (never a second copy of image i) and return boxes [N, K, 4]; `return_sources` adds the
+    indices into `images` of each canvas's items, int [N, K] ([N, 1] for one item)."""
     if variant not in VARIANTS:
         raise UserError(f"unknown variant '{variant}' (choose from {', '.join(VARIANTS)})")
     size, n_distractors = VARIANTS[variant]
     images = np.asarray(images, dtype=np.uint8)
     n = len(images)
+    if variant in MULTI_ITEM:
+        canvases, boxes, sources = _multi_item(images, size, MULTI_ITEM[variant], seed)
+        return (canvases, boxes, sources) if return_sources else (canvases, boxes)
+    if return_sources:
+        canvases, boxes = make_variant(images, variant, seed, distractor_source)
+        return canvases, boxes, np.arange(n)[:, None]
     if size == ITEM_SIZE:
         boxes = np.tile(np.array([0, 0, ITEM_SIZE, ITEM_SIZE]), (n, 1))
         return images.copy(), boxes
@@ -151,6 +168,37 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
     return canvases, boxes
 
 
+def _multi_item(images: np.ndarray, size: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """K items per canvas at places drawn uniformly over the layouts whose 28x28 frames do not
+    overlap: canvases [N, S, S], boxes [N, K, 4], sources [N, K] (item 0 of canvas i is image i)."""
+    from zoo.data.scenes import _place  # the captioning scenes' non-overlapping layout sampler
+
+    n = len(images)
+    if n < k:
+        raise UserError(f"{k} items per canvas need at least {k} images, got {n}")
+    rng = np.random.default_rng(seed)
+    # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n)
+    others = _distinct_offsets(rng, n, k - 1)  # [N, K-1] in 1..n-1, distinct per row
+    sources = np.concatenate([np.arange(n)[:, None], (np.arange(n)[:, None] + others) % n], 1)
+    corners = _place(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
+    canvases = np.zeros((n, size, size), dtype=np.uint8)
+    for slot in range(k):  # K pastes, each over all canvases at once
+        _paste_max(canvases, images[sources[:, slot]], corners[:, slot, 1], corners[:, slot, 0])
+    boxes = np.concatenate([corners, corners + ITEM_SIZE], -1)  # x0, y0, x1, y1
+    return canvases, boxes, sources
+
+
+def _distinct_offsets(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
+    """[n, m] offsets in 1..n-1, distinct within each row (rows with a repeat are redrawn)."""
+    offsets = rng.integers(1, n, size=(n, m))
+    while m > 1:
+        clash = (np.sort(offsets, 1)[:, 1:] == np.sort(offsets, 1)[:, :-1]).any(1)
+        if not clash.any():
+            break
+        offsets[clash] = rng.integers(1, n, size=(int(clash.sum()), m))
+    return offsets
+
+
 def _crop(images: np.ndarray, top: np.ndarray, left: np.ndarray, size: int) -> np.ndarray:
     rows = top[:, None] + np.arange(size)  # [N, size]
     cols = left[:, None] + np.arange(size)
@@ -167,7 +215,8 @@ def _paste_max(canvases: np.ndarray, patches: np.ndarray, top: np.ndarray, left:
 
 # ----------------------------------------------------------------------------- datamodule
 class FashionMNISTDataModule(SplitDataModule):
-    """Fashion-MNIST variants as (images float [B, 1, S, S] in [0, 1], labels int64 [B]).
+    """Fashion-MNIST variants as (images float [B, 1, S, S] in [0, 1], labels int64 [B]; [B, K]
+    for a variant with K items per canvas).
 
     The validation split is carved out of train with `split_seed`; train canvases are drawn
     with `seed`, validation canvases with `seed + 1`, and the test canvases always with
@@ -190,7 +239,10 @@ class FashionMNISTDataModule(SplitDataModule):
         self.boxes: dict[str, torch.Tensor] = {}
 
     def _build(self, images, labels, seed, distractors):
-        canvases, boxes = make_variant(images.numpy(), self.variant, seed, distractors)
+        canvases, boxes, sources = make_variant(images.numpy(), self.variant, seed, distractors,
+                                                return_sources=True)
+        if self.variant in MULTI_ITEM:
+            labels = labels[torch.from_numpy(sources)]  # [N, K]: every item's class
         return TensorDataset(torch.from_numpy(canvases).unsqueeze(1), labels), torch.from_numpy(boxes)
 
     def setup(self, stage: str | None = None) -> None:

@@ -16,7 +16,7 @@ Without attention, read = [x, x^] (eq. 17) and write = W(h_dec_t) (eq. 18): the 
 
 Data: pixels are binarized. Training re-samples a binarization every step (dynamic); validation
 and test use one fixed binarization that is a function of the image and `binarize_seed` only
-(`fixed_binarize`), so every model, batch size and order sees the same binary test set.
+(`zoo.data.binarize.fixed_binarize`), so every model, batch size and order sees the same binary test set.
 
 Evaluation (test_step): the negative ELBO in nats/image (the paper's "<=" numbers), an
 importance-weighted bound with `iwae_samples` samples (Burda et al. 2016; chunked), and the KL
@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.attention import filterbank as fb
+from zoo.data.binarize import fixed_binarize
 from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.accel import check_mode
@@ -50,32 +51,6 @@ def kl_std_normal(mu: torch.Tensor, logsigma: torch.Tensor) -> torch.Tensor:
 
     The constant is -1/2 per latent dimension (per step): 1/2 (mu^2 + sigma^2 - log sigma^2 - 1)."""
     return 0.5 * (mu.pow(2) + torch.exp(2 * logsigma) - 2 * logsigma - 1).sum(-1)
-
-
-_MASK32 = 0xFFFFFFFF
-
-
-def _hash32(v: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer mixing hash on int64 tensors (values stay < 2^63: no overflow)."""
-    v = v & _MASK32
-    v = (((v >> 16) ^ v) * 0x45D9F3B) & _MASK32
-    v = (((v >> 16) ^ v) * 0x45D9F3B) & _MASK32
-    return (v >> 16) ^ v
-
-
-def fixed_binarize(x: torch.Tensor, seed: int) -> torch.Tensor:
-    """A fixed stochastic binarization: pixel on iff u < intensity, with u ~ U[0, 1) a hash of
-    (seed, the image's 8-bit content, the pixel index). Deterministic per image, independent of
-    batch size, order and device. x [B, ...] in [0, 1] -> same shape in {0, 1}."""
-    flat = x.detach().reshape(x.shape[0], -1)
-    q = (flat * 255).round().to(torch.int64)  # the uint8 image the loader divided by 255
-    P = q.shape[1]
-    weights = torch.randint(1, 1 << 20, (P,), generator=torch.Generator().manual_seed(int(seed)))
-    key = _hash32((q * weights.to(x.device)).sum(1) + int(seed))  # [B] image identity
-    pixel = torch.arange(P, device=x.device, dtype=torch.int64)
-    u = _hash32(_hash32(key[:, None] ^ (pixel[None, :] * 0x9E3779B1 & _MASK32)) + int(seed))
-    u = u.to(torch.float64) / float(1 << 32)
-    return (u < flat.double()).to(x.dtype).reshape(x.shape)
 
 
 def _check_size(value, name: str, lo: int = 1, hi: int | None = None) -> int:
