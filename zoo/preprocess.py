@@ -122,11 +122,15 @@ def _normalisation(model) -> tuple[tuple | None, tuple | None]:
     return None, None
 
 
+def data_config(model) -> dict | None:
+    """{class_path, init_args} of the data module `model` was trained with (from its checkpoint,
+    release or recipe), or None."""
+    return getattr(model, "_zoo_data_config", None)
+
+
 def for_model(model) -> Preprocessing:
     """How images are prepared for `model`: from its family, hyperparameters and the data module
     it was trained with (whose evaluation transform this is)."""
-    from zoo.registry import data_config
-
     hp, family = model.hparams, getattr(model, "family", None)
     data = (data_config(model) or {}).get("init_args") or {}
     data_class = str((data_config(model) or {}).get("class_path", ""))

@@ -25,6 +25,7 @@ import yaml
 
 from zoo import hub
 from zoo.errors import UserError
+from zoo.preprocess import data_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -153,12 +154,6 @@ def build(config: dict, **overrides):
     if config.get("data"):
         model._zoo_data_config = config["data"]
     return model
-
-
-def data_config(model) -> dict | None:
-    """{class_path, init_args} of the data module `model` was trained with (from its checkpoint,
-    release or recipe), or None."""
-    return getattr(model, "_zoo_data_config", None)
 
 
 def build_datamodule(model, **overrides):

@@ -171,7 +171,7 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
 def _multi_item(images: np.ndarray, size: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """K items per canvas at places drawn uniformly over the layouts whose 28x28 frames do not
     overlap: canvases [N, S, S], boxes [N, K, 4], sources [N, K] (item 0 of canvas i is image i)."""
-    from zoo.data.scenes import _place  # the captioning scenes' non-overlapping layout sampler
+    from zoo.data.layout import place_items  # the captioning scenes' non-overlapping layout sampler
 
     n = len(images)
     if n < k:
@@ -180,7 +180,7 @@ def _multi_item(images: np.ndarray, size: int, k: int, seed: int) -> tuple[np.nd
     # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n)
     others = _distinct_offsets(rng, n, k - 1)  # [N, K-1] in 1..n-1, distinct per row
     sources = np.concatenate([np.arange(n)[:, None], (np.arange(n)[:, None] + others) % n], 1)
-    corners = _place(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
+    corners = place_items(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
     canvases = np.zeros((n, size, size), dtype=np.uint8)
     for slot in range(k):  # K pastes, each over all canvases at once
         _paste_max(canvases, images[sources[:, slot]], corners[:, slot, 1], corners[:, slot, 0])

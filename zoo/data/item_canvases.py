@@ -27,7 +27,8 @@ import torch
 from torch.utils.data import Dataset
 
 from zoo.data.base import SplitDataModule
-from zoo.data.scenes import PALETTE, _place, paint
+from zoo.data.layout import place_items
+from zoo.data.scenes import PALETTE, paint
 from zoo.errors import UserError
 
 SPLIT_CODES = {"train": 10, "val": 11, "test": 12}  # RNG streams apart from the scenes' (0, 1, 2)
@@ -47,7 +48,7 @@ def draw_layouts(pool: np.ndarray, num: int, seed: int, split: str, canvas_size:
         source = np.where(active, pool[rng.integers(0, len(pool), size=(m, k))], -1)
         colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, k)), -1)
         sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, k))]
-        corners = _place(rng, sizes, n_items, canvas_size, gap)
+        corners = place_items(rng, sizes, n_items, canvas_size, gap)
         parts.append({"n_items": n_items, "source_index": source, "colours": colours, "sizes": sizes,
                       "corners": corners})
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}

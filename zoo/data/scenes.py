@@ -49,14 +49,13 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.base import SplitDataModule
+from zoo.data.layout import place_items
 from zoo.data.vocab import Vocab, pad_captions, tokenize
 from zoo.errors import UserError
 from zoo.io import atomic_write_bytes
 
 FORMAT_VERSION = 2  # 2: captions carry the item each word names
 BLOCK = 256  # scenes per RNG block (prefix stability, see the module docstring)
-CANDIDATES = 64  # layouts tried at once per scene in the vectorised rejection sampler
-MAX_ROUNDS = 200  # x CANDIDATES tries per scene; a feasible layout is found long before
 
 # Fashion-MNIST class -> caption phrase; the head (last) word is the item's box word.
 ITEM_NAMES = ["tshirt", "trousers", "pullover", "dress", "coat",
@@ -248,35 +247,6 @@ class Scenes:
                        z["source_index"], json.loads(str(z["captions"])), json.loads(str(z["caption_items"])))
 
 
-def _place(rng: np.random.Generator, sizes: np.ndarray, n_items: np.ndarray, canvas: int,
-           gap: int) -> np.ndarray:
-    """Top-left corners [N, K, 2] (x, y) of non-overlapping square items, uniform over valid
-    layouts (rejection sampling, CANDIDATES layouts per scene per round, all scenes at once)."""
-    n, k = sizes.shape
-    corners = np.zeros((n, k, 2), dtype=np.int64)
-    pending = np.arange(n)
-    active = np.arange(k)[None, :] < n_items[:, None]  # [N, K]
-    for _ in range(MAX_ROUNDS):
-        if len(pending) == 0:
-            return corners
-        s = sizes[pending]  # [M, K]
-        high = (canvas - s + 1)[:, None, :, None]  # [M, 1, K, 1]
-        cand = (rng.random((len(pending), CANDIDATES, k, 2)) * high).astype(np.int64)  # [M, C, K, 2]
-        lo, hi = cand, cand + s[:, None, :, None] + gap
-        # items i, j are apart when one ends (plus the gap) before the other starts on some axis
-        apart = ((hi[:, :, :, None] <= lo[:, :, None, :]) | (hi[:, :, None, :] <= lo[:, :, :, None])).any(-1)
-        both = active[pending][:, None, :, None] & active[pending][:, None, None, :]
-        clash = both & ~apart & ~np.eye(k, dtype=bool)
-        ok = ~clash.any((-1, -2))  # [M, C]
-        found = ok.any(1)
-        first = ok.argmax(1)
-        done = pending[found]
-        corners[done] = cand[found, first[found]]
-        pending = pending[~found]
-    raise UserError(f"cannot place {k} items of sizes {sorted(set(sizes.ravel().tolist()))} on a "
-                    f"{canvas}x{canvas} canvas without overlap; use a larger canvas or smaller items")
-
-
 def _resize_items(items: np.ndarray, size: int) -> np.ndarray:
     """uint8 [M, 28, 28] -> uint8 [M, size, size] (antialiased bilinear)."""
     if items.shape[-1] == size or len(items) == 0:
@@ -332,7 +302,7 @@ def generate_block(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, n: i
     item_labels = np.where(active, labels[np.maximum(source_index, 0)], -1)
     colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, k)), -1)
     sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, k))]
-    corners = _place(rng, sizes, n_items, canvas_size, gap)
+    corners = place_items(rng, sizes, n_items, canvas_size, gap)
     counts = rng.integers(min_captions, max_captions + 1, size=m)
     n_items, active, source_index, item_labels, colours, sizes, corners, counts = (
         a[:n] for a in (n_items, active, source_index, item_labels, colours, sizes, corners, counts))
