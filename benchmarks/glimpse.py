@@ -9,7 +9,7 @@ setting), float32, against two per-sample loops, both checked equal to every bat
 integer-aligned locations before timing. Both loops snap a glimpse to whole pixels, like the
 `*_snapped` methods (`Retina(subpixel=False)`, also checked equal to them at random locations);
 the plain methods (the default) interpolate sub-pixel locations, which is extra work:
-- "loop_port": what public ports do (PAPERS.md): for each scale and each image, read the location
+- "loop_port": what public ports do: for each scale and each image, read the location
   on the host (`.item()`), zero-pad that image, slice the window; then average-pool each scale.
 - "loop_lean": a leaner loop that pads the whole batch once, then slices and pools per image.
 Part 2: training images/s of a RAM with the cluttered60 recipe's sizes (8 glimpses) on random

@@ -17,7 +17,7 @@ GPU (`--gpu`): ViT-B/16 at 224 px, batch 256, bf16 autocast, with and without to
 both sides. Reports images/s and MFU: achieved FLOP/s over the dense bf16 peak (H100/H200 SXM
 989 TFLOP/s, A100 312; `--peak-tflops` for others). Training FLOPs per image are counted with
 torch's FlopCounterMode on the forward and tripled for forward + backward (about 105 GFLOPs for
-ViT-B/16; PAPERS.md). Goal: MFU >= 40%.
+ViT-B/16). Goal: MFU >= 40%.
 
     python benchmarks/vit.py --gpu                # -> results/bench_vit_gpu.json
 """

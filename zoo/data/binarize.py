@@ -4,6 +4,8 @@ of the image and a seed only. Every model, batch size, order and device then sco
 binary test images. (Training uses a fresh binarization every step; that is the model's.)"""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 _MASK32 = 0xFFFFFFFF
@@ -17,6 +19,14 @@ def _hash32(v: torch.Tensor) -> torch.Tensor:
     return (v >> 16) ^ v
 
 
+@lru_cache(maxsize=16)
+def _pixel_weights(pixels: int, seed: int, device: torch.device) -> torch.Tensor:
+    """The content hash's per-pixel weights, made once per size, seed and device: an evaluation
+    step then copies nothing from the host (a compiled or captured step needs that)."""
+    weights = torch.randint(1, 1 << 20, (pixels,), generator=torch.Generator().manual_seed(seed))
+    return weights.to(device)
+
+
 def fixed_binarize(x: torch.Tensor, seed: int) -> torch.Tensor:
     """A fixed stochastic binarization: pixel on iff u < intensity, with u ~ U[0, 1) a hash of
     (seed, the image's 8-bit content, the pixel index). Deterministic per image, independent of
@@ -24,8 +34,7 @@ def fixed_binarize(x: torch.Tensor, seed: int) -> torch.Tensor:
     flat = x.detach().reshape(x.shape[0], -1)
     q = (flat * 255).round().to(torch.int64)  # the uint8 image the loader divided by 255
     P = q.shape[1]
-    weights = torch.randint(1, 1 << 20, (P,), generator=torch.Generator().manual_seed(int(seed)))
-    key = _hash32((q * weights.to(x.device)).sum(1) + int(seed))  # [B] image identity
+    key = _hash32((q * _pixel_weights(P, int(seed), x.device)).sum(1) + int(seed))  # [B] image identity
     pixel = torch.arange(P, device=x.device, dtype=torch.int64)
     u = _hash32(_hash32(key[:, None] ^ (pixel[None, :] * 0x9E3779B1 & _MASK32)) + int(seed))
     u = u.to(torch.float64) / float(1 << 32)
