@@ -18,6 +18,7 @@ from zoo import hub
 from zoo.cli import main as zoo_main
 from zoo.errors import UserError
 from zoo.models.ram import RAM
+from zoo.viz.glimpses import step_colours
 
 TINY = dict(image_size=20, in_chans=1, num_classes=4, patch_size=4, num_scales=2, num_glimpses=3,
             glimpse_hidden=16, location_hidden=8, glimpse_dim=24, hidden_size=32,
@@ -222,7 +223,9 @@ def test_attention_figures(trained):
     assert len(figures) == TINY["num_figures"]
     for caption, image in figures.items():
         assert "pred" in caption and isinstance(image, Image.Image) and image.mode == "RGB"
-        assert len(np.unique(np.asarray(image).reshape(-1, 3), axis=0)) > 10  # boxes drawn over the image
+        pixels = {tuple(p) for p in np.asarray(image).reshape(-1, 3).tolist()}
+        for colour in step_colours(TINY["num_glimpses"]):  # every glimpse's box is drawn, in its own colour
+            assert colour in pixels, colour
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -100,6 +100,51 @@ def test_every_recipe_builds(name):
     assert zoo.data_config(model) == entry.data
 
 
+def _tiny_batch(model, n: int = 2):
+    """A batch of the form the model's data module yields, at the model's input size."""
+    spec = zoo.preprocessing(model)
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(n, spec.in_chans, *spec.size, generator=g)
+    if model.family == "captioner":
+        captions = torch.tensor([[1, 4, 5, 2], [1, 5, 2, 0]][:n])
+        box = [[0.0, 0.0, float(spec.size[1]) / 2, float(spec.size[0]) / 2]]
+        return {"images": images, "captions": captions, "item_boxes": torch.tensor([box] * n),
+                "word_items": torch.where(captions == 5, 0, -1)}  # "shirt" names item 0
+    if model.family == "backbone":
+        box = [[0.0, 0.0, float(spec.size[1]) / 2, float(spec.size[0]) / 2]]
+        return {"images": images, "boxes": torch.tensor([box] * n), "labels": torch.ones(n, 1, dtype=torch.long),
+                "colours": torch.full((n, 1), 2, dtype=torch.long)}
+    return images, torch.randint(0, model.hparams.get("num_classes", 10), (n,), generator=g)
+
+
+@pytest.mark.parametrize("name", zoo.list_models())
+def test_every_recipe_trains_a_step(name):
+    """Every recipe's model (those under 5 M parameters: the ImageNet-sized COCO and ViT-B recipes
+    train a step in tests/test_recipes_e2e.py) runs its training loss forward and backward on a
+    tiny batch: the loss is finite, trainable parameters get gradients, frozen ones none."""
+    entry = registry.get_entry(name)
+    overrides = _offline_overrides(entry)
+    if entry.model.get("class_path", "").endswith("Captioner"):
+        overrides["vocab"] = ["<pad>", "<start>", "<end>", "<unk>", "a", "shirt"]
+    with torch.device("meta"):
+        size = sum(p.numel() for p in zoo.create_model(name, **overrides).parameters())
+    if size >= 5_000_000:
+        pytest.skip(f"{size / 1e6:.0f} M parameters: trained a step end to end in test_recipes_e2e.py")
+    torch.manual_seed(0)
+    model = zoo.create_model(name, **overrides).train()
+    model.accel.force("eager")
+    batch = _tiny_batch(model)
+    if model.family == "backbone":
+        loss = model.loss_terms(batch)["loss"]
+    else:
+        loss = model.train_loss(*model.train_inputs(batch))[0]
+    assert loss.dim() == 0 and torch.isfinite(loss)
+    loss.backward()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable and any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable)
+    assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
+
+
 def test_overrides_replace_recipe_values():
     model = zoo.create_model("baseline_mlp_centered", hidden=[16, 8], dropout=0.0)
     assert model.hparams.hidden == [16, 8]
