@@ -89,9 +89,9 @@ def build(recipe: dict, mode: str, device: torch.device):
     cls = import_class(recipe["class_path"])
     init_args = {**recipe["init_args"], "accel": "eager"}
     if recipe["class_path"].endswith("Captioner"):
-        from zoo.models.captioner import SPECIALS
+        from zoo.data.vocab import SPECIALS
 
-        init_args["vocab"] = SPECIALS + [f"w{i}" for i in range(VOCAB_WORDS)]
+        init_args["vocab"] = [*SPECIALS, *(f"w{i}" for i in range(VOCAB_WORDS))]
     model = cls(**init_args).to(device).train()
     model.accel.force(mode)
     configured = model.configure_optimizers()
@@ -102,7 +102,7 @@ def build(recipe: dict, mode: str, device: torch.device):
 def make_batch(model, batch_size: int, device: torch.device):
     g = torch.Generator().manual_seed(0)
     if model.family == "captioner":  # <start> w w ... <end> <pad>..., lengths 4..CAPTION_LENGTH
-        from zoo.models.captioner import END_ID, PAD_ID, SPECIALS, START_ID
+        from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID
 
         h, w = model.hparams.image_size
         lengths = torch.randint(4, CAPTION_LENGTH + 1, (batch_size,), generator=g)

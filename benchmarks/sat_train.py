@@ -36,7 +36,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zoo.models.captioner import PAD_ID, Captioner  # noqa: E402
+from zoo.data.vocab import PAD_ID  # noqa: E402
+from zoo.models.captioner import Captioner  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 V, L, D = 60, 64, 256

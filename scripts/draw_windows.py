@@ -43,7 +43,7 @@ def analyse(model, images, boxes: np.ndarray, seed: int = 0) -> dict:
     n, S, T = len(images), model.S, model.T
     inside = cells_in_boxes(boxes.reshape(-1, 4), (S, S), S).reshape(n, -1, S, S).any(1)  # [n, S, S]
     with torch.no_grad():
-        x = model._binarize(images, train=False)
+        x = model.binarize(images, train=False)
         noise = torch.randn(T, n, model.hparams.z_size, generator=torch.Generator().manual_seed(seed))
         out = model(x, noise=noise, record=True)
     canvas = out["canvas"][:, :, 0].cpu().numpy()  # [T, n, S, S] logits (channel 0)

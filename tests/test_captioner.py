@@ -18,7 +18,7 @@ from zoo.errors import UserError
 from zoo.models.captioner import Captioner
 
 SPECIALS = ["<pad>", "<start>", "<end>", "<unk>"]
-VOCAB = SPECIALS + ["a", "red", "blue", "shirt", "bag", "left", "of", "right"]
+VOCAB = [*SPECIALS, "a", "red", "blue", "shirt", "bag", "left", "of", "right"]
 TINY = dict(embed_dim=16, hidden_dim=24, attention_dim=12, dropout=0.0, image_size=[32, 32], decode_max_len=6,
             backbone={"kind": "stem", "in_chans": 3, "channels": [8, 16], "strides": [4, 2]})
 

@@ -177,8 +177,8 @@ def test_fixed_binarization_is_a_function_of_the_image():
 def test_training_binarization_is_dynamic_and_eval_fixed():
     model = tiny_draw()
     images = torch.rand(4, 1, 12, 12)
-    assert not torch.equal(model._binarize(images, train=True), model._binarize(images, train=True))
-    torch.testing.assert_close(model._binarize(images, train=False), model._binarize(images, train=False))
+    assert not torch.equal(model.binarize(images, train=True), model.binarize(images, train=True))
+    torch.testing.assert_close(model.binarize(images, train=False), model.binarize(images, train=False))
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -200,11 +200,7 @@ def test_wrong_image_size_and_wrong_use_are_user_errors():
     model = tiny_draw()
     with pytest.raises(UserError, match="expects"):
         model.negative_elbo(torch.zeros(2, 1, 28, 28))
-    with pytest.raises(UserError, match="classifier"):
-        model.classify(torch.zeros(2, 1, 12, 12))
     classifier = DRAWClassifier(image_size=20, T=2, read_n=4, hidden_size=8, glimpse_hidden=8)
-    with pytest.raises(UserError, match="sampl"):
-        classifier.sample(4)
     with pytest.raises(UserError, match="expects"):
         classifier(torch.zeros(2, 1, 28, 28))
 

@@ -7,14 +7,15 @@ import pytest
 import torch
 
 from zoo import cli
+from zoo.data.vocab import SPECIALS
 from zoo.export import export, programs
 from zoo.models.baselines import Classifier
-from zoo.models.captioner import SPECIALS, Captioner
+from zoo.models.captioner import Captioner
 from zoo.models.draw import DRAW, DRAWClassifier
 from zoo.models.ram import RAM
 from zoo.models.vit import ViTClassifier
 
-VOCAB = SPECIALS + ["a", "red", "blue", "shirt", "bag"]
+VOCAB = [*SPECIALS, "a", "red", "blue", "shirt", "bag"]
 CLASSIFIERS = {
     "baseline": lambda: Classifier(arch="cnn", channels=[4, 8], cnn_hidden=8),
     "ram": lambda: RAM(image_size=28, patch_size=4, num_scales=2, num_glimpses=2, glimpse_hidden=8,

@@ -18,7 +18,7 @@ from zoo.cli import main as cli
 from zoo.data.augment import BatchAugment, mixup, random_erase, random_hflip, random_translate
 from zoo.errors import UserError
 from zoo.models.vit import ViTClassifier
-from zoo.viz import vit as viz
+from zoo.attention import rollout as rollout_maps
 
 TINY = dict(model_name="vit_tiny_patch16_224", img_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
             embed_dim=24, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0)
@@ -154,13 +154,13 @@ def test_recorded_attention_matches_reference_rows_sum_to_one_and_fusing_is_rest
     vit = model.vit
     x = model.backbone.prepare(torch.rand(2, 1, 28, 28))
     assert all(b.attn.fused_attn for b in vit.blocks)  # fused by default: weights never materialised
-    attention = viz.attention_weights(vit, x)
+    attention = rollout_maps.attention_weights(vit, x)
     assert attention.shape == (2, 2, 2, 17, 17)  # [layers, B, heads, N, N]
     assert torch.allclose(attention.sum(-1), torch.ones(2, 2, 2, 17), atol=1e-5)
     assert torch.allclose(attention, _reference_attention(vit, x), atol=1e-5)
     assert all(b.attn.fused_attn for b in vit.blocks)
     with pytest.raises(RuntimeError):
-        with viz.record_attention(vit):
+        with rollout_maps.record_attention(vit):
             assert not any(b.attn.fused_attn for b in vit.blocks)
             raise RuntimeError("boom")
     assert all(b.attn.fused_attn for b in vit.blocks)
@@ -185,14 +185,14 @@ def _reference_rollout(attention, residual):
 def test_rollout_equals_slow_reference_and_rows_sum_to_one(residual):
     torch.manual_seed(0)
     attention = torch.rand(3, 2, 4, 10, 10).softmax(-1)  # [layers, B, heads, N, N]
-    joint = viz.rollout(attention, residual=residual)
+    joint = rollout_maps.rollout(attention, residual=residual)
     assert joint.shape == (2, 10, 10)
     assert torch.allclose(joint, _reference_rollout(attention, residual), atol=1e-5)
     assert torch.allclose(joint.sum(-1), torch.ones(2, 10), atol=1e-5)
-    single = viz.rollout(attention[:1], residual=0.0)
+    single = rollout_maps.rollout(attention[:1], residual=0.0)
     assert torch.allclose(single, attention[0].mean(1), atol=1e-6)
     with pytest.raises(ValueError, match="head_fusion"):
-        viz.rollout(attention, head_fusion="median")
+        rollout_maps.rollout(attention, head_fusion="median")
 
 
 def test_attention_maps_shapes_sums_and_unchanged_logits():
@@ -203,7 +203,7 @@ def test_attention_maps_shapes_sums_and_unchanged_logits():
     # CLS-to-patch mass plus CLS-to-CLS mass is the whole row
     cls_self = maps["attention"][-1, :, :, 0, 0]
     assert torch.allclose(maps["last"].sum((-1, -2)) + cls_self, torch.ones(2, 2), atol=1e-5)
-    joint = viz.rollout(maps["attention"])
+    joint = rollout_maps.rollout(maps["attention"])
     assert torch.allclose(maps["rollout"].sum((-1, -2)) + joint[:, 0, 0], torch.ones(2), atol=1e-5)
     assert torch.allclose(maps["logits"], model(x), atol=1e-5)  # unfused extraction = fused forward
     figures = model.attention_figures((x, torch.tensor([3, 4])))

@@ -5,8 +5,8 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from zoo.data.vocab import (END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID, BucketBatchSampler, Vocab,
-                            pad_captions, tokenize)
+from zoo.data.sampling import BucketBatchSampler
+from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID, Vocab, pad_captions, tokenize
 from zoo.errors import UserError
 
 

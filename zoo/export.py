@@ -64,7 +64,7 @@ class _DecoderStep(nn.Module):
         self.captioner = captioner
         hp = captioner.hparams
         self.mode = "soft" if hp.attention == "soft" else hp.hard_test_mode
-        from zoo.models.captioner import PAD_ID, START_ID
+        from zoo.data.vocab import PAD_ID, START_ID
 
         self.register_buffer("never", torch.tensor([PAD_ID, START_ID]), persistent=False)
 
@@ -80,7 +80,7 @@ class _Greedy(nn.Module):
         self.encoder, self.step, self.max_len = _Encoder(captioner), _DecoderStep(captioner), max_len
 
     def forward(self, images):
-        from zoo.models.captioner import START_ID
+        from zoo.data.vocab import START_ID
 
         annotations, projected, h, c = self.encoder(images)
         token = torch.full_like(h[:, 0], START_ID, dtype=torch.long)

@@ -56,14 +56,11 @@ def _check_out(out: Path) -> None:
 
 
 def model_datamodule(model):
-    """The data module the model was trained with (its config travels in the checkpoint), set up."""
-    from zoo.registry import instantiate
+    """The data module the model was trained with (its config travels in the checkpoint), set up
+    for its test splits."""
+    from zoo.registry import build_datamodule
 
-    data_config = getattr(model, "_zoo_data_config", None)
-    if not data_config:
-        raise UserError("the model carries no data config (a checkpoint written by train.py has one)")
-    init_args = {k: v for k, v in (data_config.get("init_args") or {}).items() if not k.startswith("_")}
-    datamodule = instantiate({"class_path": data_config["class_path"], "init_args": init_args})
+    datamodule = build_datamodule(model)
     datamodule.setup("test")
     return datamodule
 
@@ -86,12 +83,13 @@ def _split_images(model, split: str, n: int):
 
 
 def _file_images(model, paths: list[str]):
-    """(images [N, C, S, S] in [0, 1] or None, error lines) of the given files, exactly the model's size."""
-    from zoo.commands.glimpses import load_for_model  # exact size, grayscale for 1-channel models
+    """(images [N, C, S, S] in [0, 1] or None, error lines) of the given files, prepared as the
+    model's own data were (zoo.preprocess)."""
+    from zoo.preprocess import for_model, load_batch
 
-    batch, _, errors = load_for_model(paths, model.C, (model.S, model.S))
+    batch, _, errors = load_batch(paths, for_model(model))
     report_bad_files(errors, "sample")
-    return batch, errors
+    return (batch if len(batch) else None), errors
 
 
 def _save(write, path: Path) -> None:
@@ -133,7 +131,7 @@ def run(args) -> int:
         else:
             images = _split_images(model, args.reconstruct_split, n)
         with torch.no_grad():
-            x = model._binarize(images, train=False)  # the fixed binarization of the test sets
+            x = model.binarize(images, train=False)  # the fixed binarization of the test sets
             noise = torch.randn(model.T, len(x), model.hparams.z_size, generator=generator)
             result = model(x, noise=noise, record=True)
         canvases = torch.sigmoid(result["canvas"])  # [T, n, C, S, S]

@@ -7,7 +7,7 @@ import torch
 from lightning.pytorch.utilities.parsing import AttributeDict
 from torch.utils.data import DataLoader, RandomSampler
 
-from zoo.data.vocab import BucketBatchSampler
+from zoo.data.sampling import BucketBatchSampler
 
 
 class SplitDataModule(L.LightningDataModule):

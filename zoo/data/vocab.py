@@ -1,4 +1,4 @@
-"""Caption vocabulary, the shared caption tokenizer, and length-bucketed batching.
+"""Caption vocabulary and the shared caption tokenizer.
 
 One tokenizer (`tokenize`) turns every caption into words: training captions (for the
 vocabulary and the targets) and the reference strings that metrics receive go through the same
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
-import numpy as np
 import torch
-from torch.utils.data import BatchSampler, Sampler
 
 from zoo.errors import UserError
 
@@ -129,51 +127,3 @@ def pad_captions(encoded: Sequence[Sequence[int]], pad_value: int = PAD_ID,
     for row, ids in enumerate(encoded):  # once per dataset, at setup
         out[row, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
     return out, lengths
-
-
-class BucketBatchSampler(BatchSampler):
-    """Batches of similar caption length ("sortish" batching).
-
-    Indices come from `sampler` (random for training; Lightning swaps in a DistributedSampler
-    under DDP, which works because the argument is called `sampler`). They are cut into pools
-    of `batch_size * pool_batches`; each pool is sorted by length and split into batches, and the
-    batches of a pool are shuffled. So a batch holds near-equal lengths (little padding, as in
-    the authors' length-bucketed minibatches) while the epoch order stays random."""
-
-    def __init__(self, sampler: Sampler[int] | Iterable[int], lengths: Sequence[int] | np.ndarray,
-                 batch_size: int, drop_last: bool = False, pool_batches: int = 50, seed: int = 0):
-        if batch_size < 1:
-            raise UserError(f"batch_size must be >= 1, got {batch_size}")
-        super().__init__(sampler, batch_size, drop_last)
-        self.lengths = np.asarray(lengths)
-        self.pool_batches = max(1, int(pool_batches))
-        self.seed = seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        if hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        self.epoch += 1  # a new batch order each epoch even when nobody calls set_epoch
-        order = np.fromiter(iter(self.sampler), dtype=np.int64)
-        pool = self.batch_size * self.pool_batches
-        for start in range(0, len(order), pool):
-            chunk = order[start:start + pool]
-            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-            batches = [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-            if self.drop_last and len(batches[-1]) < self.batch_size:
-                batches.pop()
-            for b in rng.permutation(len(batches)):
-                yield batches[b].tolist()
-
-    def __len__(self) -> int:
-        n = len(self.sampler)
-        if not self.drop_last:
-            return -(-n // self.batch_size) if n else 0
-        # drop_last drops at most one short batch per pool
-        pool = self.batch_size * self.pool_batches
-        full, rest = divmod(n, pool)
-        return full * self.pool_batches + rest // self.batch_size

@@ -60,14 +60,13 @@ from zoo.attention.hard import HardAttention, MovingAverageBaseline, gather_cont
 from zoo.attention.scores import build_score
 from zoo.attention.soft import SoftAttention, expected_context
 from zoo.backbones.spec import BackboneSpec
+from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
 
-PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
-SPECIALS = ["<pad>", "<start>", "<end>", "<unk>"]
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "strides": [2, 2, 2]}
 CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax"),
            "deep_output_activation": ("tanh", "none"), "reinforce_cost": ("caption", "word"),
@@ -176,8 +175,8 @@ class Captioner(ZooModule):
     # ------------------------------------------------------------------ vocabulary
     def _build_vocab_layers(self, vocab: list[str]) -> None:
         vocab = [str(w) for w in vocab]
-        if vocab[:4] != SPECIALS:
-            raise UserError(f"captioner: vocabulary must start with {SPECIALS}, got {vocab[:4]}")
+        if vocab[:4] != list(SPECIALS):
+            raise UserError(f"captioner: vocabulary must start with {list(SPECIALS)}, got {vocab[:4]}")
         if len(vocab) <= len(SPECIALS):
             raise UserError("captioner: empty vocabulary (no words besides the special tokens)")
         self.hparams.vocab = vocab

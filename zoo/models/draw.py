@@ -234,12 +234,10 @@ class DRAW(ZooModule):
             writes.append(params)
         return {"images": canvases[-1], "canvases": torch.stack(canvases), "write": writes}
 
-    def classify(self, images):
-        raise UserError("this is a DRAW generator (family 'draw'); classification needs a "
-                        "draw_classifier model")
-
     # ------------------------------------------------------------------ Lightning
-    def _binarize(self, images: torch.Tensor, train: bool) -> torch.Tensor:
+    def binarize(self, images: torch.Tensor, train: bool = False) -> torch.Tensor:
+        """images [B, C, S, S] in [0, 1] -> {0, 1}: a fresh draw per step when training (dynamic
+        binarization), else the fixed binarization that defines the test sets."""
         _check_images(images, self.C, self.S)
         if train and self.hparams.train_binarization == "dynamic":
             return torch.bernoulli(images)
@@ -247,7 +245,7 @@ class DRAW(ZooModule):
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
     def train_inputs(self, batch):
-        x = self._binarize(batch[0], train=True)
+        x = self.binarize(batch[0], train=True)
         return x, torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)
 
     def train_loss(self, x, noise):
@@ -257,7 +255,7 @@ class DRAW(ZooModule):
 
     def eval_inputs(self, batch, stage):
         # fixed binarization: the same binary images for every model, batch size and order
-        x = self._binarize(batch[0], train=False)
+        x = self.binarize(batch[0], train=False)
         return x, torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)
 
     def eval_metrics(self, stage, x, noise):
@@ -281,7 +279,7 @@ class DRAW(ZooModule):
         limit = self.hparams.iwae_batches  # IWAE costs K forward passes: optionally a prefix only
         if limit is None or batch_idx < limit:
             with self.accel.running(self, "eval"):
-                x = self._binarize(x, train=False)
+                x = self.binarize(x, train=False)
                 metrics[f"iwae_k{self.hparams.iwae_samples}"] = self.iwae_bound(x).mean()
         self.log_step_metrics("test", metrics, x.shape[0])
 
@@ -294,7 +292,7 @@ class DRAW(ZooModule):
         from zoo.viz import draw as viz
 
         images = batch[0] if isinstance(batch, (list, tuple)) else batch
-        x = self._binarize(images[: self.hparams.num_figure_images], train=False)
+        x = self.binarize(images[: self.hparams.num_figure_images], train=False)
         out = self(x, record=True)
         canvases = torch.sigmoid(out["canvas"])  # [T, n, C, S, S]
         read_n = self.hparams.read_n if self.hparams.attention == "filterbank" else None
@@ -361,10 +359,6 @@ class DRAWClassifier(ClassifierModule):
     def classify(self, images: torch.Tensor) -> torch.Tensor:
         """images [B, C, S, S] -> class probabilities [B, classes]."""
         return torch.softmax(self(images), -1)
-
-    def sample(self, *args, **kwargs):
-        raise UserError("this is a DRAW classifier (family 'draw_classifier'); it reads but cannot "
-                        "draw: sampling needs a draw generator model")
 
     @torch.no_grad()
     def attention_figures(self, batch) -> dict:

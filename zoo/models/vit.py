@@ -169,20 +169,20 @@ class ViTClassifier(ZooModule):
     def attention_maps(self, images: torch.Tensor, head_fusion: str = "mean", residual: float = 0.5) -> dict:
         """images [B, C, H, W] in [0, 1] -> {"logits" [B, K], "attention" [layers, B, heads, N, N],
         "last" [B, heads, h, w] (last layer, CLS to patches), "rollout" [B, h, w]}."""
-        from zoo.viz import vit as viz
+        from zoo.attention import rollout as maps
 
         self.check_images(images)
         vit = self.vit
         cls_index = 0 if getattr(vit, "cls_token", None) is not None else None
-        with viz.record_attention(vit) as recorded:
+        with maps.record_attention(vit) as recorded:
             logits = self.backbone.forward_head(self.backbone.forward_features(images)).float()
         attention = torch.stack(recorded).float()
         grid = self.backbone.grid_for(*images.shape[-2:])
         prefix = vit.num_prefix_tokens
-        joint = viz.rollout(attention, head_fusion=head_fusion, residual=residual)
+        joint = maps.rollout(attention, head_fusion=head_fusion, residual=residual)
         return {"logits": logits, "attention": attention,
-                "last": viz.cls_attention(attention[-1], prefix, grid, cls_index),
-                "rollout": viz.rollout_map(joint, prefix, grid, cls_index)}
+                "last": maps.cls_attention(attention[-1], prefix, grid, cls_index),
+                "rollout": maps.rollout_map(joint, prefix, grid, cls_index)}
 
     def class_name(self, index: int) -> str:
         names = self.hparams.class_names
