@@ -98,6 +98,8 @@ def main(argv=None) -> int:
     time.sleep(0.01)
     (half / "last.ckpt").write_bytes(good[: len(good) // 2])
 
+    (work / "coco.json").write_text(json.dumps({"images": [{"id": 1, "file_name": "scene.png"}],
+                                                "annotations": [{"id": 1, "image_id": 1, "caption": "a shirt"}]}))
     zoo = [py, "-m", "zoo.cli"]
     cases = [
         ("safetensors config naming os.system: zoo caption", zoo + ["caption", str(image), "--checkpoint", str(work / "evil.safetensors")]),
@@ -129,6 +131,22 @@ def main(argv=None) -> int:
         ("HTML page as weights (unpinned URL)", zoo + ["caption", str(image), "--checkpoint", f"{url}/page.safetensors"]),
         ("HTML page as weights (pinned URL)", zoo + ["caption", str(image), "--checkpoint", f"{url}/page.safetensors",
                                                      "--sha256", "0" * 64]),
+        ("zoo sample with a classifier", zoo + ["sample", "--model", "draw_cluttered100_classifier", "--out",
+                                                 str(work / "s.png")]),
+        ("zoo sample --n 0", zoo + ["sample", "--model", "draw_fmnist_t16", "--n", "0", "--out", str(work / "s.png")]),
+        ("zoo sample --out in a missing folder", zoo + ["sample", "--model", "draw_fmnist_t16", "--out",
+                                                         str(work / "missing" / "s.png")]),
+        ("captioner backbone weight of another input size", [py, str(ROOT / "train.py"), "fit", "--config",
+                                                             str(ROOT / "configs/sat/soft_scenes.yaml"),
+                                                             "--model.init_args.backbone.pretrained", "vit_fmnist",
+                                                             "--model.init_args.backbone.kind", "timm_vit",
+                                                             f"--trainer.default_root_dir={work / 'r14'}"]),
+        ("a COCO captions file given as a Karpathy split", [py, str(ROOT / "train.py"), "fit", "--config",
+                                                           str(ROOT / "configs/sat/coco_soft.yaml"),
+                                                           "--data.init_args.karpathy_json", str(work / "coco.json"),
+                                                           "--data.init_args.image_root", str(work),
+                                                           "--model.init_args.backbone.pretrained", "false",
+                                                           f"--trainer.default_root_dir={work / 'r15'}"]),
         ("zoo with no command", zoo),
         ("zoo frobnicate", zoo + ["frobnicate"]),
     ]
