@@ -52,6 +52,14 @@ class Entry:
     metadata: dict = field(default_factory=dict)
 
 
+def _family(class_path: str, folder: str) -> str:
+    """A recipe's family is its model class's (`family`: "captioner" for the recipes under
+    configs/sat/, "draw_classifier" for DRAW's classifier); the folder for a class off the list."""
+    if class_path not in ALLOWED_CLASSES["model"]:
+        return folder
+    return getattr(resolve_class(class_path), "family", folder)
+
+
 def _entries() -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
     root = config_dir()
@@ -66,7 +74,7 @@ def _entries() -> dict[str, Entry]:
         name = f"{family}_{path.stem}"
         model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
         entries[name] = Entry(name, path, model, recipe.get("data"),
-                              metadata={"family": family,
+                              metadata={"family": _family(model["class_path"], family),
                                         "recipe": f"python train.py fit --config configs/{family}/{path.name}"})
     for name, record in hub.manifest().items():
         entry = entries.get(name) or Entry(name, None, record["config"], record["config"].get("data"))
