@@ -8,7 +8,8 @@ from PIL import Image
 
 from zoo.data.captions import (CaptionsDataModule, read_coco_captions,
                                read_karpathy)
-from zoo.data.vocab import END_ID, PAD_ID, START_ID, UNK_ID, BucketBatchSampler, tokenize
+from zoo.data.sampling import BucketBatchSampler
+from zoo.data.vocab import END_ID, PAD_ID, START_ID, UNK_ID, tokenize
 from zoo.errors import UserError
 
 TRAIN_CAPTIONS = {
