@@ -1,4 +1,4 @@
-"""Build the results tables of README.md and docs/results.md from results/*.json: no number in
+"""Build the results tables of README.md, docs/results.md and docs/draw.md from results/*.json: no number in
 them is typed by hand.
 
     python scripts/results_tables.py           # rewrite the tables in place
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 LAYOUT = ROOT / "docs" / "tables.yaml"
-DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md"]
+DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "draw.md"]
 
 
 @lru_cache(maxsize=None)

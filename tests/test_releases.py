@@ -27,7 +27,7 @@ def shipped_weights(monkeypatch, tmp_path):
 def test_release_is_its_recipe(name):
     assert release.check_entry(name, MANIFEST[name]) == []
     entry = MANIFEST[name]
-    assert (REPO / "weights" / entry["file"]).stat().st_size < 8e6, "a release stays small enough to ship"
+    assert (REPO / "weights" / entry["file"]).stat().st_size < 10e6, "a release stays small enough to ship in the repository (10 MB)"
     meta = entry["metadata"]
     assert meta["remake"] == f"python scripts/release.py --remake {name}"
     assert any(k.startswith("test/") for k in meta["metrics"]) and meta["device"]
