@@ -671,6 +671,14 @@ def test_caption_refuses_images_it_would_caption_as_nonsense():
                          (good[0], "wants images \\[B, 3, H, W\\], got \\(3, 32, 32\\)")]:
         with pytest.raises(UserError, match=message):
             model.caption(bad)
+    import zoo.models.captioner as captioner
+
+    grad_enabled, real = [], captioner.greedy_decode
+    with pytest.MonkeyPatch.context() as mp:  # decoding builds no autograd graph
+        mp.setattr(captioner, "greedy_decode", lambda *a, **k: grad_enabled.append(torch.is_grad_enabled())
+                   or real(*a, **k))
+        model.caption(good, beam_size=1)
+    assert grad_enabled == [False]
 
 
 def test_caption_decodes_with_the_recipes_beam_by_default(monkeypatch):

@@ -626,7 +626,6 @@ class Captioner(ZooModule):
 
         return step_fn, self.init_state(annotations), (projected, annotations), grid
 
-    @torch.no_grad()
     def _check_images(self, images: torch.Tensor) -> None:
         """One line for images the model would caption as nonsense: wrong rank, channels, dtype or
         range (a uint8 tensor of pixels, an image normalised twice)."""
@@ -642,6 +641,7 @@ class Captioner(ZooModule):
             raise UserError(f"caption() wants images in [0, 1], got values from {low:.3g} to {high:.3g} "
                             "(the model normalises them itself: do not normalise beforehand)")
 
+    @torch.no_grad()
     def caption(self, images: torch.Tensor, beam_size: int | None = None, max_len: int | None = None,
                 length_penalty: float | None = None) -> list[dict[str, Any]]:
         """Caption B images at once. images float [B, 3, H, W] in [0, 1], prepared as
