@@ -90,3 +90,15 @@ def test_golden_mismatch_names_what_changed():
     assert "differ by up to 0.01" in release.golden_mismatch(out, {**out, "values": [0.5, 1.01]})
     words = {"kind": "caption", "words": [["a", "bag"]], "alpha": [[0.5, 0.5]]}
     assert "caption" in release.golden_mismatch(words, {**words, "words": [["a", "shirt"]]})
+
+
+def test_a_recipes_backbone_is_compared_field_by_field():
+    """A release records the resolved backbone without its pretrained source: the recipe's
+    `pretrained: NAME` is not a mismatch, fields the recipe leaves out are not either, a field it
+    gives that the weights contradict is."""
+    recipe = release.load_recipe("configs/sat/soft_scenes.yaml")
+    weights = copy.deepcopy(json.loads((REPO / "weights" / "MANIFEST.json").read_text())["sat_soft_scenes"]["config"])
+    assert release.recipe_mismatches(weights, recipe) == []
+    weights["init_args"]["backbone"]["channels"] = [32, 64, 128, 64]
+    (problem,) = release.recipe_mismatches(weights, recipe)
+    assert problem.startswith("model.init_args.backbone.channels: weights [32, 64, 128, 64], recipe [32, 64, 128, 128]")
