@@ -196,3 +196,35 @@ def test_config_mistake_is_one_line_and_exit_2(tmp_path, tiny_data_dir):
     assert len(errors) == 1 and errors[0].startswith("train.py: error:")
     assert "rotated" in errors[0] and "variant" in errors[0]
 
+
+
+def test_last_checkpoint_follows_every_epoch_even_without_a_new_best(tmp_path):
+    """Lightning's save_last rewrites last.ckpt only with a new top-k save; ZooCheckpoint writes it
+    after every epoch, so a resume after a non-improving epoch starts where the run stopped."""
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from zoo.callbacks import ZooCheckpoint
+
+    class Worsening(L.LightningModule):  # val/score falls every epoch: only epoch 0 is ever best
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def training_step(self, batch, _):
+            return (self.w - batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, _):
+            self.log("val/score", -float(self.current_epoch))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = DataLoader(TensorDataset(torch.ones(4, 1)), batch_size=2)
+    checkpoint = ZooCheckpoint(dirpath=tmp_path, filename="best-{epoch:03d}", monitor="val/score", mode="max")
+    trainer = L.Trainer(max_epochs=3, callbacks=[checkpoint], logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(Worsening(), data, data)
+    assert [p.name for p in sorted(tmp_path.glob("best-*.ckpt"))] == ["best-epoch=000.ckpt"]
+    last = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert last["epoch"] == 2  # the third epoch, finished: not the best one
