@@ -106,7 +106,7 @@ class ZooCheckpoint(ModelCheckpoint):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         super().on_train_epoch_end(trainer, pl_module)
         if self.write_last and self.dirpath and not trainer.fast_dev_run:
-            trainer.save_checkpoint(self._last_path(), weights_only=False)
+            trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         for logger in trainer.loggers:
@@ -118,7 +118,7 @@ class ZooCheckpoint(ModelCheckpoint):
             return
         if trainer.state.fn != "fit" or trainer.sanity_checking:
             return
-        trainer.save_checkpoint(self._last_path(), weights_only=False)
+        trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
         ZooCheckpoint.interrupted_path = self._last_path()
 
 

@@ -369,23 +369,24 @@ class Captioner(ZooModule):
         when training, the expected context otherwise."""
         self._require_vocab()
         annotations, _ = self.encode(images)
-        gumbel, use_expected = self._draws(annotations, captions, mode)
+        gumbel, use_expected = self._draws(captions, annotations.shape[1], annotations, mode)
         return self.teacher_forced(annotations, captions, gumbel, use_expected)
 
     # ------------------------------------------------------------------ training
-    def _draws(self, annotations: torch.Tensor, captions: torch.Tensor, mode: str | None = None,
+    def _draws(self, captions: torch.Tensor, cells: int, like: torch.Tensor, mode: str | None = None,
                coin: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Hard attention's random draws for a minibatch, on its device, in two calls: the Gumbel
-        noise of every step's sample and (coin=True) the expected-context coin (sec. 4.1)."""
+        """Hard attention's random draws for a minibatch of `captions` over `cells` annotation
+        vectors, on `like`'s device, in two calls: the Gumbel noise of every step's sample
+        [B, T-1, L] and (coin=True) the expected-context coin (sec. 4.1)."""
         mode = mode or ("sample" if self.training else "expected")
         if self.hparams.attention != "hard" or mode not in ("sample",):
             return None, None
-        B, T1, L = captions.shape[0], captions.shape[1] - 1, annotations.shape[1]
-        gumbel = -torch.empty(B, T1, L, device=annotations.device, dtype=annotations.dtype).exponential_().log()
+        B, T1 = captions.shape[0], captions.shape[1] - 1
+        gumbel = -torch.empty(B, T1, cells, device=like.device, dtype=like.dtype).exponential_().log()
         if coin:
-            use_expected = torch.rand((), device=annotations.device) < self.hparams.semi_sampling_p
+            use_expected = torch.rand((), device=like.device) < self.hparams.semi_sampling_p
         else:
-            use_expected = torch.zeros((), dtype=torch.bool, device=annotations.device)
+            use_expected = torch.zeros((), dtype=torch.bool, device=like.device)
         return gumbel, use_expected
 
     def loss_terms(self, batch: dict, mode: str | None = None, coin: bool = False,
@@ -404,7 +405,9 @@ class Captioner(ZooModule):
         targets = captions[:, 1:]
         step_mask = (targets != PAD_ID).to(torch.float32)  # [B, T-1]: pads carry no loss
         annotations, grid = self.encode(batch["images"])
-        gumbel, use_expected = self._draws(annotations, captions, mode, coin) if draws is None else draws
+        if draws is None:
+            draws = self._draws(captions, annotations.shape[1], annotations, mode, coin)
+        gumbel, use_expected = draws
         supervised = hp.supervised_attention > 0
         out = self.teacher_forced(annotations, captions, gumbel, use_expected, need_log_alpha=supervised,
                                   active=self._active_rows(batch, captions.shape[1] - 1))
@@ -505,11 +508,8 @@ class Captioner(ZooModule):
         The packed active rows need the host lengths: eager mode only (a compiled or captured
         step runs every row, static shapes)."""
         images, captions = batch["images"], batch["captions"]
-        gumbel = use_expected = None
-        if self.hparams.attention == "hard":
-            B, T1, L = captions.shape[0], captions.shape[1] - 1, self._cells(images)
-            gumbel = -torch.empty(B, T1, L, device=images.device, dtype=images.dtype).exponential_().log()
-            use_expected = torch.rand((), device=images.device) < self.hparams.semi_sampling_p  # sec. 4.1
+        cells = self._cells(images) if self.hparams.attention == "hard" else 0
+        gumbel, use_expected = self._draws(captions, cells, images, "sample", coin=True)
         lengths = batch.get("host_lengths") if self.accel.active == "eager" else None
         return images, captions, batch.get("word_items"), batch.get("item_boxes"), gumbel, use_expected, lengths
 
