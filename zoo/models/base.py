@@ -17,6 +17,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.accel import StepAccelerator
 
@@ -75,6 +76,11 @@ class ZooModule(L.LightningModule):
         on a few validation examples. `zoo.logging.AttentionImageLogger` logs these at validation.
         The default has nothing to show."""
         return {}
+
+    def attention_record(self, images: torch.Tensor):
+        """Where the model looked on images [B, C, H, W]: a `zoo.attention.record.AttentionRecord`
+        (batched, in input-image pixels). Families that attend override this."""
+        raise UserError(f"{type(self).__name__} ({self.family}) has no attention to record")
 
     # ------------------------------------------------------------------ helpers
     def speed_setup(self) -> None:

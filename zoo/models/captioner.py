@@ -60,7 +60,7 @@ from zoo.attention.hard import HardAttention, MovingAverageBaseline, gather_cont
 from zoo.attention.scores import build_score
 from zoo.attention.soft import SoftAttention, expected_context
 from zoo.backbones.spec import BackboneSpec
-from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID
+from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
 from zoo.models import optim
@@ -680,6 +680,54 @@ class Captioner(ZooModule):
                 item["locations"] = torch.stack([loc // w, loc % w], dim=-1)
             results.append(item)
         return results
+
+    @torch.no_grad()
+    def attention_record(self, images: torch.Tensor, beam_size: int | None = None):
+        """Caption images [B, 3, H, W] and record, per word, the attention it was emitted with (the
+        expected alpha for hard attention, as it decodes), each cell's mass spread over its pixels.
+        `word_probs` are each word's probability given the words before it (teacher-forced on the
+        decoded caption)."""
+        from zoo.attention import record
+
+        results = self.caption(images, beam_size=beam_size)
+        B, T = len(results), max(1, max(len(r["words"]) for r in results))
+        h, w = results[0]["alpha"].shape[-2:]
+        cells = images.new_zeros(B, T, h, w)
+        mask = torch.zeros(B, T, dtype=torch.bool, device=images.device)
+        for b, r in enumerate(results):  # B short lists: padding only
+            n = len(r["words"])
+            cells[b, :n] = r["alpha"].to(cells)
+            mask[b, :n] = True
+        labels = [r["words"] + [""] * (T - len(r["words"])) for r in results]
+        return record.AttentionRecord(
+            family=self.family, kind=self.hparams.attention, labels=labels, step_mask=mask,
+            maps=record.maps_from_cells(cells, tuple(images.shape[-2:])),
+            prediction={"words": [r["words"] for r in results], "word_probs": self.word_probs(images, results),
+                        "finished": [bool(r["finished"]) for r in results]})
+
+    @torch.no_grad()
+    def word_probs(self, images: torch.Tensor, results: list[dict]) -> list[list[float]]:
+        """p(word_t | image, words_<t) for each decoded caption (the expected context for hard
+        attention, as decoding uses), by one teacher-forced pass."""
+        tokens = self.caption_tokens([r["words"] for r in results], images.device)
+        was_training = self.training
+        self.eval()
+        try:
+            logits = self(images, tokens, mode="expected")["logits"]  # [B, T-1, V]
+        finally:
+            self.train(was_training)
+        probs = logits.float().softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+        return [probs[b, :len(r["words"])].tolist() for b, r in enumerate(results)]
+
+    def caption_tokens(self, captions: list[list[str]], device) -> torch.Tensor:
+        """Word lists -> token ids [B, T] as <start> words <end> <pad>.. (unknown words as <unk>)."""
+        stoi = {word: i for i, word in enumerate(self.itos)}
+        T = max(len(c) for c in captions) + 2
+        tokens = torch.full((len(captions), T), PAD_ID, dtype=torch.long)
+        for b, words in enumerate(captions):
+            ids = [START_ID] + [stoi.get(word, UNK_ID) for word in words] + [END_ID]
+            tokens[b, :len(ids)] = torch.tensor(ids)
+        return tokens.to(device)
 
     def attention_figures(self, batch: dict) -> dict[str, Any]:
         from zoo.viz.caption import caption_figure

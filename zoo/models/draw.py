@@ -53,6 +53,21 @@ def kl_std_normal(mu: torch.Tensor, logsigma: torch.Tensor) -> torch.Tensor:
     return 0.5 * (mu.pow(2) + torch.exp(2 * logsigma) - 2 * logsigma - 1).sum(-1)
 
 
+def _stack_params(steps: list) -> fb.FilterParams:
+    """T per-step FilterParams (each field [B]) -> one FilterParams with fields [T, B]."""
+    return fb.FilterParams(*(torch.stack(field) for field in zip(*steps)))
+
+
+def _filter_maps(params: fb.FilterParams, n: int, size: int) -> torch.Tensor:
+    """FilterParams with fields [T, B] -> the read's pixel weights [B, T, size, size]."""
+    from zoo.attention.record import maps_from_filters
+
+    T, B = params.gx.shape
+    flat = fb.FilterParams(*(field.reshape(T * B) for field in params))
+    fx, fy = fb.filterbank(flat, n, size, size)
+    return maps_from_filters(fx, fy).view(T, B, size, size).transpose(0, 1)
+
+
 def _check_size(value, name: str, lo: int = 1, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
         bound = f" and <= {hi}" if hi is not None else ""
@@ -234,6 +249,32 @@ class DRAW(ZooModule):
             writes.append(params)
         return {"images": canvases[-1], "canvases": torch.stack(canvases), "write": writes}
 
+    @torch.no_grad()
+    def attention_record(self, images: torch.Tensor):
+        """The read and write windows while the model redraws images [B, C, S, S] (binarized as the
+        test sets are, one fixed noise draw): one step per time step, the map is where it reads
+        (`record.maps_from_filters`), boxes are the read and the write window; the prediction is
+        the final canvas (Bernoulli means)."""
+        from zoo.attention import record
+
+        if self.hparams.attention == "none":
+            raise UserError("this DRAW model has no attention (attention: none) to record")
+        x = self.binarize(images)
+        noise = torch.randn(self.T, x.shape[0], self.hparams.z_size,
+                            generator=torch.Generator().manual_seed(0)).to(x)
+        out = self(x, noise=noise, record=True)
+        reads, writes = _stack_params(out["read"]), _stack_params(out["write"])  # each field [T, B]
+        maps = _filter_maps(reads, self.hparams.read_n, self.S)  # [B, T, S, S]
+        boxes = torch.stack([record.window_boxes(reads.gx, reads.gy, reads.delta, self.hparams.read_n),
+                             record.window_boxes(writes.gx, writes.gy, writes.delta, self.hparams.write_n)],
+                            2).transpose(0, 1)  # [B, T, 2, 4]
+        B, T = maps.shape[:2]
+        return record.AttentionRecord(
+            family=self.family, kind="window", maps=maps, labels=record.step_labels("step", B, T),
+            step_mask=record.full_mask(B, T, x.device), boxes=boxes, box_labels=["read", "write"],
+            prediction={"canvas": torch.sigmoid(out["logits"]),
+                        "canvases": torch.sigmoid(out["canvas"]).transpose(0, 1)})
+
     # ------------------------------------------------------------------ Lightning
     def binarize(self, images: torch.Tensor, train: bool = False) -> torch.Tensor:
         """images [B, C, S, S] in [0, 1] -> {0, 1}: a fresh draw per step when training (dynamic
@@ -359,6 +400,23 @@ class DRAWClassifier(ClassifierModule):
     def classify(self, images: torch.Tensor) -> torch.Tensor:
         """images [B, C, S, S] -> class probabilities [B, classes]."""
         return torch.softmax(self(images), -1)
+
+    @torch.no_grad()
+    def attention_record(self, images: torch.Tensor):
+        """One step per glimpse: the map is the read's filter weight per pixel, the box its window."""
+        from zoo.attention import record
+
+        logits, reads = self(images, record=True)
+        reads = _stack_params(reads)  # each field [T, B]
+        maps = _filter_maps(reads, self.hparams.read_n, self.S)
+        boxes = record.window_boxes(reads.gx, reads.gy, reads.delta, self.hparams.read_n).transpose(0, 1)[:, :, None]
+        B, T = maps.shape[:2]
+        probs = logits.float().softmax(-1)
+        return record.AttentionRecord(
+            family=self.family, kind="window", maps=maps, labels=record.step_labels("glimpse", B, T),
+            step_mask=record.full_mask(B, T, images.device), boxes=boxes, box_labels=["read"],
+            prediction={"probs": probs, "label": probs.argmax(-1),
+                        "class_names": self.hparams.get("class_names")})
 
     @torch.no_grad()
     def attention_figures(self, batch) -> dict:

@@ -359,6 +359,22 @@ class RAM(ZooModule):
         return {"locations": out["locations"], "boxes": boxes.view(B, T, *boxes.shape[1:]),
                 "probs": probs, "predictions": probs.argmax(-1)}
 
+    @torch.no_grad()
+    def attention_record(self, images: torch.Tensor):
+        """The attention record of the evaluation policy's glimpses: one step per glimpse, a box per
+        retina scale, maps spread evenly over each scale's box (`record.maps_from_boxes`)."""
+        from zoo.attention import record
+
+        traj = self.glimpse_trajectory(images, self._eval_policy())
+        boxes = traj["boxes"]  # [B, T, k, 4]
+        B, T, K = boxes.shape[:3]
+        return record.AttentionRecord(
+            family=self.family, kind="glimpse", maps=record.maps_from_boxes(boxes, self.image_hw),
+            labels=record.step_labels("glimpse", B, T), step_mask=record.full_mask(B, T, images.device),
+            boxes=boxes, box_labels=[f"scale {k + 1}" for k in range(K)],
+            prediction={"probs": traj["probs"], "label": traj["predictions"],
+                        "class_names": self.hparams.class_names})
+
     def class_name(self, index: int) -> str:
         names = self.hparams.class_names
         return names[index] if names and 0 <= index < len(names) else str(index)

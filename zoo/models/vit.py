@@ -184,6 +184,29 @@ class ViTClassifier(ZooModule):
                 "last": maps.cls_attention(attention[-1], prefix, grid, cls_index),
                 "rollout": maps.rollout_map(joint, prefix, grid, cls_index)}
 
+    @torch.no_grad()
+    def attention_record(self, images: torch.Tensor):
+        """One step per layer (the CLS token's attention to the patches, heads averaged) and a last
+        step with the rollout (Abnar & Zuidema 2020); each patch's mass is spread over its pixels.
+        The mass the CLS query puts on prefix tokens is left out, so each map sums to 1."""
+        from zoo.attention import record
+        from zoo.attention import rollout as maps
+
+        out = self.attention_maps(images)
+        vit, grid = self.vit, out["rollout"].shape[-2:]
+        cls_index = 0 if getattr(vit, "cls_token", None) is not None else None
+        layers = torch.stack([maps.cls_attention(a, vit.num_prefix_tokens, tuple(grid), cls_index).mean(1)
+                              for a in out["attention"]], 1)  # [B, layers, h, w]
+        cells = torch.cat([layers, out["rollout"][:, None]], 1)
+        cells = cells / cells.sum((-2, -1), keepdim=True).clamp_min(1e-30)
+        B, T = cells.shape[:2]
+        labels = [[f"layer {t + 1}" for t in range(T - 1)] + ["rollout"] for _ in range(B)]
+        probs = out["logits"].softmax(-1)
+        return record.AttentionRecord(
+            family=self.family, kind="rollout", maps=record.maps_from_cells(cells, tuple(images.shape[-2:])),
+            labels=labels, step_mask=record.full_mask(B, T, images.device),
+            prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
+
     def class_name(self, index: int) -> str:
         names = self.hparams.class_names
         if not names:

@@ -1,0 +1,217 @@
+"""One record of where a model looked, the same for every family that attends.
+
+Every family's `attention_record(images)` returns an `AttentionRecord` for a batch of B images:
+
+- `maps [B, T, H, W]`: for each of T steps, a probability map over the pixels of the input image
+  (each existing step sums to 1), so that maps of different families are comparable. A family
+  whose attention lives on a coarse grid (a captioner's h x w annotation cells, a ViT's patches)
+  spreads each cell's mass evenly over the pixels of that cell: mass is counted per pixel, so a
+  coarse cell that straddles a box edge puts only its inside pixels' share inside the box.
+- `step_mask [B, T]`: which steps exist (captions differ in length; other families use them all).
+- `labels`: B lists of T strings, what each step is (the word, "glimpse 3", "read 5", "layer 2").
+- `boxes [B, T, K, 4]` or None: windows or glimpses, K per step (each glimpse scale, DRAW's read
+  and write window), as (x0, y0, x1, y1) in pixel-edge coordinates (pixel (r, c) covers
+  [c, c + 1) x [r, r + 1); x1, y1 exclusive; they may reach past the image). `box_labels` names
+  the K boxes.
+- `prediction`: what the model concluded, as plain tensors and lists: a classifier's `probs
+  [B, classes]`, `label [B]` and `class_names`; a captioner's `words` (B lists) and `word_probs`
+  (B lists); a generator's `canvas [B, C, H, W]`.
+
+Axis order: batch, step, then y (rows), then x (columns). Coordinates are (x, y) wherever a pair
+is given (box corners, glimpse centres). `maps_from_cells`, `maps_from_boxes` and
+`maps_from_filters` turn each family's native attention into pixel maps.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+
+@dataclass
+class AttentionRecord:
+    family: str
+    kind: str  # "soft" (content maps), "glimpse" (hard, box-shaped), "window" (DRAW filters), "rollout"
+    maps: torch.Tensor  # [B, T, H, W], each existing step a probability map
+    labels: list[list[str]]  # B x T
+    step_mask: torch.Tensor  # [B, T] bool
+    prediction: dict[str, Any] = field(default_factory=dict)
+    boxes: torch.Tensor | None = None  # [B, T, K, 4] (x0, y0, x1, y1) pixel edges
+    box_labels: list[str] = field(default_factory=list)  # K names
+
+    def __post_init__(self):
+        if self.maps.dim() != 4:
+            raise ValueError(f"maps must be [B, T, H, W], got {tuple(self.maps.shape)}")
+        B, T = self.maps.shape[:2]
+        if tuple(self.step_mask.shape) != (B, T):
+            raise ValueError(f"step_mask must be [{B}, {T}], got {tuple(self.step_mask.shape)}")
+        if self.boxes is not None and (self.boxes.dim() != 4 or tuple(self.boxes.shape[:2]) != (B, T)
+                                       or self.boxes.shape[-1] != 4):
+            raise ValueError(f"boxes must be [{B}, {T}, K, 4], got {tuple(self.boxes.shape)}")
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return int(self.maps.shape[-2]), int(self.maps.shape[-1])
+
+    def __len__(self) -> int:
+        return int(self.maps.shape[0])
+
+    def to(self, device) -> "AttentionRecord":
+        def move(value):
+            if isinstance(value, torch.Tensor):
+                return value.to(device)
+            if isinstance(value, dict):
+                return {k: move(v) for k, v in value.items()}
+            return value
+
+        return replace(self, maps=self.maps.to(device), step_mask=self.step_mask.to(device),
+                       boxes=None if self.boxes is None else self.boxes.to(device),
+                       prediction=move(self.prediction))
+
+    def degenerate(self) -> torch.Tensor:
+        """[B, T] bool: existing steps whose map is not a probability map (all zero, NaN or Inf).
+        Such a step is reported as degenerate, never drawn as a bright picture."""
+        flat = self.maps.flatten(2)
+        total = flat.sum(-1)
+        bad = ~torch.isfinite(flat).all(-1) | ~(total > 0)
+        return bad & self.step_mask
+
+    def peaks(self) -> torch.Tensor:
+        """[B, T, 2] (x, y): the pixel centre of each map's maximum."""
+        W = self.maps.shape[-1]
+        index = torch.nan_to_num(self.maps.flatten(2), nan=-1.0).argmax(-1)
+        return torch.stack([(index % W).float() + 0.5, (index // W).float() + 0.5], -1)
+
+    def as_dict(self, maps: bool = True, decimals: int = 5) -> dict[str, Any]:
+        """Plain lists (JSON-ready): the documented axis order is in `axes`."""
+        B, T = self.maps.shape[:2]
+        out: dict[str, Any] = {
+            "family": self.family, "kind": self.kind, "image_size": {"height": self.image_size[0],
+                                                                       "width": self.image_size[1]},
+            "axes": {"maps": "[image, step, y, x]", "boxes": "[image, step, box, (x0, y0, x1, y1)]",
+                     "peaks": "[image, step, (x, y)]", "coordinates": "pixel edges: pixel (row r, column c) "
+                     "covers [c, c + 1) x [r, r + 1); x is the column, y the row"},
+            "images": [],
+        }
+        peaks = self.peaks()
+        bad = self.degenerate()
+        for b in range(B):
+            steps = []
+            for t in range(T):
+                if not bool(self.step_mask[b, t]):
+                    continue
+                step: dict[str, Any] = {"label": self.labels[b][t], "peak": [round(float(v), 3) for v in peaks[b, t]],
+                                        "degenerate": bool(bad[b, t])}
+                if self.boxes is not None:
+                    step["boxes"] = {name: [round(float(v), 3) for v in self.boxes[b, t, k]]
+                                     for k, name in enumerate(self.box_labels)}
+                if maps:
+                    step["map"] = torch.nan_to_num(self.maps[b, t].float(), nan=0.0).round(decimals=decimals).tolist()
+                steps.append(step)
+            out["images"].append({"steps": steps, "prediction": _plain(self.prediction, b)})
+        return out
+
+    def to_json(self, maps: bool = True) -> str:
+        return json.dumps(self.as_dict(maps=maps))
+
+
+def _plain(prediction: dict[str, Any], b: int) -> dict[str, Any]:
+    """Image b's share of a batched prediction, as plain values."""
+    out = {}
+    for key, value in prediction.items():
+        if key == "class_names":
+            out[key] = list(value) if value else None
+        elif isinstance(value, torch.Tensor):
+            item = value[b]
+            out[key] = item.item() if item.dim() == 0 else [round(float(v), 5) for v in item.flatten()] \
+                if key != "canvas" else None  # canvases are pictures: too big for JSON
+            if out[key] is None:
+                del out[key]
+        elif isinstance(value, list) and len(value) > b:
+            out[key] = value[b]
+    return out
+
+
+# ----------------------------------------------------------------------------- native -> pixel maps
+def _normalise(maps: torch.Tensor) -> torch.Tensor:
+    """[..., H, W] -> each map divided by its sum (an all-zero map stays zero: degenerate)."""
+    total = maps.sum((-2, -1), keepdim=True)
+    return torch.where(total > 0, maps / total.clamp_min(1e-30), maps)
+
+
+def maps_from_cells(cells: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
+    """Cell maps [..., h, w] (mass per grid cell) -> pixel maps [..., H, W]: pixel (y, x) belongs to
+    the cell holding its centre and gets that cell's mass over the cell's pixel count, so each
+    cell's mass is spread evenly over its own pixels and the total is unchanged."""
+    h, w = cells.shape[-2:]
+    H, W = image_size
+    rows = ((torch.arange(H, device=cells.device) + 0.5) * h / H).floor().long().clamp_(0, h - 1)  # [H]
+    cols = ((torch.arange(W, device=cells.device) + 0.5) * w / W).floor().long().clamp_(0, w - 1)  # [W]
+    row_count = torch.bincount(rows, minlength=h).to(cells.dtype)  # pixels per cell row
+    col_count = torch.bincount(cols, minlength=w).to(cells.dtype)
+    per_pixel = cells / (row_count[:, None] * col_count[None, :]).clamp_min(1)  # [..., h, w]
+    return per_pixel[..., rows, :][..., cols]
+
+
+def box_coverage(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
+    """boxes [..., 4] (x0, y0, x1, y1) -> [..., H, W]: the fraction of each pixel inside the box."""
+    H, W = image_size
+    ys = torch.arange(H, device=boxes.device, dtype=boxes.dtype)
+    xs = torch.arange(W, device=boxes.device, dtype=boxes.dtype)
+    x0, y0, x1, y1 = (boxes[..., i, None] for i in range(4))
+    cover_x = (torch.minimum(xs + 1, x1) - torch.maximum(xs, x0)).clamp(0, 1)  # [..., W]
+    cover_y = (torch.minimum(ys + 1, y1) - torch.maximum(ys, y0)).clamp(0, 1)  # [..., H]
+    return cover_y[..., :, None] * cover_x[..., None, :]
+
+
+def maps_from_boxes(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
+    """Glimpse boxes [B, T, K, 4] -> [B, T, H, W]: each of the K boxes (a glimpse's scales) spreads
+    an equal share of the mass evenly over its pixels inside the image. Every scale of a RAM glimpse
+    is read into the same g x g cells, so each carries the same amount of information, denser where
+    the box is smaller: the map peaks at the finest scale."""
+    per_box = _normalise(box_coverage(boxes, image_size))  # [B, T, K, H, W]
+    return _normalise(per_box.sum(2))
+
+
+def maps_from_filters(fx: torch.Tensor, fy: torch.Tensor) -> torch.Tensor:
+    """DRAW filterbanks Fx [..., N, W], Fy [..., N, H] (rows sum to 1) -> [..., H, W]: the weight each
+    pixel gets in the N x N read, F_Y^T 1 1^T F_X / N^2, which sums to 1 (eq. 27 with x = the pixel)."""
+    n = fx.shape[-2]
+    return fy.sum(-2)[..., :, None] * fx.sum(-2)[..., None, :] / (n * n)
+
+
+def window_boxes(gx: torch.Tensor, gy: torch.Tensor, delta: torch.Tensor, n: int) -> torch.Tensor:
+    """DRAW's N x N grid as a box (N delta pixels on a side, centred at (gX, gY), eqs. 19-24):
+    [...] -> [..., 4] in pixel edges. The paper's 1-based pixel a covers [a - 1, a)."""
+    half = n * delta / 2
+    cx, cy = gx - 0.5, gy - 0.5
+    return torch.stack([cx - half, cy - half, cx + half, cy + half], -1)
+
+
+def centre_prior(image_size: tuple[int, int], sigma: float = 0.25, device=None) -> torch.Tensor:
+    """[H, W]: a Gaussian at the image centre with std `sigma` x the side, the chance model that
+    always looks at the middle (photographers and canvas generators both favour it)."""
+    H, W = image_size
+    ys = (torch.arange(H, device=device, dtype=torch.float32) + 0.5 - H / 2) / (sigma * H)
+    xs = (torch.arange(W, device=device, dtype=torch.float32) + 0.5 - W / 2) / (sigma * W)
+    prior = torch.exp(-0.5 * (ys[:, None] ** 2 + xs[None, :] ** 2))
+    return prior / prior.sum()
+
+
+def uniform_map(image_size: tuple[int, int], device=None) -> torch.Tensor:
+    H, W = image_size
+    return torch.full((H, W), 1.0 / (H * W), device=device)
+
+
+def step_labels(prefix: str, batch: int, steps: int) -> list[list[str]]:
+    return [[f"{prefix} {t + 1}" for t in range(steps)] for _ in range(batch)]
+
+
+def full_mask(batch: int, steps: int, device=None) -> torch.Tensor:
+    return torch.ones(batch, steps, dtype=torch.bool, device=device)
+
+
+__all__ = ["AttentionRecord", "maps_from_cells", "maps_from_boxes", "maps_from_filters", "window_boxes",
+           "box_coverage", "centre_prior", "uniform_map", "step_labels", "full_mask"]

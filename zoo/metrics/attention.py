@@ -1,0 +1,184 @@
+"""Was the attention on the right thing, and does the model use what it attends? The same metrics for
+every family, from an `AttentionRecord`'s pixel maps and boxes and a target box per image.
+
+Correctness (per map; the target is the box of the thing the model should look at):
+- pointing game (Zhang et al. 2016): the map's peak pixel lies inside the target box;
+- mass in box: the share of the map's mass on the target box's pixels (counted per pixel, with
+  partial pixels at a fractional box edge counted by their covered fraction);
+- for windows and glimpses, the box overlap: IoU with the target box, and whether the window's
+  centre lies inside it.
+
+Each comes with its chance levels, computed on the same boxes:
+- uniform: a map that is the same everywhere (pointing game = mass in box = the box's area share);
+- centre prior: a Gaussian at the image centre (`record.centre_prior`), the model that always looks
+  at the middle;
+- random boxes: the model's own window sizes at uniformly random places (fixed seed).
+
+Faithfulness (Petsiuk et al. 2018, deletion and insertion): blank the most-attended pixels first
+(to a background value) and follow the score the model gives its own prediction; a model that uses
+what it attends loses it faster than when the same number of random pixels (or the centre prior's
+pixels) are blanked. Insertion starts from the blank image and restores pixels in the same order.
+The area between the curves (random minus attention for deletion, attention minus random for
+insertion) is the score: above zero means the attention is faithful.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from zoo.attention.record import box_coverage, centre_prior
+
+
+def _boxes(boxes: torch.Tensor) -> torch.Tensor:
+    """[N, 4] or [N, M, 4] -> [N, M, 4]."""
+    return boxes[:, None] if boxes.dim() == 2 else boxes
+
+
+def target_mask(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
+    """Target boxes [N, 4] or [N, M, 4] (a box of -1s is an empty slot) -> the union of their pixel
+    coverage [N, H, W] in [0, 1]."""
+    boxes = _boxes(boxes).float()
+    valid = (boxes >= 0).all(-1)  # [N, M]
+    cover = box_coverage(boxes, image_size) * valid[..., None, None]
+    return cover.amax(1)
+
+
+def pointing_game(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """maps [N, H, W], target boxes [N, 4] or [N, M, 4] -> hits [N] bool: the peak pixel's centre lies
+    inside a target box. A map with no finite positive mass is a miss."""
+    N, H, W = maps.shape
+    flat = torch.nan_to_num(maps.flatten(1).float(), nan=-1.0, posinf=-1.0, neginf=-1.0)
+    index = flat.argmax(1)
+    x, y = (index % W).float() + 0.5, (index // W).float() + 0.5
+    b = _boxes(boxes).float()
+    inside = ((b[..., 0] <= x[:, None]) & (x[:, None] < b[..., 2]) & (b[..., 1] <= y[:, None])
+              & (y[:, None] < b[..., 3]) & (b >= 0).all(-1))
+    return inside.any(1) & (flat.amax(1) > 0)
+
+
+def mass_in_box(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """maps [N, H, W] (probability maps), target boxes -> [N] the mass on the target's pixels."""
+    maps = torch.nan_to_num(maps.float(), nan=0.0)
+    return (maps * target_mask(boxes, maps.shape[-2:])).flatten(1).sum(1)
+
+
+def box_area(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
+    """[N]: the share of the image's pixels inside the target (the uniform map's pointing game and
+    mass in box)."""
+    H, W = image_size
+    return target_mask(boxes, image_size).flatten(1).sum(1) / (H * W)
+
+
+def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a [..., 4], b [..., 4] (x0, y0, x1, y1) -> IoU [...]."""
+    w = (torch.minimum(a[..., 2], b[..., 2]) - torch.maximum(a[..., 0], b[..., 0])).clamp_min(0)
+    h = (torch.minimum(a[..., 3], b[..., 3]) - torch.maximum(a[..., 1], b[..., 1])).clamp_min(0)
+    inter = w * h
+    area = lambda t: (t[..., 2] - t[..., 0]).clamp_min(0) * (t[..., 3] - t[..., 1]).clamp_min(0)
+    return inter / (area(a) + area(b) - inter).clamp_min(1e-12)
+
+
+def centre_in_box(windows: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """windows [..., 4], target boxes [..., 4] -> bool [...]: the window's centre lies in the box."""
+    cx, cy = (windows[..., 0] + windows[..., 2]) / 2, (windows[..., 1] + windows[..., 3]) / 2
+    return (boxes[..., 0] <= cx) & (cx < boxes[..., 2]) & (boxes[..., 1] <= cy) & (cy < boxes[..., 3])
+
+
+def random_like(windows: torch.Tensor, image_size: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
+    """Windows [..., 4] moved to uniformly random centres inside the image, sizes kept."""
+    H, W = image_size
+    size = windows[..., 2:] - windows[..., :2]
+    u = torch.rand(windows.shape[:-1] + (2,), generator=generator, device=windows.device)
+    centre = u * torch.tensor([W, H], dtype=windows.dtype, device=windows.device)
+    return torch.cat([centre - size / 2, centre + size / 2], -1)
+
+
+def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor | None = None,
+                seed: int = 0) -> dict[str, float]:
+    """Means over N maps. maps [N, H, W], targets [N, 4] (one target box per map), windows [N, K, 4]
+    or None. Every metric comes with its chance levels (`_uniform`, `_centre`, `_random`)."""
+    H, W = maps.shape[-2:]
+    prior = centre_prior((H, W), device=maps.device).expand(maps.shape[0], H, W)
+    out = {
+        "pointing": pointing_game(maps, targets).float().mean().item(),
+        "pointing_uniform": box_area(targets, (H, W)).mean().item(),
+        "pointing_centre": pointing_game(prior, targets).float().mean().item(),
+        "mass_in_box": mass_in_box(maps, targets).mean().item(),
+        "mass_in_box_uniform": box_area(targets, (H, W)).mean().item(),
+        "mass_in_box_centre": mass_in_box(prior, targets).mean().item(),
+        "maps": int(maps.shape[0]),
+    }
+    if windows is not None:
+        target = targets.float()[:, None].expand(-1, windows.shape[1], 4)
+        generator = torch.Generator(device=windows.device).manual_seed(seed)
+        moved = random_like(windows.float(), (H, W), generator)
+        size = windows.float()[..., 2:] - windows.float()[..., :2]
+        middle = torch.tensor([W / 2, H / 2], device=windows.device)
+        centred = torch.cat([middle - size / 2, middle + size / 2], -1)
+        out.update({
+            "window_iou": box_iou(windows.float(), target).mean().item(),
+            "window_iou_random": box_iou(moved, target).mean().item(),
+            "window_iou_centre": box_iou(centred, target).mean().item(),
+            "window_centre_in_box": centre_in_box(windows.float(), target).float().mean().item(),
+            "window_centre_in_box_random": centre_in_box(moved, target).float().mean().item(),
+            "window_centre_in_box_centre": centre_in_box(centred, target).float().mean().item(),
+        })
+    return out
+
+
+# ----------------------------------------------------------------------------- faithfulness
+def order_by(maps: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """[N, H, W] -> pixel indices [N, H*W], most attended first (ties broken by a random key from
+    `generator`, so flat regions of a map are not blanked in raster order)."""
+    flat = torch.nan_to_num(maps.flatten(1).float(), nan=0.0)
+    jitter = torch.rand(flat.shape, generator=generator, device=flat.device) if generator is not None \
+        else torch.zeros_like(flat)
+    key = flat + jitter * 1e-9 * flat.abs().amax(1, keepdim=True).clamp_min(1e-30)
+    return key.argsort(1, descending=True)
+
+
+def curve(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, order: torch.Tensor,
+          steps: int, background: float = 0.0, insertion: bool = False) -> torch.Tensor:
+    """Deletion (or insertion) curve: images [N, C, H, W], order [N, H*W] -> scores [steps + 1, N].
+
+    At step k the first k/steps of the ordered pixels are blanked to `background` (insertion: only
+    they are shown, the rest is background). `score(images) -> [N]` is the model's probability of its
+    own prediction on the clean image (the caller closes over it)."""
+    N, C, H, W = images.shape
+    rank = torch.empty_like(order)
+    rank.scatter_(1, order, torch.arange(H * W, device=order.device).expand(N, -1))  # pixel -> position
+    rank = rank.view(N, 1, H, W)
+    blank = torch.full_like(images, background)
+    scores = []
+    for k in range(steps + 1):  # a handful of model calls, each batched over N
+        chosen = rank < round(k * H * W / steps)
+        shown = ~chosen if not insertion else chosen
+        scores.append(score(torch.where(shown, images, blank)))
+    return torch.stack(scores)
+
+
+def area(curve_values: torch.Tensor) -> torch.Tensor:
+    """[steps + 1, N] -> [N], the trapezoidal area under the curve on [0, 1]."""
+    return torch.trapezoid(curve_values, dx=1.0 / (curve_values.shape[0] - 1), dim=0)
+
+
+def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, maps: torch.Tensor,
+                 steps: int = 10, background: float = 0.0, seed: int = 0) -> dict[str, float]:
+    """Deletion and insertion areas for the attention order, a random order and the centre prior's
+    order, and the gaps (positive: the attention is faithful). images [N, C, H, W], maps [N, H, W]."""
+    N, _, H, W = images.shape
+    generator = torch.Generator(device=images.device).manual_seed(seed)
+    orders = {
+        "attention": order_by(maps, generator),
+        "random": torch.rand(N, H * W, generator=generator, device=images.device).argsort(1),
+        "centre": order_by(centre_prior((H, W), device=images.device).expand(N, H, W), generator),
+    }
+    out: dict[str, float] = {}
+    for name, order in orders.items():
+        out[f"deletion_{name}"] = area(curve(score, images, order, steps, background)).mean().item()
+        out[f"insertion_{name}"] = area(curve(score, images, order, steps, background, insertion=True)).mean().item()
+    out["deletion_gap"] = out["deletion_random"] - out["deletion_attention"]
+    out["insertion_gap"] = out["insertion_attention"] - out["insertion_random"]
+    out["deletion_gap_centre"] = out["deletion_centre"] - out["deletion_attention"]
+    return out
