@@ -134,11 +134,16 @@ def test_box_overlap_and_chance_levels():
     assert am.centre_in_box(a, torch.tensor([[1.0, 1.0, 3.0, 3.0]])).tolist() == [True]
     maps = torch.zeros(1, 10, 10)
     maps[0, 3, 5] = 1
-    out = am.correctness(maps, BOX, windows=torch.tensor([[[4.0, 2.0, 8.0, 6.0]]]))
+    out = am.correctness(maps, BOX, windows=torch.tensor([[[4.0, 2.0, 8.0, 6.0], [0.0, 0.0, 2.0, 2.0]]]),
+                         window_names=["read", "write"])
     assert out["pointing"] == 1.0 and out["mass_in_box"] == 1.0
-    assert out["window_iou"] == pytest.approx(1.0) and out["window_centre_in_box"] == 1.0
+    assert out["read_iou"] == pytest.approx(1.0) and out["read_centre_in_box"] == 1.0
+    assert out["write_iou"] == 0.0 and out["write_centre_in_box"] == 0.0
     assert out["pointing_uniform"] == pytest.approx(0.16) and out["mass_in_box_uniform"] == pytest.approx(0.16)
-    assert 0 <= out["window_iou_random"] < 1 and out["pointing_centre"] in (0.0, 1.0)
+    assert 0 <= out["read_iou_random"] < 1 and out["pointing_centre"] in (0.0, 1.0)
+    # any of several targets counts; an empty slot (-1s) never does
+    two = torch.tensor([[[-1.0, -1.0, -1.0, -1.0], [4.0, 2.0, 8.0, 6.0]]])
+    assert am.correctness(maps, two, windows=torch.tensor([[[4.0, 2.0, 8.0, 6.0]]]))["window_1_iou"] == pytest.approx(1.0)
 
 
 def test_deletion_curve_equals_a_slow_reference():

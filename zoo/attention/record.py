@@ -40,6 +40,9 @@ class AttentionRecord:
     prediction: dict[str, Any] = field(default_factory=dict)
     boxes: torch.Tensor | None = None  # [B, T, K, 4] (x0, y0, x1, y1) pixel edges
     box_labels: list[str] = field(default_factory=list)  # K names
+    # Which maps say where the model looked overall: "steps" (every step's map counts: glimpses,
+    # words, DRAW steps) or "last" (the last step sums up the others, as rollout does the layers).
+    headline: str = "steps"
 
     def __post_init__(self):
         if self.maps.dim() != 4:
@@ -70,6 +73,20 @@ class AttentionRecord:
                        boxes=None if self.boxes is None else self.boxes.to(device),
                        prediction=move(self.prediction))
 
+    def headline_steps(self) -> torch.Tensor:
+        """[B, T] bool: the steps the headline metrics score."""
+        if self.headline == "last":
+            last = torch.zeros_like(self.step_mask)
+            last[:, -1] = self.step_mask[:, -1]
+            return last
+        return self.step_mask
+
+    def overall(self) -> torch.Tensor:
+        """[B, H, W]: where the model looked overall, the mean of its headline steps' maps."""
+        steps = self.headline_steps().to(self.maps.dtype)
+        total = (self.maps * steps[..., None, None]).sum(1)
+        return total / steps.sum(1).clamp_min(1)[:, None, None]
+
     def degenerate(self) -> torch.Tensor:
         """[B, T] bool: existing steps whose map is not a probability map (all zero, NaN or Inf).
         Such a step is reported as degenerate, never drawn as a bright picture."""
@@ -88,7 +105,7 @@ class AttentionRecord:
         """Plain lists (JSON-ready): the documented axis order is in `axes`."""
         B, T = self.maps.shape[:2]
         out: dict[str, Any] = {
-            "family": self.family, "kind": self.kind, "image_size": {"height": self.image_size[0],
+            "family": self.family, "kind": self.kind, "headline": self.headline, "image_size": {"height": self.image_size[0],
                                                                        "width": self.image_size[1]},
             "axes": {"maps": "[image, step, y, x]", "boxes": "[image, step, box, (x0, y0, x1, y1)]",
                      "peaks": "[image, step, (x, y)]", "coordinates": "pixel edges: pixel (row r, column c) "

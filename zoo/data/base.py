@@ -8,6 +8,7 @@ from lightning.pytorch.utilities.parsing import AttributeDict
 from torch.utils.data import DataLoader, RandomSampler
 
 from zoo.data.sampling import BucketBatchSampler
+from zoo.errors import UserError
 
 
 class SplitDataModule(L.LightningDataModule):
@@ -27,6 +28,13 @@ class SplitDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train")
+
+    def boxed_examples(self, split: str, n: int) -> dict:
+        """The first n examples of a split whose item boxes are known, for scoring attention:
+        {"images" float [n, C, H, W] in [0, 1], "targets" float [n, M, 4] (x0, y0, x1, y1 pixels,
+        -1s for empty slots), and "target_words" (n lists of M words) where a step's label must name
+        the box it looks at (captions)}. Data without boxes says so in one line."""
+        raise UserError(f"{type(self).__name__} has no item boxes to score attention on")
 
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")

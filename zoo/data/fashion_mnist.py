@@ -271,6 +271,13 @@ class FashionMNISTDataModule(SplitDataModule):
     def loader(self, split: str) -> DataLoader:
         return self.plain_loader(self.datasets[split], train=split == "train")
 
+    def boxed_examples(self, split: str, n: int) -> dict:
+        """The target item's box (every item's, on multi-item canvases): see SplitDataModule."""
+        self.setup()
+        images = self.datasets[split].tensors[0][:n].float() / 255.0
+        boxes = self.boxes[split][:n].float()
+        return {"images": images, "targets": boxes if boxes.dim() == 3 else boxes[:, None]}
+
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         images, labels = batch
         return images.float().div_(255.0), labels

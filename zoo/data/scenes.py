@@ -605,6 +605,15 @@ class FashionScenesDataModule(SplitDataModule):
                 self.datasets[split] = SceneEval(scenes, *pad_captions(first, multiple=multiple), first_items,
                                                  multiple)
 
+    def boxed_examples(self, split: str, n: int) -> dict:
+        """Every item's box and head word: a word's attention is scored on the boxes of the items
+        it names (see SplitDataModule)."""
+        self.setup()
+        batch = self.datasets[split].__getitems__(list(range(min(n, len(self.datasets[split])))))
+        return {"images": batch["images"], "targets": batch["item_boxes"].float(),
+                "target_words": [words + [""] * (batch["item_boxes"].shape[1] - len(words))
+                                 for words in batch["box_words"]]}
+
     def loader(self, split: str) -> DataLoader:
         if split == "train":
             return self.bucketed_loader(self.datasets["train"], _batch_identity)

@@ -95,35 +95,40 @@ def random_like(windows: torch.Tensor, image_size: tuple[int, int], generator: t
 
 
 def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor | None = None,
-                seed: int = 0) -> dict[str, float]:
-    """Means over N maps. maps [N, H, W], targets [N, 4] (one target box per map), windows [N, K, 4]
-    or None. Every metric comes with its chance levels (`_uniform`, `_centre`, `_random`)."""
+                window_names: list[str] | None = None, seed: int = 0) -> dict[str, float]:
+    """Means over N maps. maps [N, H, W]; targets [N, 4] or [N, M, 4] (any of M boxes counts; -1s are
+    empty slots); windows [N, K, 4] or None, scored per window name (a glimpse's scales, DRAW's read
+    and write) against the best-overlapping target. Every metric comes with its chance levels
+    (`_uniform`, `_centre`, `_random`)."""
     H, W = maps.shape[-2:]
+    targets = _boxes(targets).float()
     prior = centre_prior((H, W), device=maps.device).expand(maps.shape[0], H, W)
+    area = box_area(targets, (H, W)).mean().item()
     out = {
+        "maps": int(maps.shape[0]),
         "pointing": pointing_game(maps, targets).float().mean().item(),
-        "pointing_uniform": box_area(targets, (H, W)).mean().item(),
+        "pointing_uniform": area,
         "pointing_centre": pointing_game(prior, targets).float().mean().item(),
         "mass_in_box": mass_in_box(maps, targets).mean().item(),
-        "mass_in_box_uniform": box_area(targets, (H, W)).mean().item(),
+        "mass_in_box_uniform": area,
         "mass_in_box_centre": mass_in_box(prior, targets).mean().item(),
-        "maps": int(maps.shape[0]),
     }
-    if windows is not None:
-        target = targets.float()[:, None].expand(-1, windows.shape[1], 4)
-        generator = torch.Generator(device=windows.device).manual_seed(seed)
-        moved = random_like(windows.float(), (H, W), generator)
-        size = windows.float()[..., 2:] - windows.float()[..., :2]
+    if windows is None:
+        return out
+    generator = torch.Generator(device=windows.device).manual_seed(seed)
+    valid = (targets >= 0).all(-1)[:, None, :]  # [N, 1, M]
+    for k, name in enumerate(window_names or [f"window {k + 1}" for k in range(windows.shape[1])]):
+        window = windows[:, k].float()  # [N, 4]
+        size = window[:, 2:] - window[:, :2]
         middle = torch.tensor([W / 2, H / 2], device=windows.device)
-        centred = torch.cat([middle - size / 2, middle + size / 2], -1)
-        out.update({
-            "window_iou": box_iou(windows.float(), target).mean().item(),
-            "window_iou_random": box_iou(moved, target).mean().item(),
-            "window_iou_centre": box_iou(centred, target).mean().item(),
-            "window_centre_in_box": centre_in_box(windows.float(), target).float().mean().item(),
-            "window_centre_in_box_random": centre_in_box(moved, target).float().mean().item(),
-            "window_centre_in_box_centre": centre_in_box(centred, target).float().mean().item(),
-        })
+        candidates = {"": window, "_random": random_like(window, (H, W), generator),
+                      "_centre": torch.cat([middle - size / 2, middle + size / 2], -1)}
+        key = name.replace(" ", "_")
+        for suffix, boxes in candidates.items():
+            iou = (box_iou(boxes[:, None, None], targets[:, None]) * valid).amax(-1)[:, 0]  # [N]
+            inside = (centre_in_box(boxes[:, None, None], targets[:, None]) & valid).any(-1)[:, 0]
+            out[f"{key}_iou{suffix}"] = iou.mean().item()
+            out[f"{key}_centre_in_box{suffix}"] = inside.float().mean().item()
     return out
 
 
@@ -181,4 +186,92 @@ def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Te
     out["deletion_gap"] = out["deletion_random"] - out["deletion_attention"]
     out["insertion_gap"] = out["insertion_attention"] - out["insertion_random"]
     out["deletion_gap_centre"] = out["deletion_centre"] - out["deletion_attention"]
+    return out
+
+
+# ----------------------------------------------------------------------------- a whole evaluation
+def scored_steps(record, targets: torch.Tensor, target_words: list[list[str]] | None = None):
+    """Which (image, step) maps are scored and on which boxes: every headline step of every image,
+    on all its target boxes; with `target_words` (captions), only the steps whose label is a word
+    that names boxes somewhere in the set, on the boxes it names in its own image.
+
+    Returns (images [S], steps [S], targets [S, M, 4], absent, labelled): with `target_words`,
+    `absent` counts the item words that name nothing in their image (hallucinations; not scored)
+    and `labelled` all item words; both 0 otherwise."""
+    images, times = record.headline_steps().nonzero(as_tuple=True)
+    targets = _boxes(targets).float()
+    if target_words is None:
+        return images, times, targets[images], 0, 0
+    vocab = {word for words in target_words for word in words if word}
+    keep, boxes, absent, labelled = [], [], 0, 0
+    for s, (i, t) in enumerate(zip(images.tolist(), times.tolist())):  # a few words per caption
+        word = record.labels[i][t]
+        if word not in vocab:
+            continue
+        labelled += 1
+        named = torch.tensor([w == word for w in target_words[i]], dtype=torch.bool)
+        if not named.any():
+            absent += 1
+            continue
+        keep.append(s)
+        boxes.append(torch.where(named[:, None], targets[i], torch.full_like(targets[i], -1.0)))
+    keep_t = torch.tensor(keep, dtype=torch.long)
+    return images[keep_t], times[keep_t], (torch.stack(boxes) if boxes else targets[:0]), absent, labelled
+
+
+@torch.no_grad()
+def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10, background: float = 0.0,
+             seed: int = 0) -> dict:
+    """Correctness and faithfulness of `model.attention_record` on `examples` (a data module's
+    `boxed_examples`). Correctness scores every headline step's map (each glimpse, each DRAW step,
+    each item word, a ViT's rollout) on its target boxes, with chance levels, plus the windows of
+    each kind and a per-step breakdown. Faithfulness follows `model.evidence` (the predicted class;
+    for captions each item word) while pixels are deleted in the order of where the model looked
+    (overall for a class; the word's own map for a word); families with no evidence skip it."""
+    images_all, targets_all = examples["images"], examples["targets"]
+    words_all = examples.get("target_words")
+    maps, windows, times, boxes = [], [], [], []
+    rows: list[tuple] = []  # (images, row maps, evidence) per batch, for faithfulness
+    absent = labelled = degenerate = 0
+    names: list[str] = []
+    for start in range(0, len(images_all), batch_size):
+        images = images_all[start:start + batch_size]
+        words = words_all[start:start + batch_size] if words_all is not None else None
+        record = model.attention_record(images)
+        degenerate += int(record.degenerate().sum())
+        idx, t, target, missing, named = scored_steps(record, targets_all[start:start + batch_size], words)
+        absent, labelled = absent + missing, labelled + named
+        maps.append(record.maps[idx, t])
+        times.append(t)
+        boxes.append(target)
+        names = record.box_labels
+        if record.boxes is not None:
+            windows.append(record.boxes[idx, t])
+        if words is None:  # a class: where the model looked overall, one row per image
+            idx = torch.arange(len(images))
+            t = torch.full_like(idx, record.maps.shape[1] - 1)
+            row_maps = record.overall()
+        else:
+            row_maps = record.maps[idx, t]
+        evidence = model.evidence(record, idx, t)
+        if evidence is not None and len(idx):
+            rows.append((images[idx], row_maps, evidence))
+    maps_t, times_t, boxes_t = torch.cat(maps), torch.cat(times), torch.cat(boxes)
+    out: dict = {"correctness": correctness(maps_t, boxes_t, torch.cat(windows) if windows else None, names, seed),
+                 "degenerate_maps": degenerate}
+    if words_all is not None:
+        out["hallucination"] = {"item_words": labelled, "absent": absent,
+                                "chair_i": absent / labelled if labelled else float("nan")}
+    else:
+        out["per_step"] = [correctness(maps_t[times_t == s], boxes_t[times_t == s]) | {"step": int(s) + 1}
+                           for s in times_t.unique().tolist()]
+    if rows:
+        parts = [faithfulness(evidence, images, row_maps, curve_steps, background, seed)
+                 for images, row_maps, evidence in rows]
+        weights = torch.tensor([float(len(images)) for images, _, _ in rows])
+        out["faithfulness"] = {key: float((torch.tensor([p[key] for p in parts]) * weights).sum() / weights.sum())
+                               for key in parts[0]}
+        out["faithfulness"]["rows"] = int(weights.sum())
+    else:
+        out["faithfulness"] = None
     return out

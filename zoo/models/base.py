@@ -82,6 +82,17 @@ class ZooModule(L.LightningModule):
         (batched, in input-image pixels). Families that attend override this."""
         raise UserError(f"{type(self).__name__} ({self.family}) has no attention to record")
 
+    def evidence(self, record, images: torch.Tensor, steps: torch.Tensor):
+        """What faithfulness follows for rows (image `images[s]` of `record`, step `steps[s]`): a
+        function from (edited) images [S, C, H, W] to scores [S], the model's probability of what it
+        predicted on the clean image. The default serves classifiers whose forward gives logits;
+        None where there is nothing to follow."""
+        label = record.prediction.get("label")
+        if label is None:
+            return None
+        label = label[images].to(self.device)
+        return lambda x: self(x.to(self.device)).float().softmax(-1).gather(1, label[:, None])[:, 0]
+
     # ------------------------------------------------------------------ helpers
     def speed_setup(self) -> None:
         """Optional speed switches shared by families (config key `channels_last`)."""

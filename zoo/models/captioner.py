@@ -719,6 +719,19 @@ class Captioner(ZooModule):
         probs = logits.float().softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
         return [probs[b, :len(r["words"])].tolist() for b, r in enumerate(results)]
 
+    def evidence(self, record, images: torch.Tensor, steps: torch.Tensor):
+        """A word's probability given the words before it (teacher-forced, expected context): the
+        probability of word `steps[s]` of caption `images[s]` as the image is edited."""
+        tokens = self.caption_tokens([record.prediction["words"][i] for i in images.tolist()], self.device)
+        rows = torch.arange(len(images), device=self.device)
+        steps, word = steps.to(self.device), tokens.gather(1, steps.to(self.device)[:, None] + 1)[:, 0]
+
+        def score(x: torch.Tensor) -> torch.Tensor:
+            logits = self(x.to(self.device), tokens, mode="expected")["logits"]  # [S, T-1, V]
+            return logits.float().softmax(-1)[rows, steps, word]
+
+        return score
+
     def caption_tokens(self, captions: list[list[str]], device) -> torch.Tensor:
         """Word lists -> token ids [B, T] as <start> words <end> <pad>.. (unknown words as <unk>)."""
         stoi = {word: i for i, word in enumerate(self.itos)}

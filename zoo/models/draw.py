@@ -275,6 +275,9 @@ class DRAW(ZooModule):
             prediction={"canvas": torch.sigmoid(out["logits"]),
                         "canvases": torch.sigmoid(out["canvas"]).transpose(0, 1)})
 
+    def evidence(self, record, images, steps):
+        return None  # a generator predicts no class or word to follow
+
     # ------------------------------------------------------------------ Lightning
     def binarize(self, images: torch.Tensor, train: bool = False) -> torch.Tensor:
         """images [B, C, S, S] in [0, 1] -> {0, 1}: a fresh draw per step when training (dynamic

@@ -204,7 +204,7 @@ class ViTClassifier(ZooModule):
         probs = out["logits"].softmax(-1)
         return record.AttentionRecord(
             family=self.family, kind="rollout", maps=record.maps_from_cells(cells, tuple(images.shape[-2:])),
-            labels=labels, step_mask=record.full_mask(B, T, images.device),
+            labels=labels, step_mask=record.full_mask(B, T, images.device), headline="last",
             prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
 
     def class_name(self, index: int) -> str:

@@ -1,0 +1,82 @@
+"""Where did each release look, and was it right? The attention results behind docs/attention.md.
+
+    python scripts/attention_results.py                      # every release that attends
+    python scripts/attention_results.py ram_fmnist_cluttered60 --n 200
+
+For each release: its attention record on the first `--n` examples of its own data's test split
+(the data it was trained on, rebuilt from the release's data config, with the item boxes known),
+scored by `zoo.metrics.attention.evaluate` (pointing game, mass in box, window overlap, deletion and
+insertion, each with chance levels), then the same with the model's weights randomised (Adebayo et
+al. 2018: a faithful explanation must change when the model does). Writes
+results/attention_<name>.json with the release's recipe, seed, git commit, device and wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import zoo  # noqa: E402
+from zoo import registry  # noqa: E402
+from zoo.errors import UserError  # noqa: E402
+from zoo.metrics.attention import evaluate  # noqa: E402
+from zoo.models.base import ZooModule  # noqa: E402
+from zoo.results import write_json  # noqa: E402
+
+
+def attending_releases() -> list[str]:
+    return [name for name in zoo.list_models(pretrained=True)
+            if type(zoo.create_model(name)).attention_record is not ZooModule.attention_record]
+
+
+def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every layer re-initialised as at construction (the cascade's last step: all weights random)."""
+    torch.manual_seed(seed)
+    for module in model.modules():
+        if module is not model and hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    return model
+
+
+def run(name: str, n: int, split: str, seed: int, out_dir: Path) -> Path:
+    started = time.perf_counter()
+    model = zoo.create_model(name, pretrained=True).eval()
+    data = registry.build_datamodule(model)
+    examples = data.boxed_examples(split, n)
+    torch.manual_seed(seed)
+    trained = evaluate(model, examples, seed=seed)
+    randomised = evaluate(randomise(zoo.create_model(name, pretrained=True).eval(), seed), examples, seed=seed)
+    entry = registry.get_entry(name)
+    payload = {"name": name, "family": model.family, "split": split, "examples": len(examples["images"]),
+               "seed": seed, "recipe": entry.metadata.get("recipe"), "data": registry.data_config(model),
+               "trained": trained, "randomised": randomised, "wall_time_s": round(time.perf_counter() - started, 1),
+               "command": f"python scripts/attention_results.py {name} --n {n} --split {split} --seed {seed}"}
+    return write_json(out_dir / f"attention_{name}.json", payload)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="releases (default: every release that attends)")
+    parser.add_argument("--n", type=int, default=500, help="test examples per release")
+    parser.add_argument("--split", choices=["val", "test"], default="test")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(ROOT / "results"))
+    args = parser.parse_args(argv)
+    try:
+        for name in args.names or attending_releases():
+            path = run(name, args.n, args.split, args.seed, Path(args.out))
+            print(f"{name}: {path}", flush=True)
+    except UserError as exc:
+        print(f"attention_results.py: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
