@@ -6,9 +6,9 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 export WANDB_SILENT ?= true
 
-.PHONY: setup data demo test bench results clean
+.PHONY: setup data browser demo test bench results clean
 
-setup: $(STAMP) data
+setup: $(STAMP) data browser
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 data:
 	@bash scripts/get_data.sh
+
+browser:
+	@bash scripts/get_browser.sh
 
 demo: setup
 	bash scripts/demo.sh

@@ -3,6 +3,7 @@ synthetic maps whose answers are known."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ from zoo.attention import record
 from zoo.attention.glimpse import Retina
 from zoo.errors import UserError
 from zoo.metrics import attention as am
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 # ----------------------------------------------------------------------------- pixel maps
@@ -202,3 +205,123 @@ def test_a_family_without_attention_refuses_in_one_line():
     model = zoo.create_model("baseline_mlp_centered")
     with pytest.raises(UserError, match="has no attention to record"):
         model.attention_record(torch.rand(1, 1, 28, 28))
+
+
+# ----------------------------------------------------------------------------- sanity (Adebayo et al. 2018)
+def test_randomised_weights_collapse_faithfulness_to_chance():
+    """A released RAM's glimpses are faithful (deleting where it looked hurts its prediction more
+    than deleting random pixels); with its weights re-initialised the same measure is at chance."""
+    import sys
+
+    from zoo import registry
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from attention_results import randomise
+
+    model = zoo.create_model("ram_fmnist_cluttered60", pretrained=True).eval()
+    examples = registry.build_datamodule(model).boxed_examples("test", 48)
+    trained = am.evaluate(model, examples)["faithfulness"]
+    random = am.evaluate(randomise(zoo.create_model("ram_fmnist_cluttered60", pretrained=True).eval(), 0),
+                         examples)["faithfulness"]
+    assert trained["deletion_gap"] > 0.1
+    assert abs(random["deletion_gap"]) < 0.02 and abs(random["insertion_gap"]) < 0.02
+
+
+# ----------------------------------------------------------------------------- zoo attend
+@pytest.fixture(scope="module")
+def canvases(tmp_path_factory):
+    """Three cluttered60 test canvases as PNG files, their target boxes in a --boxes file."""
+    import numpy as np
+    from PIL import Image
+
+    from zoo import registry
+
+    folder = tmp_path_factory.mktemp("canvases")
+    model = zoo.create_model("ram_fmnist_cluttered60", pretrained=True)
+    examples = registry.build_datamodule(model).boxed_examples("test", 3)
+    paths = []
+    for i in range(3):
+        path = folder / f"canvas{i}.png"
+        Image.fromarray((examples["images"][i, 0].numpy() * 255).round().astype(np.uint8)).save(path)
+        paths.append(str(path))
+    boxes = folder / "boxes.json"
+    boxes.write_text(json.dumps({p: examples["targets"][i].tolist() for i, p in enumerate(paths)}))
+    return {"paths": paths, "boxes": str(boxes), "targets": examples["targets"]}
+
+
+def test_zoo_attend_writes_figures_json_and_scores_known_boxes(canvases, tmp_path, capsys):
+    from zoo.cli import main
+
+    out = tmp_path / "out"
+    code = main(["attend", "--model", "ram_fmnist_cluttered60", *canvases["paths"], "--out", str(out),
+                 "--boxes", canvases["boxes"], "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    records = json.loads(captured.out)
+    assert [Path(r["figure"]).name for r in records] == [f"canvas{i}_attend.png" for i in range(3)]
+    assert all(Path(r["figure"]).is_file() for r in records)
+    steps = records[0]["steps"]
+    assert len(steps) == 8 and set(steps[0]["boxes"]) == {"scale 1", "scale 2", "scale 3"}
+    assert all(isinstance(s["pointing"], bool) and 0 <= s["mass_in_box"] <= 1 for s in steps)
+    # the step's pointing equals the peak-in-box test done by hand on the printed peak
+    x0, y0, x1, y1 = canvases["targets"][0, 0].tolist()
+    for s in steps:
+        x, y = s["peak"]
+        assert s["pointing"] == (x0 <= x < x1 and y0 <= y < y1)
+
+
+@pytest.mark.parametrize("case, args, message", [
+    ("no attention", ["--checkpoint", "BASELINE"], "Classifier (baseline) has no attention to record"),
+    ("box outside", ["--model", "ram_fmnist_cluttered60", "--boxes", "OUTSIDE"], "is not inside the 60x60 input image"),
+    ("html unwritable", ["--model", "ram_fmnist_cluttered60", "--html", "FILE/report.html"], "--html"),
+])
+def test_zoo_attend_bad_input_is_one_line(canvases, tmp_path, capsys, case, args, message):
+    from zoo import hub
+    from zoo.cli import main
+
+    baseline = zoo.create_model("baseline_mlp_centered")
+    hub.save_release(baseline, baseline.zoo_config(), tmp_path / "baseline.safetensors")
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({canvases["paths"][0]: [[50, 50, 70, 70]]}))
+    (tmp_path / "file").write_text("")
+    args = [a.replace("OUTSIDE", str(outside)).replace("FILE", str(tmp_path / "file"))
+            .replace("BASELINE", str(tmp_path / "baseline.safetensors")) for a in args]
+    code = main(["attend", canvases["paths"][0], "--out", str(tmp_path / "out"), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert not list(tmp_path.glob("out/*"))  # nothing written
+
+
+def test_html_report_renders_every_step_in_a_real_browser(canvases, tmp_path):
+    """The self-contained page in headless Chromium (installed by `make setup`): it loads without
+    console errors, every picture decodes, every step of every slider shows, and a screenshot of
+    it is not blank."""
+    import re
+    import shutil
+    import subprocess
+
+    import numpy as np
+    from PIL import Image
+
+    from zoo.cli import main
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "Chromium is missing: `make setup` installs Debian's chromium package"
+    report = tmp_path / "report.html"
+    assert main(["attend", "--model", "ram_fmnist_cluttered60", *canvases["paths"][:2], "--out",
+                 str(tmp_path / "out"), "--boxes", canvases["boxes"], "--html", str(report)]) == 0
+    text = report.read_text()
+    assert "http://" not in text and "https://" not in text  # nothing fetched from a network
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000"]
+    dom = subprocess.run([*flags, "--enable-logging=stderr", "--v=0", "--dump-dom", report.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    body = re.search(r"<body([^>]*)>", dom.stdout).group(1)
+    attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body))
+    assert attrs["images"] == attrs["rendered"] == str(2 * (1 + 8))  # an input and 8 glimpses per image
+    assert attrs["steps-shown"] == str(2 * 8)
+    assert not [line for line in dom.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    shot = tmp_path / "shot.png"
+    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1000,800", report.as_uri()],
+                   capture_output=True, timeout=120)
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float32)
+    assert pixels.std() > 10  # text, pictures and overlays, not a blank page

@@ -140,15 +140,42 @@ def _plain(prediction: dict[str, Any], b: int) -> dict[str, Any]:
     for key, value in prediction.items():
         if key == "class_names":
             out[key] = list(value) if value else None
+        elif key.startswith("canvas"):
+            continue  # canvases are pictures, drawn by the figures: too big for JSON
         elif isinstance(value, torch.Tensor):
             item = value[b]
-            out[key] = item.item() if item.dim() == 0 else [round(float(v), 5) for v in item.flatten()] \
-                if key != "canvas" else None  # canvases are pictures: too big for JSON
-            if out[key] is None:
-                del out[key]
+            out[key] = item.item() if item.dim() == 0 else [round(float(v), 5) for v in item.flatten()]
         elif isinstance(value, list) and len(value) > b:
             out[key] = value[b]
     return out
+
+
+def concatenate(records: list[AttentionRecord]) -> AttentionRecord:
+    """Records of consecutive batches (one model) -> one record, steps padded to the longest."""
+    if len(records) == 1:
+        return records[0]
+    T = max(r.maps.shape[1] for r in records)
+
+    def pad(t: torch.Tensor, value=0) -> torch.Tensor:
+        extra = T - t.shape[1]
+        return t if extra == 0 else torch.cat([t, t.new_full((t.shape[0], extra, *t.shape[2:]), value)], 1)
+
+    first = records[0]
+    prediction = {}
+    for key, value in first.prediction.items():
+        if isinstance(value, torch.Tensor):
+            parts = [r.prediction[key] for r in records]
+            prediction[key] = torch.cat(parts) if all(
+                p.shape[1:] == parts[0].shape[1:] for p in parts) else parts
+        elif isinstance(value, list) and key != "class_names":
+            prediction[key] = [item for r in records for item in r.prediction[key]]
+        else:
+            prediction[key] = value
+    return replace(first, maps=torch.cat([pad(r.maps) for r in records]),
+                   step_mask=torch.cat([pad(r.step_mask, False) for r in records]),
+                   labels=[row + [""] * (T - len(row)) for r in records for row in r.labels],
+                   boxes=None if first.boxes is None else torch.cat([pad(r.boxes) for r in records]),
+                   prediction=prediction)
 
 
 # ----------------------------------------------------------------------------- native -> pixel maps

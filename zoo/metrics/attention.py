@@ -102,6 +102,8 @@ def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor
     (`_uniform`, `_centre`, `_random`)."""
     H, W = maps.shape[-2:]
     targets = _boxes(targets).float()
+    if maps.shape[0] == 0:
+        return {"maps": 0}  # nothing to score (e.g. a caption set that names no item)
     prior = centre_prior((H, W), device=maps.device).expand(maps.shape[0], H, W)
     area = box_area(targets, (H, W)).mean().item()
     out = {
@@ -253,8 +255,8 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
             row_maps = record.overall()
         else:
             row_maps = record.maps[idx, t]
-        evidence = model.evidence(record, idx, t)
-        if evidence is not None and len(idx):
+        evidence = model.evidence(record, idx, t) if len(idx) else None
+        if evidence is not None:
             rows.append((images[idx], row_maps, evidence))
     maps_t, times_t, boxes_t = torch.cat(maps), torch.cat(times), torch.cat(boxes)
     out: dict = {"correctness": correctness(maps_t, boxes_t, torch.cat(windows) if windows else None, names, seed),

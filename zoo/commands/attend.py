@@ -1,0 +1,127 @@
+"""zoo attend: where any model looked, the same way for every family that attends (captioners,
+RAM, DRAW, the DRAW classifier, ViT). For each image, writes DIR/<name>_attend.png (the input and
+one panel per step: each word, glimpse, DRAW step or layer, with its boxes) and prints the
+prediction; `--json` prints the attention record (steps, peaks, boxes, prediction; `--maps` adds
+the per-pixel maps); `--html FILE` writes one self-contained page with a step slider.
+
+    zoo attend --model ram_fmnist_cluttered60 canvas.png --out figures/
+    zoo attend --model sat_soft_scenes scene.png --out out/ --html report.html --json
+    zoo attend --model vit_fmnist shirt.png --out out/ --boxes boxes.json   # scores known boxes
+
+`--boxes` is a JSON object mapping each image path (as given) to a list of target boxes
+[x0, y0, x1, y1] in the pixels of the model's input (after preparation); each step is then scored
+(the map's peak inside a box, the mass inside). Images are prepared as `zoo.preprocessing(model)`
+says (the size rule in the README); coordinates in the record are the prepared image's pixels."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from zoo.commands.common import add_model_arguments, exit_code, print_records, report_bad_files, unique_names
+from zoo.errors import UserError
+
+CHUNK = 64  # images per forward pass
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any size, colour or gray)")
+    add_model_arguments(parser)
+    parser.add_argument("--out", required=True, metavar="DIR", help="directory for the figures")
+    parser.add_argument("--json", action="store_true", help="print the attention records as JSON")
+    parser.add_argument("--maps", action="store_true", help="with --json: include the per-pixel maps")
+    parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
+    parser.add_argument("--boxes", metavar="FILE", help="JSON {image: [[x0, y0, x1, y1], ...]} of known targets")
+
+
+def read_boxes(path: str, images: list[str], size: tuple[int, int]) -> dict[str, list[list[float]]]:
+    """The --boxes file, checked: every box has four numbers with x0 < x1, y0 < y1, inside the
+    prepared image (size (H, W))."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--boxes {path}: not a readable JSON file ({exc})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"--boxes {path}: expected an object mapping image paths to box lists")
+    H, W = size
+    boxes = {}
+    for image in images:
+        entry = raw.get(image, [])
+        if not isinstance(entry, list):
+            raise UserError(f"--boxes {path}: {image}: expected a list of [x0, y0, x1, y1] boxes")
+        for box in entry:
+            if (not isinstance(box, list) or len(box) != 4
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box)):
+                raise UserError(f"--boxes {path}: {image}: a box is four numbers [x0, y0, x1, y1], got {str(box)[:60]}")
+            x0, y0, x1, y1 = box
+            if not (0 <= x0 < x1 <= W and 0 <= y0 < y1 <= H):
+                raise UserError(f"--boxes {path}: {image}: box {box} is not inside the {W}x{H} input image")
+        boxes[image] = [[float(v) for v in box] for box in entry]
+    return boxes
+
+
+def run(args) -> int:
+    import torch
+
+    import zoo
+    from zoo.io import atomic_save_image, atomic_write_bytes, check_writable
+    from zoo.metrics.attention import mass_in_box, pointing_game
+    from zoo.preprocess import for_model, load_batch
+    from zoo.viz.record import html_report, prediction_text, strip
+
+    out_dir = check_writable(args.out, "--out", directory=True)
+    if args.html:
+        check_writable(args.html, "--html")
+    if args.maps and not args.json:
+        raise UserError("--maps goes with --json")
+    if args.checkpoint:
+        model = zoo.load_checkpoint(args.checkpoint, sha256=args.sha256)
+    else:
+        if args.sha256:
+            raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
+        model = zoo.create_model(args.model, pretrained=True)
+    model.eval()
+    spec = for_model(model)
+    batch, good, errors = load_batch(args.images, spec)
+    targets = read_boxes(args.boxes, good, spec.size) if args.boxes else None
+    report_bad_files(errors, "attend")
+    if not good:
+        return exit_code(0, errors)
+    records, names = [], unique_names(good, "")
+    pages = []  # (record, images, offset) for the report
+    for start in range(0, len(good), CHUNK):
+        images = batch[start:start + CHUNK]
+        record = model.attention_record(images)
+        pages.append(record)
+        plain = record.as_dict(maps=args.maps)
+        bad = record.degenerate()
+        for i in range(images.shape[0]):
+            path, name = good[start + i], names[start + i]
+            boxes = torch.tensor(targets[path]) if targets and targets[path] else None
+            figure = out_dir / f"{name}_attend.png"
+            atomic_save_image(strip(record, i, images[i], boxes), figure)
+            entry = {"image": path, "summary": prediction_text(record, i), "figure": str(figure),
+                     "degenerate_steps": int(bad[i].sum()), **plain["images"][i]}
+            if boxes is not None:
+                steps = record.step_mask[i].nonzero().flatten()
+                maps = record.maps[i, steps]
+                hits = pointing_game(maps, boxes[None].expand(len(steps), -1, -1))
+                mass = mass_in_box(maps, boxes[None].expand(len(steps), -1, -1))
+                for k, step in enumerate(entry["steps"]):
+                    step["pointing"], step["mass_in_box"] = bool(hits[k]), round(float(mass[k]), 4)
+            records.append(entry)
+    if args.html:
+        from zoo.attention.record import concatenate
+
+        record = concatenate(pages)
+        metrics = [[{"step": s["label"], "pointing": s.get("pointing"), "mass in box": s.get("mass_in_box")}
+                    for s in r["steps"]] if targets and targets[r["image"]] else None for r in records]
+        boxes = [torch.tensor(targets[p]) if targets and targets[p] else None for p in good]
+        page = html_report(record, batch, good, f"zoo attend: {args.model or args.checkpoint}", metrics, boxes)
+        atomic_write_bytes(args.html, page.encode())
+    for entry in records:
+        if entry["degenerate_steps"]:
+            print(f"zoo attend: {entry['image']}: {entry['degenerate_steps']} step(s) have a degenerate map "
+                  "(all zero or NaN); drawn grey, not as attention", file=sys.stderr)
+    print_records(records, args.json, lambda r: f"{r['image']}: {r['summary']} -> {r['figure']}")
+    return exit_code(len(good), errors)
