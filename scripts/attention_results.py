@@ -55,7 +55,7 @@ def run(name: str, n: int, split: str, seed: int, out_dir: Path) -> Path:
     entry = registry.get_entry(name)
     payload = {"name": name, "family": model.family, "split": split, "examples": len(examples["images"]),
                "seed": seed, "recipe": entry.metadata.get("recipe"), "data": registry.data_config(model),
-               "trained": trained, "randomised": randomised, "wall_time_s": round(time.perf_counter() - started, 1),
+               "release_metrics": entry.metadata.get("metrics"), "trained": trained, "randomised": randomised, "wall_time_s": round(time.perf_counter() - started, 1),
                "command": f"python scripts/attention_results.py {name} --n {n} --split {split} --seed {seed}"}
     return write_json(out_dir / f"attention_{name}.json", payload)
 

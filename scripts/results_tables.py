@@ -10,6 +10,9 @@ to show from it:
     metric: test/acc        the metric, as mean ± std over the seeds (or the single value)
     scale: 100              multiply first (accuracies in percent)
     digits: 2               decimals
+    values: [a.b.c, ...]    numbers at dotted paths in the file (a key may hold '/'), shown as
+                            "first (second / third ...)": a measurement and its chance levels;
+                            a missing path shows as "-"
     field: seeds | params | epochs | wall_min | device
                             the seed count, the model's parameter count (built from the recorded
                             config), the epochs of the run (its recipe's when it trained, or its
@@ -32,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 LAYOUT = ROOT / "docs" / "tables.yaml"
-DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "draw.md"]
+DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "draw.md", ROOT / "docs" / "attention.md"]
 
 
 @lru_cache(maxsize=None)
@@ -103,10 +106,26 @@ def field_cell(name: str, field: str) -> str:
     raise SystemExit(f"results_tables: unknown field {field!r}")
 
 
+def _at(record: dict, path: str):
+    for key in path.split("."):
+        if not isinstance(record, dict) or key not in record:
+            return None
+        record = record[key]
+    return record
+
+
+def values_cell(record: dict, paths: list[str], scale: float = 1.0, digits: int = 2) -> str:
+    shown = [_at(record, path) for path in paths]
+    text = ["-" if not isinstance(v, (int, float)) or v != v else f"{v * scale:.{digits}f}" for v in shown]
+    return text[0] + (f" ({' / '.join(text[1:])})" if len(text) > 1 else "")
+
+
 def cell(spec) -> str:
     if not isinstance(spec, dict):
         return str(spec)
     name = spec["results"]
+    if "values" in spec:
+        return values_cell(load(name), spec["values"], spec.get("scale", 1.0), spec.get("digits", 2))
     if "field" in spec:
         return field_cell(name, spec["field"])
     return metric_cell(load(name), spec["metric"], spec.get("scale", 1.0), spec.get("digits", 2))

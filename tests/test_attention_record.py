@@ -325,3 +325,18 @@ def test_html_report_renders_every_step_in_a_real_browser(canvases, tmp_path):
                    capture_output=True, timeout=120)
     pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float32)
     assert pixels.std() > 10  # text, pictures and overlays, not a blank page
+
+
+def test_a_plateau_points_at_its_middle():
+    """A coarse cell spread over its pixels peaks at the cell's middle, not its top-left pixel; a flat
+    map at the image's middle."""
+    cells = torch.zeros(1, 1, 2, 2)
+    cells[0, 0, 1, 1] = 1.0  # the bottom-right 5 x 5 quadrant of a 10 x 10 image
+    maps = record.maps_from_cells(cells, (10, 10))
+    rec = record.AttentionRecord(family="x", kind="soft", maps=maps, labels=[["a"]],
+                                 step_mask=torch.ones(1, 1, dtype=torch.bool))
+    assert rec.peaks()[0, 0].tolist() == [7.5, 7.5]
+    assert am.pointing_game(maps[:, 0], torch.tensor([[6.0, 6.0, 9.0, 9.0]])).tolist() == [True]
+    flat = torch.full((1, 1, 9, 9), 1 / 81)
+    assert record.AttentionRecord(family="x", kind="soft", maps=flat, labels=[["a"]],
+                                  step_mask=torch.ones(1, 1, dtype=torch.bool)).peaks()[0, 0].tolist() == [4.5, 4.5]

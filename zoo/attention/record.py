@@ -96,9 +96,9 @@ class AttentionRecord:
         return bad & self.step_mask
 
     def peaks(self) -> torch.Tensor:
-        """[B, T, 2] (x, y): the pixel centre of each map's maximum."""
+        """[B, T, 2] (x, y): the pixel centre of each map's peak (`peak_pixels`)."""
         W = self.maps.shape[-1]
-        index = torch.nan_to_num(self.maps.flatten(2), nan=-1.0).argmax(-1)
+        index = peak_pixels(self.maps)
         return torch.stack([(index % W).float() + 0.5, (index // W).float() + 0.5], -1)
 
     def as_dict(self, maps: bool = True, decimals: int = 5) -> dict[str, Any]:
@@ -148,6 +148,23 @@ def _plain(prediction: dict[str, Any], b: int) -> dict[str, Any]:
         elif isinstance(value, list) and len(value) > b:
             out[key] = value[b]
     return out
+
+
+def peak_pixels(maps: torch.Tensor, tolerance: float = 1e-5) -> torch.Tensor:
+    """[..., H, W] maps -> [...] the flat index of each map's peak pixel. A peak is often a plateau
+    (a coarse cell spread over its pixels, a glimpse's finest box): the peak is then the plateau's
+    pixel nearest to the plateau's centroid, not its top-left corner, so a cell map points at its
+    cell's middle and a flat map at the image's middle. NaN counts as no mass."""
+    H, W = maps.shape[-2:]
+    flat = torch.nan_to_num(maps.flatten(-2).float(), nan=-1.0, posinf=-1.0, neginf=-1.0)
+    top = flat.amax(-1, keepdim=True)
+    plateau = (flat >= top - tolerance * top.abs()).float()
+    ys = torch.arange(H, device=maps.device, dtype=torch.float32).repeat_interleave(W)
+    xs = torch.arange(W, device=maps.device, dtype=torch.float32).repeat(H)
+    count = plateau.sum(-1, keepdim=True)
+    cy, cx = (plateau * ys).sum(-1, keepdim=True) / count, (plateau * xs).sum(-1, keepdim=True) / count
+    distance = (ys - cy) ** 2 + (xs - cx) ** 2
+    return torch.where(plateau > 0, distance, torch.full_like(distance, float("inf"))).argmin(-1)
 
 
 def concatenate(records: list[AttentionRecord]) -> AttentionRecord:

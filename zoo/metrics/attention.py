@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import torch
 
-from zoo.attention.record import box_coverage, centre_prior
+from zoo.attention.record import box_coverage, centre_prior, peak_pixels
 
 
 def _boxes(boxes: torch.Tensor) -> torch.Tensor:
@@ -45,11 +45,12 @@ def target_mask(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tenso
 
 
 def pointing_game(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
-    """maps [N, H, W], target boxes [N, 4] or [N, M, 4] -> hits [N] bool: the peak pixel's centre lies
-    inside a target box. A map with no finite positive mass is a miss."""
+    """maps [N, H, W], target boxes [N, 4] or [N, M, 4] -> hits [N] bool: the peak pixel's centre
+    (`record.peak_pixels`: the middle of a plateau) lies inside a target box. A map with no finite
+    positive mass is a miss."""
     N, H, W = maps.shape
     flat = torch.nan_to_num(maps.flatten(1).float(), nan=-1.0, posinf=-1.0, neginf=-1.0)
-    index = flat.argmax(1)
+    index = peak_pixels(maps)
     x, y = (index % W).float() + 0.5, (index // W).float() + 0.5
     b = _boxes(boxes).float()
     inside = ((b[..., 0] <= x[:, None]) & (x[:, None] < b[..., 2]) & (b[..., 1] <= y[:, None])
