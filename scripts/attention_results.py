@@ -44,6 +44,20 @@ def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
     return model
 
 
+def figure(name: str, split: str, index: int, out_dir: Path) -> Path:
+    """The attention strip of test example `index` (its target boxes in white) as out_dir/attention_<name>.png."""
+    from zoo.io import atomic_save_image
+    from zoo.viz.record import strip
+
+    model = zoo.create_model(name, pretrained=True).eval()
+    examples = registry.build_datamodule(model).boxed_examples(split, index + 1)
+    image = examples["images"][index:index + 1]
+    record = model.attention_record(image)
+    path = out_dir / f"attention_{name}.png"
+    atomic_save_image(strip(record, 0, image[0], examples["targets"][index], size=96, columns=9), path)
+    return path
+
+
 def run(name: str, n: int, split: str, seed: int, out_dir: Path) -> Path:
     started = time.perf_counter()
     model = zoo.create_model(name, pretrained=True).eval()
@@ -67,8 +81,14 @@ def main(argv=None) -> int:
     parser.add_argument("--split", choices=["val", "test"], default="test")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "results"))
+    parser.add_argument("--figures", metavar="DIR", help="instead: draw each release's attention on one test example")
+    parser.add_argument("--index", type=int, default=0, help="with --figures: which test example")
     args = parser.parse_args(argv)
     try:
+        if args.figures:
+            for name in args.names or attending_releases():
+                print(f"{name}: {figure(name, args.split, args.index, Path(args.figures))}", flush=True)
+            return 0
         for name in args.names or attending_releases():
             path = run(name, args.n, args.split, args.seed, Path(args.out))
             print(f"{name}: {path}", flush=True)
