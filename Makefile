@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 export WANDB_SILENT ?= true
 
-.PHONY: setup data browser demo test bench results clean
+.PHONY: setup data browser demo test test-fast bench results clean
 
 setup: $(STAMP) data browser
 
@@ -28,6 +28,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q --timeout 900 tests
+
+# The quick loop (a few minutes on 2 cores): everything but the subprocess / multi-process tests.
+test-fast: setup
+	$(PY) -m pytest -q --timeout 900 -m "not slow" tests
 
 bench: setup
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -138,16 +138,19 @@ def check_config_files(argv: list[str]) -> None:
 
 # ----------------------------------------------------------------------------- checkpoints
 def newest_readable(directory: Path, skip: Path | None = None) -> Path | None:
-    """The most recently written checkpoint in `directory` that loads."""
-    for path in sorted(directory.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True):
+    """The readable checkpoint in `directory` that got furthest (most optimizer steps): what the
+    run itself recorded, not file times, which are coarser than a run's saves."""
+    furthest, best = None, -1
+    for path in sorted(directory.glob("*.ckpt")):
         if skip is not None and path.resolve() == skip.resolve():
             continue
         try:
-            hub.read_checkpoint(path)
-            return path
-        except UserError:
+            step = int(hub.read_checkpoint(path).get("global_step", 0))
+        except (UserError, TypeError, ValueError):
             continue
-    return None
+        if step > best:
+            furthest, best = path, step
+    return furthest
 
 
 def read_resume_checkpoint(path: Path) -> dict:

@@ -40,7 +40,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zoo.registry import import_class  # noqa: E402
+from zoo.registry import resolve_class  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 RECIPES = {
@@ -86,7 +86,7 @@ CAPTION_LENGTH, VOCAB_WORDS = 16, 60  # SAT: captions padded to one length bucke
 def build(recipe: dict, mode: str, device: torch.device):
     """The recipe's model in `mode`, seeded, on `device`, with the recipe's optimizer."""
     torch.manual_seed(0)
-    cls = import_class(recipe["class_path"])
+    cls = resolve_class(recipe["class_path"], "model")
     init_args = {**recipe["init_args"], "accel": "eager"}
     if recipe["class_path"].endswith("Captioner"):
         from zoo.data.vocab import SPECIALS
@@ -225,7 +225,7 @@ def main(argv=None) -> int:
                     skipped[family] = why
                     continue
             recipe = load_recipe(family)
-            cls = import_class(recipe["class_path"])
+            cls = resolve_class(recipe["class_path"], "model")
             steps = math.ceil(recipe["train_size"] / recipe["batch_size"]) * recipe["max_epochs"]
             entry = {"recipe": recipe["path"], "recipe_batch_size": recipe["batch_size"],
                      "recipe_steps": steps, "gradient_clip_val": recipe["clip"],

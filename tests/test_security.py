@@ -299,15 +299,13 @@ def test_sigterm_saves_where_the_run_is_and_resume_continues_the_wandb_run(tmp_p
     deadline = time.time() + 120
     while not (root / "checkpoints" / "last.ckpt").exists() and time.time() < deadline:  # an epoch has run
         time.sleep(0.2)
-    time.sleep(0.3)  # training goes on
-    sent = time.time()
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
     assert err.strip().splitlines()[-1] == (f"train.py: error: stopped by SIGTERM: saved {root}/checkpoints/last.ckpt; "
                                             "resume with --ckpt_path last")
-    assert (root / "checkpoints" / "last.ckpt").stat().st_mtime >= sent  # written on SIGTERM
     saved = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["zoo_run"]["interrupted"] == "SIGTERMException"  # written on SIGTERM, where the run was
     run_id = saved["zoo_run"]["wandb_id"]
     resumed = subprocess.run([*args[:-3], f"--trainer.max_epochs={saved['epoch'] + 1}",
                               "--trainer.enable_progress_bar=false", "--ckpt_path", "last"],
@@ -331,7 +329,6 @@ def test_resume_refuses_changed_hyperparameters_and_names_a_readable_checkpoint(
     assert code == 2
     line = _one_error_line(err, "train.py")
     assert "model.init_args.lr differs (0.5 here, 0.001 in the checkpoint)" in line and "--init_from" in line
-    time.sleep(0.01)
     (run / "checkpoints" / "last.ckpt").write_bytes(good[: len(good) // 2])  # killed mid-write, old-style
     code, err = _train(_fit(tmp_path, "--ckpt_path", "last", config=config), capsys)
     line = _one_error_line(err, "train.py")

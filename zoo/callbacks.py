@@ -95,6 +95,7 @@ class ZooCheckpoint(ModelCheckpoint):
 
     #: where the last interrupted run saved its checkpoint (read by train.py for its message)
     interrupted_path: str | None = None
+    _stopping_by: str | None = None
 
     def __init__(self, *args, write_last: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
@@ -109,16 +110,23 @@ class ZooCheckpoint(ModelCheckpoint):
             trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        run = checkpoint.setdefault("zoo_run", {})
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger) and logger.version:
-                checkpoint["zoo_run"] = {"wandb_id": str(logger.version)}
+                run["wandb_id"] = str(logger.version)
+        if self._stopping_by:
+            run["interrupted"] = self._stopping_by  # saved where an interrupted run stopped
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)) or not self.dirpath:
             return
         if trainer.state.fn != "fit" or trainer.sanity_checking:
             return
-        trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
+        self._stopping_by = type(exception).__name__
+        try:
+            trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
+        finally:
+            self._stopping_by = None
         ZooCheckpoint.interrupted_path = self._last_path()
 
 

@@ -18,7 +18,8 @@
   process (no DDP), no gradient accumulation, full or bf16-true precision and one optimizer;
   otherwise the run falls back to what auto picks without graphs (compile) with one warning.
 - auto (default): the fastest mode that is correct on the device and pays for itself within the
-  run: on CUDA `ZooModule.accel_cuda` ("graph", or "compile" for ViT); on CPU, compiled training
+  run: on CUDA `ZooModule.accel_cuda` ("compile": "graph" is opt-in and warns until a GPU run of
+  scripts/gpu_check.sh has passed the CUDA tests and measured it); on CPU, compiled training
   when the run has at least `ZooModule.accel_cpu_compile_min_steps` optimizer steps (compiling
   costs about a minute or two on CPU, so short runs stay eager) and eager evaluation.
 
@@ -182,6 +183,9 @@ class StepAccelerator:
             mode, why = self._auto(module, trainer, device, kind)
         else:
             mode, why = requested, "as configured"
+            if mode == "graph" and device.type == "cuda":
+                self._warn(trainer, f"accel 'graph' is unverified: no GPU run has passed the CUDA tests yet "
+                                    f"(scripts/gpu_check.sh); {kind} steps run graph as configured")
             problem = graph_unavailable(trainer, device, kind) if mode == "graph" else None
             if problem:
                 mode, why = self._auto(module, trainer, device, kind, allow_graph=False)[0], problem

@@ -39,6 +39,7 @@ class ItemGridClassifier(ClassifierModule):
     logits [B, L, colours] (see the module docstring). Adam, optional cosine schedule."""
 
     family = "backbone"
+    progress_bar_metrics = ("loss", "item_acc")
 
     def __init__(self, backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
                  num_classes: int = 10, num_colours: int = 8, colour_weight: float = 1.0,
@@ -99,12 +100,19 @@ class ItemGridClassifier(ClassifierModule):
                 "item_cell_acc": ((class_logits.argmax(-1) == classes) & on_item).sum() / on_item.sum().clamp(min=1),
                 "item_acc": item_right.sum() / n_items, "colour_acc": colour_right.sum() / n_items}
 
-    def _step(self, batch, stage: str):
+    # ------------------------------------------------------------------ steps (the family contract)
+    def train_inputs(self, batch: dict) -> tuple:
+        return (batch,)  # no random draws: the batch is the whole input
+
+    def train_loss(self, batch: dict):
         terms = self.loss_terms(batch)
-        sync = stage != "train"
-        bs = batch["images"].shape[0]
-        for name, value in terms.items():
-            self.log(f"{stage}/{name}", value, prog_bar=name in ("loss", "item_acc"), sync_dist=sync, batch_size=bs)
+        return terms["loss"], {name: value.detach() for name, value in terms.items()}
+
+    def eval_inputs(self, batch: dict, stage: str) -> tuple:
+        return (batch,)
+
+    def eval_metrics(self, stage: str, batch: dict) -> dict[str, torch.Tensor]:
+        terms = self.loss_terms(batch)
         if stage == "test":
-            self.log("test/error_pct", 100 * (1 - terms["item_acc"]), sync_dist=True, batch_size=bs)
-        return terms["loss"]
+            terms["error_pct"] = 100 * (1 - terms["item_acc"])
+        return terms
