@@ -45,6 +45,8 @@ from zoo import hub
 from zoo.callbacks import WANDB_CLASSES, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
 from zoo.errors import UserError, one_line_warnings
 from zoo.io import check_writable
+from zoo.hub import MAX_CONFIG_BYTES
+from zoo.limits import check_tree, shorten
 from zoo.models.base import ZooModule
 
 BASE_CONFIG = str(Path(__file__).resolve().parent / "configs" / "base" / "trainer.yaml")
@@ -109,7 +111,18 @@ def _suggest(class_path: str) -> str:
 
 def check_config_files(argv: list[str]) -> None:
     """Every --config file exists and holds a non-empty YAML mapping (checked before LightningCLI,
-    whose own messages for these cases are a usage dump or 'Unexpected config')."""
+    whose own messages for these cases are a usage dump or 'Unexpected config'), and neither it nor
+    any command-line value expands past zoo.limits (YAML anchors that share one list a billion
+    ways, nesting thousands deep): jsonargparse would expand them for minutes and gigabytes."""
+    for i, arg in enumerate(argv):  # a command-line value is YAML to jsonargparse as well
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if ("&" in value or "[" in value or "{" in value) and not arg.startswith("--config"):
+            try:
+                check_tree(yaml.safe_load(value), f"command-line value {shorten(value, 60)!r}")
+            except RecursionError:
+                raise UserError(f"command-line value {shorten(value, 60)!r}: refused, nested too deep") from None
+            except yaml.YAMLError:
+                pass  # not YAML: jsonargparse reports it
     paths = [BASE_CONFIG]
     for i, arg in enumerate(argv):
         if arg in ("--config", "-c") and i + 1 < len(argv):
@@ -121,6 +134,8 @@ def check_config_files(argv: list[str]) -> None:
             raise UserError(f"--config {path}: no such file")
         if path.is_dir():
             raise UserError(f"--config {path}: is a directory, not a YAML file")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise UserError(f"--config {path}: refused, a recipe of more than {MAX_CONFIG_BYTES:,} bytes")
         try:
             content = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
@@ -129,8 +144,11 @@ def check_config_files(argv: list[str]) -> None:
             raise UserError(f"--config {path}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise UserError(f"--config {path}: cannot read ({exc})") from None
+        except RecursionError:
+            raise UserError(f"--config {path}: refused, nested too deep") from None
         if content is None:
             raise UserError(f"--config {path}: the file is empty")
+        check_tree(content, f"--config {path}")
         if not isinstance(content, dict):
             raise UserError(f"--config {path}: expected a mapping of keys (model:, data:, trainer:, ...), "
                             f"got a {type(content).__name__}")

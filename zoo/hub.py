@@ -33,7 +33,10 @@ from urllib.parse import urlparse
 import torch
 
 from zoo.errors import UserError
+from zoo.limits import check_tree, shorten
 
+#: the largest zoo config a weights file may carry (a COCO captioner's, vocabulary and all, is ~1 MB)
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
 CONFIG_KEY = "zoo_config"
 META_KEY = "zoo_meta"  # a release's preprocessing, class names or vocabulary, metrics, recipe
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -96,8 +99,24 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+#: the URL schemes we download from; anything else that looks like a URL is refused, not opened
+URL_SCHEMES = ("http", "https")
+#: the largest download (MB) unless ZOO_MAX_DOWNLOAD_MB says otherwise: far above every release
+#: (the largest, an ImageNet ViT-B/16 captioner, is about 350 MB)
+DEFAULT_MAX_DOWNLOAD_MB = 4096
+
+
 def is_url(location: str) -> bool:
-    return urlparse(str(location)).scheme in ("http", "https", "file", "ftp")
+    """Anything with a scheme://, so that file:// and ftp:// are refused as URLs, not read as paths."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", str(location)) is not None
+
+
+def max_download_bytes() -> int:
+    raw = os.environ.get("ZOO_MAX_DOWNLOAD_MB", str(DEFAULT_MAX_DOWNLOAD_MB))
+    try:
+        return int(float(raw) * 1024 * 1024)
+    except ValueError:
+        raise UserError(f"ZOO_MAX_DOWNLOAD_MB={shorten(raw, 40)!r} is not a number of megabytes") from None
 
 
 def _check_pin(sha256: str | None) -> str | None:
@@ -129,7 +148,12 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
                             f"(expected {pin[:12]}…, got {sha256_file(path)[:12]}…)")
         return path
     url = str(location)
-    name = Path(urlparse(url).path).name or "weights"
+    parsed = urlparse(url)
+    if parsed.scheme.lower() not in URL_SCHEMES or not parsed.netloc:
+        raise UserError(f"{shorten(url)}: refused, weights are downloaded over http(s) only")
+    name = Path(parsed.path).name
+    if not re.fullmatch(r"[\w.+-]+", name or "") or name in (".", ".."):
+        name = "weights"  # a URL ending in /, /.. or an odd name: the cache names the file itself
     if pin is None:
         in_name = HASH_IN_NAME.search(name)
         pin = in_name.group(1) if in_name else None
@@ -139,10 +163,18 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
     # One cache folder per pin (a content address) or, unpinned, per URL.
     key = pin[:16] if pin else "url-" + hashlib.sha256(url.encode()).hexdigest()[:16]
     target = cache_dir() / key / name
+    if target.is_symlink():
+        target.unlink()  # the cache holds files it wrote itself, never a link to elsewhere
     if target.is_file():
-        if pin is None or _matches(target, pin):
-            return target
-        target.unlink()  # a cached file that no longer matches its pin is not served again
+        try:
+            if pin is not None and _matches(target, pin):
+                return target  # the pin vouches for every byte
+            if pin is None:
+                check_whole(target, url, crc=False)  # an unpinned entry: whole, or evicted
+                return target
+        except UserError:
+            pass
+        target.unlink()  # a cached file that is damaged or no longer matches its pin is not served again
     target.parent.mkdir(parents=True, exist_ok=True)
     _sweep_partials(target.parent)
     part = target.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
@@ -154,7 +186,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
                 raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
                                 f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
         else:
-            _check_weights_format(part, url)
+            check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache
         os.replace(part, target)
     finally:
         part.unlink(missing_ok=True)
@@ -181,6 +213,11 @@ def _download(url: str, dest: Path) -> None:
         raise UserError(f"could not download {url}: {reason}. {offline_hint}") from None
     expected = response.headers.get("Content-Length")
     expected = int(expected) if expected and expected.isdigit() else None
+    cap = max_download_bytes()
+    if expected is not None and expected > cap:
+        response.close()
+        raise UserError(f"{url}: refused, {expected:,} bytes is more than the {cap // 2**20:,} MB limit "
+                        "(ZOO_MAX_DOWNLOAD_MB raises it); nothing was downloaded")
     received = 0
     try:
         with response, open(dest, "wb") as out, tqdm(total=expected, unit="B", unit_scale=True, leave=False,
@@ -190,8 +227,11 @@ def _download(url: str, dest: Path) -> None:
                 block = response.read(1 << 16)
                 if not block:
                     break
-                out.write(block)
                 received += len(block)
+                if received > cap:
+                    raise UserError(f"{url}: refused, the body passed the {cap // 2**20:,} MB limit "
+                                    "(ZOO_MAX_DOWNLOAD_MB raises it); nothing was cached")
+                out.write(block)
                 bar.update(len(block))
     except (socket.timeout, TimeoutError):
         raise UserError(f"download of {url} stalled: no data for {timeout:g} s after {received} bytes; "
@@ -202,19 +242,62 @@ def _download(url: str, dest: Path) -> None:
         raise UserError(f"download of {url} was cut short: {received} of {expected} bytes; nothing was cached")
 
 
-def _check_weights_format(path: Path, url: str) -> None:
-    """An unpinned download must at least be a weights file: a safetensors header or a zip-format
-    torch checkpoint (an HTML error page served with status 200 is neither)."""
-    with open(path, "rb") as f:
-        head = f.read(9)
+def check_whole(path: Path, url: str, crc: bool = True) -> None:
+    """An unpinned download is a whole weights file, opened the way it will be loaded: a safetensors
+    header that parses and tensors whose byte ranges lie inside the file and cover its data exactly,
+    or a zip-format torch checkpoint whose central directory reads and (with `crc`) whose members'
+    CRCs check. An HTML error page, a body cut short without a Content-Length, or a damaged file is
+    refused with the URL named. (A pinned download needs none of this: its sha256 vouches for it.)"""
     size = path.stat().st_size
-    if len(head) == 9 and 0 < int.from_bytes(head[:8], "little") <= size - 8 and head[8:9] == b"{":
-        return
+    with open(path, "rb") as f:
+        head = f.read(8)
+        header_len = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if 2 <= header_len <= min(size - 8, 100 * 2**20) and f.read(1) == b"{":
+            f.seek(8)
+            problem = _safetensors_problem(f.read(header_len), size - 8 - header_len)
+            if problem is None:
+                return
+            raise UserError(f"{url}: the download is not a whole safetensors file ({problem}); refusing it")
+        f.seek(0)
+        start = f.read(16)
     if zipfile.is_zipfile(path):
-        return
-    looks = "an HTML page" if head.lstrip().lower().startswith((b"<!doc", b"<html", b"<?xml", b"<head")) else \
-        "not a .safetensors or zip-format .ckpt file"
+        try:
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip() if crc else None  # the central directory reads, at least
+        except (zipfile.BadZipFile, OSError, RuntimeError) as exc:
+            raise UserError(f"{url}: the download is a damaged checkpoint ({shorten(exc)}); refusing it") from None
+        if bad is None:
+            return
+        raise UserError(f"{url}: the download is a damaged checkpoint (member {shorten(bad)} fails its CRC); refusing it")
+    looks = "an HTML page" if start.lstrip().lower().startswith((b"<!doc", b"<html", b"<?xml", b"<head")) else \
+        "not a whole .safetensors or zip-format .ckpt file"
     raise UserError(f"{url}: the download is {looks}; refusing it, nothing was cached")
+
+
+def _safetensors_problem(header: bytes, data_size: int) -> str | None:
+    try:
+        table = json.loads(header)
+    except (ValueError, RecursionError):
+        return "its header is not JSON"
+    if not isinstance(table, dict):
+        return "its header is not a table"
+    spans = []
+    for name, entry in table.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1] <= data_size):
+            return f"tensor {shorten(name, 60)} lies outside the file's {data_size:,} data bytes"
+        spans.append(tuple(offsets))
+    covered = 0
+    for begin, end in sorted(spans):
+        if begin != covered:
+            return "its tensors do not cover the data bytes"
+        covered = end
+    if covered != data_size:
+        return f"its tensors end at byte {covered:,} of {data_size:,}"
+    return None
 
 
 def _sweep_partials(directory: Path) -> None:
@@ -269,6 +352,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         raise UserError(f"{path}: not a readable checkpoint (truncated or damaged? {reason})") from None
     if not isinstance(checkpoint, dict):
         raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
+    check_tree(checkpoint, str(path))  # before anything reads, formats or builds from it
     return checkpoint
 
 
@@ -287,11 +371,19 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
         sidecar = path.with_suffix(".json")
         try:
             if CONFIG_KEY in metadata:
-                config = json.loads(metadata[CONFIG_KEY])
+                text = metadata[CONFIG_KEY]
             else:
-                config = json.loads(sidecar.read_text()) if sidecar.is_file() else None
+                text = sidecar.read_text() if sidecar.is_file() and sidecar.stat().st_size <= MAX_CONFIG_BYTES else None
+                if text is None and sidecar.is_file():
+                    raise UserError(f"{sidecar}: refused, a config of more than {MAX_CONFIG_BYTES:,} bytes")
+            if text is not None and len(text) > MAX_CONFIG_BYTES:
+                raise UserError(f"{path}: refused, its zoo config is more than {MAX_CONFIG_BYTES:,} characters")
+            config = json.loads(text) if text is not None else None
+        except RecursionError:
+            raise UserError(f"{path}: refused, its zoo config is nested too deep") from None
         except (json.JSONDecodeError, OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"{path}: its zoo config is not readable JSON ({exc})") from None
+            raise UserError(f"{path}: its zoo config is not readable JSON ({shorten(exc)})") from None
+        check_tree(config, f"{path}: its zoo config")
         return state, config if isinstance(config, dict) or config is None else {"class_path": config}
     checkpoint = read_checkpoint(path)
     state = checkpoint.get("state_dict", checkpoint)
@@ -299,6 +391,20 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
         raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
     config = checkpoint.get("zoo")
     return state, config if isinstance(config, dict) or config is None else {"class_path": config}
+
+
+def load_fetched(location: str | os.PathLike, sha256: str | None = None) -> tuple[dict[str, torch.Tensor], dict | None]:
+    """`load_weights(fetch(location, sha256))`; a cached download that does not load is evicted, and
+    the error names the URL, not the cache file."""
+    path = fetch(location, sha256)
+    try:
+        return load_weights(path)
+    except UserError as exc:
+        if not is_url(str(location)):
+            raise
+        path.unlink(missing_ok=True)
+        raise UserError(f"{shorten(location)}: the download does not load ({str(exc).split(': ', 1)[-1]}); "
+                        "it was removed from the cache") from None
 
 
 def save_release(model: torch.nn.Module, config: dict, path: str | os.PathLike, meta: dict | None = None) -> str:

@@ -25,6 +25,7 @@ import yaml
 
 from zoo import hub
 from zoo.errors import UserError
+from zoo.limits import check_dimensions, check_tree, shorten
 from zoo.preprocess import data_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -135,7 +136,7 @@ def allow_class(cls: type, kind: str = "model") -> type:
 def resolve_class(path: str, kind: str = "model") -> type:
     """The allow-listed class `path` names, imported only after the check."""
     if not isinstance(path, str) or path not in ALLOWED_CLASSES[kind]:
-        raise UserError(f"refused: the file names {kind} class {path!r}, which is not one of the zoo's "
+        raise UserError(f"refused: the file names {kind} class {shorten(path)!r}, which is not one of the zoo's "
                         f"{kind} classes; a file may not choose code to run")
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
@@ -145,11 +146,13 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
     """Instantiate an allow-listed {class_path, init_args} with overrides on top."""
     if not isinstance(spec, dict):
         raise UserError(f"refused: a {kind} config must be a mapping with class_path, got {type(spec).__name__}")
+    check_tree(spec, f"the {kind} config")
     cls = resolve_class(spec.get("class_path"), kind)
     init_args = spec.get("init_args") or {}
     if not isinstance(init_args, dict):
         raise UserError(f"{spec['class_path']}: init_args must be a mapping")
     init_args = {k: v for k, v in init_args.items() if not str(k).startswith("_")}
+    check_dimensions({**init_args, **overrides}, f"{kind}.init_args")
     try:
         return cls(**{**init_args, **overrides})
     except TypeError as exc:
@@ -186,7 +189,7 @@ def load_into(model, path: str | os.PathLike, sha256: str | None = None, expecte
     model's checkpoint clearly."""
     from zoo.models.base import class_path
 
-    state, config = hub.load_weights(hub.fetch(path, sha256))
+    state, config = hub.load_fetched(path, sha256)
     expected = expected_class or class_path(model)
     if config and config.get("class_path") != expected:
         raise UserError(f"{path}: checkpoint is a {config.get('family', '?')} model "
@@ -296,7 +299,7 @@ def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overri
     """Rebuild a model from a zoo checkpoint alone: a Lightning .ckpt (weights_only) or a
     .safetensors with its config in metadata or a sidecar .json; a path or a URL (`sha256` pins
     it). The classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
-    state, config = hub.load_weights(hub.fetch(path, sha256))
+    state, config = hub.load_fetched(path, sha256)
     if not isinstance(config, dict) or "class_path" not in config:
         raise UserError(f"{path}: no zoo config inside; use zoo.create_model(NAME, checkpoint=PATH)")
     model = build(config, **overrides)
