@@ -18,6 +18,7 @@ import difflib
 import fnmatch
 import importlib
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,6 +165,8 @@ def build(config: dict, **overrides):
     model = instantiate(config, "model", **overrides)
     if config.get("data"):
         model._zoo_data_config = config["data"]
+    if config.get("_ignored_paths"):
+        model._zoo_ignored_paths = list(config["_ignored_paths"])
     return model
 
 
@@ -177,6 +180,10 @@ def build_datamodule(model, **overrides):
         raise UserError("the model carries no data config; use a checkpoint written by train.py or a "
                         "registry model")
     cls = resolve_class(config.get("class_path"), "data")
+    ignored = [key for key in getattr(model, "_zoo_ignored_paths", ()) if key not in overrides]
+    if ignored:
+        warnings.warn(f"the checkpoint's data config names paths ({', '.join(ignored)}); paths come from you, "
+                      f"so the defaults are used (set them with --data {ignored[0]}=PATH)", UserWarning, stacklevel=2)
     accepted = inspect.signature(cls).parameters
     unknown = sorted(k for k in overrides if k not in accepted)
     if unknown:
@@ -302,7 +309,22 @@ def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overri
     state, config = hub.load_fetched(path, sha256)
     if not isinstance(config, dict) or "class_path" not in config:
         raise UserError(f"{path}: no zoo config inside; use zoo.create_model(NAME, checkpoint=PATH)")
-    model = build(config, **overrides)
+    model = build(scrub_paths(config), **overrides)
     check_state_dict(model, state, source=str(path))
     model.load_state_dict(state)
     return model
+
+
+def scrub_paths(config: dict) -> dict:
+    """A model config read from a file, without the paths its data config names (a cache folder, a
+    data root, annotation files): a file never chooses where we read or write. The dropped argument
+    names ride along as `_ignored_paths` for `build_datamodule`'s one-line notice."""
+    data = config.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("init_args"), dict):
+        return config
+    cls = resolve_class(data.get("class_path"), "data")
+    paths = [key for key in getattr(cls, "path_arguments", ()) if data["init_args"].get(key) is not None]
+    if not paths:
+        return config
+    init_args = {k: v for k, v in data["init_args"].items() if k not in paths}
+    return {**config, "data": {**data, "init_args": init_args}, "_ignored_paths": paths}

@@ -18,6 +18,9 @@ class SplitDataModule(L.LightningDataModule):
     with `--split val` (it runs `trainer.test`, whose metrics code then serves both splits)."""
 
     test_split = "test"
+    #: arguments that name places on disk: a checkpoint's or release's data config never sets
+    #: them (paths come from the user; zoo.registry.build_datamodule)
+    path_arguments: tuple[str, ...] = ()
 
     @property
     def hparams_initial(self) -> AttributeDict:

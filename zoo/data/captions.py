@@ -226,6 +226,9 @@ class CaptionsDataModule(SplitDataModule):
     """COCO or Flickr captions (see the module docstring). `dm.vocab` is available after
     `setup()`, and also before it (reading it loads the training annotations, not the images)."""
 
+    path_arguments = ("karpathy_json", "train_annotations", "val_annotations", "test_annotations", "image_root",
+                      "train_image_root", "val_image_root", "test_image_root")
+
     def __init__(self, format: str = "karpathy", karpathy_json: str | None = None,
                  train_annotations: str | None = None, val_annotations: str | None = None,
                  test_annotations: str | None = None, image_root: str = "data/coco",

@@ -23,6 +23,8 @@ from zoo.preprocess import Preprocessing
 
 
 class ImageFolderDataModule(SplitDataModule):
+    path_arguments = ("root",)
+
     def __init__(self, root: str, image_size: int = 224, batch_size: int = 128, eval_batch_size: int | None = None,
                  num_workers: int = 8, train_dir: str = "train", val_dir: str = "val", test_dir: str | None = "test",
                  crop_scale: list[float] = (0.08, 1.0), crop_pct: float = 0.875, hflip: float = 0.5):

@@ -474,6 +474,8 @@ class FashionScenesDataModule(SplitDataModule):
     stop mid-sentence); evaluation captions are cut. `item_loader(split) -> (uint8 [N, 28, 28],
     int64 [N])` replaces Fashion-MNIST (tests); it is not a hyperparameter."""
 
+    path_arguments = ("cache_dir",)
+
     def __init__(self, num_train: int = 10000, num_val: int = 500, num_test: int = 1000,
                  seed: int = 0, test_seed: int = 1234, batch_size: int = 64,
                  eval_batch_size: int | None = None, max_len: int = 24, min_freq: int = 1,
