@@ -18,6 +18,7 @@ reproduce every release (zoo/release.py).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from zoo import hub, registry, release  # noqa: E402
 from zoo.errors import OneLineParser, UserError, report_user_errors  # noqa: E402
-from zoo.io import atomic_write_bytes  # noqa: E402
+from zoo.io import atomic_write_bytes, sweep_stale, temp_path  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -59,18 +60,57 @@ def publish(name: str, recipe: str, seed: int, checkpoint: str, results: str) ->
     if problems:
         raise UserError(f"{checkpoint} is not what `train.py fit --config {recipe} --seed_everything {seed}` "
                         f"trains: {'; '.join(problems)}")
-    target = hub.weights_dir() / f"{name}.safetensors"
-    probe = release.describe(model, name, recipe, seed, results, sha256="")
-    sha256 = hub.save_release(model, probe["config"], target, meta=probe["metadata"])
-    entry = {**probe, "sha256": sha256}
-    manifest_path = hub.weights_dir() / "MANIFEST.json"
+    return write_release(name, model, release.describe(model, name, recipe, seed, results, sha256=""))
+
+
+def write_release(name: str, model, probe: dict) -> Path:
+    """Weights, golden output and manifest entry, written so that a kill at any moment leaves the old
+    release or the new one usable: the new weights and golden output go to new files named by the
+    weights' content (`<name>-<sha8>.safetensors`), then MANIFEST.json is replaced in one rename (the
+    commit point), and only then are the old release's files removed. Leftovers of a killed run
+    (temporaries, files no manifest names) are swept first."""
+    weights, manifest_path = hub.weights_dir(), hub.weights_dir() / "MANIFEST.json"
     manifest = hub.manifest()
-    manifest[name] = entry
+    _sweep(weights, manifest)
+    staged = temp_path(weights / f"{name}.safetensors")
+    try:
+        sha256 = hub.save_release(model, probe["config"], staged, meta=probe["metadata"])
+        target = weights / f"{name}-{sha256[:8]}.safetensors"
+        os.replace(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
+    entry = {**probe, "file": target.name, "sha256": sha256}
     golden = release.golden_output(registry.load_checkpoint(target))
-    atomic_write_bytes(release.golden_dir() / f"{name}.json", (json.dumps(golden) + "\n").encode())
-    atomic_write_bytes(manifest_path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(release.golden_path(name, entry), (json.dumps(golden) + "\n").encode())
+    _test_hook("staged")
+    previous = manifest.get(name)
+    atomic_write_bytes(manifest_path, (json.dumps({**manifest, name: entry}, indent=2, sort_keys=True) + "\n").encode())
+    _test_hook("committed")
+    if previous and previous.get("file") != target.name:
+        (weights / previous["file"]).unlink(missing_ok=True)
+        release.golden_path(name, previous).unlink(missing_ok=True)
     print(f"{target} ({target.stat().st_size / 1e6:.2f} MB, sha256 {sha256[:12]}…) -> {manifest_path}")
     return target
+
+
+def _sweep(weights: Path, manifest: dict) -> None:
+    """Temporaries of killed writers, and release files (`<name>-<sha8>` weights and their golden
+    outputs) that no manifest entry names: what a kill between two steps of `write_release` leaves."""
+    sweep_stale(weights)
+    sweep_stale(release.golden_dir())
+    named = {Path(entry["file"]).stem for entry in manifest.values()}
+    for path in [*weights.glob("*-*.safetensors"), *release.golden_dir().glob("*-*.json")]:
+        stem = path.stem
+        if stem not in named and stem.rsplit("-", 1)[0] in manifest and len(stem.rsplit("-", 1)[1]) == 8:
+            path.unlink(missing_ok=True)
+
+
+def _test_hook(point: str) -> None:
+    """ZOO_TEST_KILL_RELEASE_AT=staged|committed: the tests' deterministic kill -9 at that point."""
+    if os.environ.get("ZOO_TEST_KILL_RELEASE_AT") == point:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def remake(name: str, recipe: str | None, seed: int | None) -> Path:

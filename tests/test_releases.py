@@ -38,7 +38,7 @@ def test_release_is_its_recipe(name):
 def test_release_gives_its_golden_output(name):
     model = zoo.create_model(name, pretrained=True)
     assert isinstance(model, ZooModule) and model.family == MANIFEST[name]["config"]["family"]
-    expected = json.loads((release.golden_dir() / f"{name}.json").read_text())
+    expected = json.loads(release.golden_path(name).read_text())
     assert release.golden_mismatch(expected, release.golden_output(model)) is None
     # and the weights file itself knows how its input is prepared
     assert zoo.get_weights(name).transforms() == zoo.preprocessing(model)

@@ -4,7 +4,6 @@ each model's attention figures at validation."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import lightning as L
@@ -16,6 +15,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from zoo.io import sweep_stale, temp_path
 from zoo.errors import UserError
 
 OFFLINE_MODES = ("offline", "dryrun", "disabled")
@@ -49,35 +49,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _sweep_stale_writes(path.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+        sweep_stale(path.parent)
+        tmp = temp_path(path)
         try:
-            with os.fdopen(fd, "wb") as f:
+            with open(tmp, "xb") as f:
                 torch.save(checkpoint, f)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 -> what a plain open() would give
             os.replace(tmp, path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _sweep_stale_writes(directory: Path) -> None:
-    for tmp in directory.glob(".*.tmp"):
-        try:
-            pid = int(tmp.name.split(".")[-3])
-            os.kill(pid, 0)
-        except ProcessLookupError:
             tmp.unlink(missing_ok=True)
-        except (ValueError, IndexError, PermissionError):
-            continue
+            raise
 
 
 class ZooCheckpoint(ModelCheckpoint):

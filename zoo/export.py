@@ -13,10 +13,19 @@ What is exported:
   Hard-attention captioners decode with their test mode (the expected context, or the argmax cell).
 Images are prepared as zoo.preprocess describes (`zoo.get_weights(name).transforms()`); the model's
 own normalisation is inside the exported program.
+
+An export is a SET of files that belong together, written as one: every program goes into a
+temporary folder beside the target with `export.json` (each file's sha256, the model, its
+preprocessing, class names or vocabulary and special token ids, the zoo version), and the folder is
+swapped in at the end (atomically, where the kernel can exchange two folders). A kill at any moment
+leaves the old export or the new one, never a mix; `load_export` refuses a set whose files do not
+match its manifest. A target folder holding anything but an earlier export is refused.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,9 +33,12 @@ import torch
 from torch import nn
 
 from zoo.errors import UserError
+from zoo.io import atomic_write_bytes, sweep_stale, temp_path
 
 FORMATS = ("onnx", "torch")
 MAX_BATCH = 4096
+MANIFEST = "export.json"
+EXPORT_EXTRA = "pip install 'attention-zoo[export]'"
 
 
 @dataclass
@@ -125,10 +137,10 @@ def _batch_dynamic(program: Program):
     return tuple({0: batch} for _ in program.inputs)
 
 
-def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx") -> Path:
-    """Write one program as ONNX or as a torch.export .pt2 file, atomically."""
-    from zoo.io import atomic_write_bytes
-
+def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx",
+                   metadata: dict[str, str] | None = None) -> Path:
+    """Write one program as ONNX (with `metadata` in its metadata_props) or as a torch.export .pt2
+    file, atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
@@ -140,21 +152,143 @@ def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx")
         torch.export.save(exported, buffer)
         atomic_write_bytes(path, buffer.getvalue())
         return path
+    try:
+        import onnx  # noqa: F401 (torch.onnx's exporter needs onnx and onnxscript)
+        import onnxscript  # noqa: F401
+    except ImportError as exc:
+        raise UserError(f"exporting ONNX needs {exc.name}: {EXPORT_EXTRA}") from None
     onnx_program = torch.onnx.export(exported, input_names=program.input_names,
                                      output_names=program.output_names, dynamo=True, verbose=False)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = temp_path(path)
     try:
         onnx_program.save(str(tmp))
+        if metadata:
+            import onnx
+
+            proto = onnx.load(str(tmp))
+            for key, value in metadata.items():
+                proto.metadata_props.add(key=key, value=value)
+            onnx.save(proto, str(tmp))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
 
 
+def describe(model, fmt: str) -> dict:
+    """What a deployer needs beside the programs: the model, how to prepare an image, and the class
+    names or the vocabulary with its special token ids."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from zoo.data.vocab import END_ID, PAD_ID, START_ID, UNK_ID
+    from zoo.preprocess import for_model
+
+    try:
+        zoo_version = version("attention-zoo")
+    except PackageNotFoundError:
+        zoo_version = "unknown"
+    spec = for_model(model)
+    info = {"family": model.family, "class_path": f"{type(model).__module__}.{type(model).__qualname__}",
+            "format": fmt, "zoo_version": zoo_version,
+            "preprocessing": {**spec.as_dict(), "value_range": [0.0, 1.0],
+                              "normalisation": "inside the program (mean/std above are applied by it)"},
+            "class_names": list(spec.class_names) if spec.class_names else None}
+    if getattr(model, "itos", None):
+        info["vocabulary"] = list(model.itos)
+        info["special_tokens"] = {"pad": PAD_ID, "start": START_ID, "end": END_ID, "unk": UNK_ID}
+    return info
+
+
+def check_target(out_dir: Path) -> None:
+    """The export target is missing, empty, or an earlier export (it has export.json): anything else
+    is someone's folder, and is refused before any work."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+        raise UserError(f"--out {out_dir}: holds other files (not an earlier export); give a new or empty folder")
+
+
 def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | None = None) -> list[Path]:
-    """Export every program of `model` into `out_dir` (<program>.onnx or <program>.pt2)."""
+    """Export every program of `model` into `out_dir` (<program>.onnx or <program>.pt2, and
+    export.json), as one set (see the module docstring)."""
+    from zoo.hub import sha256_file
+
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
+    out_dir = Path(out_dir)
+    check_target(out_dir)
     suffix = ".onnx" if fmt == "onnx" else ".pt2"
-    return [export_program(program, Path(out_dir) / f"{name}{suffix}", fmt)
-            for name, program in programs(model, max_len).items()]
+    info = describe(model, fmt)
+    metadata = {"attention_zoo": json.dumps(info)}
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(out_dir.parent)
+    staging = temp_path(out_dir)
+    staging.mkdir()
+    try:
+        files = {}
+        for name, program in programs(model, max_len).items():
+            path = export_program(program, staging / f"{name}{suffix}", fmt, metadata)
+            files[path.name] = sha256_file(path)
+            _test_hook(len(files))
+        atomic_write_bytes(staging / MANIFEST, (json.dumps({**info, "files": files}, indent=2) + "\n").encode())
+        _swap_in(staging, out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return [out_dir / name for name in files]
+
+
+def _test_hook(written: int) -> None:
+    """ZOO_TEST_KILL_EXPORT_AFTER=N: the tests' deterministic kill -9 after the N-th file."""
+    if os.environ.get("ZOO_TEST_KILL_EXPORT_AFTER") == str(written):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    """Put the finished set `staging` at `target`: one atomic exchange of the two folders where the
+    kernel offers it (Linux renameat2), else two renames (the old set stays whole under a temporary
+    name until the new one is in place; the sweeper removes it if we are killed between)."""
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    if _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # it now holds the old set
+        return
+    old = temp_path(target, "old")
+    os.rename(target, old)
+    os.rename(staging, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def load_export(out_dir: str | os.PathLike) -> dict:
+    """An export's manifest, after checking that its files are the set it names (every file there,
+    each with its sha256, nothing missing): one line for a set that was mixed or damaged."""
+    from zoo.hub import sha256_file
+
+    out_dir = Path(out_dir)
+    try:
+        manifest = json.loads((out_dir / MANIFEST).read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{out_dir}: not a zoo export (no readable {MANIFEST}: {exc})") from None
+    for name, digest in files.items():
+        path = out_dir / name
+        if not path.is_file() or sha256_file(path) != digest:
+            raise UserError(f"{out_dir}: {name} is not the file this export's {MANIFEST} names "
+                            "(a mixed or damaged set); export again")
+    return manifest

@@ -23,7 +23,6 @@ import re
 import signal
 import sys
 import threading
-import uuid
 import warnings
 import zipfile
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ from urllib.parse import urlparse
 import torch
 
 from zoo.errors import UserError
+from zoo.io import sweep_stale, temp_path
 from zoo.limits import check_tree, shorten
 
 #: the largest zoo config a weights file may carry (a COCO captioner's, vocabulary and all, is ~1 MB)
@@ -176,8 +176,8 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
             pass
         target.unlink()  # a cached file that is damaged or no longer matches its pin is not served again
     target.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_partials(target.parent)
-    part = target.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+    sweep_stale(target.parent)
+    part = temp_path(target, "part")
     try:
         with _sigterm_raises():
             _download(url, part)
@@ -300,24 +300,6 @@ def _safetensors_problem(header: bytes, data_size: int) -> str | None:
     return None
 
 
-def _sweep_partials(directory: Path) -> None:
-    """Remove .part files of downloads whose process is gone (killed mid-download)."""
-    for part in directory.glob(".*.part"):
-        fields = part.name.split(".")
-        try:
-            pid = int(fields[-3])
-        except (ValueError, IndexError):
-            continue
-        if pid == os.getpid():
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            part.unlink(missing_ok=True)
-        except PermissionError:
-            pass
-
-
 @contextmanager
 def _sigterm_raises():
     """While downloading, SIGTERM raises SystemExit (exit code 143) instead of killing the process
@@ -414,7 +396,7 @@ def save_release(model: torch.nn.Module, config: dict, path: str | os.PathLike, 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = temp_path(path)
     try:
         metadata = {CONFIG_KEY: json.dumps(config, sort_keys=True)}
         if meta:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -103,17 +106,58 @@ def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) 
     return path
 
 
+# ----------------------------------------------------------------------------- writing whole things
+# One convention for everything written beside its target and renamed into place (files, checkpoints,
+# downloads, export folders): `.<name>.<pid>.<random>.<kind>`. A process killed mid-write leaves one;
+# `sweep_stale` removes those whose process is gone, whoever wrote them.
+TEMP_NAME = re.compile(r"\..+\.(\d+)\.[0-9A-Za-z_]+\.(tmp|part|old)")
+
+
+def temp_path(path: str | os.PathLike, kind: str = "tmp") -> Path:
+    """A fresh temporary name beside `path` (kind: tmp, part for downloads, old for a replaced set)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.{kind}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def sweep_stale(directory: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files and folders (`temp_path` names) in `directory` whose writing
+    process is gone; returns what it removed. Never looks at file times (a pid either lives or not)."""
+    removed = []
+    directory = Path(directory)
+    if not directory.is_dir():
+        return removed
+    for entry in directory.iterdir():
+        match = TEMP_NAME.fullmatch(entry.name)
+        if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename: never a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = temp_path(path)
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_save_image(img: Image.Image, path: str | os.PathLike, **save_kwargs) -> None:

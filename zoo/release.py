@@ -39,6 +39,13 @@ def golden_dir() -> Path:
     return hub.weights_dir() / "golden"
 
 
+def golden_path(name: str, entry: dict | None = None) -> Path:
+    """The golden output of release `name`: named after its weights file, so a new release's golden
+    output never overwrites the old one before the manifest switches (scripts/release.py)."""
+    entry = entry or hub.manifest()[name]
+    return golden_dir() / f"{Path(entry['file']).stem}.json"
+
+
 # ----------------------------------------------------------------------------- recipes
 def load_recipe(recipe: str | Path) -> dict:
     path = Path(recipe)

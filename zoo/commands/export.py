@@ -28,8 +28,13 @@ def run(args) -> int:
 
     if args.max_len is not None and args.max_len < 1:
         raise UserError(f"--max-len must be >= 1, got {args.max_len}")
+    from zoo.export import MANIFEST, check_target
+
     out = check_writable(args.out, "--out", directory=True)
+    check_target(out)  # before the model loads: a folder of someone else's files is refused at once
     model = resolve_model(args, FAMILIES, "a zoo model")
-    for path in export(model, out, args.format, args.max_len):
+    paths = export(model, out, args.format, args.max_len)
+    for path in paths:
         print(f"wrote {path}")
+    print(f"wrote {out / MANIFEST} (the set: sha256 of each file, preprocessing, labels or vocabulary)")
     return 0
