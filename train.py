@@ -47,6 +47,7 @@ from zoo.errors import UserError, one_line_warnings
 from zoo.io import check_writable
 from zoo.hub import MAX_CONFIG_BYTES
 from zoo.limits import check_tree, shorten
+from zoo.registry import resolve_class
 from zoo.models.base import ZooModule
 
 BASE_CONFIG = str(Path(__file__).resolve().parent / "configs" / "base" / "trainer.yaml")
@@ -210,10 +211,12 @@ class SaveConfigToRunDir(SaveConfigCallback):
 
 
 class _NoAdverts(logging.Filter):
-    """Lightning's info log advertises cloud products ("💡 Tip: ... litlogger") at every start."""
+    """Lightning's info log advertises cloud products ("💡 Tip: ... litlogger") at every start, and
+    announces a Ctrl-C that train.py reports in its own one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡")
+        message = str(record.msg)
+        return not message.startswith("💡") and "Detected KeyboardInterrupt" not in message
 
 
 class ZooCLI(LightningCLI):
@@ -268,7 +271,8 @@ class ZooCLI(LightningCLI):
         if ckpt == "last":
             path = Path(config.checkpoint.dirpath) / f"{ZooCheckpoint.CHECKPOINT_NAME_LAST}.ckpt"
             if not path.is_file():
-                return  # Lightning starts a fresh run, with a warning
+                raise UserError(f"--ckpt_path last: no {path.name} in {path.parent} (is --trainer.default_root_dir "
+                                "the run's folder?); leave --ckpt_path out to start a new run")
         else:
             if str(ckpt).endswith(".safetensors") or (not hub.is_url(ckpt) and Path(ckpt).suffix == ".safetensors"):
                 raise UserError(f"--ckpt_path {ckpt}: released weights are not a training checkpoint (no optimizer "
@@ -279,6 +283,7 @@ class ZooCLI(LightningCLI):
         checkpoint = read_resume_checkpoint(path)
         config["ckpt_path"] = str(path)
         self._check_resume_matches(checkpoint, config, path)
+        self._check_resume_data(checkpoint, config, path)  # before config.yaml or W&B is touched
         self._continue_wandb_run(checkpoint, config)
 
     def _check_resume_matches(self, checkpoint: dict, config, path: Path) -> None:
@@ -300,6 +305,37 @@ class ZooCLI(LightningCLI):
                 raise UserError(f"--ckpt_path resumes the run it was saved from, but model.init_args.{key} differs "
                                 f"({_plain(current)!r} here, {_plain(value)!r} in the checkpoint); to train with new "
                                 f"hyperparameters start a new run with --init_from {path}")
+
+    #: data settings a resumed run may change (with one warning): how the data is served, not which
+    RESUME_MAY_CHANGE = ("batch_size", "eval_batch_size", "num_workers")
+
+    def _check_resume_data(self, checkpoint: dict, config, path: Path) -> None:
+        """The data the run trains and validates on must be the checkpoint's: a changed split size,
+        seed, variant, image size or vocabulary would validate on images it trained on. Where the
+        data lives (a path argument) may move; how it is served (batch size, workers) may change
+        with one warning."""
+        zoo_data = ((checkpoint.get("zoo") or {}).get("data") or {}) if isinstance(checkpoint.get("zoo"), dict) else {}
+        saved = checkpoint.get("datamodule_hyper_parameters") or zoo_data.get("init_args") or {}
+        data = config.get("data")
+        if not isinstance(saved, dict) or not saved or data is None or not hasattr(data, "init_args"):
+            return
+        try:
+            movable = set(resolve_class(data.class_path, "data").path_arguments)
+        except UserError:
+            movable = set()
+        for key, value in saved.items():
+            if str(key).startswith("_") or key not in data.init_args or key in movable or key == "cache":
+                continue
+            current = data.init_args[key]
+            if _plain(current) == _plain(value):
+                continue
+            if key in self.RESUME_MAY_CHANGE:
+                warnings.warn(f"resuming with data.init_args.{key} {_plain(current)!r} (the checkpoint's run used "
+                              f"{_plain(value)!r}): the schedule and the epoch length change", UserWarning)
+                continue
+            raise UserError(f"--ckpt_path resumes the run it was saved from, but data.init_args.{key} differs "
+                            f"({shorten(_plain(current), 60)} here, {shorten(_plain(value), 60)} in the checkpoint): "
+                            f"the run would train or validate on other data; start a new run with --init_from {path}")
 
     @staticmethod
     def _continue_wandb_run(checkpoint: dict, config) -> None:
@@ -435,11 +471,12 @@ def main(args: list[str] | None = None) -> None:
         ZooCLI(ZooModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
                parser_kwargs={"fit": base, "validate": base, "test": base, "predict": base},
                save_config_callback=SaveConfigToRunDir, save_config_kwargs={"overwrite": True}, args=args)
-    except SIGTERMException:
-        saved = ZooCheckpoint.interrupted_path
-        where = f"saved {saved}; resume with --ckpt_path last" if saved else "no checkpoint was saved"
-        _finish_wandb()
-        _fail(f"stopped by SIGTERM: {where}", 143)
+    except (SIGTERMException, KeyboardInterrupt) as exc:
+        _stopped("SIGTERM" if isinstance(exc, SIGTERMException) else "Ctrl-C")
+    except SystemExit as exc:  # Lightning ends a Ctrl-C'd run with sys.exit(1) after saving
+        if ZooCheckpoint.interrupted_by == "KeyboardInterrupt" and exc.code == 1:
+            _stopped("Ctrl-C")
+        raise
     except MisconfigurationException as exc:  # Lightning's "the settings contradict each other"
         _finish_wandb()
         _fail(str(exc).splitlines()[0])
@@ -455,6 +492,13 @@ def main(args: list[str] | None = None) -> None:
         _finish_wandb()
         _fail(str(user_error))
     _finish_wandb()
+
+
+def _stopped(by: str) -> None:
+    saved = ZooCheckpoint.interrupted_path
+    where = f"saved {saved}; resume with --ckpt_path last" if saved else "no checkpoint was saved"
+    _finish_wandb()
+    _fail(f"stopped by {by}: {where}", 143 if by == "SIGTERM" else 130)
 
 
 def _finish_wandb() -> None:

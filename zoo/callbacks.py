@@ -51,15 +51,41 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path.parent.mkdir(parents=True, exist_ok=True)
         sweep_stale(path.parent)
         tmp = temp_path(path)
+        sink = None
         try:
             with open(tmp, "xb") as f:
-                torch.save(checkpoint, f)
+                sink = _WriteErrors(f)
+                torch.save(checkpoint, sink)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as exc:
             tmp.unlink(missing_ok=True)
+            # torch's zip writer turns an error inside write() (a full disk, Ctrl-C) into its own
+            # "unexpected pos" RuntimeError: raise what really happened, for one clear line
+            real = sink.error if sink is not None else None
+            if real is not None and real is not exc:
+                if isinstance(real, OSError) and real.filename is None:
+                    real.filename = str(path)
+                raise real from None
             raise
+
+
+class _WriteErrors:
+    """A file for torch.save that remembers the exception its write() raised."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 class ZooCheckpoint(ModelCheckpoint):
@@ -77,6 +103,7 @@ class ZooCheckpoint(ModelCheckpoint):
 
     #: where the last interrupted run saved its checkpoint (read by train.py for its message)
     interrupted_path: str | None = None
+    interrupted_by: str | None = None  # "SIGTERMException" or "KeyboardInterrupt"
     _stopping_by: str | None = None
 
     def __init__(self, *args, write_last: bool = True, **kwargs):
@@ -104,7 +131,7 @@ class ZooCheckpoint(ModelCheckpoint):
             return
         if trainer.state.fn != "fit" or trainer.sanity_checking:
             return
-        self._stopping_by = type(exception).__name__
+        self._stopping_by = ZooCheckpoint.interrupted_by = type(exception).__name__
         try:
             trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
         finally:

@@ -322,7 +322,10 @@ def scrub_paths(config: dict) -> dict:
     data = config.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("init_args"), dict):
         return config
-    cls = resolve_class(data.get("class_path"), "data")
+    try:
+        cls = resolve_class(data.get("class_path"), "data")
+    except UserError:
+        return config  # not ours: build_datamodule refuses it, if anyone asks for the data
     paths = [key for key in getattr(cls, "path_arguments", ()) if data["init_args"].get(key) is not None]
     if not paths:
         return config

@@ -1,0 +1,128 @@
+"""Resuming is continuing the same run: the data it trains and validates on may not change; a
+missing `last.ckpt` is one line; a save interrupted by a full disk or Ctrl-C is one line."""
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import REPO, cli_env, run_cli, tiny_fit_args
+from zoo.callbacks import AtomicCheckpointIO
+
+
+@pytest.fixture
+def run(trained_run, tmp_path):
+    """A copy of the shared tiny training (1 epoch), with its config.yaml and W&B run, to resume."""
+    work = tmp_path / "work"
+    shutil.copytree(trained_run["work"], work)
+    return {"work": work, "root": work / "runs" / "cnn"}
+
+
+def _resume(run, tiny_data_dir, *extra):
+    args = tiny_fit_args("configs/baseline/cnn_centered.yaml", run["root"], "--trainer.max_epochs=2",
+                         "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=2", "--ckpt_path", "last",
+                         *extra)
+    return run_cli(args, cwd=run["work"], env=cli_env(tiny_data_dir))
+
+
+def _snapshot(run) -> dict:
+    files = [run["root"] / "config.yaml", *sorted((run["work"] / "wandb").rglob("*"))]
+    return {str(p): p.read_bytes() if p.is_file() else None for p in files}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--data.init_args.val_size=64", "--data.init_args.seed=7",
+                                  "--data.init_args.variant=translated"])
+def test_a_data_edit_on_resume_is_refused_before_anything_is_written(run, tiny_data_dir, flag):
+    before = _snapshot(run)
+    code, out, err = _resume(run, tiny_data_dir, flag)
+    lines = [line for line in err.splitlines() if line.strip()]
+    key = flag.split("=")[0].removeprefix("--")
+    assert code == 2 and len(lines) == 1, err[-2000:]
+    assert f"but {key} differs" in lines[0] and "--init_from" in lines[0]
+    assert _snapshot(run) == before  # config.yaml and the W&B run untouched
+
+
+@pytest.mark.slow
+def test_a_changed_batch_size_resumes_with_one_warning(run, tiny_data_dir):
+    code, out, err = _resume(run, tiny_data_dir, "--data.init_args.batch_size=16")
+    assert code == 0, err[-2000:]
+    assert sum("resuming with data.init_args.batch_size 16" in line for line in err.splitlines()) == 1
+
+
+def test_ckpt_path_last_without_a_checkpoint_names_the_folder(tmp_path, tiny_data_dir):
+    root = tmp_path / "typo"
+    code, out, err = run_cli(tiny_fit_args("configs/baseline/mlp_centered.yaml", root, "--ckpt_path", "last"),
+                             cwd=tmp_path, env=cli_env(tiny_data_dir))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err[-2000:]
+    assert f"no last.ckpt in {root}/checkpoints" in lines[0]
+    assert not (root / "checkpoints").exists()
+
+
+class _FullDisk:
+    """A file whose writes fail with ENOSPC after `room` bytes, as a full disk's do."""
+
+    def __init__(self, f, room: int):
+        self.f, self.room = f, room
+
+    def write(self, data):
+        if self.room < len(data):
+            raise OSError(28, "No space left on device")
+        self.room -= len(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def test_a_full_disk_during_a_real_checkpoint_write_is_the_disk_error(tmp_path, monkeypatch):
+    """torch's zip writer turns the write error into 'unexpected pos'; the save raises the OSError
+    (which train.py reports in one line) and leaves the old checkpoint and no temporary."""
+    io = AtomicCheckpointIO()
+    path = tmp_path / "last.ckpt"
+    io.save_checkpoint({"epoch": 1}, path)
+    real_open = open
+
+    def full_disk_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        return _FullDisk(f, room=64) if "x" in mode else f
+
+    monkeypatch.setattr("builtins.open", full_disk_open)
+    with pytest.raises(OSError) as error:
+        io.save_checkpoint({"epoch": 2, "weights": torch.zeros(10_000)}, path)
+    monkeypatch.undo()
+    assert error.value.errno == 28 and error.value.filename == str(path)
+    assert torch.load(path, weights_only=True) == {"epoch": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_and_says_so_in_one_line(tmp_path, tiny_data_dir):
+    root = tmp_path / "run"
+    args = [sys.executable, *tiny_fit_args("configs/baseline/mlp_centered.yaml", root, "--trainer.max_epochs=500",
+                                           "--trainer.limit_val_batches=1", "--trainer.enable_progress_bar=false")]
+    args[1] = str(REPO / args[1])
+    proc = subprocess.Popen(args, cwd=tmp_path, env=cli_env(tiny_data_dir), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (root / "checkpoints" / "last.ckpt").exists() and time.monotonic() < deadline:  # an epoch has run
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == (f"train.py: error: stopped by Ctrl-C: saved {root}/checkpoints/last.ckpt; "
+                                            "resume with --ckpt_path last")
+    saved = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["zoo_run"]["interrupted"] == "KeyboardInterrupt"
