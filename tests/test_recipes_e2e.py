@@ -35,11 +35,17 @@ def _fit(recipe: str, root, *args: str):
     return checkpoints[-1]
 
 
-def _eval_and_caption(checkpoint, image, tmp_path):
+def _data(**paths) -> list[str]:
+    """eval.py's --data flags for the data's paths: a checkpoint never chooses where data is read."""
+    return [arg for key, value in paths.items() for arg in ("--data", f"{key}={value}")]
+
+
+def _eval_and_caption(checkpoint, image, tmp_path, data: list[str]):
     out = tmp_path / "eval.json"
-    rc, _, err = run_cli(["eval.py", "--checkpoint", checkpoint, "--split", "test", "--json", out],
+    rc, _, err = run_cli(["eval.py", "--checkpoint", checkpoint, "--split", "test", "--json", out, *data],
                          cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]
+    assert "paths come from you" not in err  # every path was given
     metrics = json.loads(out.read_text())["metrics"]
     assert {"test/Bleu_4", "test/CIDEr"} <= metrics.keys()
     rc, stdout, err = run_cli(["-m", "zoo.cli", "caption", "--checkpoint", checkpoint, "--json", image],
@@ -61,7 +67,7 @@ def test_caption_recipe_trains_on_a_karpathy_split(recipe, with_filepath, tmp_pa
     checkpoint = _fit(str(REPO / recipe), root, *CAPTION_BUDGET, "--data.init_args.karpathy_json", str(split_file),
                       "--data.init_args.image_root", str(tmp_path / "images"))
     image = next((tmp_path / "images").rglob("img_11.jpg"))
-    _eval_and_caption(checkpoint, image, tmp_path)
+    _eval_and_caption(checkpoint, image, tmp_path, _data(karpathy_json=split_file, image_root=tmp_path / "images"))
 
 
 def test_caption_recipe_trains_on_coco_caption_files(tmp_path):
@@ -77,7 +83,10 @@ def test_caption_recipe_trains_on_coco_caption_files(tmp_path):
                       "--data.init_args.train_image_root", str(tmp_path / "train2014"),
                       "--data.init_args.val_image_root", str(tmp_path / "val2014"),
                       "--data.init_args.test_image_root", str(tmp_path / "val2014"))
-    _eval_and_caption(checkpoint, next((tmp_path / "val2014").glob("*.png")), tmp_path)
+    _eval_and_caption(checkpoint, next((tmp_path / "val2014").glob("*.png")), tmp_path,
+                      _data(train_annotations=train, val_annotations=val, test_annotations=val,
+                            train_image_root=tmp_path / "train2014", val_image_root=tmp_path / "val2014",
+                            test_image_root=tmp_path / "val2014", image_root=tmp_path))
 
 
 def test_vit_finetune_recipe_trains_on_an_image_folder(tmp_path):
@@ -95,8 +104,8 @@ def test_vit_finetune_recipe_trains_on_an_image_folder(tmp_path):
                       "--data.init_args.root", str(tmp_path / "imagenet"), "--data.init_args.eval_batch_size", "2",
                       "--model.init_args.num_classes", "2")  # the recipe says: the number of class folders
     out = tmp_path / "eval.json"
-    rc, _, err = run_cli(["eval.py", "--checkpoint", checkpoint, "--split", "val", "--json", out],
-                         cwd=tmp_path, env=cli_env(), timeout=600)
+    rc, _, err = run_cli(["eval.py", "--checkpoint", checkpoint, "--split", "val", "--json", out,
+                          *_data(root=tmp_path / "imagenet")], cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]
     assert "val/acc" in json.loads(out.read_text())["metrics"]
     rc, _, err = run_cli(["-m", "zoo.cli", "attention", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
