@@ -367,7 +367,9 @@ class ZooCLI(LightningCLI):
             config["callbacks"] = [c for c in (config.get("callbacks") or []) if not isinstance(c, tuple(drop))]
             extra = [c for c in extra if not isinstance(c, tuple(drop))]
         callbacks = config.get("callbacks") or []
-        if not sys.stdout.isatty() and any(isinstance(c, RichProgressBar) for c in callbacks):
+        if config.get("enable_progress_bar") is False and not any(isinstance(c, EpochSummary) for c in callbacks):
+            config["callbacks"] = [*callbacks, EpochSummary()]  # no bar: still one line per epoch
+        elif not sys.stdout.isatty() and any(isinstance(c, RichProgressBar) for c in callbacks):
             # Rich draws nothing without a terminal (a log, CI, `| tee`): report each epoch instead
             config["callbacks"] = [c for c in callbacks if not isinstance(c, RichProgressBar)] + [EpochSummary()]
             config["enable_progress_bar"] = False

@@ -14,6 +14,7 @@ import os
 import struct
 from pathlib import Path
 
+import lightning as L
 import torch
 from torch import nn
 
@@ -122,3 +123,15 @@ class BoxlessScenes(FashionScenesDataModule):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.provides_word_boxes = False
+
+
+class SigtermInValidation(L.Callback):
+    """Sends this process SIGTERM at the first validation batch of epoch `$ZOO_TEST_SIGTERM_EPOCH`
+    (not during sanity checking): a scheduler's time limit hitting mid-validation."""
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        import signal
+
+        epoch = int(os.environ.get("ZOO_TEST_SIGTERM_EPOCH", "-1"))
+        if not trainer.sanity_checking and trainer.current_epoch == epoch and batch_idx == 0:
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -126,3 +126,24 @@ def test_ctrl_c_saves_and_says_so_in_one_line(tmp_path, tiny_data_dir):
                                             "resume with --ckpt_path last")
     saved = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True)
     assert saved["zoo_run"]["interrupted"] == "KeyboardInterrupt"
+
+
+@pytest.mark.slow
+def test_a_run_stopped_during_validation_validates_that_epoch_on_resume(tmp_path, tiny_data_dir):
+    """SIGTERM lands in epoch 0's validation: the run saves and stops; the resumed run validates
+    epoch 0 before going on, so that epoch gets its metrics and its best-checkpoint candidate."""
+    root = tmp_path / "run"
+    common = tiny_fit_args("configs/baseline/mlp_centered.yaml", root, "--trainer.max_epochs=2",
+                           "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=2",
+                           "--trainer.enable_progress_bar=false", "--checkpoint.save_top_k=2")
+    code, out, err = run_cli([*common, "--trainer.callbacks+=helpers.SigtermInValidation"], cwd=tmp_path,
+                             env=cli_env(tiny_data_dir, ZOO_TEST_SIGTERM_EPOCH="0"))
+    assert code == 143, err[-2000:]
+    saved = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["zoo_run"]["interrupted_in"] == "validation"
+    assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["last.ckpt"]  # epoch 0 never validated
+    code, out, err = run_cli([*common, "--ckpt_path", "last"], cwd=tmp_path, env=cli_env(tiny_data_dir))
+    assert code == 0, err[-2000:]
+    assert "could not find the monitored key" not in err
+    names = sorted(p.name for p in (root / "checkpoints").iterdir())
+    assert names == ["best-epoch=000.ckpt", "best-epoch=001.ckpt", "last.ckpt"]

@@ -114,6 +114,14 @@ class ZooCheckpoint(ModelCheckpoint):
         return os.path.join(self.dirpath, f"{self.CHECKPOINT_NAME_LAST}.ckpt")
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if getattr(self, "_validate_first", False):
+            # A run resumed from a save cut off in validation: Lightning sees the epoch's training
+            # batches done and skips its validation, leaving the epoch without metrics and without
+            # a best-checkpoint candidate. Validate it now, before the epoch's checkpoints.
+            self._validate_first = False
+            trainer.validating = True
+            trainer.fit_loop.epoch_loop.val_loop.run()
+            trainer.training = True
         super().on_train_epoch_end(trainer, pl_module)
         if self.write_last and self.dirpath and not trainer.fast_dev_run:
             trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
@@ -125,6 +133,13 @@ class ZooCheckpoint(ModelCheckpoint):
                 run["wandb_id"] = str(logger.version)
         if self._stopping_by:
             run["interrupted"] = self._stopping_by  # saved where an interrupted run stopped
+            run["interrupted_in"] = "validation" if trainer.validating else "training"
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        super().on_load_checkpoint(trainer, pl_module, checkpoint)
+        run = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
+        self._validate_first = run.get("interrupted_in") == "validation"
+
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)) or not self.dirpath:
