@@ -126,8 +126,8 @@ class InitFrom(L.Callback):
     """Fine-tuning: load weights (no optimizer, no schedule) into the model when fit starts, after
     `setup` has built every layer. `prepare` fetches and checks the source before training."""
 
-    def __init__(self, state: dict[str, torch.Tensor], source: str):
-        self.state, self.source = state, source
+    def __init__(self, state: dict[str, torch.Tensor], source: str, config: dict | None = None):
+        self.state, self.source, self.config = state, source, config
 
     @classmethod
     def prepare(cls, source: str, model, sha256: str | None = None) -> "InitFrom":
@@ -146,13 +146,23 @@ class InitFrom(L.Callback):
         if config and config.get("class_path") != expected:
             raise UserError(f"--init_from {source}: it holds a {config.get('family', '?')} model "
                             f"({config.get('class_path')}); this run trains {expected}")
-        return cls(state, source)
+        return cls(state, source, config)
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        from zoo.registry import check_state_dict
+        """The weights, with a fresh classifier head when this run's num_classes differs from the
+        source's, and the vocabulary's rows carried over word by word (zoo.registry.adapt_state_dict);
+        the class names then come from the data."""
+        from zoo.registry import adapt_state_dict
 
-        check_state_dict(pl_module, self.state, source=f"--init_from {self.source}")
-        pl_module.load_state_dict(self.state)
+        hp = pl_module.hparams
+        released = (self.config or {}).get("init_args") or {}
+        new_head = "num_classes" in hp and released.get("num_classes") not in (None, hp.num_classes)
+        state = adapt_state_dict(pl_module, self.state, self.config, source=f"--init_from {self.source}",
+                                 new_head=new_head)
+        pl_module.load_state_dict(state)
+        names = getattr(trainer.datamodule, "class_names", None)
+        if new_head and "class_names" in hp and names and len(names) == hp.num_classes:
+            hp.class_names = list(names)
         self.state = {}
 
 

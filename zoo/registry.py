@@ -17,10 +17,12 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import importlib
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
 
 from zoo import hub
@@ -28,6 +30,7 @@ from zoo.errors import UserError
 from zoo.preprocess import data_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger("zoo")
 
 
 def config_dir() -> Path:
@@ -181,9 +184,11 @@ def build_datamodule(model, **overrides):
     return instantiate(config, "data", **overrides)
 
 
-def load_into(model, path: str | os.PathLike, sha256: str | None = None, expected_class: str | None = None):
+def load_into(model, path: str | os.PathLike, sha256: str | None = None, expected_class: str | None = None,
+              new_head: bool = False):
     """Load weights from `path` (a file or URL; `sha256` pins it) into `model`, refusing another
-    model's checkpoint clearly."""
+    model's checkpoint clearly. `new_head`: the model's label set differs on purpose, so its
+    classifier head starts fresh (see `adapt_state_dict`)."""
     from zoo.models.base import class_path
 
     state, config = hub.load_weights(hub.fetch(path, sha256))
@@ -191,9 +196,38 @@ def load_into(model, path: str | os.PathLike, sha256: str | None = None, expecte
     if config and config.get("class_path") != expected:
         raise UserError(f"{path}: checkpoint is a {config.get('family', '?')} model "
                         f"({config.get('class_path')}), not {expected}")
-    check_state_dict(model, state, source=str(path))
-    model.load_state_dict(state)
+    model.load_state_dict(adapt_state_dict(model, state, config, source=str(path), new_head=new_head))
     return model
+
+
+def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_head: bool = False) -> dict:
+    """`state` made to fit `model` where the user changed its task: with `new_head`, the family's
+    head parameters (`model.head_keys`) whose shape differs keep the model's fresh ones; when the
+    model's vocabulary differs from the one `config` was trained with, the rows of
+    `model.vocab_keys` for words both know are copied and new words keep fresh rows. Anything else
+    that does not fit is refused (`check_state_dict`)."""
+    state, own = dict(state), model.state_dict()
+    fresh = [k for k in own if new_head and k.startswith(tuple(model.head_keys)) and k in state
+             and state[k].shape != own[k].shape]
+    for key in fresh:
+        state[key] = own[key]
+    if fresh:
+        log.warning("%s: new classifier head %s starts fresh; every other weight is the release's",
+                 source, ", ".join(f"{k} {tuple(own[k].shape)}" for k in fresh))
+    old = ((config or {}).get("init_args") or {}).get("vocab")
+    new = model.hparams.get("vocab") if model.vocab_keys else None
+    if old and new and list(old) != list(new) and all(k in state for k in model.vocab_keys):
+        index = {word: i for i, word in enumerate(old)}
+        pairs = [(i, index[w]) for i, w in enumerate(new) if w in index]
+        dst, src = (torch.tensor(p) for p in zip(*pairs))
+        for key in model.vocab_keys:
+            rows = own[key].clone()
+            rows[dst] = state[key][src].to(rows.dtype)
+            state[key] = rows
+        log.warning("%s: vocabulary of %d entries: %d keep the release's rows, %d new words start fresh",
+                 source, len(new), len(pairs), len(new) - len(pairs))
+    check_state_dict(model, state, source=source)
+    return state
 
 
 def check_state_dict(model, state: dict, source: str) -> None:
@@ -228,12 +262,15 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
         if entry.weights is None:
             available = ", ".join(list_models(pretrained=True)) or "none yet"
             raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
-        record = entry.weights
-        model = build({**record["config"], "data": record["config"].get("data") or entry.data}, **overrides)
-        return load_into(model, hub.fetch_release(name))
+        config = {**entry.weights["config"], "data": entry.weights["config"].get("data") or entry.data}
+        released = config.get("init_args") or {}
+        new_head = "num_classes" in overrides and overrides["num_classes"] != released.get("num_classes")
+        if new_head and released.get("class_names") and "class_names" not in overrides:
+            overrides["class_names"] = None  # the release's names are not this label set's
+        return load_into(build(config, **overrides), hub.fetch_release(name), new_head=new_head)
     model = build({**entry.model, "data": entry.data}, **overrides)
     if checkpoint is not None:
-        load_into(model, checkpoint, sha256)
+        load_into(model, checkpoint, sha256, new_head="num_classes" in overrides)
     return model
 
 

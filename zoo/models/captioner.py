@@ -105,6 +105,7 @@ class Captioner(ZooModule):
     # (FashionScenes' `pad_to_multiple` keeps the count small); other lengths run eagerly
     accel_max_shapes = 8
     progress_bar_metrics = ("loss",)
+    vocab_keys = ("embed.weight", "L_o.weight", "L_o.bias")
 
     def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
                  backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),

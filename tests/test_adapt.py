@@ -1,0 +1,80 @@
+"""Adapting a release to your own task (issue 24): a new label set keeps every weight but the
+classifier head, a new vocabulary keeps the rows of the words the release knows, any other change
+is refused in one line; an ImageFolder's class names reach the model and its checkpoint."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import zoo
+from conftest import REPO, cli_env, run_cli
+from zoo.errors import UserError
+
+
+def test_new_label_set_keeps_all_but_the_head():
+    release = zoo.create_model("vit_fmnist", pretrained=True).state_dict()
+    model = zoo.create_model("vit_fmnist", pretrained=True, num_classes=5)
+    state = model.state_dict()
+    head = [k for k in state if k.startswith(model.head_keys)]
+    assert head and model.hparams.num_classes == 5 and model.hparams.class_names is None
+    for key, value in state.items():
+        if key in head:
+            assert value.shape[0] == 5 and release[key].shape[0] == 10
+        else:
+            assert torch.equal(value, release[key]), key
+    assert model(torch.rand(2, 1, 28, 28)).shape == (2, 5)
+
+
+def test_an_unasked_shape_change_is_refused_in_one_line():
+    with pytest.raises(UserError) as info:
+        zoo.create_model("vit_fmnist", pretrained=True, mlp_ratio=4.0)
+    assert "shapes differ" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_new_vocabulary_keeps_the_rows_of_known_words():
+    release = zoo.create_model("sat_soft_scenes", pretrained=True)
+    old = list(release.hparams.vocab)
+    new = old[:4] + ["zebra", "giraffe"] + old[4:][::-1][:10]  # new words first, then known ones reordered
+    model = zoo.create_model("sat_soft_scenes", pretrained=True, vocab=new)
+    assert list(model.hparams.vocab) == new
+    before, after = release.state_dict(), model.state_dict()
+    for key in model.vocab_keys:
+        for i, word in enumerate(new):
+            if word in old:
+                assert torch.equal(after[key][i], before[key][old.index(word)]), (key, word)
+            else:
+                assert all(not torch.equal(after[key][i], row) for row in before[key]), (key, word)
+    for key in set(after) - set(model.vocab_keys):
+        assert torch.equal(after[key], before[key]), key
+
+
+def _folder(root, classes=("cat", "dog"), size=(28, 28)):
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for label in classes:
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i in range(4):
+                Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)).save(folder / f"{i}.png")
+    return root
+
+
+def test_init_from_a_release_on_an_image_folder_stores_its_class_names(tmp_path):
+    data = _folder(tmp_path / "pets")
+    root = tmp_path / "run"
+    rc, _, err = run_cli(["train.py", "fit", "--config", REPO / "configs/vit/fmnist.yaml",
+                          "--config", REPO / "configs/vit/_fmnist5_imagefolder.yaml", "--data.init_args.root", data,
+                          "--data.init_args.batch_size", "4", "--init_from", "vit_fmnist",
+                          "--trainer.max_epochs", "1", "--trainer.logger", "false",
+                          "--trainer.default_root_dir", root], cwd=tmp_path, env=cli_env(), timeout=600)
+    assert rc == 0, err[-3000:]
+    assert "new classifier head backbone.vit.head.weight (2, 96)" in err
+    checkpoint = sorted((root / "checkpoints").glob("best*.ckpt"))[-1]
+    model = zoo.load_checkpoint(checkpoint)
+    assert model.hparams.num_classes == 2 and list(model.hparams.class_names) == ["cat", "dog"]
+    rc, out, err = run_cli(["-m", "zoo.cli", "attention", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
+                            data / "val" / "dog" / "0.png"], cwd=tmp_path, env=cli_env(), timeout=600)
+    assert rc == 0, err[-3000:]
+    assert "cat" in out or "dog" in out, out
