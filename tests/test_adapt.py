@@ -78,3 +78,26 @@ def test_init_from_a_release_on_an_image_folder_stores_its_class_names(tmp_path)
                             data / "val" / "dog" / "0.png"], cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]
     assert "cat" in out or "dog" in out, out
+
+
+def test_transforms_take_pil_arrays_and_tensors_alike():
+    import torchvision.transforms.functional as TF
+
+    rng = np.random.default_rng(1)
+    for name, shape in (("vit_fmnist", (40, 30)), ("sat_soft_scenes", (50, 70, 3))):
+        pil = Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8))
+        transform = zoo.get_weights(name).transforms()
+        reference = transform(pil)
+        array, tensor = np.asarray(pil), TF.pil_to_tensor(pil)
+        for other in (array, tensor, TF.to_tensor(pil)):
+            assert torch.allclose(transform(other), reference, atol=1e-6), (name, type(other))
+    with pytest.raises(UserError):
+        transform([1, 2, 3])
+
+
+def test_zoo_list_has_a_header_and_no_match_is_a_user_error():
+    rc, out, _ = run_cli(["-m", "zoo.cli", "list", "vit_*"], cwd=REPO, env=cli_env())
+    assert rc == 0 and out.splitlines()[0].split()[:2] == ["name", "weights"] and "vit_fmnist" in out
+    rc, out, err = run_cli(["-m", "zoo.cli", "list", "sat_soft_coco"], cwd=REPO, env=cli_env())
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "no model matches 'sat_soft_coco'" in err and "sat_coco_soft" in err

@@ -15,6 +15,7 @@ when pretrained weights are loaded.
 from __future__ import annotations
 
 import difflib
+import functools
 import fnmatch
 import importlib
 import logging
@@ -63,6 +64,12 @@ def _family(class_path: str, folder: str) -> str:
     return getattr(resolve_class(class_path), "family", folder)
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path, mtime_ns: int, size: int) -> dict:
+    """A recipe's YAML, parsed once per version of the file (keyed by its mtime and size)."""
+    return yaml.safe_load(path.read_text()) or {}
+
+
 def _entries() -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
     root = config_dir()
@@ -70,7 +77,8 @@ def _entries() -> dict[str, Entry]:
         family = path.parent.name
         if family == "base" or family.startswith("_") or path.stem.startswith("_"):
             continue
-        recipe = yaml.safe_load(path.read_text()) or {}
+        stat = path.stat()
+        recipe = _parsed(path, stat.st_mtime_ns, stat.st_size)
         model = recipe.get("model")
         if not isinstance(model, dict) or "class_path" not in model:
             continue
@@ -99,8 +107,13 @@ def get_entry(name: str) -> Entry:
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
     """Names of registered models matching a glob `pattern`; only those with released weights
     when `pretrained`."""
-    return sorted(n for n, e in _entries().items()
-                  if fnmatch.fnmatch(n, pattern) and (e.weights is not None or not pretrained))
+    return sorted(find_entries(pattern, pretrained))
+
+
+def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entry]:
+    """The entries `list_models` names, read in one pass."""
+    return {n: e for n, e in _entries().items()
+            if fnmatch.fnmatch(n, pattern) and (e.weights is not None or not pretrained)}
 
 
 # ----------------------------------------------------------------------------- allow-list
