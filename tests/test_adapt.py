@@ -101,3 +101,28 @@ def test_zoo_list_has_a_header_and_no_match_is_a_user_error():
     rc, out, err = run_cli(["-m", "zoo.cli", "list", "sat_soft_coco"], cwd=REPO, env=cli_env())
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "no model matches 'sat_soft_coco'" in err and "sat_coco_soft" in err
+
+
+def test_zoo_caption_names_its_default_model_and_marks_a_cut_caption(tmp_path, capsys):
+    from zoo.cli import main
+
+    image = tmp_path / "scene.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(image)
+    capsys.readouterr()
+    assert main(["caption", str(image), "--max-len", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.rstrip().endswith("[cut at 1 words]") and "model sat_soft_scenes (the default" in err
+
+
+def test_glimpse_json_names_its_axes(tmp_path, capsys):
+    from zoo.cli import main
+
+    image = tmp_path / "item.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)).save(image)
+    capsys.readouterr()
+    assert main(["glimpses", "--model", "ram_fmnist_centered", str(image), "--out", str(tmp_path / "g"), "--json"]) == 0
+    import json
+
+    record = json.loads(capsys.readouterr().out)
+    record = record[0] if isinstance(record, list) else (record.get("results") or record.get("records"))[0]
+    assert record["locations"] and set(record["locations"][0]) == {"x", "y"}
