@@ -34,6 +34,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from lightning.pytorch import LightningDataModule
@@ -212,6 +213,9 @@ class ZooCLI(LightningCLI):
         parser.add_argument("--init_from", type=str | None, default=None,
                             help="fine-tune: start a NEW run from these weights (a release name, a .safetensors "
                                  "or .ckpt path, or a URL) with this config's hyperparameters")
+        parser.add_argument("--init_vocab", type=Literal["data", "release"], default="data",
+                            help="with --init_from, a captioner's vocabulary: 'data' (from the training captions; "
+                                 "rows of words the release knows keep its weights) or 'release' (its own)")
         parser.add_argument("--sha256", type=str | None, default=None,
                             help="pin a --ckpt_path or --init_from URL (or file) to its sha256 (8+ hex digits)")
 
@@ -230,6 +234,12 @@ class ZooCLI(LightningCLI):
             model.init_args["num_classes"] = len(names)
             if "class_names" in model.init_args:
                 model.init_args["class_names"] = list(names)
+        if config.get("init_vocab") == "release" and config.get("init_from"):
+            vocab = ((InitFrom.source_config(config["init_from"], config.get("sha256")) or {}).get("init_args") or {}).get("vocab")
+            if not vocab or "vocab" not in model.init_args or "vocab" not in data.init_args:
+                raise UserError(f"--init_vocab release: {config['init_from']} is not a captioner with a vocabulary, "
+                                "or this config's data has none to replace")
+            model.init_args["vocab"] = data.init_args["vocab"] = list(vocab)
         recipes = [str(p) for p in config.get("config") or []]
         backbone = model.init_args.get("backbone")
         weights = [model.init_args.get(k) for k in PRETRAINED_ARGS] + [getattr(backbone, k, None) for k in PRETRAINED_ARGS]

@@ -126,3 +126,23 @@ def test_glimpse_json_names_its_axes(tmp_path, capsys):
     record = json.loads(capsys.readouterr().out)
     record = record[0] if isinstance(record, list) else (record.get("results") or record.get("records"))[0]
     assert record["locations"] and set(record["locations"][0]) == {"x", "y"}
+
+
+@pytest.mark.parametrize("init_vocab", ["data", "release"])
+def test_init_from_a_captioner_on_new_captions_keeps_known_words(tmp_path, init_vocab):
+    root = tmp_path / "run"
+    rc, _, err = run_cli(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml",
+                          "--init_from", "sat_soft_scenes", "--init_vocab", init_vocab,
+                          "--data.init_args.num_train", "64", "--data.init_args.num_val", "16",
+                          "--data.init_args.num_test", "16", "--data.init_args.max_vocab", "6",
+                          "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
+                          "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
+                          "--trainer.default_root_dir", root], cwd=tmp_path, env=cli_env(), timeout=600)
+    assert rc == 0, err[-3000:]
+    release = list(zoo.create_model("sat_soft_scenes", pretrained=True).hparams.vocab)
+    vocab = list(zoo.load_checkpoint(root / "checkpoints" / "last.ckpt").hparams.vocab)
+    if init_vocab == "release":
+        assert vocab == release and "vocabulary of" not in err
+    else:
+        assert len(vocab) == 4 + 6 and set(vocab) <= set(release)
+        assert "vocabulary of 10 entries: 10 keep the release's rows, 0 new words start fresh" in err

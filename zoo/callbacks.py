@@ -129,19 +129,30 @@ class InitFrom(L.Callback):
     def __init__(self, state: dict[str, torch.Tensor], source: str, config: dict | None = None):
         self.state, self.source, self.config = state, source, config
 
+    @staticmethod
+    def _fetch(source: str, sha256: str | None = None) -> Path:
+        from zoo import hub
+
+        if not hub.is_url(source) and not Path(source).exists() and source in hub.manifest():
+            return hub.fetch_release(source)
+        if not hub.is_url(source) and not Path(source).is_file():
+            released = ", ".join(sorted(hub.manifest())) or "none"
+            raise UserError(f"--init_from {source}: no such file or release (releases: {released})")
+        return hub.fetch(source, sha256)
+
+    @classmethod
+    def source_config(cls, source: str, sha256: str | None = None) -> dict | None:
+        """The zoo config the --init_from source was trained with (its hyperparameters, vocabulary)."""
+        from zoo import hub
+
+        return hub.load_weights(cls._fetch(source, sha256))[1]
+
     @classmethod
     def prepare(cls, source: str, model, sha256: str | None = None) -> "InitFrom":
         from zoo import hub
         from zoo.models.base import class_path
 
-        if not hub.is_url(source) and not Path(source).exists() and source in hub.manifest():
-            path = hub.fetch_release(source)
-        else:
-            if not hub.is_url(source) and not Path(source).is_file():
-                released = ", ".join(sorted(hub.manifest())) or "none"
-                raise UserError(f"--init_from {source}: no such file or release (releases: {released})")
-            path = hub.fetch(source, sha256)
-        state, config = hub.load_weights(path)
+        state, config = hub.load_weights(cls._fetch(source, sha256))
         expected = class_path(model)
         if config and config.get("class_path") != expected:
             raise UserError(f"--init_from {source}: it holds a {config.get('family', '?')} model "
