@@ -146,3 +146,17 @@ def test_init_from_a_captioner_on_new_captions_keeps_known_words(tmp_path, init_
     else:
         assert len(vocab) == 4 + 6 and set(vocab) <= set(release)
         assert "vocabulary of 10 entries: 10 keep the release's rows, 0 new words start fresh" in err
+
+
+def test_caption_refuses_a_tensor_of_another_size():
+    model = zoo.create_model("sat_soft_scenes", pretrained=True)
+    assert model.caption(torch.rand(1, 3, 64, 64), beam_size=1, max_len=3)
+    with pytest.raises(UserError, match="model's size 64x64, got 256x256"):
+        model.caption(torch.rand(1, 3, 256, 256))
+
+
+def test_backbone_null_on_the_command_line_means_unset():
+    from zoo.backbones.spec import BackboneSpec
+
+    spec = BackboneSpec(kind="stem", pretrained="None", pretrained_file="None", level="None")
+    assert spec.pretrained is False and spec.pretrained_file is None and spec.level is None

@@ -634,6 +634,10 @@ class Captioner(ZooModule):
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[1] != channels:
             shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             raise UserError(f"caption() wants images [B, {channels}, H, W], got {shape}")
+        expected = tuple(self.hparams.image_size)
+        if tuple(images.shape[-2:]) != expected:  # the size rule: tensors must already match (README)
+            raise UserError(f"caption() wants images of the model's size {expected[0]}x{expected[1]}, got "
+                            f"{images.shape[-2]}x{images.shape[-1]} (prepare files with zoo.preprocessing(model))")
         if not images.is_floating_point():
             raise UserError(f"caption() wants float images in [0, 1], got {images.dtype} "
                             "(uint8 pixels: divide by 255, or prepare them with zoo.preprocessing(model))")
