@@ -84,15 +84,24 @@ def _entries() -> dict[str, Entry]:
             continue
         name = f"{family}_{path.stem}"
         model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
+        # the family is looked up (importing the model class) only when asked: see `family_of`
         entries[name] = Entry(name, path, model, recipe.get("data"),
-                              metadata={"family": _family(model["class_path"], family),
-                                        "recipe": f"python train.py fit --config configs/{family}/{path.name}"})
+                              metadata={"recipe": f"python train.py fit --config configs/{family}/{path.name}"})
     for name, record in hub.manifest().items():
         entry = entries.get(name) or Entry(name, None, record["config"], record["config"].get("data"))
         entry.weights = record
-        entry.metadata = {**entry.metadata, **record.get("metadata", {}), "sha256": record.get("sha256")}
+        family = {"family": record["config"]["family"]} if record["config"].get("family") else {}
+        entry.metadata = {**entry.metadata, **family, **record.get("metadata", {}), "sha256": record.get("sha256")}
         entries[name] = entry
     return entries
+
+
+def family_of(entry: Entry) -> str:
+    """The entry's model family (filled into its metadata on first use)."""
+    if "family" not in entry.metadata:
+        folder = entry.recipe.parent.name if entry.recipe else "?"
+        entry.metadata["family"] = _family(entry.model["class_path"], folder)
+    return entry.metadata["family"]
 
 
 def get_entry(name: str) -> Entry:
@@ -101,6 +110,7 @@ def get_entry(name: str) -> Entry:
         close = difflib.get_close_matches(name, list(entries), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `zoo list` shows them all"
         raise UserError(f"unknown model '{name}'{hint}")
+    family_of(entries[name])
     return entries[name]
 
 

@@ -17,7 +17,7 @@ def run(args) -> int:
     import difflib
 
     from zoo.errors import UserError
-    from zoo.registry import find_entries
+    from zoo.registry import family_of, find_entries
 
     entries = find_entries(args.pattern, pretrained=args.pretrained)
     names = sorted(entries)
@@ -27,6 +27,8 @@ def run(args) -> int:
         hint = f"; did you mean {', '.join(close)}?" if close else f" (`zoo list` shows all {len(every)})"
         raise UserError(f"no model matches '{args.pattern}'{hint}")
     if args.json:
+        for entry in entries.values():
+            family_of(entry)
         print(json.dumps({n: {"pretrained": entries[n].weights is not None, **entries[n].metadata}
                           for n in names}, indent=2, default=str))
         return 0
