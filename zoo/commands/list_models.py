@@ -21,7 +21,7 @@ def run(args) -> int:
 
     entries = find_entries(args.pattern, pretrained=args.pretrained)
     names = sorted(entries)
-    if not names:
+    if not names and args.pattern != "*":
         every = find_entries(pretrained=args.pretrained)
         close = difflib.get_close_matches(args.pattern, list(every), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else f" (`zoo list` shows all {len(every)})"
@@ -32,7 +32,8 @@ def run(args) -> int:
         print(json.dumps({n: {"pretrained": entries[n].weights is not None, **entries[n].metadata}
                           for n in names}, indent=2, default=str))
         return 0
-    print(f"{'name':32s} {'weights':10s} headline metrics of the release")
+    if names:
+        print(f"{'name':32s} {'weights':10s} headline metrics of the release")
     for n in names:
         e = entries[n]
         metrics = e.metadata.get("metrics") or {}
