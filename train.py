@@ -34,6 +34,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from lightning.pytorch import LightningDataModule
@@ -44,15 +45,18 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from zoo import hub
 from zoo.callbacks import WANDB_CLASSES, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
 from zoo.errors import UserError, one_line_warnings
-from zoo.io import check_writable
 from zoo.hub import MAX_CONFIG_BYTES
+from zoo.io import check_writable
 from zoo.limits import check_tree, shorten
-from zoo.registry import resolve_class
 from zoo.models.base import ZooModule
+from zoo.registry import ALLOWED_CLASSES, resolve_class
 
 BASE_CONFIG = str(Path(__file__).resolve().parent / "configs" / "base" / "trainer.yaml")
 PROG = "train.py"
 HELP = "train.py fit --help lists every option"
+FINETUNE_RECIPE = "finetune"  # a recipe whose file name says so is meant to start from trained weights
+PRETRAINED_ARGS = ("pretrained", "pretrained_file")
+log = logging.getLogger("zoo")
 
 
 # ----------------------------------------------------------------------------- one-line errors
@@ -232,8 +236,39 @@ class ZooCLI(LightningCLI):
         parser.add_argument("--init_from", type=str | None, default=None,
                             help="fine-tune: start a NEW run from these weights (a release name, a .safetensors "
                                  "or .ckpt path, or a URL) with this config's hyperparameters")
+        parser.add_argument("--init_vocab", type=Literal["data", "release"], default="data",
+                            help="with --init_from, a captioner's vocabulary: 'data' (from the training captions; "
+                                 "rows of words the release knows keep its weights) or 'release' (its own)")
         parser.add_argument("--sha256", type=str | None, default=None,
                             help="pin a --ckpt_path or --init_from URL (or file) to its sha256 (8+ hex digits)")
+
+    def before_instantiate_classes(self) -> None:
+        """The data decides the label set: a data module that knows its class names before it is
+        built (`class_names_for`, e.g. ImageFolder's folders) sets the model's num_classes and
+        class_names. A fine-tune recipe that would start from random weights says so."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        data, model = config.get("data"), config.get("model")
+        if not hasattr(data, "class_path") or not hasattr(model, "init_args"):
+            return
+        names_for = getattr(resolve_class(data.class_path, "data"), "class_names_for", None) \
+            if data.class_path in ALLOWED_CLASSES["data"] else None
+        names = names_for(**data.init_args) if names_for else None
+        if names and "num_classes" in model.init_args:
+            model.init_args["num_classes"] = len(names)
+            if "class_names" in model.init_args:
+                model.init_args["class_names"] = list(names)
+        if config.get("init_vocab") == "release" and config.get("init_from"):
+            vocab = ((InitFrom.source_config(config["init_from"], config.get("sha256")) or {}).get("init_args") or {}).get("vocab")
+            if not vocab or "vocab" not in model.init_args or "vocab" not in data.init_args:
+                raise UserError(f"--init_vocab release: {config['init_from']} is not a captioner with a vocabulary, "
+                                "or this config's data has none to replace")
+            model.init_args["vocab"] = data.init_args["vocab"] = list(vocab)
+        recipes = [str(p) for p in config.get("config") or []]
+        backbone = model.init_args.get("backbone")
+        weights = [model.init_args.get(k) for k in PRETRAINED_ARGS] + [getattr(backbone, k, None) for k in PRETRAINED_ARGS]
+        if any(FINETUNE_RECIPE in Path(r).stem for r in recipes) and not any(weights) and not config.get("init_from"):
+            log.warning("a fine-tune recipe is starting from RANDOM weights: give --init_from NAME, or "
+                        "--model.init_args.pretrained true (online) / --model.init_args.pretrained_file PATH")
 
     def _set_seed(self) -> None:
         """LightningCLI's, without the "Seed set to" line (the seed is in the saved config.yaml)."""

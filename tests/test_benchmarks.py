@@ -4,7 +4,6 @@ import for a whole release)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

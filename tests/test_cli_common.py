@@ -27,7 +27,7 @@ from zoo.preprocess import Preprocessing, load_batch
 def test_zoo_list_subprocess(tmp_path):
     rc, out, err = run_cli(["-m", "zoo.cli", "list", "baseline_*"], cwd=tmp_path, env=cli_env())
     assert rc == 0, err
-    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    names = [line.split()[0] for line in out.splitlines()[1:] if line.strip()]  # after the header
     assert "baseline_mlp_centered" in names and all(n.startswith("baseline_") for n in names)
     rc, out, err = run_cli(["-m", "zoo.cli"], cwd=tmp_path, env=cli_env())
     assert rc == 2 and out == ""

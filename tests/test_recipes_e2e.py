@@ -102,7 +102,7 @@ def test_vit_finetune_recipe_trains_on_an_image_folder(tmp_path):
     root = tmp_path / "run"
     checkpoint = _fit(str(REPO / "configs/vit/imagenet_finetune.yaml"), root, *TINY_BUDGET,
                       "--data.init_args.root", str(tmp_path / "imagenet"), "--data.init_args.eval_batch_size", "2",
-                      "--model.init_args.num_classes", "2")  # the recipe says: the number of class folders
+                      "--model.init_args.pretrained", "false")  # offline: no timm hub
     out = tmp_path / "eval.json"
     rc, _, err = run_cli(["eval.py", "--checkpoint", checkpoint, "--split", "val", "--json", out,
                           *_data(root=tmp_path / "imagenet")], cwd=tmp_path, env=cli_env(), timeout=600)

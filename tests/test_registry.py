@@ -86,10 +86,12 @@ def test_every_recipe_builds(name):
     entry = registry.get_entry(name)
     overrides = _offline_overrides(entry)
     # the architecture first, without memory or initialisation (ImageNet-sized encoders are big)
+    # registry.build, as create_model does: its own `pretrained` keyword would take a ViT's timm flag
+    spec = {**entry.model, "data": entry.data}
     with torch.device("meta"):
-        model = zoo.create_model(name, **overrides)
+        model = registry.build(spec, **overrides)
     if sum(p.numel() for p in model.parameters()) < 5_000_000:
-        model = zoo.create_model(name, **overrides)  # small ones for real, initialisation included
+        model = registry.build(spec, **overrides)  # small ones for real, initialisation included
         assert all(p.device.type == "cpu" for p in model.parameters())
     assert isinstance(model, ZooModule) and model.family != ZooModule.family
     assert sum(p.numel() for p in model.parameters()) > 0
@@ -127,11 +129,11 @@ def test_every_recipe_trains_a_step(name):
     if entry.model.get("class_path", "").endswith("Captioner"):
         overrides["vocab"] = ["<pad>", "<start>", "<end>", "<unk>", "a", "shirt"]
     with torch.device("meta"):
-        size = sum(p.numel() for p in zoo.create_model(name, **overrides).parameters())
+        size = sum(p.numel() for p in registry.build({**entry.model, "data": entry.data}, **overrides).parameters())
     if size >= 5_000_000:
         pytest.skip(f"{size / 1e6:.0f} M parameters: trained a step end to end in test_recipes_e2e.py")
     torch.manual_seed(0)
-    model = zoo.create_model(name, **overrides).train()
+    model = registry.build({**entry.model, "data": entry.data}, **overrides).train()
     model.accel.force("eager")
     batch = _tiny_batch(model)
     loss = model.train_loss(*model.train_inputs(batch))[0]

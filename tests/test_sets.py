@@ -11,7 +11,7 @@ import torch
 
 from conftest import REPO, cli_env
 from zoo.errors import UserError
-from zoo.export import MANIFEST, export, load_export
+from zoo.export import export, load_export
 
 EXPORT = """
 import sys, torch

@@ -158,33 +158,54 @@ class InitFrom(L.Callback):
     """Fine-tuning: load weights (no optimizer, no schedule) into the model when fit starts, after
     `setup` has built every layer. `prepare` fetches and checks the source before training."""
 
-    def __init__(self, state: dict[str, torch.Tensor], source: str):
-        self.state, self.source = state, source
+    def __init__(self, state: dict[str, torch.Tensor], source: str, config: dict | None = None):
+        self.state, self.source, self.config = state, source, config
+
+    @staticmethod
+    def _fetch(source: str, sha256: str | None = None) -> Path:
+        from zoo import hub
+
+        if not hub.is_url(source) and not Path(source).exists() and source in hub.manifest():
+            return hub.fetch_release(source)
+        if not hub.is_url(source) and not Path(source).is_file():
+            released = ", ".join(sorted(hub.manifest())) or "none"
+            raise UserError(f"--init_from {source}: no such file or release (releases: {released})")
+        return hub.fetch(source, sha256)
+
+    @classmethod
+    def source_config(cls, source: str, sha256: str | None = None) -> dict | None:
+        """The zoo config the --init_from source was trained with (its hyperparameters, vocabulary)."""
+        from zoo import hub
+
+        return hub.load_weights(cls._fetch(source, sha256))[1]
 
     @classmethod
     def prepare(cls, source: str, model, sha256: str | None = None) -> "InitFrom":
         from zoo import hub
         from zoo.models.base import class_path
 
-        if not hub.is_url(source) and not Path(source).exists() and source in hub.manifest():
-            path = hub.fetch_release(source)
-        else:
-            if not hub.is_url(source) and not Path(source).is_file():
-                released = ", ".join(sorted(hub.manifest())) or "none"
-                raise UserError(f"--init_from {source}: no such file or release (releases: {released})")
-            path = hub.fetch(source, sha256)
-        state, config = hub.load_weights(path)
+        state, config = hub.load_weights(cls._fetch(source, sha256))
         expected = class_path(model)
         if config and config.get("class_path") != expected:
             raise UserError(f"--init_from {source}: it holds a {config.get('family', '?')} model "
                             f"({config.get('class_path')}); this run trains {expected}")
-        return cls(state, source)
+        return cls(state, source, config)
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        from zoo.registry import check_state_dict
+        """The weights, with a fresh classifier head when this run's num_classes differs from the
+        source's, and the vocabulary's rows carried over word by word (zoo.registry.adapt_state_dict);
+        the class names then come from the data."""
+        from zoo.registry import adapt_state_dict
 
-        check_state_dict(pl_module, self.state, source=f"--init_from {self.source}")
-        pl_module.load_state_dict(self.state)
+        hp = pl_module.hparams
+        released = (self.config or {}).get("init_args") or {}
+        new_head = "num_classes" in hp and released.get("num_classes") not in (None, hp.num_classes)
+        state = adapt_state_dict(pl_module, self.state, self.config, source=f"--init_from {self.source}",
+                                 new_head=new_head)
+        pl_module.load_state_dict(state)
+        names = getattr(trainer.datamodule, "class_names", None)
+        if new_head and "class_names" in hp and names and len(names) == hp.num_classes:
+            hp.class_names = list(names)
         self.state = {}
 
 

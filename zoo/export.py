@@ -163,8 +163,6 @@ def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx",
     try:
         onnx_program.save(str(tmp))
         if metadata:
-            import onnx
-
             proto = onnx.load(str(tmp))
             for key, value in metadata.items():
                 proto.metadata_props.add(key=key, value=value)

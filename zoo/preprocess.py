@@ -48,11 +48,13 @@ class Preprocessing:
 
     # ------------------------------------------------------------------ transform
     def __call__(self, image) -> torch.Tensor:
-        """A PIL image (any mode, as zoo.io.load_image returns) -> float [C, H, W] in [0, 1]."""
+        """A PIL image (any mode, as zoo.io.load_image returns), a numpy array [H, W] or [H, W, C]
+        or a tensor [H, W] or [C, H, W] (uint8, or float in [0, 1]) -> float [C, H, W] in [0, 1]."""
         import torchvision.transforms.functional as TF
 
         from zoo.io import image_to_tensor
 
+        image = _as_pil(image)
         H, W = self.size
         if self.resize == "exact":
             if (image.height, image.width) != (H, W):
@@ -86,6 +88,30 @@ class Preprocessing:
         return cls(int(record["in_chans"]), tuple(record["size"]), record.get("resize", "squash"),
                    record.get("resize_size"), tup(record.get("mean")), tup(record.get("std")),
                    tup(record.get("class_names")))
+
+
+def _as_pil(image):
+    """A PIL image from a PIL image, a numpy array [H, W] / [H, W, C] or a tensor [H, W] / [C, H, W]
+    (uint8, or float in [0, 1]), so that every input type is prepared by the same code."""
+    import numpy as np
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        return image
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu()
+        image = (image.permute(1, 2, 0) if image.ndim == 3 else image).numpy()
+    if not isinstance(image, np.ndarray):
+        raise UserError(f"expected a PIL image, a numpy array or a tensor, got {type(image).__name__}")
+    if image.ndim == 3 and image.shape[-1] == 1:
+        image = image[..., 0]
+    if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[-1] not in (3, 4)):
+        raise UserError(f"image array of shape {image.shape}: expected [H, W], [H, W, 3] or tensors [C, H, W]")
+    if image.dtype != np.uint8:
+        if image.size and (image.min() < 0 or image.max() > 1):
+            raise UserError("a float image must hold values in [0, 1] (or give uint8 in [0, 255])")
+        image = np.round(image.astype(np.float64) * 255).astype(np.uint8)
+    return Image.fromarray(np.ascontiguousarray(image))
 
 
 def load_batch(paths, spec: Preprocessing):

@@ -15,13 +15,16 @@ when pretrained weights are loaded.
 from __future__ import annotations
 
 import difflib
+import functools
 import fnmatch
 import importlib
+import logging
 import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
 
 from zoo import hub
@@ -30,6 +33,7 @@ from zoo.limits import check_dimensions, check_tree, shorten
 from zoo.preprocess import data_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger("zoo")
 
 
 def config_dir() -> Path:
@@ -62,6 +66,12 @@ def _family(class_path: str, folder: str) -> str:
     return getattr(resolve_class(class_path), "family", folder)
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path, mtime_ns: int, size: int) -> dict:
+    """A recipe's YAML, parsed once per version of the file (keyed by its mtime and size)."""
+    return yaml.safe_load(path.read_text()) or {}
+
+
 def _entries() -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
     root = config_dir()
@@ -69,21 +79,31 @@ def _entries() -> dict[str, Entry]:
         family = path.parent.name
         if family == "base" or family.startswith("_") or path.stem.startswith("_"):
             continue
-        recipe = yaml.safe_load(path.read_text()) or {}
+        stat = path.stat()
+        recipe = _parsed(path, stat.st_mtime_ns, stat.st_size)
         model = recipe.get("model")
         if not isinstance(model, dict) or "class_path" not in model:
             continue
         name = f"{family}_{path.stem}"
         model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
+        # the family is looked up (importing the model class) only when asked: see `family_of`
         entries[name] = Entry(name, path, model, recipe.get("data"),
-                              metadata={"family": _family(model["class_path"], family),
-                                        "recipe": f"python train.py fit --config configs/{family}/{path.name}"})
+                              metadata={"recipe": f"python train.py fit --config configs/{family}/{path.name}"})
     for name, record in hub.manifest().items():
         entry = entries.get(name) or Entry(name, None, record["config"], record["config"].get("data"))
         entry.weights = record
-        entry.metadata = {**entry.metadata, **record.get("metadata", {}), "sha256": record.get("sha256")}
+        family = {"family": record["config"]["family"]} if record["config"].get("family") else {}
+        entry.metadata = {**entry.metadata, **family, **record.get("metadata", {}), "sha256": record.get("sha256")}
         entries[name] = entry
     return entries
+
+
+def family_of(entry: Entry) -> str:
+    """The entry's model family (filled into its metadata on first use)."""
+    if "family" not in entry.metadata:
+        folder = entry.recipe.parent.name if entry.recipe else "?"
+        entry.metadata["family"] = _family(entry.model["class_path"], folder)
+    return entry.metadata["family"]
 
 
 def get_entry(name: str) -> Entry:
@@ -92,14 +112,20 @@ def get_entry(name: str) -> Entry:
         close = difflib.get_close_matches(name, list(entries), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `zoo list` shows them all"
         raise UserError(f"unknown model '{name}'{hint}")
+    family_of(entries[name])
     return entries[name]
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
     """Names of registered models matching a glob `pattern`; only those with released weights
     when `pretrained`."""
-    return sorted(n for n, e in _entries().items()
-                  if fnmatch.fnmatch(n, pattern) and (e.weights is not None or not pretrained))
+    return sorted(find_entries(pattern, pretrained))
+
+
+def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entry]:
+    """The entries `list_models` names, read in one pass."""
+    return {n: e for n, e in _entries().items()
+            if fnmatch.fnmatch(n, pattern) and (e.weights is not None or not pretrained)}
 
 
 # ----------------------------------------------------------------------------- allow-list
@@ -191,9 +217,11 @@ def build_datamodule(model, **overrides):
     return instantiate(config, "data", **overrides)
 
 
-def load_into(model, path: str | os.PathLike, sha256: str | None = None, expected_class: str | None = None):
+def load_into(model, path: str | os.PathLike, sha256: str | None = None, expected_class: str | None = None,
+              new_head: bool = False):
     """Load weights from `path` (a file or URL; `sha256` pins it) into `model`, refusing another
-    model's checkpoint clearly."""
+    model's checkpoint clearly. `new_head`: the model's label set differs on purpose, so its
+    classifier head starts fresh (see `adapt_state_dict`)."""
     from zoo.models.base import class_path
 
     state, config = hub.load_fetched(path, sha256)
@@ -201,9 +229,38 @@ def load_into(model, path: str | os.PathLike, sha256: str | None = None, expecte
     if config and config.get("class_path") != expected:
         raise UserError(f"{path}: checkpoint is a {config.get('family', '?')} model "
                         f"({config.get('class_path')}), not {expected}")
-    check_state_dict(model, state, source=str(path))
-    model.load_state_dict(state)
+    model.load_state_dict(adapt_state_dict(model, state, config, source=str(path), new_head=new_head))
     return model
+
+
+def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_head: bool = False) -> dict:
+    """`state` made to fit `model` where the user changed its task: with `new_head`, the family's
+    head parameters (`model.head_keys`) whose shape differs keep the model's fresh ones; when the
+    model's vocabulary differs from the one `config` was trained with, the rows of
+    `model.vocab_keys` for words both know are copied and new words keep fresh rows. Anything else
+    that does not fit is refused (`check_state_dict`)."""
+    state, own = dict(state), model.state_dict()
+    fresh = [k for k in own if new_head and k.startswith(tuple(model.head_keys)) and k in state
+             and state[k].shape != own[k].shape]
+    for key in fresh:
+        state[key] = own[key]
+    if fresh:
+        log.warning("%s: new classifier head %s starts fresh; every other weight is the release's",
+                 source, ", ".join(f"{k} {tuple(own[k].shape)}" for k in fresh))
+    old = ((config or {}).get("init_args") or {}).get("vocab")
+    new = model.hparams.get("vocab") if model.vocab_keys else None
+    if old and new and list(old) != list(new) and all(k in state for k in model.vocab_keys):
+        index = {word: i for i, word in enumerate(old)}
+        pairs = [(i, index[w]) for i, w in enumerate(new) if w in index]
+        dst, src = (torch.tensor(p) for p in zip(*pairs))
+        for key in model.vocab_keys:
+            rows = own[key].clone()
+            rows[dst] = state[key][src].to(rows.dtype)
+            state[key] = rows
+        log.warning("%s: vocabulary of %d entries: %d keep the release's rows, %d new words start fresh",
+                 source, len(new), len(pairs), len(new) - len(pairs))
+    check_state_dict(model, state, source=source)
+    return state
 
 
 def check_state_dict(model, state: dict, source: str) -> None:
@@ -238,12 +295,15 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
         if entry.weights is None:
             available = ", ".join(list_models(pretrained=True)) or "none yet"
             raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
-        record = entry.weights
-        model = build({**record["config"], "data": record["config"].get("data") or entry.data}, **overrides)
-        return load_into(model, hub.fetch_release(name))
+        config = {**entry.weights["config"], "data": entry.weights["config"].get("data") or entry.data}
+        released = config.get("init_args") or {}
+        new_head = "num_classes" in overrides and overrides["num_classes"] != released.get("num_classes")
+        if new_head and released.get("class_names") and "class_names" not in overrides:
+            overrides["class_names"] = None  # the release's names are not this label set's
+        return load_into(build(config, **overrides), hub.fetch_release(name), new_head=new_head)
     model = build({**entry.model, "data": entry.data}, **overrides)
     if checkpoint is not None:
-        load_into(model, checkpoint, sha256)
+        load_into(model, checkpoint, sha256, new_head="num_classes" in overrides)
     return model
 
 

@@ -81,6 +81,13 @@ class BackboneSpec:
     attn_drop_rate: float | None = None
     model_kwargs: dict[str, Any] | None = None
 
+    def __post_init__(self):
+        # jsonargparse hands a nested `--model.init_args.backbone.FIELD null` over as the string
+        # "None": it means unset (for `pretrained`, no pretrained weights)
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) == "None":
+                setattr(self, f.name, False if f.name == "pretrained" else None)
+
     # ------------------------------------------------------------------ construction
     @classmethod
     def coerce(cls, value: "BackboneSpec | dict | None", default: dict | None = None) -> "BackboneSpec":

@@ -7,12 +7,14 @@ captioned; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad model/argu
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model, unique_names
 from zoo.errors import UserError
 
 DEFAULT_MODEL = "sat_soft_scenes"
+CUT_MARK = "cut"  # plain-text output: the caption reached --max-len before its <end>
 
 
 def add_arguments(parser) -> None:
@@ -42,6 +44,9 @@ def run(args) -> int:
     if attention_dir is not None:
         check_writable(attention_dir, "--attention-dir", directory=True)
 
+    if not args.checkpoint and args.model == DEFAULT_MODEL:
+        print(f"zoo caption: model {DEFAULT_MODEL} (the default; --model NAME or --checkpoint PATH picks another)",
+              file=sys.stderr)
     model = resolve_model(args, "captioner", "a captioner")
     if getattr(model, "embed", None) is None:
         raise UserError("the model has an empty vocabulary (it was never trained)")
@@ -79,9 +84,8 @@ def run(args) -> int:
                           "errors": errors}, indent=1))
     else:
         for path, result in zip(good, results):
-            print(f"{path}\t{' '.join(result['words'])}")
+            cut = "" if result["finished"] else f" [{CUT_MARK} at {len(result['words'])} words]"
+            print(f"{path}\t{' '.join(result['words'])}{cut}")
         if overlays:
-            import sys
-
             print(f"zoo caption: attention overlays in {attention_dir}/", file=sys.stderr)
     return exit_code(len(good), errors)

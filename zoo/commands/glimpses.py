@@ -46,7 +46,7 @@ def run(args) -> int:
         atomic_save_image(figure, target)
         records.append({"image": path, "figure": str(target), "predicted": model.class_name(pred),
                         "class_index": pred, "confidence": round(confidence, 4),
-                        "locations": [[round(v, 4) for v in xy] for xy in traj["locations"][i].tolist()]})
+                        "locations": [{"x": round(x, 4), "y": round(y, 4)} for x, y in traj["locations"][i].tolist()]})
     print_records(records, args.json,
                   lambda r: f"{r['image']}: {r['predicted']} ({r['confidence']:.0%}) -> {r['figure']}")
     return exit_code(len(good), errors)

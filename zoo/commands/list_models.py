@@ -14,14 +14,26 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from zoo.registry import get_entry, list_models
+    import difflib
 
-    names = list_models(args.pattern, pretrained=args.pretrained)
-    entries = {name: get_entry(name) for name in names}
+    from zoo.errors import UserError
+    from zoo.registry import family_of, find_entries
+
+    entries = find_entries(args.pattern, pretrained=args.pretrained)
+    names = sorted(entries)
+    if not names and args.pattern != "*":
+        every = find_entries(pretrained=args.pretrained)
+        close = difflib.get_close_matches(args.pattern, list(every), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else f" (`zoo list` shows all {len(every)})"
+        raise UserError(f"no model matches '{args.pattern}'{hint}")
     if args.json:
+        for entry in entries.values():
+            family_of(entry)
         print(json.dumps({n: {"pretrained": entries[n].weights is not None, **entries[n].metadata}
                           for n in names}, indent=2, default=str))
         return 0
+    if names:
+        print(f"{'name':32s} {'weights':10s} headline metrics of the release")
     for n in names:
         e = entries[n]
         metrics = e.metadata.get("metrics") or {}

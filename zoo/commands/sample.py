@@ -45,16 +45,12 @@ def add_arguments(parser) -> None:
 
 
 def _check_out(out: Path) -> None:
-    """Before any work: an image suffix, an existing folder (a figure's folder is not made for it),
-    and the write check every command's outputs get (zoo.io.check_writable)."""
+    """Before any work: an image suffix and the write check every command's outputs get
+    (zoo.io.check_writable); a missing folder is created on write, as other commands do."""
     from zoo.io import check_writable
 
     if out.suffix.lower() not in IMAGE_SUFFIXES:
         raise UserError(f"--out {out}: use an image suffix ({', '.join(IMAGE_SUFFIXES)})")
-    folder = out.parent
-    if not folder.is_dir():
-        raise UserError(f"--out {out}: folder {folder} does not exist" if not folder.exists()
-                        else f"--out {out}: {folder} is not a folder")
     check_writable(out, "--out")
 
 

@@ -238,7 +238,8 @@ class CaptionsDataModule(SplitDataModule):
                  normalize: bool = False, batch_size: int = 64, eval_batch_size: int | None = None,
                  max_len: int = 20, min_freq: int = 5, max_vocab: int | None = 10000,
                  num_workers: int = 4, seed: int = 0, bucket_pool: int = 50,
-                 limit_train: int | None = None, limit_eval: int | None = None, check_files: bool = True):
+                 limit_train: int | None = None, limit_eval: int | None = None, check_files: bool = True,
+                 vocab: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters()
         if format not in FORMATS:
@@ -280,6 +281,8 @@ class CaptionsDataModule(SplitDataModule):
 
     @property
     def vocab(self) -> Vocab:
+        if self._vocab is None and self.hparams.get("vocab"):  # fixed (a release's): other words are <unk>
+            self._vocab = Vocab(self.hparams.vocab)
         if self._vocab is None:
             hp = self.hparams
             vocab = Vocab.build((t for r in self.records("train") for t in r.tokens),

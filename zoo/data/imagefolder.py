@@ -7,12 +7,13 @@
 ImageNet itself fits this layout once its validation images are sorted into class folders (e.g.
 with the widely used `valprep.sh`). Classes are the sorted folder names, identical across splits.
 
-Batches are (images float [B, 3, S, S] in [0, 1], labels int64 [B]); the model normalises.
+Batches are (images float [B, channels, S, S] in [0, 1], labels int64 [B]); the model normalises.
 Training: RandomResizedCrop(S, scale) + horizontal flip; evaluation: resize to S / crop_pct, then
 center-crop S (timm's and torchvision's standard evaluation transform: zoo.preprocess's "crop"
 rule, the code every route shares)."""
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from torch.utils.data import DataLoader
@@ -27,16 +28,21 @@ class ImageFolderDataModule(SplitDataModule):
 
     def __init__(self, root: str, image_size: int = 224, batch_size: int = 128, eval_batch_size: int | None = None,
                  num_workers: int = 8, train_dir: str = "train", val_dir: str = "val", test_dir: str | None = "test",
-                 crop_scale: list[float] = (0.08, 1.0), crop_pct: float = 0.875, hflip: float = 0.5):
+                 crop_scale: list[float] = (0.08, 1.0), crop_pct: float = 0.875, hflip: float = 0.5,
+                 channels: int = 3):
         super().__init__()
         self.save_hyperparameters()
         self.image_size = image_size
         self.datasets: dict = {}
-        self.class_names: list[str] = []
-        train = Path(root) / train_dir
-        if train.is_dir():
-            self.class_names = sorted(p.name for p in train.iterdir() if p.is_dir())
+        self.class_names = self.class_names_for(root, train_dir)
         self.num_classes = len(self.class_names)
+
+    @staticmethod
+    def class_names_for(root: str, train_dir: str = "train", **_) -> list[str]:
+        """The label set, known before the module is built (train.py gives it to the model):
+        the sorted class folder names under ROOT/train_dir."""
+        train = Path(root) / train_dir
+        return sorted(p.name for p in train.iterdir() if p.is_dir()) if train.is_dir() else []
 
     def _folder(self, name: str | None):
         from torchvision import datasets, transforms
@@ -51,8 +57,8 @@ class ImageFolderDataModule(SplitDataModule):
                 transforms.RandomHorizontalFlip(hp.hflip),
                 transforms.ToTensor()])
         else:
-            tf = Preprocessing(3, (hp.image_size, hp.image_size), "crop", int(round(hp.image_size / hp.crop_pct)))
-        dataset = datasets.ImageFolder(str(path), transform=tf, loader=_rgb_loader)
+            tf = Preprocessing(hp.channels, (hp.image_size, hp.image_size), "crop", int(round(hp.image_size / hp.crop_pct)))
+        dataset = datasets.ImageFolder(str(path), transform=tf, loader=partial(_load, channels=hp.channels))
         if self.class_names and dataset.classes != self.class_names:
             raise UserError(f"{path}: class folders differ from {hp.train_dir}/ "
                             f"({len(dataset.classes)} vs {len(self.class_names)} classes)")
@@ -78,7 +84,7 @@ class ImageFolderDataModule(SplitDataModule):
         return self.plain_loader(dataset, train=shuffle, pin_memory=True, drop_last=shuffle)
 
 
-def _rgb_loader(path: str):
+def _load(path: str, channels: int):
     from zoo.io import load_image
 
-    return load_image(path, channels=3)
+    return load_image(path, channels=channels)

@@ -483,7 +483,8 @@ class FashionScenesDataModule(SplitDataModule):
                  item_sizes: tuple[int, ...] = (28,), min_items: int = 1, max_items: int = 3,
                  min_captions: int = 3, max_captions: int = 5, gap: int = 0,
                  bucket_pool: int = 50, pad_to_multiple: int | None = None, cache: bool = True,
-                 cache_dir: str | None = None, item_loader: Callable | None = None):
+                 cache_dir: str | None = None, item_loader: Callable | None = None,
+                 vocab: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["item_loader"])
         for name in ("num_train", "num_val", "num_test"):
@@ -571,6 +572,8 @@ class FashionScenesDataModule(SplitDataModule):
     # ------------------------------------------------------------------ vocabulary
     @property
     def vocab(self) -> Vocab:
+        if self._vocab is None and self.hparams.get("vocab"):  # fixed (a release's): other words are <unk>
+            self._vocab = Vocab(self.hparams.vocab)
         if self._vocab is None:
             train = self.build_split("train")
             self._vocab = Vocab.build((tokenize(c) for caps in train.captions for c in caps),

@@ -48,6 +48,12 @@ class ZooModule(L.LightningModule):
     eager_optimizer_impl: str = "default"
     #: Metrics shown in the progress bar during training and validation.
     progress_bar_metrics: tuple[str, ...] = ("loss", "acc")
+    #: Parameter-name prefixes of the classifier head: fine-tuning to another label set starts
+    #: them fresh, everything else keeps the release's weights (timm's `reset_classifier`).
+    head_keys: tuple[str, ...] = ()
+    #: Parameters whose rows are indexed by the vocabulary: fine-tuning to another vocabulary keeps
+    #: the rows of the words the release knows and starts new words fresh.
+    vocab_keys: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ checkpoints
     def zoo_config(self) -> dict:

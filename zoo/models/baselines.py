@@ -55,6 +55,10 @@ class Classifier(ClassifierModule):
 
     family = "baseline"
 
+    @property
+    def head_keys(self) -> tuple[str, ...]:
+        return (f"net.{len(self.net) - 1}.",)  # every arch ends in its Linear classifier
+
     def __init__(self, arch: str = "cnn", image_size: int = 28, in_chans: int = 1, num_classes: int = 10,
                  hidden: list[int] = (256, 256), channels: list[int] = (32, 64, 128), kernel_size: int = 3,
                  cnn_hidden: int = 256, stride: int = 5, dropout: float = 0.1, lr: float = 1e-3, weight_decay: float = 0.0,

@@ -105,6 +105,7 @@ class Captioner(ZooModule):
     # (FashionScenes' `pad_to_multiple` keeps the count small); other lengths run eagerly
     accel_max_shapes = 8
     progress_bar_metrics = ("loss",)
+    vocab_keys = ("embed.weight", "L_o.weight", "L_o.bias")
 
     def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
                  backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
@@ -633,6 +634,10 @@ class Captioner(ZooModule):
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[1] != channels:
             shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             raise UserError(f"caption() wants images [B, {channels}, H, W], got {shape}")
+        expected = tuple(self.hparams.image_size)
+        if tuple(images.shape[-2:]) != expected:  # the size rule: tensors must already match (README)
+            raise UserError(f"caption() wants images of the model's size {expected[0]}x{expected[1]}, got "
+                            f"{images.shape[-2]}x{images.shape[-1]} (prepare files with zoo.preprocessing(model))")
         if not images.is_floating_point():
             raise UserError(f"caption() wants float images in [0, 1], got {images.dtype} "
                             "(uint8 pixels: divide by 255, or prepare them with zoo.preprocessing(model))")

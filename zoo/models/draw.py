@@ -356,6 +356,7 @@ class DRAWClassifier(ClassifierModule):
     images [B, C, S, S] in [0, 1] -> logits [B, num_classes]."""
 
     family = "draw_classifier"
+    head_keys = ("head.",)
     # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
     # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
     accel_cpu_compile_min_steps = 4000

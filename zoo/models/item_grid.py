@@ -40,6 +40,7 @@ class ItemGridClassifier(ClassifierModule):
 
     family = "backbone"
     progress_bar_metrics = ("loss", "item_acc")
+    head_keys = ("class_head.",)
 
     def __init__(self, backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
                  num_classes: int = 10, num_colours: int = 8, colour_weight: float = 1.0,

@@ -76,6 +76,8 @@ class GlimpseNetwork(nn.Module):
 class RAM(ZooModule):
     """images [B, C, H, W] in [0, 1] -> logits [B, num_classes] after `num_glimpses` glimpses."""
 
+    head_keys = ("classifier.",)
+
     family = "ram"
     # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
     # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).

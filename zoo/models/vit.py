@@ -42,6 +42,7 @@ class ViTClassifier(ZooModule):
     family = "vit"
     accel_cuda = "compile"  # a compute-bound transformer: fused kernels matter more than launches
     eager_optimizer_impl = "fused"
+    head_keys = ("backbone.vit.head.",)
 
     def __init__(self, model_name: str = "vit_tiny_patch16_224", img_size: int = 28, patch_size: int = 4,
                  in_chans: int = 1, num_classes: int = 10, depth: int | None = 6, embed_dim: int | None = 96,

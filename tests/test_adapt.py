@@ -1,0 +1,163 @@
+"""Adapting a release to your own task (issue 24): a new label set keeps every weight but the
+classifier head, a new vocabulary keeps the rows of the words the release knows, any other change
+is refused in one line; an ImageFolder's class names reach the model and its checkpoint."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import zoo
+from conftest import REPO, cli_env, run_cli
+from zoo.errors import UserError
+
+
+def test_new_label_set_keeps_all_but_the_head():
+    release = zoo.create_model("vit_fmnist", pretrained=True).state_dict()
+    model = zoo.create_model("vit_fmnist", pretrained=True, num_classes=5)
+    state = model.state_dict()
+    head = [k for k in state if k.startswith(model.head_keys)]
+    assert head and model.hparams.num_classes == 5 and model.hparams.class_names is None
+    for key, value in state.items():
+        if key in head:
+            assert value.shape[0] == 5 and release[key].shape[0] == 10
+        else:
+            assert torch.equal(value, release[key]), key
+    assert model(torch.rand(2, 1, 28, 28)).shape == (2, 5)
+
+
+def test_an_unasked_shape_change_is_refused_in_one_line():
+    with pytest.raises(UserError) as info:
+        zoo.create_model("vit_fmnist", pretrained=True, mlp_ratio=4.0)
+    assert "shapes differ" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_new_vocabulary_keeps_the_rows_of_known_words():
+    release = zoo.create_model("sat_soft_scenes", pretrained=True)
+    old = list(release.hparams.vocab)
+    new = old[:4] + ["zebra", "giraffe"] + old[4:][::-1][:10]  # new words first, then known ones reordered
+    model = zoo.create_model("sat_soft_scenes", pretrained=True, vocab=new)
+    assert list(model.hparams.vocab) == new
+    before, after = release.state_dict(), model.state_dict()
+    for key in model.vocab_keys:
+        for i, word in enumerate(new):
+            if word in old:
+                assert torch.equal(after[key][i], before[key][old.index(word)]), (key, word)
+            else:
+                assert all(not torch.equal(after[key][i], row) for row in before[key]), (key, word)
+    for key in set(after) - set(model.vocab_keys):
+        assert torch.equal(after[key], before[key]), key
+
+
+def _folder(root, classes=("cat", "dog"), size=(28, 28)):
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for label in classes:
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i in range(4):
+                Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)).save(folder / f"{i}.png")
+    return root
+
+
+def test_init_from_a_release_on_an_image_folder_stores_its_class_names(tmp_path):
+    data = _folder(tmp_path / "pets")
+    root = tmp_path / "run"
+    rc, _, err = run_cli(["train.py", "fit", "--config", REPO / "configs/vit/fmnist.yaml",
+                          "--config", REPO / "configs/vit/_fmnist5_imagefolder.yaml", "--data.init_args.root", data,
+                          "--data.init_args.batch_size", "4", "--init_from", "vit_fmnist",
+                          "--trainer.max_epochs", "1", "--trainer.logger", "false",
+                          "--trainer.default_root_dir", root], cwd=tmp_path, env=cli_env(), timeout=600)
+    assert rc == 0, err[-3000:]
+    assert "new classifier head backbone.vit.head.weight (2, 96)" in err
+    checkpoint = sorted((root / "checkpoints").glob("best*.ckpt"))[-1]
+    model = zoo.load_checkpoint(checkpoint)
+    assert model.hparams.num_classes == 2 and list(model.hparams.class_names) == ["cat", "dog"]
+    rc, out, err = run_cli(["-m", "zoo.cli", "attention", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
+                            data / "val" / "dog" / "0.png"], cwd=tmp_path, env=cli_env(), timeout=600)
+    assert rc == 0, err[-3000:]
+    predicted = out.split(": ", 1)[1].split(" (")[0]  # "IMAGE: NAME (P%) -> ..."
+    assert predicted in ("cat", "dog"), out
+
+
+def test_transforms_take_pil_arrays_and_tensors_alike():
+    import torchvision.transforms.functional as TF
+
+    rng = np.random.default_rng(1)
+    for name, shape in (("vit_fmnist", (40, 30)), ("sat_soft_scenes", (50, 70, 3))):
+        pil = Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8))
+        transform = zoo.get_weights(name).transforms()
+        reference = transform(pil)
+        array, tensor = np.asarray(pil), TF.pil_to_tensor(pil)
+        for other in (array, tensor, TF.to_tensor(pil)):
+            assert torch.allclose(transform(other), reference, atol=1e-6), (name, type(other))
+    with pytest.raises(UserError):
+        transform([1, 2, 3])
+
+
+def test_zoo_list_has_a_header_and_no_match_is_a_user_error():
+    rc, out, _ = run_cli(["-m", "zoo.cli", "list", "vit_*"], cwd=REPO, env=cli_env())
+    assert rc == 0 and out.splitlines()[0].split()[:2] == ["name", "weights"] and "vit_fmnist" in out
+    rc, out, err = run_cli(["-m", "zoo.cli", "list", "sat_soft_coco"], cwd=REPO, env=cli_env())
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "no model matches 'sat_soft_coco'" in err and "sat_coco_soft" in err
+
+
+def test_zoo_caption_names_its_default_model_and_marks_a_cut_caption(tmp_path, capsys):
+    from zoo.cli import main
+
+    image = tmp_path / "scene.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(image)
+    capsys.readouterr()
+    assert main(["caption", str(image), "--max-len", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.rstrip().endswith("[cut at 1 words]") and "model sat_soft_scenes (the default" in err
+
+
+def test_glimpse_json_names_its_axes(tmp_path, capsys):
+    from zoo.cli import main
+
+    image = tmp_path / "item.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)).save(image)
+    capsys.readouterr()
+    assert main(["glimpses", "--model", "ram_fmnist_centered", str(image), "--out", str(tmp_path / "g"), "--json"]) == 0
+    import json
+
+    record = json.loads(capsys.readouterr().out)
+    record = record[0] if isinstance(record, list) else (record.get("results") or record.get("records"))[0]
+    assert record["locations"] and set(record["locations"][0]) == {"x", "y"}
+
+
+@pytest.mark.parametrize("init_vocab", ["data", "release"])
+def test_init_from_a_captioner_on_new_captions_keeps_known_words(tmp_path, init_vocab):
+    root = tmp_path / "run"
+    rc, _, err = run_cli(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml",
+                          "--init_from", "sat_soft_scenes", "--init_vocab", init_vocab,
+                          "--data.init_args.num_train", "64", "--data.init_args.num_val", "16",
+                          "--data.init_args.num_test", "16", "--data.init_args.max_vocab", "6",
+                          "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
+                          "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
+                          "--trainer.default_root_dir", root], cwd=tmp_path, env=cli_env(), timeout=600)
+    assert rc == 0, err[-3000:]
+    release = list(zoo.create_model("sat_soft_scenes", pretrained=True).hparams.vocab)
+    vocab = list(zoo.load_checkpoint(root / "checkpoints" / "last.ckpt").hparams.vocab)
+    if init_vocab == "release":
+        assert vocab == release and "vocabulary of" not in err
+    else:
+        assert len(vocab) == 4 + 6 and set(vocab) <= set(release)
+        assert "vocabulary of 10 entries: 10 keep the release's rows, 0 new words start fresh" in err
+
+
+def test_caption_refuses_a_tensor_of_another_size():
+    model = zoo.create_model("sat_soft_scenes", pretrained=True)
+    assert model.caption(torch.rand(1, 3, 64, 64), beam_size=1, max_len=3)
+    with pytest.raises(UserError, match="model's size 64x64, got 256x256"):
+        model.caption(torch.rand(1, 3, 256, 256))
+
+
+def test_backbone_null_on_the_command_line_means_unset():
+    from zoo.backbones.spec import BackboneSpec
+
+    spec = BackboneSpec(kind="stem", pretrained="None", pretrained_file="None", level="None")
+    assert spec.pretrained is False and spec.pretrained_file is None and spec.level is None
