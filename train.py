@@ -215,12 +215,17 @@ class SaveConfigToRunDir(SaveConfigCallback):
 
 
 class _NoAdverts(logging.Filter):
-    """Lightning's info log advertises cloud products ("💡 Tip: ... litlogger") at every start, and
-    announces a Ctrl-C that train.py reports in its own one line."""
+    """Lines of Lightning's info log that are noise here: an advert for cloud products ("💡 Tip:
+    ... litlogger") at every start; a Ctrl-C that train.py reports in its own one line; and, at
+    every checkpoint save, "`weights_only` was not set, defaulting to `False`", which is about
+    what a SAVE keeps (the optimizer state, for resuming) but reads like an unsafe load right under
+    our promise that every load is weights_only=True."""
+
+    QUIET = ("💡", "Detected KeyboardInterrupt", "`weights_only` was not set")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
-        return not message.startswith("💡") and "Detected KeyboardInterrupt" not in message
+        return not any(part in message for part in self.QUIET)
 
 
 class ZooCLI(LightningCLI):
@@ -444,6 +449,8 @@ class ZooCLI(LightningCLI):
             raise UserError(f"data.init_args.num_workers must be >= 0, got {hp['num_workers']}")
         dm.prepare_data()  # our data modules build or read their files here and in setup,
         dm.setup("fit")    # idempotently: a missing file is reported now, in one line
+        if hasattr(dm, "summary") and _launching_process():
+            print(f"data: {dm.summary()}", flush=True)
 
     def _claim_run_dir(self, root: Path, resuming: bool) -> None:
         check_writable(root, "--trainer.default_root_dir", directory=True)
@@ -499,8 +506,15 @@ def main(args: list[str] | None = None) -> None:
     # main(args) is also called from Python (tests, notebooks) with its own argument list
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # Lightning 2.6 on torch 2.14: not ours to fix
-    for name in ("lightning.pytorch", "pytorch_lightning"):
-        logging.getLogger(name).addFilter(_NoAdverts())
+    for name in ("lightning.pytorch", "pytorch_lightning", "lightning.pytorch.utilities.rank_zero",
+                 "lightning.pytorch.trainer.connectors.checkpoint_connector",
+                 "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+                 "lightning.pytorch.trainer.connectors.callback_connector", "lightning.pytorch.trainer.call"):
+        logging.getLogger(name).addFilter(_NoAdverts())  # a filter acts on its own logger's records only
+    # jsonargparse's notice about an argument LightningCLI passes, not one a user can change
+    warnings.filterwarnings("ignore", message=r"(?s).*skip_none parameter was deprecated")
+    # a frozen, pretrained encoder is in eval mode on purpose (its batch norm statistics stay)
+    warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training")
     argv = sys.argv[1:] if args is None else args
     base = {"default_config_files": [BASE_CONFIG]}
     try:

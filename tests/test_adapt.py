@@ -161,3 +161,14 @@ def test_backbone_null_on_the_command_line_means_unset():
 
     spec = BackboneSpec(kind="stem", pretrained="None", pretrained_file="None", level="None")
     assert spec.pretrained is False and spec.pretrained_file is None and spec.level is None
+
+
+def test_a_plain_training_run_prints_no_noise_and_one_data_line(trained_run):
+    """Nothing on a plain run contradicts the README or is ours to silence: no cloud advert, no
+    save-side 'weights_only ... False' under our safety promise, no W&B 'anonymous' notice, no empty
+    jsonargparse deprecation; and one line says what data it trains on."""
+    for noise in ("💡", "`weights_only` was not set", "anonymous setting", "JsonargparseDeprecationWarning",
+                  "in eval mode"):
+        assert noise not in trained_run["stderr"], noise
+    lines = [line for line in trained_run["stdout"].splitlines() if line.startswith("data: ")]
+    assert len(lines) == 1 and lines[0].startswith("data: FashionMNISTDataModule: train ")

@@ -37,6 +37,8 @@ class ZooWandbLogger(WandbLogger):
         Path(save_dir).mkdir(parents=True, exist_ok=True)
         super().__init__(project=project, save_dir=save_dir, name=name, offline=offline,
                          log_model=log_model and not offline, **kwargs)
+        if self._wandb_init.get("anonymous") is None:
+            self._wandb_init.pop("anonymous", None)  # an unset key W&B warns about at every start
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

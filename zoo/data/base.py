@@ -29,6 +29,15 @@ class SplitDataModule(L.LightningDataModule):
         Lightning refuses to merge equal keys with different values."""
         return AttributeDict({f"data.{k}": v for k, v in super().hparams_initial.items() if not k.startswith("_")})
 
+    def summary(self) -> str:
+        """One line for the start of training: examples per split, and a vocabulary's size."""
+        datasets = getattr(self, "datasets", None) or {}
+        parts = [f"{split} {len(data):,}" for split, data in datasets.items() if hasattr(data, "__len__")]
+        vocab = getattr(self, "_vocab", None) or getattr(self, "vocab_", None)
+        if vocab is not None and hasattr(vocab, "__len__"):
+            parts.append(f"vocabulary {len(vocab):,} words")
+        return f"{type(self).__name__}: " + (", ".join(parts) or "no split built yet")
+
     def train_dataloader(self) -> DataLoader:
         return self.loader("train")
 
