@@ -2,6 +2,7 @@
 
     python scripts/attention_results.py                      # every release that attends
     python scripts/attention_results.py ram_fmnist_cluttered60 --n 200
+    python scripts/attention_results.py --checkpoint runs/x/checkpoints/last.ckpt --out /tmp   # any checkpoint
 
 For each release: its attention record on the first `--n` examples of its own data's test split
 (the data it was trained on, rebuilt from the release's data config, with the item boxes known),
@@ -58,18 +59,27 @@ def figure(name: str, split: str, index: int, out_dir: Path) -> Path:
     return path
 
 
+def _load(name: str):
+    """A release by name, or any checkpoint (.ckpt or .safetensors with its config) by path."""
+    if Path(name).suffix in (".ckpt", ".safetensors"):
+        return zoo.load_checkpoint(name).eval()
+    return zoo.create_model(name, pretrained=True).eval()
+
+
 def run(name: str, n: int, split: str, seed: int, out_dir: Path) -> Path:
     started = time.perf_counter()
-    model = zoo.create_model(name, pretrained=True).eval()
+    model = _load(name)
     data = registry.build_datamodule(model)
     examples = data.boxed_examples(split, n)
     torch.manual_seed(seed)
     trained = evaluate(model, examples, seed=seed)
-    randomised = evaluate(randomise(zoo.create_model(name, pretrained=True).eval(), seed), examples, seed=seed)
-    entry = registry.get_entry(name)
+    randomised = evaluate(randomise(_load(name), seed), examples, seed=seed)
+    release = Path(name).suffix not in (".ckpt", ".safetensors")
+    metadata = registry.get_entry(name).metadata if release else {}
+    name = name if release else Path(name).stem
     payload = {"name": name, "family": model.family, "split": split, "examples": len(examples["images"]),
-               "seed": seed, "recipe": entry.metadata.get("recipe"), "data": registry.data_config(model),
-               "release_metrics": entry.metadata.get("metrics"), "trained": trained, "randomised": randomised, "wall_time_s": round(time.perf_counter() - started, 1),
+               "seed": seed, "recipe": metadata.get("recipe"), "data": registry.data_config(model),
+               "release_metrics": metadata.get("metrics"), "trained": trained, "randomised": randomised, "wall_time_s": round(time.perf_counter() - started, 1),
                "command": f"python scripts/attention_results.py {name} --n {n} --split {split} --seed {seed}"}
     return write_json(out_dir / f"attention_{name}.json", payload)
 
@@ -77,6 +87,8 @@ def run(name: str, n: int, split: str, seed: int, out_dir: Path) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="releases (default: every release that attends)")
+    parser.add_argument("--checkpoint", action="append", default=[], metavar="PATH",
+                        help="also (or instead) a checkpoint of your own: .ckpt or .safetensors")
     parser.add_argument("--n", type=int, default=500, help="test examples per release")
     parser.add_argument("--split", choices=["val", "test"], default="test")
     parser.add_argument("--seed", type=int, default=0)
@@ -89,7 +101,7 @@ def main(argv=None) -> int:
             for name in args.names or attending_releases():
                 print(f"{name}: {figure(name, args.split, args.index, Path(args.figures))}", flush=True)
             return 0
-        for name in args.names or attending_releases():
+        for name in [*(args.names or ([] if args.checkpoint else attending_releases())), *args.checkpoint]:
             path = run(name, args.n, args.split, args.seed, Path(args.out))
             print(f"{name}: {path}", flush=True)
     except UserError as exc:

@@ -95,8 +95,32 @@ def main(argv=None) -> int:
     half.mkdir(parents=True)
     good = (trained / "checkpoints" / "last.ckpt").read_bytes()
     (half / "best-epoch=000.ckpt").write_bytes(good)
-    time.sleep(0.01)
     (half / "last.ckpt").write_bytes(good[: len(good) // 2])
+    # small files that would take gigabytes (issue: limits before work)
+    laughs = ["zoo.models.ram.RAM"]
+    for _ in range(30):
+        laughs = [laughs] * 10  # 10**30 leaves once expanded, 30 lists in the pickle memo
+    torch.save({"state_dict": {}, "zoo": {"class_path": laughs}}, work / "memo_bomb.ckpt")
+    resume_bomb = work / "resume_bomb" / "checkpoints"
+    resume_bomb.mkdir(parents=True)
+    torch.save({"state_dict": {}, "hyper_parameters": {"hidden": laughs}}, resume_bomb / "last.ckpt")
+    anchors = ["z: ", "  a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    anchors += [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 30)]
+    (work / "anchor_bomb.yaml").write_text("\n".join(anchors) + "\n" + Path(recipe).read_text())
+    (work / "deep.yaml").write_text("model: " + "[" * 200_000 + "]" * 200_000 + "\n")
+    save_file({"w": torch.zeros(1)}, str(work / "deep.safetensors"), metadata={"zoo_config": "[" * 200_000 + "]" * 200_000})
+    save_file({"w": torch.zeros(1)}, str(work / "long.safetensors"),
+              metadata={"zoo_config": json.dumps({"class_path": "zoo." + "x" * 50_000_000})})
+    for name, args_, data_ in (("wide", {"hidden": [60000]}, {}), ("billion", {}, {"limit_eval": 10**9})):
+        config = model.zoo_config()
+        config["init_args"].update(args_)
+        config["data"] = {"class_path": "zoo.data.fashion_mnist.FashionMNISTDataModule",
+                          "init_args": {"variant": "centered", **data_}}
+        hub.save_release(model, config, work / f"{name}.safetensors")
+    (work / "photos").mkdir()
+    (work / "photos" / "holiday.jpg").write_bytes(b"mine")
+    cli_bomb = "[" + ", ".join(["&a0 [x, x, x, x, x, x, x, x, x, x]"] +
+                               [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 30)]) + "]"
 
     (work / "coco.json").write_text(json.dumps({"images": [{"id": 1, "file_name": "scene.png"}],
                                                 "annotations": [{"id": 1, "image_id": 1, "caption": "a shirt"}]}))
@@ -147,19 +171,46 @@ def main(argv=None) -> int:
                                                            "--data.init_args.image_root", str(work),
                                                            "--model.init_args.backbone.pretrained", "false",
                                                            f"--trainer.default_root_dir={work / 'r15'}"]),
+        ("pickle-memo bomb as zoo.class_path (3 KB .ckpt): eval.py", [py, str(ROOT / "eval.py"), "--checkpoint",
+                                                                      str(work / "memo_bomb.ckpt")]),
+        ("pickle-memo bomb in a resume checkpoint's hyper_parameters", fit("resume_bomb", "--ckpt_path", "last")),
+        ("YAML anchor bomb in a recipe", [py, str(ROOT / "train.py"), "fit", "--config", str(work / "anchor_bomb.yaml"),
+                                          f"--trainer.default_root_dir={work / 'r20'}"]),
+        ("YAML anchor bomb in a command-line value", fit("r21", "--model.init_args.hidden", cli_bomb)),
+        ("a recipe nested 200,000 deep", [py, str(ROOT / "train.py"), "fit", "--config", str(work / "deep.yaml")]),
+        ("a weights config nested 200,000 deep", [py, str(ROOT / "eval.py"), "--checkpoint", str(work / "deep.safetensors")]),
+        ("a 50 MB class_path", [py, str(ROOT / "eval.py"), "--checkpoint", str(work / "long.safetensors")]),
+        ("hidden: [60000] in a weights file", [py, str(ROOT / "eval.py"), "--checkpoint", str(work / "wide.safetensors")]),
+        ("limit_eval: 1e9 in a weights file's data config", [py, str(ROOT / "eval.py"), "--checkpoint",
+                                                             str(work / "billion.safetensors")]),
+        ("file:///dev/zero as a checkpoint URL", [py, str(ROOT / "eval.py"), "--checkpoint", "file:///dev/zero"]),
+        ("ftp:// checkpoint URL", [py, str(ROOT / "eval.py"), "--checkpoint", "ftp://example.org/w.safetensors"]),
+        ("zoo export into a folder of other files", zoo + ["export", "--model", "vit_fmnist", "--out",
+                                                           str(work / "photos")]),
+        ("--ckpt_path last with no last.ckpt", fit("r22", "--ckpt_path", "last")),
+        ("resume with a changed val_size", fit("trained", "--ckpt_path", "last", "--data.init_args.val_size=50",
+                                               "--trainer.logger=false")),
         ("zoo with no command", zoo),
         ("zoo frobnicate", zoo + ["frobnicate"]),
     ]
     rows = []
     for case, command in cases:
-        result = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=600)
+        started = time.perf_counter()
+        # GNU time reports the peak memory (KB) as the last stderr line
+        result = subprocess.run(["/usr/bin/time", "-f", "%M", *command], env=env, cwd=work, capture_output=True,
+                                text=True, timeout=600)
+        seconds = time.perf_counter() - started
         lines = [line for line in result.stderr.splitlines() if line.strip()]
+        peak_kb = int(lines.pop()) if lines and lines[-1].strip().isdigit() else None
+        lines = [line for line in lines if not line.startswith("Command exited with non-zero status")]
         rows.append({"case": case, "exit": result.returncode, "stderr_lines": len(lines),
-                     "first_line": lines[0] if lines else "", "marker": marker.exists()})
+                     "first_line": lines[0][:300] if lines else "", "marker": marker.exists(),
+                     "seconds": round(seconds, 1), "peak_mb": round(peak_kb / 1024) if peak_kb else None})
     server.shutdown()
-    print("| case | exit code | stderr lines | stderr |\n|---|---|---|---|")
+    print("| case | exit code | stderr lines | seconds | peak MB | stderr |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['case']} | {r['exit']} | {r['stderr_lines']} | {r['first_line'][:160]} |")
+        print(f"| {r['case']} | {r['exit']} | {r['stderr_lines']} | {r['seconds']} | {r['peak_mb']} | "
+              f"{r['first_line'][:160]} |")
     print(f"\nmarker file created by any case: {any(r['marker'] for r in rows)}")
     if args.json:
         from zoo.results import write_json
