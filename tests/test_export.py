@@ -45,13 +45,17 @@ def test_classifiers_export_to_onnx_and_torch(family, tmp_path):
     model = CLASSIFIERS[family]().eval()
     images = torch.rand(3, 1, 28, 28)
     with torch.no_grad():
-        expected = model(images)
+        expected = getattr(model, "export_forward", model)(images)
+    expected = expected if isinstance(expected, tuple) else (expected,)  # RAM: logits and locations
     (onnx_path,) = export(model, tmp_path / "onnx", "onnx")
-    (logits,) = _onnx_run(onnx_path, {"images": images})
-    np.testing.assert_allclose(logits, expected.numpy(), atol=1e-4, rtol=1e-4)
+    outputs = _onnx_run(onnx_path, {"images": images})
+    assert len(outputs) == len(expected)
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want.numpy(), atol=1e-4, rtol=1e-4)
     (pt2,) = export(model, tmp_path / "torch", "torch")
-    np.testing.assert_allclose(torch.export.load(pt2).module()(images).detach().numpy(), expected.numpy(),
-                               atol=1e-5, rtol=1e-5)
+    program = torch.export.load(pt2).module()(images)
+    for got, want in zip(program if isinstance(program, tuple) else (program,), expected):
+        np.testing.assert_allclose(got.detach().numpy(), want.numpy(), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("attention", ["soft", "hard"])
@@ -89,3 +93,35 @@ def test_what_cannot_be_exported_is_one_line(tmp_path, capsys):
     assert cli.main(["export", "--model", "draw_fmnist_t16", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == ("zoo export: error: a DRAW generator has no images -> outputs program to "
                                                "export (export the DRAW classifier, RAM, ViT, a baseline or a captioner)")
+
+
+@pytest.mark.slow
+def test_the_torch_free_onnx_example_captions_as_zoo_caption_does(tmp_path, capsys):
+    """docs/examples/onnx_caption.py (onnxruntime, numpy and PIL; torch and zoo made unimportable)
+    reads only the export folder and gives zoo caption's beam-search captions word for word."""
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    import zoo
+    from conftest import REPO, cli_env
+    from zoo import registry
+
+    model = zoo.create_model("sat_soft_scenes", pretrained=True)
+    images = registry.build_datamodule(model).boxed_examples("test", 3)["images"]
+    paths = []
+    for i, image in enumerate(images):
+        paths.append(tmp_path / f"scene{i}.png")
+        Image.fromarray((image.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)).save(paths[-1])
+    assert cli.main(["export", "--model", "sat_soft_scenes", "--out", str(tmp_path / "exported")]) == 0
+    capsys.readouterr()
+    assert cli.main(["caption", "--model", "sat_soft_scenes", *map(str, paths)]) == 0
+    expected = capsys.readouterr().out
+    blocked = ("import runpy, sys; sys.modules['torch'] = None; sys.modules['zoo'] = None; "
+               "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", blocked, str(REPO / "docs/examples/onnx_caption.py"),
+                             str(tmp_path / "exported"), *map(str, paths)], env=cli_env(None), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == expected and len(expected.splitlines()) == 3

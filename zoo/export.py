@@ -3,7 +3,8 @@ ONNX (through torch.onnx's exporter). The batch dimension stays dynamic.
 
 What is exported:
 - classifiers (the baselines, RAM with its deterministic mean-location policy, the DRAW
-  classifier, ViT): `model`: images [B, C, H, W] in [0, 1] -> logits [B, K];
+  classifier, ViT): `model`: images [B, C, H, W] in [0, 1] -> logits [B, K]; RAM also returns
+  where it looked, `locations` [B, T, 2] ((x, y) glimpse centres in [-1, 1]);
 - captioners, three programs (a serving loop can use the first two, the third is complete):
   `encoder`: images [B, 3, H, W] -> annotations [B, L, D], projected keys [B, L, P], h_0, c_0 [B, n];
   `decoder_step`: token [B] int64, h, c, projected, annotations -> log-probabilities [B, V], h, c,
@@ -55,7 +56,8 @@ class _Classifier(nn.Module):
         self.model = model
 
     def forward(self, images):
-        return self.model(images)
+        # a family that has more to say than its logits (RAM: where it looked) names it itself
+        return getattr(self.model, "export_forward", self.model)(images)
 
 
 class _Encoder(nn.Module):
@@ -117,7 +119,8 @@ def programs(model, max_len: int | None = None) -> dict[str, Program]:
     spec = for_model(model)
     images = torch.rand(2, spec.in_chans, *spec.size)
     if family != "captioner":
-        return {"model": Program(_Classifier(model), (images,), ["images"], ["logits"])}
+        outputs = list(getattr(model, "export_output_names", ("logits",)))
+        return {"model": Program(_Classifier(model), (images,), ["images"], outputs)}
     if getattr(model, "embed", None) is None:
         raise UserError("the captioner has no vocabulary yet (train it, or load a trained checkpoint)")
     encoder = _Encoder(model)
@@ -194,6 +197,7 @@ def describe(model, fmt: str) -> dict:
     if getattr(model, "itos", None):
         info["vocabulary"] = list(model.itos)
         info["special_tokens"] = {"pad": PAD_ID, "start": START_ID, "end": END_ID, "unk": UNK_ID}
+        info["decoding"] = {key: model.hparams.get(key) for key in ("beam_size", "length_penalty", "decode_max_len")}
     return info
 
 

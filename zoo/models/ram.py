@@ -377,6 +377,14 @@ class RAM(ZooModule):
             prediction={"probs": traj["probs"], "label": traj["predictions"],
                         "class_names": self.hparams.class_names})
 
+    #: what `zoo export` returns: the class scores and where the glimpses went
+    export_output_names = ("logits", "locations")
+
+    def export_forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """images [B, C, H, W] -> (logits [B, classes], locations [B, T, 2]) with the mean policy."""
+        out = self.rollout(images, "mean")
+        return out["logits"], out["locations"]
+
     def class_name(self, index: int) -> str:
         names = self.hparams.class_names
         return names[index] if names and 0 <= index < len(names) else str(index)

@@ -1,0 +1,108 @@
+"""Caption an image with a `zoo export` of a captioner and nothing else: onnxruntime, numpy and PIL
+(no torch, no zoo). Everything the programs need besides their weights is in the export's
+export.json: the vocabulary and special token ids, how to prepare an image, the decoding settings.
+
+    zoo export --model sat_soft_scenes --out exported/
+    python docs/examples/onnx_caption.py exported/ scene.png [--beam-size K] [--max-len N]
+
+It runs `encoder.onnx` once, then beam search over `decoder_step.onnx` (Show, Attend and Tell
+decodes each image once, free-running, with beam search; Xu et al. 2015). The search follows the
+zoo's (zoo/decoding/search.py): k hypotheses ranked by summed log-probability; one that emits
+<end> keeps its score and competes for the k slots; the answer is the finished hypothesis with the
+best score / length ** length_penalty (the length counts <end>), else the best unfinished one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+from PIL import Image
+
+
+def prepare(path: str, spec: dict) -> np.ndarray:
+    """The image as the model's evaluation data was: float [1, C, H, W] in [0, 1] (the programs
+    normalise it themselves)."""
+    image = Image.open(path)
+    image = image.convert("RGB" if spec["in_chans"] == 3 else "L")
+    height, width = spec["size"]
+    if spec["resize"] == "crop":  # the shorter side to resize_size, then the centre
+        shorter = spec.get("resize_size") or min(height, width)
+        scale = shorter / min(image.size)
+        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BILINEAR)
+        left, top = (image.width - width) // 2, (image.height - height) // 2
+        image = image.crop((left, top, left + width, top + height))
+    elif image.size != (width, height):
+        image = image.resize((width, height), Image.BILINEAR)
+    pixels = np.asarray(image, dtype=np.float32) / 255.0
+    pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
+    return pixels[None]
+
+
+def beam_search(step, h, c, projected, annotations, k: int, start: int, end: int, max_len: int,
+                length_penalty: float) -> tuple[list[int], bool]:
+    """One image's beam search; returns (word ids without <start>/<end>, finished)."""
+    h, c = np.repeat(h, k, 0), np.repeat(c, k, 0)
+    projected, annotations = np.repeat(projected, k, 0), np.repeat(annotations, k, 0)
+    tokens = np.full(k, start, dtype=np.int64)
+    scores = np.full(k, -np.inf, dtype=np.float32)
+    scores[0] = 0.0
+    finished = np.zeros(k, dtype=bool)
+    lengths = np.zeros(k, dtype=np.int64)
+    history = []  # (tokens, parents) per step
+    for _ in range(max_len):
+        log_probs, h, c, _alpha, _beta = step.run(None, {"token": tokens, "h": h, "c": c, "projected": projected,
+                                                         "annotations": annotations})
+        vocab = log_probs.shape[-1]
+        frozen = np.full_like(log_probs, -np.inf)
+        frozen[:, end] = 0.0  # a finished hypothesis continues with <end> at no cost
+        log_probs = np.where(finished[:, None], frozen, log_probs)
+        candidates = (scores[:, None] + log_probs).reshape(-1)
+        best = np.argsort(-candidates, kind="stable")[:k]
+        parents, tokens = best // vocab, best % vocab
+        parent_finished = finished[parents]
+        scores = candidates[best]
+        lengths = lengths[parents] + (~parent_finished)
+        finished = parent_finished | (tokens == end)
+        h, c = h[parents], c[parents]
+        history.append((tokens, parents))
+        if finished.all():
+            break
+    normalised = scores / np.maximum(lengths, 1).astype(np.float32) ** length_penalty
+    choice = int(np.argmax(np.where(finished, normalised, -np.inf))) if finished.any() else int(np.argmax(normalised))
+    words, beam = [], choice
+    for tokens_t, parents_t in reversed(history):
+        words.append(int(tokens_t[beam]))
+        beam = int(parents_t[beam])
+    words.reverse()
+    n_words = int(lengths[choice]) - int(finished[choice])
+    return words[:n_words], bool(finished[choice])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("export", help="a folder written by `zoo export` for a captioner")
+    parser.add_argument("images", nargs="+")
+    parser.add_argument("--beam-size", type=int, help="default: the model's")
+    parser.add_argument("--max-len", type=int, help="default: the model's")
+    args = parser.parse_args()
+    folder = Path(args.export)
+    info = json.loads((folder / "export.json").read_text())
+    special, decoding = info["special_tokens"], info["decoding"]
+    vocabulary = info["vocabulary"]
+    providers = ["CPUExecutionProvider"]
+    encoder = onnxruntime.InferenceSession(str(folder / "encoder.onnx"), providers=providers)
+    step = onnxruntime.InferenceSession(str(folder / "decoder_step.onnx"), providers=providers)
+    for path in args.images:
+        annotations, projected, h, c = encoder.run(None, {"images": prepare(path, info["preprocessing"])})
+        words, finished = beam_search(step, h, c, projected, annotations, args.beam_size or decoding["beam_size"],
+                                      special["start"], special["end"], args.max_len or decoding["decode_max_len"],
+                                      decoding["length_penalty"])
+        caption = " ".join(vocabulary[i] for i in words)
+        print(f"{path}\t{caption}" + ("" if finished else "\t[cut at --max-len]"))
+
+
+if __name__ == "__main__":
+    main()
