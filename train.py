@@ -71,6 +71,11 @@ class ZooArgumentParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error:  # jsonargparse probing a union type: let it try the next one
             return super().error(message, ex)
+        unknown = re.search(r"nrecognized arguments: (--[\w.]+)", str(message))
+        if unknown:
+            close = difflib.get_close_matches(unknown.group(1), list(getattr(self, "_option_string_actions", {})), n=1)
+            if close:
+                message = f"{message}; did you mean {close[0]}?"
         sys.stderr.write(f"{PROG}: error: {condense(message)} ({HELP})\n")
         sys.exit(2)
 
@@ -78,6 +83,9 @@ class ZooArgumentParser(LightningArgumentParser):
 def condense(message: str) -> str:
     """jsonargparse's multi-line messages as one line that names the key and the problem."""
     text = str(message)
+    nested = _nested_problem(text)
+    if nested:
+        return nested
     key = re.search(r'Parser key "([^"]+)"', text)
     where = f"{key.group(1)}: " if key else ""
     problem = re.search(r"Problem with given class_path '([^']+)':(.*)", text, re.S)
@@ -86,7 +94,9 @@ def condense(message: str) -> str:
         detail = re.split(r"\n\s*- |\n\s*Given value", problem.group(2))[0].strip()
         option = re.search(r"Option '([^']+)' is not accepted", detail)
         if option:
-            return f"{where}{class_path} has no argument '{option.group(1)}'"
+            close = difflib.get_close_matches(option.group(1), _arguments_of(class_path), n=1)
+            hint = f"; did you mean {where.rstrip(': ')}.init_args.{close[0]}?" if close and where else ""
+            return f"{where}{class_path} has no argument '{option.group(1)}'{hint}"
         if "has no attribute" in detail or "No module named" in detail or "import" in detail.lower():
             first = detail.splitlines()[0].strip() if detail else "not importable"
             return f"{where}cannot import class_path '{class_path}' ({first}){_suggest(class_path)}"
@@ -99,6 +109,46 @@ def condense(message: str) -> str:
         return f"{where}{given.group(1).strip()[:120]!r} is not an accepted value"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return " ".join(lines)[:300] or "invalid command line"
+
+
+def _nested_problem(text: str) -> str | None:
+    """A problem in a nested argument (`--model.init_args.backbone.modelname`): jsonargparse nests
+    one union error in another, and the useful line is the innermost. Returns the dotted key, what
+    is wrong and a did-you-mean, or None when the message is not of that shape."""
+    keys = re.findall(r'Parser key "([^"]+)"', text)
+    if len(keys) < 2:
+        return None
+    path = f"{keys[0]}.init_args." + ".".join(keys[1:])  # a dataclass field (a backbone's) has no init_args
+    classes = re.findall(r"Problem with given class_path '([^']+)'", text)
+    option = re.search(r"Option '([^']+)' is not accepted", text)
+    if option and classes:
+        name, owner = option.group(1), classes[-1]
+        close = difflib.get_close_matches(name, _arguments_of(owner), n=1)
+        hint = f"; did you mean {path}.{close[0]}?" if close else ""
+        return f"{path}: {owner.rsplit('.', 1)[-1]} has no field '{name}'{hint}"
+    inner = re.search(r"Subtypes: \[(.*?)\]\s*Errors:(?:\s*- Expected a <class '\w+'>)+\s*Given value type: "
+                      r"<class 'str'>\s*Given value: None\b", text)
+    if inner:
+        return (f"{path}: null cannot be given on the command line for this field (jsonargparse reads it as "
+                f"the string 'None'); leave it out, or set it to null in a --config YAML file")
+    expected = re.search(r"Expected a <class '(\w+)'>.*?Given value: (.*?)\n", text, re.S)
+    if expected:
+        return f"{path}: expected {expected.group(1)}, got {expected.group(2).strip()[:80]!r}"
+    return None
+
+
+def _arguments_of(class_path: str) -> list[str]:
+    """The argument names of one of our classes (for a did-you-mean), or none."""
+    import inspect
+
+    module, _, name = class_path.rpartition(".")
+    if not module.startswith("zoo."):
+        return []
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return []
+    return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
 
 
 def _suggest(class_path: str) -> str:

@@ -172,3 +172,18 @@ def test_a_plain_training_run_prints_no_noise_and_one_data_line(trained_run):
         assert noise not in trained_run["stderr"], noise
     lines = [line for line in trained_run["stdout"].splitlines() if line.startswith("data: ")]
     assert len(lines) == 1 and lines[0].startswith("data: FashionMNISTDataModule: train ")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--model.init_args.backbone.modelname", "vit"],
+     "model.init_args.backbone: BackboneSpec has no field 'modelname'; did you mean model.init_args.backbone.model_name?"),
+    (["--model.init_args.backbone.level", "null"],
+     "model.init_args.backbone.level: null cannot be given on the command line"),
+    (["--model.init_args.hiden", "3"], "has no argument 'hiden'; did you mean model.init_args.hidden_dim?"),
+    (["--trainer.max_epoch", "3"], "did you mean --trainer.max_epochs?"),
+])
+def test_command_line_mistakes_name_the_field_with_a_did_you_mean(tmp_path, args, expected):
+    code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml", *args,
+                              "--print_config"], cwd=tmp_path, env=cli_env(None))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and expected in lines[0], err[-1500:]
