@@ -187,3 +187,14 @@ def test_command_line_mistakes_name_the_field_with_a_did_you_mean(tmp_path, args
                               "--print_config"], cwd=tmp_path, env=cli_env(None))
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and expected in lines[0], err[-1500:]
+
+
+def test_a_folder_without_classes_is_one_line(tmp_path):
+    for split in ("train", "val"):
+        (tmp_path / "data" / split).mkdir(parents=True)
+    code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/vit/imagenet_finetune.yaml",
+                              "--data.init_args.root", tmp_path / "data", "--model.init_args.pretrained", "false",
+                              f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert code == 2 and len(errors) == 1 and "Couldn't find any class folder" in errors[0], err[-1500:]
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -58,7 +58,10 @@ class ImageFolderDataModule(SplitDataModule):
                 transforms.ToTensor()])
         else:
             tf = Preprocessing(hp.channels, (hp.image_size, hp.image_size), "crop", int(round(hp.image_size / hp.crop_pct)))
-        dataset = datasets.ImageFolder(str(path), transform=tf, loader=partial(_load, channels=hp.channels))
+        try:
+            dataset = datasets.ImageFolder(str(path), transform=tf, loader=partial(_load, channels=hp.channels))
+        except FileNotFoundError as exc:  # no class folder, or class folders without images
+            raise UserError(f"ImageFolder {path}: {exc} (expected {path}/<class>/<image>)") from None
         if self.class_names and dataset.classes != self.class_names:
             raise UserError(f"{path}: class folders differ from {hp.train_dir}/ "
                             f"({len(dataset.classes)} vs {len(self.class_names)} classes)")
