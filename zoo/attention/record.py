@@ -261,11 +261,6 @@ def centre_prior(image_size: tuple[int, int], sigma: float = 0.25, device=None) 
     return prior / prior.sum()
 
 
-def uniform_map(image_size: tuple[int, int], device=None) -> torch.Tensor:
-    H, W = image_size
-    return torch.full((H, W), 1.0 / (H * W), device=device)
-
-
 def step_labels(prefix: str, batch: int, steps: int) -> list[list[str]]:
     return [[f"{prefix} {t + 1}" for t in range(steps)] for _ in range(batch)]
 
@@ -275,4 +270,4 @@ def full_mask(batch: int, steps: int, device=None) -> torch.Tensor:
 
 
 __all__ = ["AttentionRecord", "maps_from_cells", "maps_from_boxes", "maps_from_filters", "window_boxes",
-           "box_coverage", "centre_prior", "uniform_map", "step_labels", "full_mask"]
+           "box_coverage", "centre_prior", "step_labels", "full_mask"]
