@@ -111,6 +111,19 @@ def condense(message: str) -> str:
     return " ".join(lines)[:300] or "invalid command line"
 
 
+def _recipe_hint(given: str) -> str:
+    """'; did you mean configs/ram/fmnist_centered.yaml?' for a registry name (or a near one) given
+    as --config."""
+    from zoo import registry
+
+    names = registry.list_models()
+    close = [given] if given in names else difflib.get_close_matches(given, names, n=1)
+    if not close:
+        return ""
+    recipe = registry.get_entry(close[0]).recipe
+    return f"; did you mean configs/{recipe.parent.name}/{recipe.name}?" if recipe else ""
+
+
 def _nested_problem(text: str) -> str | None:
     """A problem in a nested argument (`--model.init_args.backbone.modelname`): jsonargparse nests
     one union error in another, and the useful line is the innermost. Returns the dotted key, what
@@ -186,7 +199,7 @@ def check_config_files(argv: list[str]) -> None:
             paths.append(arg.split("=", 1)[1])
     for path in map(Path, paths):
         if not path.exists():
-            raise UserError(f"--config {path}: no such file")
+            raise UserError(f"--config {path}: no such file{_recipe_hint(str(path))}")
         if path.is_dir():
             raise UserError(f"--config {path}: is a directory, not a YAML file")
         if path.stat().st_size > MAX_CONFIG_BYTES:

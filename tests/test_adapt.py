@@ -198,3 +198,17 @@ def test_a_folder_without_classes_is_one_line(tmp_path):
     errors = [line for line in err.splitlines() if "error" in line]
     assert code == 2 and len(errors) == 1 and "Couldn't find any class folder" in errors[0], err[-1500:]
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--config", "ram_fmnist_centered"], "--config ram_fmnist_centered: no such file; did you mean "
+                                          "configs/ram/fmnist_centered.yaml?"),
+    (["--config", "configs/ram/fmnist_centered.yaml", "--init_from", "ram_fmnist_centred"],
+     "--init_from ram_fmnist_centred: no such file or release; did you mean ram_fmnist_centered?"),
+])
+def test_a_registry_name_or_a_near_release_name_gets_a_did_you_mean(tmp_path, args, expected):
+    args = [str(REPO / a) if a.startswith("configs/") else a for a in args]
+    code, out, err = run_cli(["train.py", "fit", *args, f"--trainer.default_root_dir={tmp_path / 'run'}"],
+                             cwd=tmp_path, env=cli_env(None))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and expected in lines[0], err[-1500:]

@@ -3,6 +3,7 @@ otherwise), crash-safe checkpointing, fine-tuning from released weights, and a c
 each model's attention figures at validation."""
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
@@ -171,7 +172,9 @@ class InitFrom(L.Callback):
             return hub.fetch_release(source)
         if not hub.is_url(source) and not Path(source).is_file():
             released = ", ".join(sorted(hub.manifest())) or "none"
-            raise UserError(f"--init_from {source}: no such file or release (releases: {released})")
+            close = difflib.get_close_matches(source, list(hub.manifest()), n=1)
+            hint = f"; did you mean {close[0]}?" if close else f" (releases: {released})"
+            raise UserError(f"--init_from {source}: no such file or release{hint}")
         return hub.fetch(source, sha256)
 
     @classmethod
