@@ -5,6 +5,11 @@ batch and at batch 1000, with the compile time beside it.
     python benchmarks/accel.py                                   # every family, CPU (+ CUDA when present)
     python benchmarks/accel.py --families ram draw --batches recipe --rounds 3 --threads 1
 
+Modes: eager, compile, and on CUDA graph (the whole step captured once) and compile-ro
+(torch.compile(mode="reduce-overhead"), inductor's own CUDA graphs, which `graph` must beat before
+it may become a default). The JSON is rewritten after every family ("complete": false until the
+last), so a run cut short by a time limit keeps what it measured.
+
 Each family runs its recipe's model (configs/...) on random images of the recipe's size, with
 the recipe's optimizer and gradient clipping. Per batch size one model per mode is built from the
 same seed; the first step of each non-eager mode is timed alone (it compiles or captures:
@@ -26,6 +31,7 @@ Writes results/bench_accel_<cpu|cuda>.json (device, torch version, commit).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import math
 import os
@@ -53,6 +59,7 @@ RECIPES = {
     "sat_hard": "configs/sat/hard_scenes.yaml",
 }
 CAPTIONER_ENTRIES = ("sat_soft", "sat_hard", "beam")
+MODES = ("eager", "compile", "graph", "compile-ro")
 TRAIN_SIZE = 55000  # Fashion-MNIST train minus the recipes' 5000 validation images (FashionScenes: num_train)
 
 
@@ -118,21 +125,39 @@ def make_batch(model, batch_size: int, device: torch.device):
     return images, labels
 
 
+@contextlib.contextmanager
+def compile_mode_for(mode: str):
+    """`compile-ro` is `compile` with torch.compile(mode="reduce-overhead"): inductor's own CUDA
+    graphs, the alternative that `graph` must beat before it may become a default."""
+    from zoo.models.accel import COMPILE_MODE_ENV
+
+    before = os.environ.pop(COMPILE_MODE_ENV, None)
+    if mode == "compile-ro":
+        os.environ[COMPILE_MODE_ENV] = "reduce-overhead"
+    try:
+        yield "compile" if mode == "compile-ro" else mode
+    finally:
+        os.environ.pop(COMPILE_MODE_ENV, None)
+        if before is not None:
+            os.environ[COMPILE_MODE_ENV] = before
+
+
 def bench(recipe: dict, batch_size: int, modes: list[str], device: torch.device, steps: int, rounds: int) -> dict:
     torch._dynamo.reset()  # a fresh static compile for this batch size
     runs = {}
     for mode in modes:
-        model, optimizer = build(recipe, mode, device)
-        batch = make_batch(model, batch_size, device)
+        with compile_mode_for(mode) as accel_mode:  # torch.compile reads the mode at the first step
+            model, optimizer = build(recipe, accel_mode, device)
+            batch = make_batch(model, batch_size, device)
 
-        def step(model=model, optimizer=optimizer, batch=batch):
-            model.accel.fit_step(model, batch, optimizer, recipe["clip"])
+            def step(model=model, optimizer=optimizer, batch=batch):
+                model.accel.fit_step(model, batch, optimizer, recipe["clip"])
 
-        _sync(device)
-        start = time.perf_counter()
-        step()  # eager: warm-up; compile: compiles; graph: warm-up step and capture
-        _sync(device)
-        first = time.perf_counter() - start
+            _sync(device)
+            start = time.perf_counter()
+            step()  # eager: warm-up; compile: compiles; graph: warm-up step and capture
+            _sync(device)
+            first = time.perf_counter() - start
         if mode == "graph":
             step()  # the first replay
         runs[mode] = {"step": step, "first_step_s": first, "times": []}
@@ -189,6 +214,7 @@ def main(argv=None) -> int:
     parser.add_argument("--families", nargs="+", default=[*RECIPES, "beam"], choices=[*RECIPES, "beam"])
     parser.add_argument("--batches", nargs="+", default=["recipe", "1000"], help="'recipe' and/or integers")
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    parser.add_argument("--modes", nargs="+", choices=MODES, help="default: eager compile (+ graph compile-ro on CUDA)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per mode per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, help="torch CPU threads (on a shared machine: 1)")
@@ -210,8 +236,24 @@ def main(argv=None) -> int:
         return 2
     for name in devices:
         device = torch.device(name)
-        modes = ["eager", "compile"] + (["graph"] if device.type == "cuda" else [])
+        modes = args.modes or ["eager", "compile"] + (["graph", "compile-ro"] if device.type == "cuda" else [])
+        if device.type != "cuda" and {"graph", "compile-ro"} & set(modes):
+            print("accel benchmark: error: modes graph and compile-ro need --device cuda", file=sys.stderr)
+            return 2
         results, skipped = {}, {}
+        out = Path(args.out or ROOT / "results" / f"bench_accel_{name}.json")
+        start = time.perf_counter()
+
+        def save(complete: bool) -> None:  # after every family, so a run cut short keeps what it measured
+            record = {"benchmark": "accel", "device_type": name, "threads": torch.get_num_threads(),
+                      "compile_caches": "warm" if args.warm_cache else "disabled (cold compile times)",
+                      "torch": torch.__version__, "modes": modes, "families": results, "skipped": skipped,
+                      "complete": complete, "wall_s": round(time.perf_counter() - start, 1),
+                      "load_average": list(os.getloadavg()),
+                      "note": "ratios are medians of per-round ratios measured in one process, modes alternating; "
+                              "the machine may have been shared"}
+            write_json(out, record)
+
         for family in args.families:
             if family in CAPTIONER_ENTRIES:
                 why = captioner_ready()
@@ -239,14 +281,8 @@ def main(argv=None) -> int:
                 print(f"{family} ({recipe['path']}) on {name}, batch {size}:", flush=True)
                 entry["batches"].append(bench(recipe, size, modes, device, args.steps, args.rounds))
             results[family] = entry
-        record = {"benchmark": "accel", "device_type": name, "threads": torch.get_num_threads(),
-                  "compile_caches": "warm" if args.warm_cache else "disabled (cold compile times)",
-                  "torch": torch.__version__, "modes": modes, "families": results, "skipped": skipped,
-                  "load_average": list(os.getloadavg()),
-                  "note": "ratios are medians of per-round ratios measured in one process, modes alternating; "
-                          "the machine may have been shared"}
-        out = Path(args.out or ROOT / "results" / f"bench_accel_{name}.json")
-        write_json(out, record)
+            save(complete=False)
+        save(complete=True)
         print(f"-> {out}")
     return 0
 

@@ -29,8 +29,8 @@ def git_commit() -> str:
                                 *(f":(exclude){path}" for path in NOT_INPUTS)], cwd=REPO_ROOT,
                                capture_output=True, text=True).stdout.strip()
         return commit + ("-dirty" if dirty else "")
-    except Exception:
-        return "unknown"
+    except Exception:  # no git or no .git (a copy of the tree on another machine): the caller may say
+        return os.environ.get("ZOO_COMMIT", "unknown")
 
 
 def device_info() -> dict:

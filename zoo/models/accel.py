@@ -39,7 +39,9 @@ Logging reads the returned tensors after the step. Random draws are inputs so th
 consumes the same random stream: eager, compiled and graphed steps agree given the seed.
 
 `ZOO_COMPILE_BACKEND` (environment; default "inductor") picks the torch.compile backend, for
-debugging: "aot_eager" traces and checks without generating code.
+debugging: "aot_eager" traces and checks without generating code. `ZOO_COMPILE_MODE` (default
+unset: torch.compile's default) passes a torch.compile mode, e.g. "reduce-overhead" (inductor's
+own CUDA graphs), which benchmarks/accel.py measures beside `graph`.
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ from zoo.errors import UserError
 
 MODES = ("auto", "eager", "compile", "graph")
 BACKEND_ENV = "ZOO_COMPILE_BACKEND"
+COMPILE_MODE_ENV = "ZOO_COMPILE_MODE"
 GRAPH_PRECISIONS = ("32-true", "32", "bf16-true", "16-true", "64-true")
 
 log = logging.getLogger("zoo.accel")
@@ -69,6 +72,10 @@ def check_mode(mode: Any, owner: str) -> str:
 
 def compile_backend() -> str:
     return os.environ.get(BACKEND_ENV, "inductor")
+
+
+def compile_mode() -> str | None:
+    return os.environ.get(COMPILE_MODE_ENV) or None
 
 
 def compile_unavailable(device: torch.device) -> str | None:
@@ -330,7 +337,8 @@ class _Compiled:
 
     def __init__(self, runner: StepAccelerator, name: str, fn: Callable) -> None:
         self.runner, self.name, self.fn, self.failed = runner, name, fn, False
-        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=compile_backend())
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=compile_backend(),
+                                      mode=compile_mode())
 
     def __call__(self, *args):
         if self.failed:
