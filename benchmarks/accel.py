@@ -144,24 +144,30 @@ def compile_mode_for(mode: str):
 
 def bench(recipe: dict, batch_size: int, modes: list[str], device: torch.device, steps: int, rounds: int) -> dict:
     torch._dynamo.reset()  # a fresh static compile for this batch size
-    runs = {}
+    runs, failed = {}, {}
     for mode in modes:
-        with compile_mode_for(mode) as accel_mode:  # torch.compile reads the mode at the first step
-            model, optimizer = build(recipe, accel_mode, device)
-            batch = make_batch(model, batch_size, device)
+        try:
+            with compile_mode_for(mode) as accel_mode:  # torch.compile reads the mode at the first step
+                model, optimizer = build(recipe, accel_mode, device)
+                batch = make_batch(model, batch_size, device)
 
-            def step(model=model, optimizer=optimizer, batch=batch):
-                model.accel.fit_step(model, batch, optimizer, recipe["clip"])
+                def step(model=model, optimizer=optimizer, batch=batch):
+                    model.accel.fit_step(model, batch, optimizer, recipe["clip"])
 
-            _sync(device)
-            start = time.perf_counter()
-            step()  # eager: warm-up; compile: compiles; graph: warm-up step and capture
-            _sync(device)
-            first = time.perf_counter() - start
-        if mode == "graph":
-            step()  # the first replay
+                _sync(device)
+                start = time.perf_counter()
+                step()  # eager: warm-up; compile: compiles; graph: warm-up step and capture
+                _sync(device)
+                first = time.perf_counter() - start
+            if mode == "graph":
+                step()  # the first replay
+        except Exception as exc:  # a mode that breaks on this family is a finding, not the end of the run
+            failed[mode] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            print(f"  {mode:8s} FAILED: {failed[mode]}", flush=True)
+            continue
         runs[mode] = {"step": step, "first_step_s": first, "times": []}
         print(f"  {mode:8s} first step {first:8.2f} s", flush=True)
+    modes = [m for m in modes if m in runs]
     per_round = []
     for r in range(rounds):
         order = modes[r % len(modes):] + modes[:r % len(modes)]
@@ -178,7 +184,7 @@ def bench(recipe: dict, batch_size: int, modes: list[str], device: torch.device,
             this_round[mode] = batch_size / statistics.median(times)
         per_round.append(this_round)
         print(f"  round {r}: " + ", ".join(f"{m} {v:9.1f} img/s" for m, v in this_round.items()), flush=True)
-    out = {"batch_size": batch_size, "steps_per_round": steps, "rounds": per_round, "modes": {}}
+    out = {"batch_size": batch_size, "steps_per_round": steps, "rounds": per_round, "modes": {}, "failed": failed}
     eager_step = statistics.median(runs["eager"]["times"]) if "eager" in runs else None
     for mode, run in runs.items():
         median = statistics.median(run["times"])

@@ -496,10 +496,11 @@ def test_cuda_evaluation_graphs_equal_eager_and_make_no_host_sync(name, stage):
 
 
 @cuda
-def test_cuda_graph_training_through_lightning(tmp_path):
-    model = build("ram", accel="graph")
+@pytest.mark.parametrize("name", ["ram", "draw"])  # a whole-step family and DRAW's 64-step unroll
+def test_cuda_graph_training_through_lightning(name, tmp_path):
+    model = build(name, accel="graph")
     model.accel.force(None)
-    train, val = _loaders("ram", n=40, batch_size=16)
+    train, val = _loaders(name, n=40, batch_size=16)
     train = DataLoader(train.dataset, batch_size=16, shuffle=True)
     trainer = L.Trainer(max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="gpu", devices=1, gradient_clip_val=5.0,

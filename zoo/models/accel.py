@@ -433,6 +433,7 @@ class _GraphedTrainStep:
 
     def _capture(self, inputs: tuple) -> tuple:
         static_inputs = _static_copies(inputs)
+        real_grads = [p.grad for p in self.params]  # the eager step's, which the capture does not compute
         self.optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients inside the graph
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # loader threads may run
@@ -442,6 +443,10 @@ class _GraphedTrainStep:
             self.optimizer.step()
             keys = list(metrics)
             packed = torch.stack([loss.detach().float()] + [metrics[k].detach().float() for k in keys])
+        with torch.no_grad():  # capturing ran no kernel: the graph's gradient buffers hold nothing yet
+            for p, real in zip(self.params, real_grads):
+                if p.grad is not None:
+                    p.grad.copy_(real) if real is not None else p.grad.zero_()
         return graph, static_inputs, packed, keys
 
 
