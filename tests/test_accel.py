@@ -13,6 +13,7 @@ losses, gradients and parameters must agree within 1e-5.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 
@@ -337,6 +338,38 @@ def test_a_user_mistake_inside_a_compiled_step_is_its_own_one_line_error(monkeyp
     wrong = (torch.rand(2, 1, 20, 20), torch.zeros(2, dtype=torch.long))
     with pytest.raises(UserError, match=r"images are \(1, 20, 20\), the model expects \(1, 16, 16\)"):
         model.accel.fit_step(model, wrong, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_capture_runs_with_the_garbage_collector_held_off(monkeypatch):
+    """A collection during a CUDA graph capture can tear down an older graph, which invalidates the
+    capture (seen on an H200): older garbage is collected first, and none during the capture."""
+    import gc
+
+    events = []
+
+    class Cycle:  # garbage only a collection frees, like a previous run's graph
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            events.append("old garbage freed")
+
+    @contextlib.contextmanager
+    def fake_graph(graph, capture_error_mode):
+        events.append(f"capture begins, collector {'on' if gc.isenabled() else 'off'}")
+        yield
+
+    monkeypatch.setattr(torch.cuda, "graph", fake_graph)
+    assert gc.isenabled()
+    Cycle()
+    with accel._capturing(object()):
+        Cycle()
+        gc.collect()  # an explicit collection still runs; the guard stops the automatic ones
+    assert events[:2] == ["old garbage freed", "capture begins, collector off"]
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), accel._capturing(object()):
+        raise RuntimeError("capture failed")
+    assert gc.isenabled()
 
 
 def test_graph_unavailable_reasons():

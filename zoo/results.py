@@ -22,6 +22,8 @@ NOT_INPUTS = ("results", "docs", "tests")
 
 
 def git_commit() -> str:
+    if os.environ.get("ZOO_COMMIT"):  # the caller knows: a copy of the tree on another machine
+        return os.environ["ZOO_COMMIT"]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                                 text=True, check=True).stdout.strip()
@@ -29,8 +31,8 @@ def git_commit() -> str:
                                 *(f":(exclude){path}" for path in NOT_INPUTS)], cwd=REPO_ROOT,
                                capture_output=True, text=True).stdout.strip()
         return commit + ("-dirty" if dirty else "")
-    except Exception:  # no git or no .git (a copy of the tree on another machine): the caller may say
-        return os.environ.get("ZOO_COMMIT", "unknown")
+    except Exception:
+        return "unknown"
 
 
 def device_info() -> dict:

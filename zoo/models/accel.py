@@ -19,7 +19,7 @@
   otherwise the run falls back to what auto picks without graphs (compile) with one warning.
 - auto (default): the fastest mode that is correct on the device and pays for itself within the
   run: on CUDA `ZooModule.accel_cuda` ("compile": "graph" is opt-in and warns until a GPU run of
-  scripts/gpu_check.sh has passed the CUDA tests and measured it); on CPU, compiled training
+  scripts/gpu_check.sh passes the CUDA tests whole; docs/acceleration.md has the H200 runs); on CPU, compiled training
   when the run has at least `ZooModule.accel_cpu_compile_min_steps` optimizer steps (compiling
   costs about a minute or two on CPU, so short runs stay eager) and eager evaluation.
 
@@ -46,6 +46,7 @@ own CUDA graphs), which benchmarks/accel.py measures beside `graph`.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import shutil
@@ -191,7 +192,7 @@ class StepAccelerator:
         else:
             mode, why = requested, "as configured"
             if mode == "graph" and device.type == "cuda":
-                self._warn(trainer, f"accel 'graph' is unverified: no GPU run has passed the CUDA tests yet "
+                self._warn(trainer, f"accel 'graph' is opt-in: its CUDA tests have not yet passed whole on a GPU "
                                     f"(scripts/gpu_check.sh); {kind} steps run graph as configured")
             problem = graph_unavailable(trainer, device, kind) if mode == "graph" else None
             if problem:
@@ -368,6 +369,24 @@ def _clip(params: list[torch.Tensor], clip_val: float | None, algorithm: str = "
 
 
 # ----------------------------------------------------------------------------- CUDA graphs
+@contextlib.contextmanager
+def _capturing(graph: "torch.cuda.CUDAGraph"):
+    """torch.cuda.graph with the garbage collector held off. A collection during the capture can
+    free an older CUDAGraph (a previous run's, held in a reference cycle), whose teardown is not
+    permitted while a stream captures: the capture then fails with cudaErrorStreamCaptureInvalidated
+    (seen on an H200; recent torch no longer collects before capturing). So: collect first, then
+    capture with collection off."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # loader threads may run
+            yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _on_side_stream(fn: Callable, *args):
     """Run fn on a side stream (warm-up before a capture, as CUDA graph capture requires)."""
     side = torch.cuda.Stream()
@@ -436,7 +455,7 @@ class _GraphedTrainStep:
         real_grads = [p.grad for p in self.params]  # the eager step's, which the capture does not compute
         self.optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients inside the graph
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # loader threads may run
+        with _capturing(graph):
             loss, metrics = self.module.train_loss(*static_inputs)
             loss.backward()
             self._clip()
@@ -463,7 +482,7 @@ class _GraphedCalls:
             out = _on_side_stream(fn, *inputs)  # warm-up with the real inputs: its result is returned
             static_inputs = _static_copies(inputs)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # loader threads may run
+            with _capturing(graph):
                 static_out = fn(*static_inputs)
             self.entries[key] = (graph, static_inputs, static_out)
             return out
