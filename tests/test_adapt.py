@@ -201,8 +201,8 @@ def test_a_folder_without_classes_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--config", "ram_fmnist_centered"], "--config ram_fmnist_centered: no such file; did you mean "
-                                          "configs/ram/fmnist_centered.yaml?"),
+    (["--config", "ram_fmnist_centred"], "--config ram_fmnist_centred: no such file; did you mean "
+                                         "ram_fmnist_centered?"),
     (["--config", "configs/ram/fmnist_centered.yaml", "--init_from", "ram_fmnist_centred"],
      "--init_from ram_fmnist_centred: no such file or release; did you mean ram_fmnist_centered?"),
 ])

@@ -34,6 +34,40 @@ def test_zoo_list_subprocess(tmp_path):
     assert len(err.strip().splitlines()) == 1 and "error" in err
 
 
+def test_zoo_train_and_eval_hand_their_arguments_over(capsys, tmp_path, monkeypatch):
+    """`zoo train` is zoo/train.py's LightningCLI and `zoo eval` zoo/evaluate.py, under their own names."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["train", "fit", "--config", "nope.yaml"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip() == "zoo train: error: --config nope.yaml: no such file"
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["train", "fit", "--config", "baseline_mlp_centred"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip().endswith("no such file; did you mean baseline_mlp_centered?")
+    assert cli.main(["eval", "--model", "nope"]) == 2
+    assert capsys.readouterr().err.strip().startswith("zoo eval: error: unknown model 'nope'")
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--help"])
+    assert stopped.value.code == 0
+    listed = capsys.readouterr().out
+    assert "train from a recipe" in listed and "evaluate a checkpoint" in listed
+
+
+def test_a_registry_name_as_config_is_its_recipe(tmp_path, monkeypatch):
+    from zoo import registry
+    from zoo.train import with_recipe_paths
+
+    monkeypatch.chdir(tmp_path)
+    recipe = str(registry.get_entry("ram_fmnist_centered").recipe)
+    assert with_recipe_paths(["fit", "--config", "ram_fmnist_centered", "--seed_everything", "3"]) == [
+        "fit", "--config", recipe, "--seed_everything", "3"]
+    assert with_recipe_paths(["fit", "--config=ram_fmnist_centered"]) == ["fit", f"--config={recipe}"]
+    assert with_recipe_paths(["fit", "-c", "nope"]) == ["fit", "-c", "nope"]
+    (tmp_path / "ram_fmnist_centered").write_text("model: {}\n")  # a file of that name here wins
+    assert with_recipe_paths(["fit", "--config", "ram_fmnist_centered"]) == ["fit", "--config", "ram_fmnist_centered"]
+
+
 def test_zoo_list_json(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(tmp_path))
     assert cli.main(["list", "baseline_mlp_*", "--json"]) == 0

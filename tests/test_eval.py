@@ -20,10 +20,9 @@ DOCUMENTED_KEYS = {"model", "checkpoint", "split", "checkpoint_sha256", "seed", 
 
 
 def _eval_main():
-    spec = importlib.util.spec_from_file_location("zoo_eval_script", REPO / "eval.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    from zoo.evaluate import main
+
+    return main
 
 
 def _accuracy(checkpoint, split: str) -> tuple[float, int]:

@@ -14,14 +14,7 @@ from zoo import hub
 from zoo.models.baselines import Classifier
 
 
-def _train_main():
-    spec = importlib.util.spec_from_file_location("zoo_train_script_ft", REPO / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-TRAIN = _train_main()
+from zoo.train import main as TRAIN  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -30,15 +30,8 @@ from zoo.errors import UserError
 from zoo.models.baselines import Classifier
 
 
-def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"zoo_{name}_script", REPO / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-TRAIN = _load_script("train")
-EVAL = _load_script("eval")
+import zoo.evaluate as EVAL  # noqa: E402
+import zoo.train as TRAIN  # noqa: E402
 
 
 def _evil(marker: Path) -> dict:

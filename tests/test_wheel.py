@@ -1,7 +1,7 @@
 """`pip install` brings a working zoo: the wheel carries the recipes and the release manifest (not
 the weight files), and a fresh virtualenv outside the clone lists the models, downloads a release
-by URL (sha256-pinned, from a loopback server standing in for the release host) and captions an
-image with the `zoo` command.
+by URL (sha256-pinned, from a loopback server standing in for the release host), resolves a recipe
+with `zoo train`, and captions an image with the `zoo` command.
 
 The fresh virtualenv reuses the test environment's installed dependencies through a .pth line
 (torch is large and there is no network), but not its editable install of the zoo: `import zoo`
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 from conftest import REPO
@@ -79,6 +80,19 @@ def test_wheel_installed_outside_the_clone_lists_downloads_and_captions(tmp_path
     assert seen["pretrained"] == sorted(json.loads((REPO / "weights" / "MANIFEST.json").read_text()))
     assert seen["class"] == "RAM"
     assert http_server["requests"] == ["/ram_fmnist_centered.safetensors"]
+
+    # the training and evaluation commands come with the package; a registry name is its recipe
+    result = subprocess.run([env_dir / "bin" / "zoo", "train", "fit", "--config", "ram_fmnist_centered", "--print_config"],
+                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = yaml.safe_load(result.stdout)
+    assert printed["model"]["class_path"] == "zoo.models.ram.RAM"
+    assert printed["trainer"]["max_epochs"] == yaml.safe_load((REPO / "configs/ram/fmnist_centered.yaml").read_text())[
+        "trainer"]["max_epochs"]
+    assert printed["trainer"]["logger"]["class_path"] == "zoo.callbacks.ZooWandbLogger"  # the base config's
+    result = subprocess.run([env_dir / "bin" / "zoo", "eval", "--help"], cwd=elsewhere, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0 and "usage: zoo eval" in result.stdout, result.stderr[-3000:]
 
     image = elsewhere / "scene.png"
     canvas = Image.new("RGB", (64, 64))

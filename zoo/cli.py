@@ -1,5 +1,6 @@
 """The `zoo` command. Each subcommand lives in zoo/commands/<name>.py with
-`add_arguments(parser)` and `run(args) -> int`; this file only dispatches.
+`add_arguments(parser)` and `run(args) -> int`; this file only dispatches. `zoo train` and
+`zoo eval` hand their arguments over whole to zoo/train.py (LightningCLI) and zoo/evaluate.py.
 
 Exit codes: 0 success, 2 user error (one line on stderr), 1 a partly failed batch."""
 from __future__ import annotations
@@ -18,6 +19,11 @@ SUBCOMMANDS = {
     "attend": ("zoo.commands.attend", "where any model looked: overlays, JSON and an HTML report"),
     "export": ("zoo.commands.export", "export a model as ONNX or a torch.export program"),
 }
+#: commands that parse their own arguments: name -> (module with main(argv, prog), help)
+PASSTHROUGH = {
+    "train": ("zoo.train", "train from a recipe (LightningCLI: zoo train fit --config RECIPE; fit --help)"),
+    "eval": ("zoo.evaluate", "evaluate a checkpoint or a released model on a split, as JSON"),
+}
 
 
 def build_parser() -> OneLineParser:
@@ -29,14 +35,19 @@ def build_parser() -> OneLineParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
+    for name, (_, help_text) in PASSTHROUGH.items():  # listed in --help; main() runs them
+        sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in PASSTHROUGH:
+        module = importlib.import_module(PASSTHROUGH[argv[0]][0])
+        return module.main(argv[1:], prog=f"zoo {argv[0]}") or 0
+    parser = build_parser()
     if not argv:
-        parser.error(f"give a command: {', '.join(SUBCOMMANDS)}")
+        parser.error(f"give a command: {', '.join([*SUBCOMMANDS, *PASSTHROUGH])}")
     args = parser.parse_args(argv)
     try:
         return report_user_errors(f"zoo {args.command}", lambda: args._run(args))

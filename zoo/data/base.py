@@ -11,6 +11,11 @@ from zoo.data.sampling import BucketBatchSampler
 from zoo.errors import UserError
 
 
+def as_size(size) -> tuple[int, int]:
+    """An image size as (height, width): 64 -> (64, 64), [64, 48] -> (64, 48)."""
+    return (int(size), int(size)) if isinstance(size, int) else tuple(int(s) for s in size)
+
+
 class SplitDataModule(L.LightningDataModule):
     """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test".
 
@@ -28,6 +33,17 @@ class SplitDataModule(L.LightningDataModule):
         and a model may both have an `image_size` (224 and [224, 224] in the COCO recipes), and
         Lightning refuses to merge equal keys with different values."""
         return AttributeDict({f"data.{k}": v for k, v in super().hparams_initial.items() if not k.startswith("_")})
+
+    @classmethod
+    def image_size_for(cls, **init_args) -> tuple[int, int] | None:
+        """(height, width) of the images this module serves, from its arguments alone (before it is
+        built): the size a model trained on it takes. train.py passes it to the model, so a recipe
+        cannot train a model on images of another size. None: the module does not fix one."""
+        size = init_args.get(cls.image_size_argument) if cls.image_size_argument else None
+        return None if size is None else as_size(size)
+
+    #: the argument that fixes the served image size (None: none does)
+    image_size_argument: str | None = None
 
     def summary(self) -> str:
         """One line for the start of training: examples per split, and a vocabulary's size."""

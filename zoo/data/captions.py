@@ -226,6 +226,7 @@ class CaptionsDataModule(SplitDataModule):
     """COCO or Flickr captions (see the module docstring). `dm.vocab` is available after
     `setup()`, and also before it (reading it loads the training annotations, not the images)."""
 
+    image_size_argument = "image_size"
     path_arguments = ("karpathy_json", "train_annotations", "val_annotations", "test_annotations", "image_root",
                       "train_image_root", "val_image_root", "test_image_root")
 

@@ -223,6 +223,10 @@ class FashionMNISTDataModule(SplitDataModule):
     `test_seed`, so the test set is the same for every run. `limit_train` keeps the first N
     training examples (after the split) for quick runs."""
 
+    @classmethod
+    def image_size_for(cls, variant: str = "centered", **_) -> tuple[int, int] | None:
+        return (VARIANTS[variant][0],) * 2 if variant in VARIANTS else None  # an unknown variant: refused later
+
     def __init__(self, variant: str = "centered", batch_size: int = 128, seed: int = 0,
                  val_size: int = 5000, split_seed: int = 0, test_seed: int = 1234,
                  limit_train: int | None = None, limit_eval: int | None = None,

@@ -25,6 +25,7 @@ from zoo.preprocess import Preprocessing
 
 class ImageFolderDataModule(SplitDataModule):
     path_arguments = ("root",)
+    image_size_argument = "image_size"
 
     def __init__(self, root: str, image_size: int = 224, batch_size: int = 128, eval_batch_size: int | None = None,
                  num_workers: int = 8, train_dir: str = "train", val_dir: str = "val", test_dir: str | None = "test",

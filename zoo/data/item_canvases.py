@@ -88,6 +88,8 @@ class ItemCanvasesDataModule(SplitDataModule):
     docstring). `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])` replaces Fashion-MNIST
     (tests); it is not a hyperparameter."""
 
+    image_size_argument = "canvas_size"
+
     def __init__(self, num_train: int = 60000, num_val: int = 2000, num_test: int = 5000, val_items: int = 5000,
                  seed: int = 0, test_seed: int = 1234, batch_size: int = 128, eval_batch_size: int | None = None,
                  canvas_size: int = 64, item_sizes: tuple[int, ...] = (28,), min_items: int = 1,

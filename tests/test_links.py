@@ -1,0 +1,74 @@
+"""The data decides the image size a model takes (zoo.train.link_image_size): every recipe agrees
+with its data, a model left at its class default takes the data's size, and a recipe whose model
+and data disagree is refused in one line before anything is built."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import yaml
+
+from conftest import REPO, cli_env, run_cli
+from zoo import registry
+from zoo.data.base import as_size
+from zoo.errors import UserError
+from zoo.registry import resolve_class
+from zoo.train import MODEL_IMAGE_SIZE_ARGS, link_image_size
+
+
+def _with_defaults(cls, init_args: dict) -> dict:
+    """init_args as LightningCLI hands them over: every argument, the class defaults filled in."""
+    defaults = {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return {**defaults, **init_args}
+
+
+@pytest.mark.parametrize("name", registry.list_models())
+def test_every_recipe_trains_its_model_on_images_of_its_size(name):
+    recipe = yaml.safe_load(registry.get_entry(name).recipe.read_text())
+    data_cls = resolve_class(recipe["data"]["class_path"], "data")
+    model_cls = resolve_class(recipe["model"]["class_path"], "model")
+    data_args = _with_defaults(data_cls, recipe["data"].get("init_args") or {})
+    model_args = _with_defaults(model_cls, recipe["model"].get("init_args") or {})
+    link_image_size(data_cls, data_args, model_cls, model_args)  # raises if they disagree
+    served = data_cls.image_size_for(**data_args)
+    key = next((k for k in MODEL_IMAGE_SIZE_ARGS if k in model_args), None)
+    if served is not None and key is not None:
+        assert as_size(model_args[key]) == served
+
+
+def test_a_model_at_its_default_size_takes_the_datas():
+    from zoo.data.fashion_mnist import FashionMNISTDataModule
+    from zoo.data.scenes import FashionScenesDataModule
+    from zoo.models.captioner import Captioner
+    from zoo.models.ram import RAM
+
+    model_args = _with_defaults(RAM, {})
+    link_image_size(FashionMNISTDataModule, {"variant": "cluttered60"}, RAM, model_args)
+    assert model_args["image_size"] == 60
+    model_args = _with_defaults(Captioner, {})
+    link_image_size(FashionScenesDataModule, {"canvas_size": 96}, Captioner, model_args)
+    assert model_args["image_size"] == [96, 96]
+
+
+def test_a_model_set_to_another_size_is_refused():
+    from zoo.data.scenes import FashionScenesDataModule
+    from zoo.models.captioner import Captioner
+
+    with pytest.raises(UserError, match=r"image_size \[128, 128\] disagrees with the data's images "
+                                        r"\(canvas_size 96: 96x96 px\)"):
+        link_image_size(FashionScenesDataModule, {"canvas_size": 96}, Captioner,
+                        _with_defaults(Captioner, {"image_size": [128, 128]}))
+
+
+@pytest.mark.slow
+def test_train_py_refuses_a_disagreeing_recipe_in_one_line(tmp_path):
+    code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/ram/fmnist_cluttered60.yaml",
+                              "--model.init_args.image_size", "100", f"--trainer.default_root_dir={tmp_path / 'run'}"],
+                             cwd=tmp_path, env=cli_env(None))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err[-2000:]
+    assert lines[0] == ("train.py: error: --model.init_args.image_size 100 disagrees with the data's images "
+                        "(variant cluttered60: 60x60 px); set one of them so they agree, or leave the model's out "
+                        "to take the data's")
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,116 @@
+"""Evaluate a checkpoint or a registry model on a split: prints a table, writes JSON. The `zoo eval`
+command (and the clone's `python eval.py`, which calls main() here).
+
+    python eval.py --checkpoint runs/baseline_cnn_centered/checkpoints/last.ckpt --split test
+    python eval.py --model ram_fmnist_centered --split val --json results/x.json
+
+The data module is the one the model was trained with (its config travels in the checkpoint and
+names only the zoo's own data classes). The JSON holds the metrics, the model's config, the
+checkpoint's sha256, the seed, the git commit, the device and the wall time.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from zoo.errors import OneLineParser, report_user_errors
+
+
+def parse_args(argv=None, prog: str = "eval.py"):
+    parser = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="a Lightning .ckpt or a .safetensors release (path or URL)")
+    source.add_argument("--model", help="registry name; its released weights are loaded")
+    parser.add_argument("--sha256", metavar="HASH", help="pin --checkpoint to its sha256 (or first 8+ hex digits)")
+    parser.add_argument("--split", choices=["val", "test"], default="test")
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--seed", type=int, default=0, help="seed for stochastic metrics")
+    parser.add_argument("--batch-size", type=int, help="override the data module's batch size")
+    parser.add_argument("--limit", type=int, help="evaluate only the first N examples")
+    parser.add_argument("--accelerator", default="auto")
+    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a data module argument (YAML value), e.g. --data num_workers=2")
+    parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a model hyperparameter that does not change its weights, "
+                             "e.g. --model-arg iwae_samples=5000")
+    return parser.parse_args(argv)
+
+
+def _key_values(items: list[str], flag: str) -> dict:
+    import yaml
+
+    from zoo.errors import UserError
+
+    parsed = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"{flag} expects KEY=VALUE, got '{item}'")
+        try:
+            parsed[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise UserError(f"{flag} {item}: not a YAML value ({str(exc).splitlines()[0]})") from None
+    return parsed
+
+
+def evaluate(args) -> int:
+    import lightning as L
+
+    import zoo
+    from zoo import hub
+    from zoo.errors import UserError
+    from zoo.io import check_writable
+    from zoo.results import write_json
+
+    started = time.perf_counter()
+    if args.json:
+        check_writable(args.json, "--json")
+    for flag, value in (("--batch-size", args.batch_size), ("--limit", args.limit)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be >= 1, got {value}")
+    L.seed_everything(args.seed, verbose=False)
+    model_args = _key_values(args.model_arg, "--model-arg")
+    if args.checkpoint:
+        model = zoo.load_checkpoint(args.checkpoint, sha256=args.sha256, **model_args)
+        weights_sha256 = hub.sha256_file(hub.fetch(args.checkpoint, args.sha256))  # a URL: the cached copy
+    else:
+        if args.sha256:
+            raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
+        model = zoo.create_model(args.model, pretrained=True, **model_args)
+        weights_sha256 = hub.sha256_file(hub.fetch_release(args.model))
+    data_args = _key_values(args.data, "--data")
+    if args.batch_size:
+        data_args["batch_size"] = args.batch_size
+    if args.limit:
+        data_args["limit_eval"] = args.limit
+    datamodule = zoo.build_datamodule(model, **data_args)
+    datamodule.test_split = args.split
+    trainer = L.Trainer(accelerator=args.accelerator, devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    metrics = trainer.test(model, datamodule=datamodule, verbose=False)[0]
+    wall = time.perf_counter() - started
+    metrics = {k.replace("test/", f"{args.split}/", 1): float(v) for k, v in sorted(metrics.items())}
+    width = max(map(len, metrics), default=10)
+    print(f"{'metric':<{width}}  value")
+    for k, v in metrics.items():
+        print(f"{k:<{width}}  {v:.6g}")
+    if args.json:
+        data = zoo.data_config(model)
+        payload = {"model": args.model, "checkpoint": args.checkpoint, "split": args.split,
+                   "checkpoint_sha256": weights_sha256, "seed": args.seed,
+                   "metrics": metrics,
+                   "config": model.zoo_config() | {"data": {**data, "init_args": {**data.get("init_args", {}),
+                                                                                    **data_args}}},
+                   "wall_time_s": round(wall, 3), "num_examples_limit": args.limit}
+        path = write_json(args.json, payload)
+        print(f"wrote {path}")
+    return 0
+
+
+def main(argv=None, prog: str = "eval.py") -> int:
+    args = parse_args(argv, prog)
+    return report_user_errors(prog, lambda: evaluate(args))
+
+
+if __name__ == "__main__":  # python -m zoo.evaluate
+    sys.exit(main(prog="python -m zoo.evaluate"))
