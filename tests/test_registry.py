@@ -102,23 +102,6 @@ def test_every_recipe_builds(name):
     assert zoo.data_config(model) == entry.data
 
 
-def _tiny_batch(model, n: int = 2):
-    """A batch of the form the model's data module yields, at the model's input size."""
-    spec = zoo.preprocessing(model)
-    g = torch.Generator().manual_seed(0)
-    images = torch.rand(n, spec.in_chans, *spec.size, generator=g)
-    if model.family == "captioner":
-        captions = torch.tensor([[1, 4, 5, 2], [1, 5, 2, 0]][:n])
-        box = [[0.0, 0.0, float(spec.size[1]) / 2, float(spec.size[0]) / 2]]
-        return {"images": images, "captions": captions, "item_boxes": torch.tensor([box] * n),
-                "word_items": torch.where(captions == 5, 0, -1)}  # "shirt" names item 0
-    if model.family == "backbone":
-        box = [[0.0, 0.0, float(spec.size[1]) / 2, float(spec.size[0]) / 2]]
-        return {"images": images, "boxes": torch.tensor([box] * n), "labels": torch.ones(n, 1, dtype=torch.long),
-                "colours": torch.full((n, 1), 2, dtype=torch.long)}
-    return images, torch.randint(0, model.hparams.get("num_classes", 10), (n,), generator=g)
-
-
 @pytest.mark.parametrize("name", zoo.list_models())
 def test_every_recipe_trains_a_step(name):
     """Every recipe's model (those under 5 M parameters: the ImageNet-sized COCO and ViT-B recipes
@@ -135,7 +118,7 @@ def test_every_recipe_trains_a_step(name):
     torch.manual_seed(0)
     model = registry.build({**entry.model, "data": entry.data}, **overrides).train()
     model.accel.force("eager")
-    batch = _tiny_batch(model)
+    batch = model.example_batch()
     loss = model.train_loss(*model.train_inputs(batch))[0]
     assert loss.dim() == 0 and torch.isfinite(loss)
     loss.backward()

@@ -111,14 +111,14 @@ def programs(model, max_len: int | None = None) -> dict[str, Program]:
     """The programs to export for `model`, each with example inputs (batch 2)."""
     from zoo.preprocess import for_model
 
-    family = getattr(model, "family", None)
+    kind = getattr(model, "output_kind", "logits")
     model = model.eval()
-    if family == "draw":
+    if kind == "sample":
         raise UserError("a DRAW generator has no images -> outputs program to export (export the "
                         "DRAW classifier, RAM, ViT, a baseline or a captioner)")
     spec = for_model(model)
     images = torch.rand(2, spec.in_chans, *spec.size)
-    if family != "captioner":
+    if kind != "caption":
         outputs = list(getattr(model, "export_output_names", ("logits",)))
         return {"model": Program(_Classifier(model), (images,), ["images"], outputs)}
     if getattr(model, "embed", None) is None:

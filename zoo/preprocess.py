@@ -155,34 +155,20 @@ def data_config(model) -> dict | None:
 
 
 def for_model(model) -> Preprocessing:
-    """How images are prepared for `model`: from its family, hyperparameters and the data module
-    it was trained with (whose evaluation transform this is)."""
-    hp, family = model.hparams, getattr(model, "family", None)
+    """How images are prepared for `model`: the family's input facts (`input_size`, `input_chans`,
+    `resize_rule`), and the evaluation crop of the data module it was trained with, if it has one."""
+    from zoo.registry import ALLOWED_CLASSES, resolve_class
+
     data = (data_config(model) or {}).get("init_args") or {}
     data_class = str((data_config(model) or {}).get("class_path", ""))
     mean, std = _normalisation(model)
-    names = hp.get("class_names")
-    if not names and data_class.endswith("FashionMNISTDataModule"):
-        from zoo.data.fashion_mnist import CLASS_NAMES as names
+    names = model.hparams.get("class_names")
+    if not names and data_class in ALLOWED_CLASSES["data"]:
+        names = getattr(resolve_class(data_class, "data"), "class_names", None)
     names = tuple(names) if names else None
-
-    def square(value) -> tuple[int, int]:
-        return (int(value), int(value)) if isinstance(value, int) else (int(value[0]), int(value[1]))
-
-    if family == "captioner":
-        size = square(hp.image_size)
-        if data_class.endswith("CaptionsDataModule"):
-            return Preprocessing(3, size, "crop", data.get("resize_size") or min(size), mean, std)
-        return Preprocessing(3, size, "squash", None, mean, std)
-    if family == "ram":
-        return Preprocessing(int(hp.in_chans), tuple(model.image_hw), "exact", None, mean, std, names)
-    if family in ("draw", "draw_classifier"):
-        return Preprocessing(int(hp.in_chans), square(hp.image_size), "exact", None, mean, std, names)
-    if family == "vit":
-        size = tuple(model.img_size)
-        if data_class.endswith("ImageFolderDataModule"):
-            crop_pct = float(data.get("crop_pct", 0.875))
-            return Preprocessing(int(hp.in_chans), size, "crop", int(round(min(size) / crop_pct)), mean, std, names)
-        return Preprocessing(int(hp.in_chans), size, "squash", None, mean, std, names)
-    in_chans, size = int(hp.get("in_chans", 3)), square(hp.get("image_size", 28))
-    return Preprocessing(in_chans, size, "squash", None, mean, std, names)
+    size = tuple(model.input_size)
+    crop = (resolve_class(data_class, "data").eval_resize_for(size, **data)
+            if data_class in ALLOWED_CLASSES["data"] else None)
+    if crop is not None:
+        return Preprocessing(model.input_chans, size, "crop", crop, mean, std, names)
+    return Preprocessing(model.input_chans, size, model.resize_rule, None, mean, std, names)

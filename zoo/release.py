@@ -253,16 +253,16 @@ def golden_output(model) -> dict[str, Any]:
     """What the release answers on `golden_input`: logits (classifiers), the greedy caption and its
     attention maps (captioners), or a seeded sample (DRAW generators); rounded to 1e-5."""
     model = model.eval()
-    family = getattr(model, "family", None)
+    kind = getattr(model, "output_kind", "logits")
 
     def values(t: torch.Tensor) -> list:
         return [round(float(v), 5) for v in t.detach().float().flatten()]
 
-    if family == "draw":
+    if kind == "sample":
         sample = model.sample(GOLDEN_BATCH, generator=torch.Generator().manual_seed(0))["images"]
         return {"kind": "sample", "shape": list(sample.shape), "values": values(sample)}
     images = golden_input(model)
-    if family == "captioner":
+    if kind == "caption":
         results = model.caption(images, beam_size=1)
         return {"kind": "caption", "words": [r["words"] for r in results],
                 "alpha": [values(r["alpha"]) for r in results]}

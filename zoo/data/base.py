@@ -45,6 +45,13 @@ class SplitDataModule(L.LightningDataModule):
     #: the argument that fixes the served image size (None: none does)
     image_size_argument: str | None = None
 
+    @classmethod
+    def eval_resize_for(cls, size: tuple[int, int], **init_args) -> int | None:
+        """The shorter side an evaluation image is resized to before its centre `size` is cropped
+        (ImageNet-style), or None where evaluation images are served at `size` as they are. What
+        zoo.preprocess does to a user's image for a model trained on this module."""
+        return None
+
     def summary(self) -> str:
         """One line for the start of training: examples per split, and a vocabulary's size."""
         datasets = getattr(self, "datasets", None) or {}

@@ -227,6 +227,11 @@ class CaptionsDataModule(SplitDataModule):
     `setup()`, and also before it (reading it loads the training annotations, not the images)."""
 
     image_size_argument = "image_size"
+
+    @classmethod
+    def eval_resize_for(cls, size: tuple[int, int], resize_size: int | None = None, **_) -> int | None:
+        return resize_size or min(size)
+
     path_arguments = ("karpathy_json", "train_annotations", "val_annotations", "test_annotations", "image_root",
                       "train_image_root", "val_image_root", "test_image_root")
 

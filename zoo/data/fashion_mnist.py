@@ -223,6 +223,8 @@ class FashionMNISTDataModule(SplitDataModule):
     `test_seed`, so the test set is the same for every run. `limit_train` keeps the first N
     training examples (after the split) for quick runs."""
 
+    class_names = CLASS_NAMES  # what zoo.preprocess labels a model trained here with
+
     @classmethod
     def image_size_for(cls, variant: str = "centered", **_) -> tuple[int, int] | None:
         return (VARIANTS[variant][0],) * 2 if variant in VARIANTS else None  # an unknown variant: refused later

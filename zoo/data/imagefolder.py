@@ -27,6 +27,10 @@ class ImageFolderDataModule(SplitDataModule):
     path_arguments = ("root",)
     image_size_argument = "image_size"
 
+    @classmethod
+    def eval_resize_for(cls, size: tuple[int, int], crop_pct: float = 0.875, **_) -> int | None:
+        return int(round(min(size) / float(crop_pct)))  # timm's evaluation: resize to S / crop_pct, crop S
+
     def __init__(self, root: str, image_size: int = 224, batch_size: int = 128, eval_batch_size: int | None = None,
                  num_workers: int = 8, train_dir: str = "train", val_dir: str = "val", test_dir: str | None = "test",
                  crop_scale: list[float] = (0.08, 1.0), crop_pct: float = 0.875, hflip: float = 0.5,

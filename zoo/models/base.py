@@ -35,8 +35,8 @@ class ZooModule(L.LightningModule):
     #: What `accel: auto` picks (zoo.models.accel): the mode on a CUDA device, and on CPU the
     #: fewest optimizer steps of a run for which compiling its training step pays off (None:
     #: never; measured by benchmarks/accel.py, see docs/acceleration.md). On CUDA it is "compile"
-    #: for every family: CUDA graphs have not yet run on a GPU here (scripts/gpu_check.sh measures
-    #: them), so they are an explicit opt-in, never a default.
+    #: for every family: CUDA graphs stay an explicit opt-in until scripts/gpu_check.sh passes its
+    #: CUDA tests whole on a GPU (docs/acceleration.md has the H200 runs so far).
     accel_cuda: str = "compile"
     accel_cpu_compile_min_steps: int | None = None
     #: False: compile mode compiles pieces the family picks (`accel_piece`), not the whole step.
@@ -46,6 +46,15 @@ class ZooModule(L.LightningModule):
     accel_max_shapes: int = 1
     #: The optimizer implementation in eager mode (zoo.models.optim: "default" or "fused").
     eager_optimizer_impl: str = "default"
+    #: How zoo.preprocess brings a user's image to `input_size`, unless the data module the model
+    #: was trained with crops for evaluation (`eval_resize_for`): "squash" (resize the whole image)
+    #: or "exact" (refuse another size: glimpse and filterbank coordinates are input pixels).
+    resize_rule: str = "squash"
+    #: What the model answers an image with, which decides what zoo.export makes of it and what a
+    #: release's golden output records: "logits" (classifiers: one images -> outputs program),
+    #: "caption" (captioners: encoder, decoder step and greedy programs) or "sample" (generators:
+    #: nothing to export; the golden output is a seeded sample).
+    output_kind: str = "logits"
     #: Metrics shown in the progress bar during training and validation.
     progress_bar_metrics: tuple[str, ...] = ("loss", "acc")
     #: Parameter-name prefixes of the classifier head: fine-tuning to another label set starts
@@ -190,6 +199,26 @@ class ZooModule(L.LightningModule):
     def backward(self, loss, *args, **kwargs):
         if not self._graphed_training():
             super().backward(loss, *args, **kwargs)
+
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        """(height, width) of the images the model takes."""
+        size = self.hparams.get("image_size", 28)
+        return (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+    @property
+    def input_chans(self) -> int:
+        """Channels of the images the model takes."""
+        return int(self.hparams.get("in_chans", 3))
+
+    def example_batch(self, n: int = 2, seed: int = 0) -> Any:
+        """A tiny batch of the form the family's data modules yield, at the model's input size: what
+        registry-wide tests feed a model they know nothing else about. Here (images [n, C, H, W]
+        in [0, 1], labels [n])."""
+        g = torch.Generator().manual_seed(seed)
+        images = torch.rand(n, self.input_chans, *self.input_size, generator=g)
+        return images, torch.randint(0, self.hparams.get("num_classes", 10), (n,), generator=g)
 
 
 class ClassifierModule(ZooModule):

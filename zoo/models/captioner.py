@@ -97,8 +97,10 @@ class Captioner(ZooModule):
     `hparams`, so every checkpoint rebuilds the model alone."""
 
     family = "captioner"
-    # accel: auto. On CUDA the compiled step (graph capture of the captioner is not yet measured on a
-    # GPU); on CPU eager, whose packed active rows are what benchmarks/sat_train.py measures.
+    output_kind = "caption"
+    # accel: auto. On CUDA the compiled step (its graph capture ran in benchmarks/accel.py on an H200,
+    # but no CUDA test checks it yet); on CPU eager, whose packed active rows are what
+    # benchmarks/sat_train.py measures.
     accel_cuda = "compile"
     accel_cpu_compile_min_steps = None
     # caption lengths vary by batch: one static graph per padded length, up to this many
@@ -106,6 +108,8 @@ class Captioner(ZooModule):
     accel_max_shapes = 8
     progress_bar_metrics = ("loss",)
     vocab_keys = ("embed.weight", "L_o.weight", "L_o.bias")
+
+    input_chans = 3  # RGB scenes and photographs; a grayscale image is repeated to three channels
 
     def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
                  backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
@@ -186,6 +190,19 @@ class Captioner(ZooModule):
         self.embed = nn.Embedding(V, m)
         out_in = m if self.hparams.deep_output else self.hparams.hidden_dim
         self.L_o = nn.Linear(out_in, V)
+
+    def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
+        """FashionScenes' batch form: images, captions (word ids 4 and 5 of the vocabulary, which
+        needs six entries), one item box per image (its top-left quarter) and, per word, the item it
+        names (word 5 names item 0)."""
+        g = torch.Generator().manual_seed(seed)
+        H, W = self.input_size
+        images = torch.rand(n, self.input_chans, H, W, generator=g)
+        rows = [[START_ID, 4, 5, END_ID], [START_ID, 5, END_ID, PAD_ID]]
+        captions = torch.tensor([rows[i % 2] for i in range(n)])
+        boxes = torch.tensor([[[0.0, 0.0, W / 2, H / 2]]] * n)
+        return {"images": images, "captions": captions, "item_boxes": boxes,
+                "word_items": torch.where(captions == 5, 0, -1)}
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None

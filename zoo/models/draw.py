@@ -87,6 +87,8 @@ class DRAW(ZooModule):
     """The DRAW generative model. images [B, C, S, S] in [0, 1] (binarized here) -> bound in nats."""
 
     family = "draw"
+    resize_rule = "exact"
+    output_kind = "sample"
     accel_compile_whole_step = False  # compiled mode compiles the cell
     # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
     # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
@@ -356,6 +358,7 @@ class DRAWClassifier(ClassifierModule):
     images [B, C, S, S] in [0, 1] -> logits [B, num_classes]."""
 
     family = "draw_classifier"
+    resize_rule = "exact"
     head_keys = ("head.",)
     # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
     # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).

@@ -63,6 +63,15 @@ class ItemGridClassifier(ClassifierModule):
         return config
 
     # ------------------------------------------------------------------ model
+    def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
+        """ItemCanvases' batch form: images, one item box per image (its top-left quarter), the
+        item's class and colour."""
+        g = torch.Generator().manual_seed(seed)
+        H, W = self.input_size
+        images = torch.rand(n, self.input_chans, H, W, generator=g)
+        return {"images": images, "boxes": torch.tensor([[[0.0, 0.0, W / 2, H / 2]]] * n),
+                "labels": torch.ones(n, 1, dtype=torch.long), "colours": torch.full((n, 1), 2, dtype=torch.long)}
+
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
         """images [B, 3, H, W] -> (class logits [B, L, classes + 1], colour logits [B, L, colours], grid)."""
         tokens, grid = self.backbone(images)

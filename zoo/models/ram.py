@@ -79,6 +79,7 @@ class RAM(ZooModule):
     head_keys = ("classifier.",)
 
     family = "ram"
+    resize_rule = "exact"
     # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
     # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
     accel_cpu_compile_min_steps = 5000
@@ -179,6 +180,10 @@ class RAM(ZooModule):
         return torch.tanh(mu) if self.hparams.location_mean == "tanh" else mu
 
     # ------------------------------------------------------------------ rollout
+    @property
+    def input_size(self) -> tuple[int, int]:
+        return self.image_hw
+
     def check_images(self, images: torch.Tensor) -> None:
         expected = (self.hparams.in_chans, *self.image_hw)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:

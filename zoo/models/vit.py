@@ -99,6 +99,10 @@ class ViTClassifier(ZooModule):
         return "compile" if self.hparams.compile and self.hparams.accel == "auto" else self.hparams.accel
 
     # ------------------------------------------------------------------ forward
+    @property
+    def input_size(self) -> tuple[int, int]:
+        return tuple(self.img_size)
+
     def check_images(self, images: torch.Tensor) -> None:
         expected = (self.hparams.in_chans, *self.img_size)
         dynamic = getattr(self.vit, "dynamic_img_size", False)
