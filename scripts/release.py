@@ -13,7 +13,7 @@
 
 A checkpoint whose hyperparameters differ from the recipe's, or whose results run passed train.py
 other arguments, is refused: `train.py fit --config <recipe> --seed_everything <seed>` must
-reproduce every release (zoo/release.py).
+reproduce every release (tools/release.py).
 """
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zoo import hub, registry, release  # noqa: E402
+from tools import release  # noqa: E402
+from zoo import hub, registry  # noqa: E402
 from zoo.errors import OneLineParser, UserError, report_user_errors  # noqa: E402
 from zoo.io import atomic_write_bytes, sweep_stale, temp_path  # noqa: E402
 

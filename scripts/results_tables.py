@@ -64,7 +64,7 @@ def metric_cell(record: dict, metric: str, scale: float = 1.0, digits: int = 2) 
 
 def _epochs(record: dict) -> int | None:
     """The run's epochs: its command-line override, else its recipe as it was when it trained."""
-    from zoo.release import load_recipe, recipe_at
+    from tools.release import load_recipe, recipe_at
 
     args = record.get("train_args") or []
     for flag, value in zip(args, args[1:]):

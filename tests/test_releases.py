@@ -11,7 +11,7 @@ import pytest
 
 import zoo
 from conftest import REPO
-from zoo import release
+from tools import release
 from zoo.models.base import ZooModule
 
 MANIFEST = json.loads((REPO / "weights" / "MANIFEST.json").read_text())

@@ -126,7 +126,8 @@ def _release(weights, seed: int, kill_at: str | None = None) -> int:
 def _usable(weights, monkeypatch) -> dict:
     """The release loads (its sha256 checks) and gives its own golden output; returns its entry."""
     import zoo
-    from zoo import hub, release
+    from tools import release
+    from zoo import hub
 
     monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(weights))
     model = zoo.create_model("baseline_mlp_centered", pretrained=True)

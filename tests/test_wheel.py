@@ -49,6 +49,8 @@ def test_wheel_installed_outside_the_clone_lists_downloads_and_captions(tmp_path
     assert sorted(n[len("zoo/recipes/"):] for n in names if n.startswith("zoo/recipes/")) == recipes
     assert "zoo/releases/MANIFEST.json" in names
     assert not any(n.endswith((".safetensors", ".ckpt")) for n in names)
+    assert not any(n.startswith("tools/") or n == "zoo/release.py" for n in names)  # our tooling stays home
+    assert "zoo/train.py" in names and "zoo/evaluate.py" in names
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
