@@ -66,26 +66,17 @@ class _Encoder(nn.Module):
         self.captioner = captioner
 
     def forward(self, images):
-        annotations, _ = self.captioner.encode(images)
-        projected = self.captioner.attend.score.project_keys(annotations)
-        h, c = self.captioner.init_state(annotations)
-        return annotations, projected, h, c
+        return self.captioner.decode_start(images)[:4]  # annotations, projected, h, c
 
 
 class _DecoderStep(nn.Module):
     def __init__(self, captioner):
         super().__init__()
         self.captioner = captioner
-        hp = captioner.hparams
-        self.mode = "soft" if hp.attention == "soft" else hp.hard_test_mode
-        from zoo.data.vocab import PAD_ID, START_ID
-
-        self.register_buffer("never", torch.tensor([PAD_ID, START_ID]), persistent=False)
 
     def forward(self, token, h, c, projected, annotations):
-        out = self.captioner.step(token, h, c, projected, annotations, self.mode)
-        logits = out["logits"].index_fill(-1, self.never, float("-inf"))
-        return torch.log_softmax(logits.float(), dim=-1), out["h"], out["c"], out["alpha"], out["beta"]
+        out = self.captioner.decode_step(token, h, c, projected, annotations)
+        return out["log_probs"], out["h"], out["c"], out["alpha"], out["beta"]
 
 
 class _Greedy(nn.Module):

@@ -132,6 +132,8 @@ class Captioner(ZooModule):
         # a typed spec from the CLI, or a plain dict from an old checkpoint or a Python caller
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
+        # decoding never emits <pad> or <start>; a buffer, so no step copies it to the device
+        self.register_buffer("never_emitted", torch.tensor([PAD_ID, START_ID]), persistent=False)
         self.hparams.image_size = [int(s) for s in image_size]
         for name, allowed in CHOICES.items():
             if self.hparams[name] not in allowed:
@@ -622,6 +624,23 @@ class Captioner(ZooModule):
             self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr", "localization"))
 
     # ------------------------------------------------------------------ captioning
+    # ------------------------------------------------------------------ decoding (caption, export)
+    def decode_start(self, images: torch.Tensor) -> tuple:
+        """What decoding computes once per image: images [B, 3, H, W] -> annotations [B, L, D],
+        their projected keys [B, L, P], h_0 and c_0 [B, n], and the grid (h, w) with L = h * w."""
+        annotations, grid = self.encode(images)
+        return annotations, self.attend.score.project_keys(annotations), *self.init_state(annotations), grid
+
+    def decode_step(self, token: torch.Tensor, h: torch.Tensor, c: torch.Tensor, projected: torch.Tensor,
+                    annotations: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One test-time decoder step: `step` with the test-time attention (soft, or hard's
+        `hard_test_mode`), <pad> and <start> never emitted, and log-probabilities [N, V] in float32.
+        Beam search, greedy decoding and the exported `decoder_step` program all run this."""
+        mode = "soft" if self.hparams.attention == "soft" else self.hparams.hard_test_mode
+        out = self.step(token, h, c, projected, annotations, mode)
+        logits = out.pop("logits").index_fill(-1, self.never_emitted, float("-inf"))
+        return {"log_probs": torch.log_softmax(logits.float(), dim=-1), **out}
+
     @torch.no_grad()
     def decoder(self, images: torch.Tensor):
         """What `zoo.decoding` needs to caption images [B, 3, H, W]: (step_fn, state, static, grid).
@@ -629,20 +648,14 @@ class Captioner(ZooModule):
         extras {alpha [N, L], beta [N] (, location [N])}); state (h_0, c_0) [B, n]; static (projected
         [B, L, P], annotations [B, L, D]), computed once per image; grid (h, w) with L = h * w.
         Put the model in eval mode first (`caption` does)."""
-        annotations, grid = self.encode(images.to(self.device, torch.float32))
-        projected = self.attend.score.project_keys(annotations)
-        mode = "soft" if self.hparams.attention == "soft" else self.hparams.hard_test_mode
-        never = torch.tensor([PAD_ID, START_ID], device=annotations.device)
+        annotations, projected, h0, c0, grid = self.decode_start(images.to(self.device, torch.float32))
 
         def step_fn(tokens, state, static):
-            out = self.step(tokens, state[0], state[1], static[0], static[1], mode)
-            logits = out["logits"].index_fill(-1, never, float("-inf"))  # never emit <pad>/<start>
-            extras = {"alpha": out["alpha"], "beta": out["beta"]}
-            if "location" in out:
-                extras["location"] = out["location"]
-            return torch.log_softmax(logits.float(), dim=-1), (out["h"], out["c"]), extras
+            out = self.decode_step(tokens, state[0], state[1], static[0], static[1])
+            extras = {k: out[k] for k in ("alpha", "beta", "location") if k in out}
+            return out["log_probs"], (out["h"], out["c"]), extras
 
-        return step_fn, self.init_state(annotations), (projected, annotations), grid
+        return step_fn, (h0, c0), (projected, annotations), grid
 
     def _check_images(self, images: torch.Tensor) -> None:
         """One line for images the model would caption as nonsense: wrong rank, channels, dtype or
