@@ -135,3 +135,22 @@ class SigtermInValidation(L.Callback):
         epoch = int(os.environ.get("ZOO_TEST_SIGTERM_EPOCH", "-1"))
         if not trainer.sanity_checking and trainer.current_epoch == epoch and batch_idx == 0:
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def gather_captions_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """One rank of a two-process gloo group: what the captioner's evaluation gathers from this rank.
+    DistributedSampler over 5 images on 2 ranks serves rank 0 images 0, 2, 4 and rank 1 images
+    1, 3 and 0 again (padding)."""
+    import json
+
+    import torch.distributed as dist
+
+    from zoo.models.captioner import _gather
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        ids = [[0, 2, 4], [1, 3, 0]][rank]
+        store = {"ids": ids, "words": [[f"word{i}", "a"] for i in ids], "references": [[f"ref {i}"] for i in ids]}
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(_gather(store)))
+    finally:
+        dist.destroy_process_group()

@@ -690,3 +690,20 @@ def test_caption_decodes_with_the_recipes_beam_by_default(monkeypatch):
     model.caption(torch.rand(2, 3, 32, 32))
     model.caption(torch.rand(2, 3, 32, 32), beam_size=1)  # greedy: no beam search
     assert widths == [3]
+
+
+@pytest.mark.slow
+def test_evaluation_gathers_every_image_once_across_two_processes(tmp_path):
+    """Under DDP each rank captions its share of the split; before scoring, every rank holds every
+    image once, in one order, with the sampler's padding repeat dropped."""
+    import torch.multiprocessing as mp
+
+    from helpers import gather_captions_worker
+
+    mp.start_processes(gather_captions_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2,
+                       join=True, start_method="spawn")
+    merged = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert merged[0] == merged[1]
+    assert merged[0]["ids"] == [0, 2, 4, 1, 3]
+    assert merged[0]["words"] == [[f"word{i}", "a"] for i in (0, 2, 4, 1, 3)]
+    assert merged[0]["references"] == [[f"ref {i}"] for i in (0, 2, 4, 1, 3)]
