@@ -157,7 +157,7 @@ def data_config(model) -> dict | None:
 def for_model(model) -> Preprocessing:
     """How images are prepared for `model`: the family's input facts (`input_size`, `input_chans`,
     `resize_rule`), and the evaluation crop of the data module it was trained with, if it has one."""
-    from zoo.registry import ALLOWED_CLASSES, resolve_class
+    from zoo.classes import ALLOWED_CLASSES, resolve_class
 
     data = (data_config(model) or {}).get("init_args") or {}
     data_class = str((data_config(model) or {}).get("class_path", ""))
