@@ -707,3 +707,22 @@ def test_evaluation_gathers_every_image_once_across_two_processes(tmp_path):
     assert merged[0]["ids"] == [0, 2, 4, 1, 3]
     assert merged[0]["words"] == [[f"word{i}", "a"] for i in (0, 2, 4, 1, 3)]
     assert merged[0]["references"] == [[f"ref {i}"] for i in (0, 2, 4, 1, 3)]
+
+
+@pytest.mark.slow
+def test_ddp_captioner_run_logs_its_caption_metrics_without_warnings(tmp_path):
+    """Two CPU processes (gloo) train and validate the soft captioner: the caption metrics, which
+    every rank computes from the gathered captions, log without Lightning's sync_dist advice."""
+    from conftest import REPO, cli_env, run_cli
+
+    root = tmp_path / "run"
+    rc, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml",
+                            "--data.init_args.num_train", "32", "--data.init_args.num_val", "8",
+                            "--data.init_args.num_test", "8", "--data.init_args.batch_size", "4",
+                            "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
+                            "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
+                            "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu",
+                            "--trainer.default_root_dir", root], cwd=tmp_path, env=cli_env(), timeout=600)
+    assert rc == 0, err[-3000:]
+    assert "sync_dist" not in out + err, [line for line in (out + err).splitlines() if "sync_dist" in line][:2]
+    assert (root / "checkpoints" / "last.ckpt").is_file()

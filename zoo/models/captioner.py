@@ -621,7 +621,10 @@ class Captioner(ZooModule):
         self.last_eval = {"stage": stage, "metrics": metrics, "predictions": predictions,
                           "notes": scores.get("notes", {})}
         for name, value in metrics.items():
-            self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr", "localization"))
+            # every rank scored the same gathered captions: averaging equal values keeps them, and
+            # says so to Lightning (which otherwise advises sync_dist once per metric under DDP)
+            self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr", "localization"),
+                     sync_dist=True)
 
     # ------------------------------------------------------------------ captioning
     # ------------------------------------------------------------------ decoding (caption, export)
