@@ -287,3 +287,17 @@ def test_atomic_write_leaves_no_temporary(tmp_path):
     atomic_write_bytes(target, b'{"a": 1}')
     assert target.read_bytes() == b'{"a": 1}'
     assert sorted(p.name for p in target.parent.iterdir()) == ["out.json"]
+
+
+def test_a_command_says_when_it_resized_or_greyed_the_images(tmp_path, capsys):
+    """The squash rule prepares a 640x480 colour photo for the 28x28 grey ViT, and says so in one
+    line on stderr; an image that already fits gets no note."""
+    photo, fits = tmp_path / "photo.png", tmp_path / "fits.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(photo)
+    Image.fromarray(np.full((28, 28), 128, dtype=np.uint8)).save(fits)
+    assert cli.main(["attention", "--model", "vit_fmnist", str(photo), str(fits), "--out", str(tmp_path / "maps")]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    assert notes == ["zoo attention: note: images 1 of 2 resized to 28x28 px (squash); 1 of 2 made grey, "
+                     "by the model's input rule (README, 'Image sizes')"]
+    assert cli.main(["attention", "--model", "vit_fmnist", str(fits), "--out", str(tmp_path / "maps2")]) == 0
+    assert "note:" not in capsys.readouterr().err

@@ -114,19 +114,34 @@ def _as_pil(image):
     return Image.fromarray(np.ascontiguousarray(image))
 
 
-def load_batch(paths, spec: Preprocessing):
+def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None):
     """Load and prepare many image files: (tensor [N, C, H, W] of the good ones, good paths,
-    one-line errors for the bad ones), so a partly bad batch still processes the good images."""
+    one-line errors for the bad ones), so a partly bad batch still processes the good images.
+    `notes`, when given, gets one line saying how many images the rule resized or made grey: the
+    model sees what it was trained on, and the user is told it is not what they gave."""
+    import numpy as np
+
     from zoo.io import load_image
 
     tensors, good, errors = [], [], []
+    resized = greyed = 0
     for path in paths:
         try:
-            tensors.append(spec(load_image(path, channels=3)))
+            image = load_image(path, channels=3)
+            tensors.append(spec(image))
             good.append(str(path))
+            resized += (image.size[1], image.size[0]) != tuple(spec.size)
+            if spec.in_chans == 1:
+                pixels = np.asarray(image)
+                greyed += not ((pixels[..., 0] == pixels[..., 1]).all() and (pixels[..., 1] == pixels[..., 2]).all())
         except UserError as exc:
             message = str(exc)
             errors.append(message if message.startswith(str(path)) else f"{path}: {message}")
+    if notes is not None and (resized or greyed):
+        n = len(good)
+        parts = [f"{resized} of {n} resized to {spec.size[1]}x{spec.size[0]} px ({spec.resize})"] * bool(resized)
+        parts += [f"{greyed} of {n} made grey"] * bool(greyed)
+        notes.append(f"note: images {'; '.join(parts)}, by the model's input rule (README, 'Image sizes')")
     batch = torch.stack(tensors) if tensors else torch.empty(0, spec.in_chans, *spec.size)
     return batch, good, errors
 

@@ -81,10 +81,12 @@ def run(args) -> int:
             raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
         model = zoo.create_model(args.model, pretrained=True)
     model.eval()
+    model.check_attends()
     spec = for_model(model)
-    batch, good, errors = load_batch(args.images, spec)
+    notes: list[str] = []
+    batch, good, errors = load_batch(args.images, spec, notes)
     targets = read_boxes(args.boxes, good, spec.size) if args.boxes else None
-    report_bad_files(errors, "attend")
+    report_bad_files(errors, "attend", notes)
     if not good:
         return exit_code(0, errors)
     records, names = [], unique_names(good, "")

@@ -43,8 +43,9 @@ def run(args) -> int:
     in_chans = model.hparams.in_chans
     if in_chans not in (1, 3):
         raise UserError(f"the model expects {in_chans}-channel images; zoo attention reads 1- or 3-channel images")
-    batch, good, errors = load_batch(args.images, for_model(model))
-    report_bad_files(errors, "attention")
+    notes: list[str] = []
+    batch, good, errors = load_batch(args.images, for_model(model), notes)
+    report_bad_files(errors, "attention", notes)
     if not good:
         return exit_code(0, errors)
     records, names = [], unique_names(good, "")

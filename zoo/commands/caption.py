@@ -51,8 +51,9 @@ def run(args) -> int:
     if getattr(model, "embed", None) is None:
         raise UserError("the model has an empty vocabulary (it was never trained)")
     beam_size = args.beam_size or int(model.hparams.get("beam_size", 3))
-    images, good, errors = load_batch(args.images, for_model(model))
-    report_bad_files(errors, "caption")
+    notes: list[str] = []
+    images, good, errors = load_batch(args.images, for_model(model), notes)
+    report_bad_files(errors, "caption", notes)
 
     results = []
     for start in range(0, len(good), args.batch_size):

@@ -40,8 +40,9 @@ def resolve_model(args, family: str | tuple[str, ...], what: str):
     return model.eval()
 
 
-def report_bad_files(errors: list[str], command: str) -> None:
-    for line in errors:
+def report_bad_files(errors: list[str], command: str, notes: list[str] = ()) -> None:
+    """The bad files, one line each, and the notes on what was done to the good ones (stderr)."""
+    for line in [*errors, *notes]:
         print(f"zoo {command}: {line}", file=sys.stderr)
 
 

@@ -31,8 +31,9 @@ def run(args) -> int:
 
     out_dir = check_writable(args.out, "--out", directory=True)
     model = resolve_model(args, "ram", "a RAM model (zoo glimpses draws RAM glimpse trajectories)")
-    batch, good, errors = load_batch(args.images, for_model(model))
-    report_bad_files(errors, "glimpses")
+    notes: list[str] = []
+    batch, good, errors = load_batch(args.images, for_model(model), notes)
+    report_bad_files(errors, "glimpses", notes)
     if not good:
         return exit_code(0, errors)
     with torch.inference_mode():

@@ -86,8 +86,9 @@ def _file_images(model, paths: list[str]):
     model's own data were (zoo.preprocess)."""
     from zoo.preprocess import for_model, load_batch
 
-    batch, _, errors = load_batch(paths, for_model(model))
-    report_bad_files(errors, "sample")
+    notes: list[str] = []
+    batch, _, errors = load_batch(paths, for_model(model), notes)
+    report_bad_files(errors, "sample", notes)
     return (batch if len(batch) else None), errors
 
 

@@ -97,7 +97,12 @@ class ZooModule(L.LightningModule):
     def attention_record(self, images: torch.Tensor):
         """Where the model looked on images [B, C, H, W]: a `zoo.attention.record.AttentionRecord`
         (batched, in input-image pixels). Families that attend override this."""
-        raise UserError(f"{type(self).__name__} ({self.family}) has no attention to record")
+        self.check_attends()
+
+    def check_attends(self) -> None:
+        """One line for a model without attention (the baselines), before any work is done."""
+        if type(self).attention_record is ZooModule.attention_record:
+            raise UserError(f"{type(self).__name__} ({self.family}) has no attention to record")
 
     def evidence(self, record, images: torch.Tensor, steps: torch.Tensor):
         """What faithfulness follows for rows (image `images[s]` of `record`, step `steps[s]`): a
