@@ -301,3 +301,18 @@ def test_a_command_says_when_it_resized_or_greyed_the_images(tmp_path, capsys):
                      "by the model's input rule (README, 'Image sizes')"]
     assert cli.main(["attention", "--model", "vit_fmnist", str(fits), "--out", str(tmp_path / "maps2")]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_zoo_list_and_import_zoo_leave_torch_unloaded(tmp_path):
+    """`zoo list` reads recipes and the manifest only: no torch import (seconds), so it answers at
+    once; `import zoo` is as light, and its public names load on first use."""
+    probe = ("import sys; from zoo.cli import main; code = main(['list', 'ram_*']); "
+             "print('TORCH' if 'torch' in sys.modules else 'NO TORCH', code)")
+    rc, out, err = run_cli(["-c", probe], cwd=tmp_path, env=cli_env())
+    assert rc == 0, err[-2000:]
+    assert out.strip().splitlines()[-1] == "NO TORCH 0" and "ram_fmnist_centered" in out
+    probe = ("import sys, zoo; light = 'torch' not in sys.modules; model = zoo.create_model('baseline_mlp_centered'); "
+             "print(light, type(model).__name__, zoo.registry.data_config is zoo.data_config)")
+    rc, out, err = run_cli(["-c", probe], cwd=tmp_path, env=cli_env())
+    assert rc == 0 and out.strip().splitlines()[-1] == "True Classifier True", err[-2000:]

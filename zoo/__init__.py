@@ -9,10 +9,29 @@
     image = weights.transforms()(PIL.Image.open("scene.png"))   # float [C, H, W] in [0, 1]
 """
 from zoo.errors import UserError
-from zoo.preprocess import for_model as preprocessing
-from zoo.registry import (Weights, build_datamodule, create_model, data_config, get_weights, list_models,
-                          load_checkpoint)
 
-__all__ = ["create_model", "list_models", "load_checkpoint", "get_weights", "Weights", "preprocessing",
-           "data_config", "build_datamodule", "UserError"]
+#: the public names, imported on first use (PEP 562): `import zoo` and `zoo list` stay free of torch
+_PUBLIC = {"create_model": "zoo.registry", "list_models": "zoo.registry", "load_checkpoint": "zoo.registry",
+           "get_weights": "zoo.registry", "Weights": "zoo.registry", "data_config": "zoo.registry",
+           "build_datamodule": "zoo.registry", "preprocessing": "zoo.preprocess:for_model"}
+__all__ = [*_PUBLIC, "UserError"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    import importlib
+    import importlib.util
+
+    if name in _PUBLIC:
+        module, _, attr = _PUBLIC[name].partition(":")
+        value = getattr(importlib.import_module(module), attr or name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"zoo.{name}") is not None:
+        value = importlib.import_module(f"zoo.{name}")  # a submodule, as `import zoo` used to bring
+    else:
+        raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

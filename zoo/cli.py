@@ -6,6 +6,7 @@ Exit codes: 0 success, 2 user error (one line on stderr), 1 a partly failed batc
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from zoo.errors import OneLineParser, report_user_errors
@@ -26,15 +27,18 @@ PASSTHROUGH = {
 }
 
 
-def build_parser() -> OneLineParser:
+def build_parser(command: str | None = None) -> OneLineParser:
+    """The parser; only `command`'s module is imported (each pulls in torch, which `zoo list` and
+    `zoo --help` do without). None: every command's (for tests and documentation)."""
     parser = OneLineParser(prog="zoo", description="attention-zoo: visual attention models")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     for name, (module_path, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_path)
         p = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        if command is None or name == command:
+            module = importlib.import_module(module_path)
+            module.add_arguments(p)
+            p.set_defaults(_run=module.run)
     for name, (_, help_text) in PASSTHROUGH.items():  # listed in --help; main() runs them
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
@@ -45,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in PASSTHROUGH:
         module = importlib.import_module(PASSTHROUGH[argv[0]][0])
         return module.main(argv[1:], prog=f"zoo {argv[0]}") or 0
-    parser = build_parser()
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None) or "")
     if not argv:
         parser.error(f"give a command: {', '.join([*SUBCOMMANDS, *PASSTHROUGH])}")
     args = parser.parse_args(argv)
@@ -53,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         return report_user_errors(f"zoo {args.command}", lambda: args._run(args))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `zoo list | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141
 
 
 if __name__ == "__main__":

@@ -29,8 +29,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-import torch
-
 from zoo.errors import UserError
 from zoo.io import sweep_stale, temp_path
 from zoo.limits import check_tree, shorten
@@ -321,6 +319,8 @@ def _sigterm_raises():
 def read_checkpoint(path: str | os.PathLike) -> dict:
     """A Lightning .ckpt as a dict, loaded with `weights_only=True` (no code can run); one-line
     UserErrors for a pickle payload, a truncated or otherwise unreadable file."""
+    import torch
+
     path = Path(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
@@ -340,6 +340,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
 
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
     """Return (state_dict, zoo_config or None) from a .safetensors or Lightning .ckpt file."""
+    import torch
+
     path = Path(path)
     if path.suffix == ".safetensors":
         from safetensors import safe_open

@@ -8,7 +8,6 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image, ImageOps
 
 from zoo.errors import UserError
@@ -69,6 +68,8 @@ def _to_8bit(img: Image.Image) -> Image.Image:
 
 def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> torch.Tensor:
     """PIL image -> float tensor [C, H, W] in [0, 1], resized to size=(H, W) if given."""
+    import torch
+
     if size is not None and (img.height, img.width) != tuple(size):
         img = img.resize((size[1], size[0]), Image.BILINEAR)
     array = np.asarray(img, dtype=np.float32) / 255.0

@@ -19,10 +19,10 @@ raises any of them (a name of `DIMENSION_LIMITS`, or `tree_nodes`, `tree_depth`,
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 
 from zoo.errors import UserError
 
@@ -110,7 +110,7 @@ def check_tree(tree: Any, what: str) -> None:
             if isinstance(node, str) and len(node) > max_string:
                 raise UserError(f"{what}: refused, a string of {len(node):,} characters (the limit is "
                                 f"{int(max_string):,}): {shorten(node, 60)}")
-            if not isinstance(node, (Mapping, list, tuple, set, frozenset)) or isinstance(node, torch.Tensor):
+            if not isinstance(node, (Mapping, list, tuple, set, frozenset)) or _is_tensor(node):
                 stack.pop()
                 if stack:
                     stack[-1][3] += 1
@@ -171,3 +171,9 @@ def check_dimensions(init_args: Any, where: str) -> None:
             if number != number or number > top or number < 0:
                 raise UserError(f"{where}.{name}: {shorten(value, 60)} is outside the sane range 0..{top:,.0f} "
                                 f"(raise it with ZOO_LIMITS={name}=N if you mean it)")
+
+
+def _is_tensor(node) -> bool:
+    """A torch tensor (a leaf here), without importing torch where nothing has: then none exists."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(node, torch.Tensor)

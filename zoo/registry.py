@@ -23,14 +23,12 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 import yaml
 
 from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.limits import check_dimensions, check_tree
-from zoo.preprocess import data_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("zoo")
@@ -149,6 +147,12 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
         raise UserError(f"{spec['class_path']}: bad arguments ({exc})") from None
 
 
+def data_config(model) -> dict | None:
+    """{class_path, init_args} of the data module `model` was trained with (from its checkpoint,
+    release or recipe), or None."""
+    return getattr(model, "_zoo_data_config", None)
+
+
 def build(config: dict, **overrides):
     """A model from its config; the data config rides along (see `data_config`)."""
     model = instantiate(config, "model", **overrides)
@@ -215,6 +219,8 @@ def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_h
     if old and new and list(old) != list(new) and all(k in state for k in model.vocab_keys):
         index = {word: i for i, word in enumerate(old)}
         pairs = [(i, index[w]) for i, w in enumerate(new) if w in index]
+        import torch
+
         dst, src = (torch.tensor(p) for p in zip(*pairs))
         for key in model.vocab_keys:
             rows = own[key].clone()
