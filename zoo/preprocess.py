@@ -154,6 +154,12 @@ def load_image_tensor(path: str | os.PathLike, spec: Preprocessing) -> torch.Ten
 
 
 # ----------------------------------------------------------------------------- per model
+def data_config(model) -> dict | None:
+    """{class_path, init_args} of the data module `model` was trained with (from its checkpoint,
+    release or recipe), or None."""
+    return getattr(model, "_zoo_data_config", None)
+
+
 def _normalisation(model) -> tuple[tuple | None, tuple | None]:
     """The mean/std a model applies to its input inside, if any (a backbone with `normalize`)."""
     for module in model.modules():
@@ -167,7 +173,6 @@ def for_model(model) -> Preprocessing:
     """How images are prepared for `model`: the family's input facts (`input_size`, `input_chans`,
     `resize_rule`), and the evaluation crop of the data module it was trained with, if it has one."""
     from zoo.classes import ALLOWED_CLASSES, resolve_class
-    from zoo.registry import data_config
 
     data = (data_config(model) or {}).get("init_args") or {}
     data_class = str((data_config(model) or {}).get("class_path", ""))

@@ -148,9 +148,10 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
 
 
 def data_config(model) -> dict | None:
-    """{class_path, init_args} of the data module `model` was trained with (from its checkpoint,
-    release or recipe), or None."""
-    return getattr(model, "_zoo_data_config", None)
+    """{class_path, init_args} of the data module `model` was trained with (zoo.preprocess's)."""
+    from zoo.preprocess import data_config as of_model
+
+    return of_model(model)
 
 
 def build(config: dict, **overrides):
