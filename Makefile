@@ -29,7 +29,7 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q --timeout 900 tests
 
-# The quick loop (a few minutes on 2 cores): everything but the subprocess / multi-process tests.
+# The quick loop (about 2.5 minutes on 2 cores): everything but the subprocess / multi-process tests.
 test-fast: setup
 	$(PY) -m pytest -q --timeout 900 -m "not slow" tests
 

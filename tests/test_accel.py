@@ -204,6 +204,7 @@ def test_unknown_mode_is_a_user_error():
             cls(**hparams, accel="fast")
 
 
+@pytest.mark.slow
 def test_train_py_rejects_an_unknown_mode_with_one_line(tmp_path, tiny_data_dir):
     args = tiny_fit_args("configs/baseline/mlp_centered.yaml", tmp_path / "r", "--model.init_args.accel=turbo")
     rc, out, err = run_cli(args, cwd=tmp_path, env=cli_env(tiny_data_dir))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 import zoo
@@ -61,6 +62,7 @@ def _folder(root, classes=("cat", "dog"), size=(28, 28)):
     return root
 
 
+@pytest.mark.slow
 def test_init_from_a_release_on_an_image_folder_stores_its_class_names(tmp_path):
     data = _folder(tmp_path / "pets")
     root = tmp_path / "run"
@@ -96,6 +98,7 @@ def test_transforms_take_pil_arrays_and_tensors_alike():
         transform([1, 2, 3])
 
 
+@pytest.mark.slow
 def test_zoo_list_has_a_header_and_no_match_is_a_user_error():
     rc, out, _ = run_cli(["-m", "zoo.cli", "list", "vit_*"], cwd=REPO, env=cli_env())
     assert rc == 0 and out.splitlines()[0].split()[:2] == ["name", "weights"] and "vit_fmnist" in out
@@ -129,6 +132,7 @@ def test_glimpse_json_names_its_axes(tmp_path, capsys):
     assert record["locations"] and set(record["locations"][0]) == {"x", "y"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init_vocab", ["data", "release"])
 def test_init_from_a_captioner_on_new_captions_keeps_known_words(tmp_path, init_vocab):
     root = tmp_path / "run"
@@ -174,11 +178,10 @@ def test_a_plain_training_run_prints_no_noise_and_one_data_line(trained_run):
     assert len(lines) == 1 and lines[0].startswith("data: FashionMNISTDataModule: train ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, expected", [
     (["--model.init_args.backbone.modelname", "vit"],
      "model.init_args.backbone: BackboneSpec has no field 'modelname'; did you mean model.init_args.backbone.model_name?"),
-    (["--model.init_args.backbone.level", "null"],
-     "model.init_args.backbone.level: null cannot be given on the command line"),
     (["--model.init_args.hiden", "3"], "has no argument 'hiden'; did you mean model.init_args.hidden_dim?"),
     (["--trainer.max_epoch", "3"], "did you mean --trainer.max_epochs?"),
 ])
@@ -189,6 +192,7 @@ def test_command_line_mistakes_name_the_field_with_a_did_you_mean(tmp_path, args
     assert code == 2 and len(lines) == 1 and expected in lines[0], err[-1500:]
 
 
+@pytest.mark.slow
 def test_a_folder_without_classes_is_one_line(tmp_path):
     for split in ("train", "val"):
         (tmp_path / "data" / split).mkdir(parents=True)
@@ -200,6 +204,7 @@ def test_a_folder_without_classes_is_one_line(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, expected", [
     (["--config", "ram_fmnist_centred"], "--config ram_fmnist_centred: no such file; did you mean "
                                          "ram_fmnist_centered?"),
@@ -212,3 +217,29 @@ def test_a_registry_name_or_a_near_release_name_gets_a_did_you_mean(tmp_path, ar
                              cwd=tmp_path, env=cli_env(None))
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and expected in lines[0], err[-1500:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", [["--model.init_args.backbone.level", "null"],
+                                   ["--model.init_args.backbone.pretrained_file=null"]])
+def test_null_unsets_a_backbone_field_on_the_command_line(tmp_path, given):
+    """A nested null means unset, for an int field as for a str one; the rest of the recipe's
+    backbone block stays."""
+    code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml", *given,
+                              "--model.init_args.backbone.kernel_size", "5", "--print_config"],
+                             cwd=tmp_path, env=cli_env(None))
+    assert code == 0, err[-2000:]
+    backbone = yaml.safe_load(out)["model"]["init_args"]["backbone"]
+    field = given[0].split("=")[0].rsplit(".", 1)[-1]
+    assert backbone[field] is None and backbone["kernel_size"] == 5
+    assert backbone["pretrained"] == "backbone_fmnist_stem" and backbone["channels"] == [32, 64, 128, 128]
+
+
+def test_nested_nulls_become_one_field_mappings():
+    from zoo.train import with_nested_nulls
+
+    assert with_nested_nulls(["fit", "--model.init_args.backbone.level", "null", "--seed_everything", "1"]) == [
+        "fit", "--model.init_args.backbone", '{"level": null}', "--seed_everything", "1"]
+    assert with_nested_nulls(["--model.init_args.backbone.level=~"]) == ["--model.init_args.backbone", '{"level": null}']
+    kept = ["--model.init_args.backbone.level", "3", "--model.init_args.lr", "null"]
+    assert with_nested_nulls(kept) == kept

@@ -292,6 +292,7 @@ def test_zoo_attend_bad_input_is_one_line(canvases, tmp_path, capsys, case, args
     assert not list(tmp_path.glob("out/*"))  # nothing written
 
 
+@pytest.mark.slow
 def test_html_report_renders_every_step_in_a_real_browser(canvases, tmp_path):
     """The self-contained page in headless Chromium (installed by `make setup`): it loads without
     console errors, every picture decodes, every step of every slider shows, and a screenshot of

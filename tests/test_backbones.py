@@ -235,6 +235,7 @@ def test_backbone_weight_that_does_not_fit_the_images_is_refused_naming_both(tmp
         Captioner(vocab=None, image_size=[64, 64], backbone=vit)
 
 
+@pytest.mark.slow
 def test_cli_backbone_fields_are_typed_and_a_second_config_merges_field_wise(tmp_path):
     import yaml
     from conftest import REPO, cli_env, run_cli

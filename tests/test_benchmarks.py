@@ -27,6 +27,7 @@ def test_every_benchmark_has_a_tiny_run():
     assert sorted(TINY) == sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
 
 
+@pytest.mark.slow  # each runs a script in its own process
 @pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in sorted(TINY)])
 def test_benchmark_runs_and_writes_its_json(script, tmp_path):
     out = tmp_path / "bench.json"

@@ -589,6 +589,7 @@ trainer:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["supervised_without_boxes", "backbone_misfit"])
 def test_train_py_refuses_bad_input_with_one_line_and_exit_2(tmp_path, tiny_data_dir, case):
     from conftest import cli_env, run_cli

@@ -80,12 +80,14 @@ def test_dimension_limits_name_the_field_and_can_be_raised(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- bombs in files
+@pytest.mark.slow
 def test_pickle_memo_bomb_in_a_checkpoint_is_refused_by_eval(tmp_path):
     torch.save({"state_dict": {}, "zoo": {"class_path": _laughs("zoo.models.ram.RAM")}}, tmp_path / "bomb.ckpt")
     code, err = _run([REPO / "eval.py", "--checkpoint", "bomb.ckpt"], tmp_path)
     _assert_refused(code, err, "eval.py: error: bomb.ckpt: refused, more than")
 
 
+@pytest.mark.slow
 def test_pickle_memo_bomb_in_resume_hyperparameters_is_refused_before_the_run(tmp_path):
     torch.save({"state_dict": {}, "hyper_parameters": {"hidden": _laughs(1)}, "global_step": 1}, tmp_path / "bomb.ckpt")
     code, err = _run([REPO / "train.py", "fit", "--config", REPO / "configs/baseline/mlp_centered.yaml",
@@ -103,6 +105,7 @@ def _anchor_bomb(key_path: list[str]) -> str:
     return "\n".join(lines) + "\n" + yaml.safe_dump(tree).replace("'*a29'", "*a29")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", [["unknown_key"], ["model", "init_args", "hidden"],
                                    ["model", "init_args", "model_kwargs"]])
 def test_yaml_anchor_bomb_in_a_recipe_is_refused(tmp_path, where):
@@ -114,6 +117,7 @@ def test_yaml_anchor_bomb_in_a_recipe_is_refused(tmp_path, where):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_yaml_anchor_bomb_on_the_command_line_is_refused(tmp_path):
     bomb = "[" + ", ".join(["&a0 [x, x, x, x, x, x, x, x, x, x]"] +
                            [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 30)]) + "]"
@@ -122,6 +126,7 @@ def test_yaml_anchor_bomb_on_the_command_line_is_refused(tmp_path):
     _assert_refused(code, err, "command-line value", "refused, more than")
 
 
+@pytest.mark.slow
 def test_deep_nesting_in_a_recipe_and_in_a_weights_config_is_one_line(tmp_path):
     (tmp_path / "deep.yaml").write_text("model: " + "[" * 200_000 + "]" * 200_000 + "\n")
     code, err = _run([REPO / "train.py", "fit", "--config", "deep.yaml"], tmp_path)
@@ -134,6 +139,7 @@ def test_deep_nesting_in_a_recipe_and_in_a_weights_config_is_one_line(tmp_path):
     _assert_refused(code, err, "refused, its zoo config is nested too deep")
 
 
+@pytest.mark.slow
 def test_a_50_mb_class_path_is_refused_in_a_short_line(tmp_path):
     from safetensors.torch import save_file
 
@@ -154,6 +160,7 @@ def _weights_with(tmp_path, model_args: dict | None = None, data_args: dict | No
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_args, data_args, field", [
     ({"hidden": [60000]}, None, "model.init_args.hidden"),
     ({"image_size": 60000}, None, "model.init_args.image_size"),

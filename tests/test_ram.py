@@ -252,6 +252,7 @@ def run_cli(args, capsys):
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_cli_draws_figures(trained, images_dir, tmp_path, capsys):
     _, _, ckpt, _ = trained
     out = tmp_path / "figs"
@@ -264,6 +265,7 @@ def test_cli_draws_figures(trained, images_dir, tmp_path, capsys):
     assert err == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which,message", [("big", "expects 20x20"), ("colour", "colour image"),
                                            ("broken", "not a readable image")])
 def test_cli_bad_images(trained, images_dir, tmp_path, capsys, which, message):
@@ -274,6 +276,7 @@ def test_cli_bad_images(trained, images_dir, tmp_path, capsys, which, message):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_cli_partly_bad_batch(trained, images_dir, tmp_path, capsys):
     _, _, ckpt, _ = trained
     code, stdout, err = run_cli([images_dir["good"], images_dir["big"], "--checkpoint", ckpt,
@@ -285,6 +288,7 @@ def test_cli_partly_bad_batch(trained, images_dir, tmp_path, capsys):
     assert len(records) == 1 and len(records[0]["locations"]) == TINY["num_glimpses"]
 
 
+@pytest.mark.slow
 def test_cli_refuses_other_family(images_dir, tmp_path, capsys):
     from zoo.models.draw import DRAWClassifier
 
@@ -296,6 +300,7 @@ def test_cli_refuses_other_family(images_dir, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "is a draw_classifier model, not a RAM model" in err
 
 
+@pytest.mark.slow
 def test_cli_missing_checkpoint_and_console_entry(images_dir, tmp_path):
     """The installed entry point, in a real process: a missing file is one line and exit 2."""
     env = {**os.environ, "WANDB_MODE": "disabled"}

@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -49,6 +51,7 @@ def test_a_stale_checkpoint_is_never_evaluated_and_the_starting_commit_is_record
     assert record["git_commit"] == summary["git_commit"] == "commit-at-start"
 
 
+@pytest.mark.slow
 def test_outputs_docs_and_tests_do_not_make_a_commit_dirty(tmp_path, monkeypatch):
     """A results run started while earlier runs' results JSON (or the docs) are uncommitted
     trained from clean code; an edit to code or configs is what "-dirty" must report."""
@@ -75,6 +78,7 @@ def test_outputs_docs_and_tests_do_not_make_a_commit_dirty(tmp_path, monkeypatch
         assert results.git_commit().endswith("-dirty"), path
 
 
+@pytest.mark.slow
 def test_the_committed_results_tables_are_what_the_results_say():
     """README.md and docs/results.md carry tables generated from results/*.json: editing a number
     by hand, or a results file without regenerating, fails here."""

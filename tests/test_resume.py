@@ -55,6 +55,7 @@ def test_a_changed_batch_size_resumes_with_one_warning(run, tiny_data_dir):
     assert sum("resuming with data.init_args.batch_size 16" in line for line in err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_ckpt_path_last_without_a_checkpoint_names_the_folder(tmp_path, tiny_data_dir):
     root = tmp_path / "typo"
     code, out, err = run_cli(tiny_fit_args("configs/baseline/mlp_centered.yaml", root, "--ckpt_path", "last"),

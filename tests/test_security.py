@@ -264,6 +264,7 @@ def test_a_failed_checkpoint_write_leaves_the_old_one_intact(tmp_path, monkeypat
     assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]  # no temporary left
 
 
+@pytest.mark.slow
 def test_a_killed_writers_temporary_is_swept(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = tmp_path / f".last.ckpt.{int(dead.stdout)}.abc123.tmp"

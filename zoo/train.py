@@ -30,6 +30,7 @@ import difflib
 import fcntl
 import importlib
 import inspect
+import json
 import logging
 import os
 import re
@@ -126,6 +127,29 @@ def _recipe_hint(given: str) -> str:
 
     close = difflib.get_close_matches(given, registry.list_models(), n=1)
     return f"; did you mean {close[0]}?" if close else ""
+
+
+NESTED_FIELD = re.compile(r"^(--model\.init_args\.backbone)\.(\w+)$")  # a BackboneSpec field
+NULLS = ("null", "None", "~")
+
+
+def with_nested_nulls(argv: list[str]) -> list[str]:
+    """`--model.init_args.backbone.level null` unsets the field. jsonargparse reads a null given
+    to a field of a nested dataclass as the string 'None' (refused for an int); the same update as
+    a one-field mapping, `--model.init_args.backbone '{"level": null}'`, merges field-wise."""
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        key, eq, value = arg.partition("=")
+        if eq and NESTED_FIELD.match(key) and value in NULLS:
+            out += [NESTED_FIELD.match(key).group(1), json.dumps({NESTED_FIELD.match(key).group(2): None})]
+        elif not eq and NESTED_FIELD.match(arg) and i + 1 < len(argv) and argv[i + 1] in NULLS:
+            out += [NESTED_FIELD.match(arg).group(1), json.dumps({NESTED_FIELD.match(arg).group(2): None})]
+            i += 1
+        else:
+            out.append(arg)
+        i += 1
+    return out
 
 
 def with_recipe_paths(argv: list[str]) -> list[str]:
@@ -634,7 +658,7 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
     argv = sys.argv[1:] if args is None else args
     base = {"default_config_files": [BASE_CONFIG]}
     try:
-        argv = args = with_recipe_paths(argv)
+        argv = args = with_nested_nulls(with_recipe_paths(argv))
         check_config_files(argv)
         ZooCLI(ZooModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
                parser_kwargs={"prog": PROG, "fit": base, "validate": base, "test": base, "predict": base},
