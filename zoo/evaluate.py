@@ -36,7 +36,7 @@ def parse_args(argv=None, prog: str = "eval.py"):
     return parser.parse_args(argv)
 
 
-def _key_values(items: list[str], flag: str) -> dict:
+def key_values(items: list[str], flag: str) -> dict:
     import yaml
 
     from zoo.errors import UserError
@@ -69,7 +69,7 @@ def evaluate(args) -> int:
         if value is not None and value < 1:
             raise UserError(f"{flag} must be >= 1, got {value}")
     L.seed_everything(args.seed, verbose=False)
-    model_args = _key_values(args.model_arg, "--model-arg")
+    model_args = key_values(args.model_arg, "--model-arg")
     if args.checkpoint:
         model = zoo.load_checkpoint(args.checkpoint, sha256=args.sha256, **model_args)
         weights_sha256 = hub.sha256_file(hub.fetch(args.checkpoint, args.sha256))  # a URL: the cached copy
@@ -78,7 +78,7 @@ def evaluate(args) -> int:
             raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
         model = zoo.create_model(args.model, pretrained=True, **model_args)
         weights_sha256 = hub.sha256_file(hub.fetch_release(args.model))
-    data_args = _key_values(args.data, "--data")
+    data_args = key_values(args.data, "--data")
     if args.batch_size:
         data_args["batch_size"] = args.batch_size
     if args.limit:
