@@ -60,8 +60,9 @@ def test_eval_writes_json_with_documented_keys(trained_run, tiny_data_dir, tmp_p
     accuracy, n = _accuracy(trained_run["last"], split)
     assert n == expected_n
     assert metrics[f"{split}/acc"] == pytest.approx(accuracy, abs=1e-6)
-    # and the table on stdout
+    # and the table on stdout, with none of Lightning's adverts or its LeafSpec deprecation
     assert f"{split}/acc" in stdout and "metric" in stdout
+    assert not any(noise in stdout + stderr for noise in ("💡", "litlogger", "LeafSpec")), stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ Anything else is a bug and keeps its traceback."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import warnings
 from collections.abc import Callable
@@ -26,6 +27,33 @@ def one_line_warnings() -> None:
     # straight to stderr, also where a caller (a test harness) had been recording warnings
     warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: print(
         f"{category.__name__}: {message}", file=file or sys.stderr)
+
+
+class _NoAdverts(logging.Filter):
+    """Lines of Lightning's info log that are noise here: an advert for cloud products ("💡 Tip:
+    ... litlogger") at every start; a Ctrl-C that train.py reports in its own one line; and, at
+    every checkpoint save, "`weights_only` was not set, defaulting to `False`", which is about
+    what a SAVE keeps (the optimizer state, for resuming) but reads like an unsafe load right under
+    our promise that every load is weights_only=True."""
+
+    QUIET = ("💡", "Detected KeyboardInterrupt", "`weights_only` was not set")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not any(part in message for part in self.QUIET)
+
+
+def quiet_lightning() -> None:
+    """Drop the lines of Lightning that are not ours to fix and say nothing to a user (training
+    and evaluation alike): its adverts, and torch's LeafSpec deprecation inside Lightning 2.6."""
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    for name in ("lightning.pytorch", "pytorch_lightning", "lightning.pytorch.utilities.rank_zero",
+                 "lightning.pytorch.trainer.connectors.checkpoint_connector",
+                 "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+                 "lightning.pytorch.trainer.connectors.callback_connector", "lightning.pytorch.trainer.call"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoAdverts) for f in logger.filters):
+            logger.addFilter(_NoAdverts())  # a filter acts on its own logger's records only
 
 
 def report_user_errors(prog: str, main: Callable[[], int | None]) -> int:

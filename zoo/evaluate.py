@@ -108,6 +108,9 @@ def evaluate(args) -> int:
 
 
 def main(argv=None, prog: str = "eval.py") -> int:
+    from zoo.errors import quiet_lightning
+
+    quiet_lightning()
     args = parse_args(argv, prog)
     return report_user_errors(prog, lambda: evaluate(args))
 

@@ -47,7 +47,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 
 from zoo import hub
 from zoo.callbacks import WANDB_CLASSES, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
-from zoo.errors import UserError, one_line_warnings
+from zoo.errors import UserError, one_line_warnings, quiet_lightning
 from zoo.hub import MAX_CONFIG_BYTES
 from zoo.io import check_writable
 from zoo.limits import check_tree, shorten
@@ -322,20 +322,6 @@ class SaveConfigToRunDir(SaveConfigCallback):
             for logger in trainer.loggers:
                 logger.log_hyperparams({"config": self.config.as_dict()})
         self.already_saved = trainer.strategy.broadcast(True)
-
-
-class _NoAdverts(logging.Filter):
-    """Lines of Lightning's info log that are noise here: an advert for cloud products ("💡 Tip:
-    ... litlogger") at every start; a Ctrl-C that train.py reports in its own one line; and, at
-    every checkpoint save, "`weights_only` was not set, defaulting to `False`", which is about
-    what a SAVE keeps (the optimizer state, for resuming) but reads like an unsafe load right under
-    our promise that every load is weights_only=True."""
-
-    QUIET = ("💡", "Detected KeyboardInterrupt", "`weights_only` was not set")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = str(record.msg)
-        return not any(part in message for part in self.QUIET)
 
 
 MODEL_IMAGE_SIZE_ARGS = ("image_size", "img_size")  # img_size: timm's name, which the ViT family keeps
@@ -643,14 +629,9 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
     global PROG, HELP
     PROG, HELP = prog, f"{prog} fit --help lists every option"
     one_line_warnings()
+    quiet_lightning()
     # main(args) is also called from Python (tests, notebooks) with its own argument list
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # Lightning 2.6 on torch 2.14: not ours to fix
-    for name in ("lightning.pytorch", "pytorch_lightning", "lightning.pytorch.utilities.rank_zero",
-                 "lightning.pytorch.trainer.connectors.checkpoint_connector",
-                 "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
-                 "lightning.pytorch.trainer.connectors.callback_connector", "lightning.pytorch.trainer.call"):
-        logging.getLogger(name).addFilter(_NoAdverts())  # a filter acts on its own logger's records only
     # jsonargparse's notice about an argument LightningCLI passes, not one a user can change
     warnings.filterwarnings("ignore", message=r"(?s).*skip_none parameter was deprecated")
     # a frozen, pretrained encoder is in eval mode on purpose (its batch norm statistics stay)
