@@ -177,13 +177,11 @@ def for_model(model) -> Preprocessing:
     data = (data_config(model) or {}).get("init_args") or {}
     data_class = str((data_config(model) or {}).get("class_path", ""))
     mean, std = _normalisation(model)
-    names = model.hparams.get("class_names")
-    if not names and data_class in ALLOWED_CLASSES["data"]:
-        names = getattr(resolve_class(data_class, "data"), "class_names", None)
+    data_module = resolve_class(data_class, "data") if data_class in ALLOWED_CLASSES["data"] else None
+    names = model.hparams.get("class_names") or getattr(data_module, "class_names", None)
     names = tuple(names) if names else None
     size = tuple(model.input_size)
-    crop = (resolve_class(data_class, "data").eval_resize_for(size, **data)
-            if data_class in ALLOWED_CLASSES["data"] else None)
+    crop = data_module.eval_resize_for(size, **data) if data_module is not None else None
     if crop is not None:
         return Preprocessing(model.input_chans, size, "crop", crop, mean, std, names)
     return Preprocessing(model.input_chans, size, model.resize_rule, None, mean, std, names)

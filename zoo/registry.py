@@ -126,10 +126,6 @@ def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entr
             if fnmatch.fnmatch(n, pattern) and (e.weights is not None or not pretrained)}
 
 
-# ----------------------------------------------------------------------------- allow-list
-# zoo/classes.py holds it: the only classes a file may name.
-
-
 def instantiate(spec: dict, kind: str = "model", **overrides):
     """Instantiate an allow-listed {class_path, init_args} with overrides on top."""
     if not isinstance(spec, dict):

@@ -139,16 +139,16 @@ def with_nested_nulls(argv: list[str]) -> list[str]:
     a one-field mapping, `--model.init_args.backbone '{"level": null}'`, merges field-wise."""
     out, i = [], 0
     while i < len(argv):
-        arg = argv[i]
-        key, eq, value = arg.partition("=")
-        if eq and NESTED_FIELD.match(key) and value in NULLS:
-            out += [NESTED_FIELD.match(key).group(1), json.dumps({NESTED_FIELD.match(key).group(2): None})]
-        elif not eq and NESTED_FIELD.match(arg) and i + 1 < len(argv) and argv[i + 1] in NULLS:
-            out += [NESTED_FIELD.match(arg).group(1), json.dumps({NESTED_FIELD.match(arg).group(2): None})]
-            i += 1
+        key, eq, value = argv[i].partition("=")
+        if not eq and i + 1 < len(argv):  # "--key value" rather than "--key=value"
+            value = argv[i + 1]
+        field = NESTED_FIELD.match(key)
+        if field and value in NULLS:
+            out += [field.group(1), json.dumps({field.group(2): None})]
+            i += 1 if eq else 2
         else:
-            out.append(arg)
-        i += 1
+            out.append(argv[i])
+            i += 1
     return out
 
 

@@ -464,8 +464,10 @@ class _GraphedTrainStep:
             packed = torch.stack([loss.detach().float()] + [metrics[k].detach().float() for k in keys])
         with torch.no_grad():  # capturing ran no kernel: the graph's gradient buffers hold nothing yet
             for p, real in zip(self.params, real_grads):
-                if p.grad is not None:
-                    p.grad.copy_(real) if real is not None else p.grad.zero_()
+                if p.grad is not None and real is not None:
+                    p.grad.copy_(real)
+                elif p.grad is not None:
+                    p.grad.zero_()
         return graph, static_inputs, packed, keys
 
 

@@ -217,12 +217,17 @@ class ZooModule(L.LightningModule):
         """Channels of the images the model takes."""
         return int(self.hparams.get("in_chans", 3))
 
+    def example_images(self, n: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Generator]:
+        """n random images [n, C, H, W] in [0, 1] at the model's input size, and the generator
+        they were drawn from (the rest of an example batch draws from it too)."""
+        g = torch.Generator().manual_seed(seed)
+        return torch.rand(n, self.input_chans, *self.input_size, generator=g), g
+
     def example_batch(self, n: int = 2, seed: int = 0) -> Any:
         """A tiny batch of the form the family's data modules yield, at the model's input size: what
         registry-wide tests feed a model they know nothing else about. Here (images [n, C, H, W]
         in [0, 1], labels [n])."""
-        g = torch.Generator().manual_seed(seed)
-        images = torch.rand(n, self.input_chans, *self.input_size, generator=g)
+        images, g = self.example_images(n, seed)
         return images, torch.randint(0, self.hparams.get("num_classes", 10), (n,), generator=g)
 
 

@@ -197,9 +197,8 @@ class Captioner(ZooModule):
         """FashionScenes' batch form: images, captions (word ids 4 and 5 of the vocabulary, which
         needs six entries), one item box per image (its top-left quarter) and, per word, the item it
         names (word 5 names item 0)."""
-        g = torch.Generator().manual_seed(seed)
+        images, _ = self.example_images(n, seed)
         H, W = self.input_size
-        images = torch.rand(n, self.input_chans, H, W, generator=g)
         rows = [[START_ID, 4, 5, END_ID], [START_ID, 5, END_ID, PAD_ID]]
         captions = torch.tensor([rows[i % 2] for i in range(n)])
         boxes = torch.tensor([[[0.0, 0.0, W / 2, H / 2]]] * n)

@@ -66,9 +66,8 @@ class ItemGridClassifier(ClassifierModule):
     def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
         """ItemCanvases' batch form: images, one item box per image (its top-left quarter), the
         item's class and colour."""
-        g = torch.Generator().manual_seed(seed)
+        images, _ = self.example_images(n, seed)
         H, W = self.input_size
-        images = torch.rand(n, self.input_chans, H, W, generator=g)
         return {"images": images, "boxes": torch.tensor([[[0.0, 0.0, W / 2, H / 2]]] * n),
                 "labels": torch.ones(n, 1, dtype=torch.long), "colours": torch.full((n, 1), 2, dtype=torch.long)}
 
