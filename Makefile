@@ -26,12 +26,17 @@ browser:
 demo: setup
 	bash scripts/demo.sh
 
-test: setup
-	$(PY) -m pytest -q --timeout 900 tests
+# Every test process runs one torch thread (tests/conftest.py), so one worker per core
+# (TEST_WORKERS, default: this machine's cores, at most 4) keeps them busy; TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
-# The quick loop (about 2.5 minutes on 2 cores): everything but the subprocess / multi-process tests.
+test: setup
+	$(PY) -m pytest -q --timeout 900 $(XDIST) tests
+
+# The quick loop (about 2.5 minutes on 2 cores, run serially): everything but the subprocess / multi-process tests.
 test-fast: setup
-	$(PY) -m pytest -q --timeout 900 -m "not slow" tests
+	$(PY) -m pytest -q --timeout 900 $(XDIST) -m "not slow" tests
 
 bench: setup
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -141,6 +141,22 @@ def test_bad_hyperparameters_and_images():
         tiny(std_mode="cosine")
     with pytest.raises(UserError, match="expects"):
         tiny()(torch.zeros(2, 1, 28, 28))
+    with pytest.raises(UserError, match="location_lr_scale"):
+        tiny(location_lr_scale=0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.1])
+def test_location_network_learns_at_its_own_rate(scale):
+    model = tiny(lr=0.01, location_lr_scale=scale, accel="eager")
+    optimizer = model.configure_optimizers()
+    optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
+    rates = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert sorted(rates) == sorted(id(p) for p in trainable)  # every trainable parameter, once
+    located = {id(p) for p in model.locator.parameters()}
+    assert [rates[k] for k in located] == pytest.approx([0.01 * scale] * len(located))
+    assert {rates[k] for k in rates if k not in located} == {0.01}
+    assert len(optimizer.param_groups) == (1 if scale == 1.0 else 2)  # old checkpoints' optimizer state still loads
 
 
 # ----------------------------------------------------------------------------- training, metrics

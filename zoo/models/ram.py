@@ -114,6 +114,7 @@ class RAM(ZooModule):
         reinforce_weight: float = 1.0,
         baseline_weight: float = 1.0,
         reinforce_to_core: bool = False,
+        location_lr_scale: float = 1.0,
         # optimisation
         optimizer: str = "adam",
         lr: float = 1e-3,
@@ -137,6 +138,8 @@ class RAM(ZooModule):
         for key, (value, allowed) in checks.items():
             if value not in allowed:
                 raise UserError(f"RAM: {key} must be one of {', '.join(allowed)}, got '{value}'")
+        if location_lr_scale <= 0:
+            raise UserError(f"RAM: location_lr_scale must be positive, got {location_lr_scale}")
         if std <= 0 or (std_mode == "annealed" and std_final <= 0):
             raise UserError("RAM: std and std_final must be positive")
         size = [image_size, image_size] if isinstance(image_size, int) else list(image_size)
@@ -413,6 +416,12 @@ class RAM(ZooModule):
     def configure_optimizers(self):
         hp = self.hparams
         params = [p for p in self.parameters() if p.requires_grad]
+        if hp.location_lr_scale != 1.0:
+            # The location network learns from REINFORCE alone; its own step size damps the random
+            # walk a noisy policy gradient takes under Adam's per-parameter scaling.
+            located = {id(p) for p in self.locator.parameters()}
+            params = [{"params": [p for p in params if id(p) not in located]},
+                      {"params": list(self.locator.parameters()), "lr": hp.lr * hp.location_lr_scale}]
         # the paper: SGD with momentum 0.9; the recipes: Adam
         return optim.configure(self, params, hp.optimizer, lr=hp.lr, momentum=hp.momentum,
                                weight_decay=hp.weight_decay, schedule=hp.lr_schedule)
