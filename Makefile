@@ -34,7 +34,7 @@ XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 test: setup
 	$(PY) -m pytest -q --timeout 900 $(XDIST) tests
 
-# The quick loop (about 2.5 minutes on 2 cores, run serially): everything but the subprocess / multi-process tests.
+# The quick loop (about 1.5 minutes on 2 cores): everything but the subprocess / multi-process tests.
 test-fast: setup
 	$(PY) -m pytest -q --timeout 900 $(XDIST) -m "not slow" tests
 
