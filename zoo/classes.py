@@ -8,10 +8,8 @@ import importlib
 from zoo.errors import UserError
 from zoo.limits import shorten
 
-# The only classes a file may name. A weights file, checkpoint, manifest or downloaded config is
-# data, not code: each class_path it carries is looked up here BEFORE anything is imported, and
-# anything else is refused. (A recipe a user passes to train.py on the command line is their own
-# code and stays free; train.py never instantiates a class named by a checkpoint.)
+# (A recipe a user passes to train.py on the command line is their own code and stays free;
+# train.py never instantiates a class named by a checkpoint.)
 ALLOWED_CLASSES: dict[str, set[str]] = {
     "model": {
         "zoo.models.baselines.Classifier",

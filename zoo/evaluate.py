@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
-from zoo.errors import OneLineParser, report_user_errors
+from zoo.errors import OneLineParser, UserError, quiet_lightning, report_user_errors
 
 
 def parse_args(argv=None, prog: str = "eval.py"):
@@ -39,8 +39,6 @@ def parse_args(argv=None, prog: str = "eval.py"):
 def key_values(items: list[str], flag: str) -> dict:
     import yaml
 
-    from zoo.errors import UserError
-
     parsed = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -58,7 +56,6 @@ def evaluate(args) -> int:
 
     import zoo
     from zoo import hub
-    from zoo.errors import UserError
     from zoo.io import check_writable
     from zoo.results import write_json
 
@@ -108,8 +105,6 @@ def evaluate(args) -> int:
 
 
 def main(argv=None, prog: str = "eval.py") -> int:
-    from zoo.errors import quiet_lightning
-
     quiet_lightning()
     args = parse_args(argv, prog)
     return report_user_errors(prog, lambda: evaluate(args))

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from zoo.errors import UserError
@@ -93,7 +94,6 @@ class Preprocessing:
 def _as_pil(image):
     """A PIL image from a PIL image, a numpy array [H, W] / [H, W, C] or a tensor [H, W] / [C, H, W]
     (uint8, or float in [0, 1]), so that every input type is prepared by the same code."""
-    import numpy as np
     from PIL import Image
 
     if isinstance(image, Image.Image):
@@ -119,8 +119,6 @@ def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None):
     one-line errors for the bad ones), so a partly bad batch still processes the good images.
     `notes`, when given, gets one line saying how many images the rule resized or made grey: the
     model sees what it was trained on, and the user is told it is not what they gave."""
-    import numpy as np
-
     from zoo.io import load_image
 
     tensors, good, errors = [], [], []

@@ -5,8 +5,10 @@ A family subclasses `ZooModule`, calls `self.save_hyperparameters()` in `__init_
 values only (ints, floats, strings, bools, lists and dicts of those), and sets `family`.
 Plain hyperparameters keep `torch.load(weights_only=True)` working on its checkpoints.
 
-Steps: a family with an `accel` hyperparameter implements `train_inputs` / `train_loss` and
-`eval_inputs` / `eval_metrics` (see zoo.models.accel); the Lightning steps here run them in the
+Steps: a family with an `accel` hyperparameter implements, as pure functions of tensors (see
+zoo.models.accel), `train_loss(*train_inputs(batch)) -> (loss, {metric: 0-d tensor})` and
+`eval_metrics(stage, *eval_inputs(batch, stage)) -> {metric: tensor}`; `train_inputs` and
+`eval_inputs` default to the batch's own tuple. The Lightning steps here run them in the
 configured mode and log what they return after the step.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from zoo.data.base import as_size
 from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.accel import StepAccelerator
@@ -153,16 +156,8 @@ class ZooModule(L.LightningModule):
         """The batch and every random draw of a training step, as a tuple of `train_loss` inputs."""
         return tuple(batch)
 
-    def train_loss(self, *inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Pure: (loss, {metric: 0-d tensor}) from `train_inputs`."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement train_loss")
-
     def eval_inputs(self, batch, stage: str) -> tuple:
         return tuple(batch)
-
-    def eval_metrics(self, stage: str, *inputs) -> dict[str, torch.Tensor]:
-        """Pure: {metric: tensor} of a "val" or "test" batch, from `eval_inputs`."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement eval_metrics")
 
     def log_step_metrics(self, stage: str, metrics: dict[str, torch.Tensor], batch_size: int) -> None:
         """Log a step's metrics under `stage/`; validation and test metrics are averaged over DDP ranks."""
@@ -205,12 +200,10 @@ class ZooModule(L.LightningModule):
         if not self._graphed_training():
             super().backward(loss, *args, **kwargs)
 
-
     @property
     def input_size(self) -> tuple[int, int]:
         """(height, width) of the images the model takes."""
-        size = self.hparams.get("image_size", 28)
-        return (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[1]))
+        return as_size(self.hparams.get("image_size", 28))
 
     @property
     def input_chans(self) -> int:
