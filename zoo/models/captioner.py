@@ -18,7 +18,8 @@ cell's (x, y) in [-1, 1] to its annotation vector, so the context z_t carries wh
 looked (the captions say "left of", and a frozen convolutional encoder is translation-equivariant).
 
 Training loss per caption: sum_t -log p(y_t) over real words (pads masked) + the doubly stochastic
-regularisation lambda * sum_i (1 - sum_t alpha_ti)^2 (eq. 14), both averaged over the batch.
+regularisation lambda * sum_i (1 - sum_t alpha_ti)^2 (eq. 14), both averaged over the batch. The
+losses are functions in zoo.models.caption_losses; `loss_terms` here wires them to the model.
 - Hard attention adds the REINFORCE surrogate of zoo.attention.hard. The authors' rule
   (`reinforce_cost: caption`, `baseline: moving_average`) charges every step's sample with the
   caption's per-word NLL against a moving average; `reinforce_cost: word` charges step t's sample
@@ -63,6 +64,7 @@ from zoo.backbones.spec import BackboneSpec
 from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
+from zoo.models import caption_losses
 from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
@@ -430,13 +432,10 @@ class Captioner(ZooModule):
         supervised = hp.supervised_attention > 0
         out = self.teacher_forced(annotations, captions, gumbel, use_expected, need_log_alpha=supervised,
                                   active=self._active_rows(batch, captions.shape[1] - 1))
-        B, T1 = targets.shape
-        nll = F.cross_entropy(out["logits"].reshape(B * T1, -1), targets.reshape(-1), reduction="none").view(B, T1)
-        nll = nll * step_mask
+        nll = caption_losses.caption_nll(out["logits"], targets, step_mask)  # [B, T1]
         n_words = step_mask.sum(1).clamp(min=1)
         caption_nll = nll.sum(1)  # [B], -log p(caption)
-        attention_sum = (out["alpha"] * step_mask.unsqueeze(-1)).sum(1)  # [B, L] = sum_t alpha_ti
-        doubly = ((1.0 - attention_sum) ** 2).sum(1).mean()  # eq. (14)
+        doubly = caption_losses.doubly_stochastic(out["alpha"], step_mask)  # eq. (14)
         terms = {"nll": caption_nll.mean(), "nll_word": nll.sum() / step_mask.sum().clamp(min=1),
                  "doubly_stochastic": doubly, "out": out, "step_mask": step_mask}
         loss = terms["nll"] + hp.alpha_c * doubly
@@ -474,13 +473,7 @@ class Captioner(ZooModule):
         if hp.reinforce_cost == "caption":  # the authors: every step pays the caption's per-word NLL
             cost = per_word_nll.detach()  # [B]
         else:  # step t pays for word t and, discounted, the later words its sample can change
-            cost = nll.detach()
-            if hp.reinforce_discount > 0:
-                T1 = cost.shape[1]
-                powers = torch.arange(T1, device=cost.device, dtype=cost.dtype)
-                later = powers.view(1, -1) - powers.view(-1, 1)  # [t, t'] = t' - t
-                weight = torch.where(later >= 0, hp.reinforce_discount ** later.clamp(min=0), 0.0)
-                cost = cost @ weight.T  # [B, T1]: sum_{t' >= t} gamma^(t' - t) nll_t'
+            cost = caption_losses.discounted_cost(nll.detach(), hp.reinforce_discount)  # [B, T1]
         if self.baseline_net is not None:
             known = torch.cat([out["h_prev"], self.embed(targets)], dim=-1).detach()  # before s_t is drawn
             predicted = self.baseline_net(known).squeeze(-1)  # [B, T1]
@@ -499,26 +492,15 @@ class Captioner(ZooModule):
 
     def supervised_attention_loss(self, log_alpha: torch.Tensor, batch: dict, grid: tuple[int, int],
                                   image_size: tuple[int, int], step_mask: torch.Tensor) -> torch.Tensor:
-        """Liu et al. 2017: on every word that names an item, a loss between alpha_t and that
-        item's box. log_alpha [B, T-1, L]; batch["word_items"] [B, T] (the item slot each caption
-        token names, -1 none), batch["item_boxes"] [B, K, 4] -> per-caption sum, batch mean."""
+        """Liu et al. 2017 (zoo.models.caption_losses.supervised_attention) on this batch's items:
+        batch["word_items"] [B, T], batch["item_boxes"] [B, K, 4] in pixels of `image_size`."""
         from zoo.metrics.localization import cell_masks
 
         if "word_items" not in batch or "item_boxes" not in batch:
             raise UserError("captioner: supervised_attention needs batches with word_items and item_boxes")
         masks = cell_masks(batch["item_boxes"].to(log_alpha.dtype), grid, image_size)  # [B, K, L]
-        slot = batch["word_items"][:, 1:]  # the target word's item, aligned with the steps
-        L = log_alpha.shape[-1]
-        target = masks.gather(1, slot.clamp(min=0).unsqueeze(-1).expand(-1, -1, L))  # [B, T-1, L]
-        valid = (slot >= 0) & (step_mask > 0) & target.any(-1)  # (a box too small to hold a cell centre: no target)
-        if self.hparams.supervised_attention_target == "box":
-            q = target.to(log_alpha.dtype)
-            q = q / q.sum(-1, keepdim=True).clamp(min=1)
-            per_step = -(q * log_alpha).sum(-1)  # cross-entropy to the normalised box mask
-        else:
-            per_step = -torch.logsumexp(log_alpha.masked_fill(~target, float("-inf")), dim=-1)
-            per_step = torch.where(valid, per_step, torch.zeros_like(per_step))
-        return (per_step * valid).sum() / log_alpha.shape[0]
+        return caption_losses.supervised_attention(log_alpha, masks, batch["word_items"], step_mask,
+                                           self.hparams.supervised_attention_target)
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
     def train_inputs(self, batch: dict) -> tuple:
@@ -625,7 +607,6 @@ class Captioner(ZooModule):
             self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr", "localization"),
                      sync_dist=True)
 
-    # ------------------------------------------------------------------ captioning
     # ------------------------------------------------------------------ decoding (caption, export)
     def decode_start(self, images: torch.Tensor) -> tuple:
         """What decoding computes once per image: images [B, 3, H, W] -> annotations [B, L, D],
