@@ -325,3 +325,24 @@ def test_cli_missing_checkpoint_and_console_entry(images_dir, tmp_path):
                             capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "nope.ckpt" in result.stderr
+
+
+def test_several_paths_per_image_baseline_each_other_leave_one_out():
+    model = tiny(train_samples=3, accel="eager")
+    images, labels = batch(n=4)
+    inputs = model.train_inputs((images, labels))
+    assert inputs[0].shape[0] == 12 and torch.equal(inputs[1], labels.repeat_interleave(3))
+    assert torch.equal(inputs[0][3:6], images[1:2].expand(3, -1, -1, -1))  # an image's paths are adjacent
+    out = model.rollout(inputs[0], "sample", noise=inputs[2])
+    out["log_probs"].retain_grad()
+    terms = model.losses(out, inputs[1])
+    terms["reinforce"].backward()
+    reward = (out["logits"].argmax(-1) == inputs[1]).float()
+    T = out["log_probs"].shape[1]
+    for i in range(12):  # d reinforce / d log pi_i,t = -(R_i - mean of the other paths of its image) / rows
+        image = i // 3
+        others = [reward[j].item() for j in range(3 * image, 3 * image + 3) if j != i]
+        advantage = reward[i].item() - sum(others) / 2
+        assert torch.allclose(out["log_probs"].grad[i], torch.full((T,), -advantage / 12), atol=1e-6)
+    with pytest.raises(UserError, match="train_samples"):
+        tiny(train_samples=0)

@@ -19,6 +19,11 @@ Training is the paper's hybrid loss:
 - a learned per-step baseline b_t = f_b(h_{t-1}) is fitted to R by its own MSE loss. It reads a
   detached state and enters REINFORCE detached, so only its MSE trains it.
 
+`train_samples` M > 1 runs M glimpse paths per training image (the M episodes of eq. 2) and
+gives each path the leave-one-out mean reward of the image's other M - 1 paths as its baseline
+(a lower-variance baseline than the learned b_t, which still trains); cross-entropy averages over
+all paths. M = 1 (default) is the paper's one path per image.
+
 Switch `reinforce_to_core`: False (default) feeds the location network a detached state, so the
 REINFORCE gradient stops at the location network and the representation is trained by
 cross-entropy alone (the stable choice of most public ports). True lets REINFORCE also flow into
@@ -115,6 +120,7 @@ class RAM(ZooModule):
         baseline_weight: float = 1.0,
         reinforce_to_core: bool = False,
         location_lr_scale: float = 1.0,
+        train_samples: int = 1,
         # optimisation
         optimizer: str = "adam",
         lr: float = 1e-3,
@@ -138,6 +144,8 @@ class RAM(ZooModule):
         for key, (value, allowed) in checks.items():
             if value not in allowed:
                 raise UserError(f"RAM: {key} must be one of {', '.join(allowed)}, got '{value}'")
+        if train_samples < 1:
+            raise UserError(f"RAM: train_samples must be >= 1, got {train_samples}")
         if location_lr_scale <= 0:
             raise UserError(f"RAM: location_lr_scale must be positive, got {location_lr_scale}")
         if std <= 0 or (std_mode == "annealed" and std_final <= 0):
@@ -278,6 +286,11 @@ class RAM(ZooModule):
         reward = (out["logits"].argmax(-1) == labels).to(out["baselines"].dtype)  # [B], R in {0, 1}
         baselines = out["baselines"]  # [B, T]
         advantage = (reward[:, None] - baselines).detach()
+        M = hp.train_samples
+        if M > 1:  # the M paths of an image (adjacent rows) are each other's baseline: leave-one-out
+            per_image = reward.view(-1, M)
+            others = (per_image.sum(1, keepdim=True) - per_image) / (M - 1)  # [B / M, M]
+            advantage = (reward - others.reshape(-1))[:, None].expand_as(baselines).detach()
         # eq. 3: sum over steps of log pi (R - b_t), averaged over the batch; minimised, so negated
         reinforce = -(out["log_probs"] * advantage).sum(1).mean()
         baseline_mse = F.mse_loss(baselines, reward[:, None].expand_as(baselines))
@@ -296,6 +309,9 @@ class RAM(ZooModule):
     # ------------------------------------------------------------------ steps (zoo.models.accel)
     def train_inputs(self, batch):
         images, labels = batch
+        if self.hparams.train_samples > 1:  # eq. 2's M episodes, here per image
+            images = images.repeat_interleave(self.hparams.train_samples, 0)
+            labels = labels.repeat_interleave(self.hparams.train_samples, 0)
         noise = self.policy_noise(self._train_policy(), images.shape[0], images)
         return images, labels, noise, self._std_input(images)
 
