@@ -210,6 +210,20 @@ class ZooModule(L.LightningModule):
         """Channels of the images the model takes."""
         return int(self.hparams.get("in_chans", 3))
 
+    #: what follows the image check's message: why the family takes one size only
+    image_check_note: str = ""
+
+    def takes_any_image_size(self) -> bool:
+        """True where the model reads images of other sizes than `input_size` (ViT's dynamic size)."""
+        return False
+
+    def check_images(self, images: torch.Tensor) -> None:
+        """One line for images [B, C, H, W] the model cannot take: another rank, channels or size."""
+        expected = (self.input_chans, *self.input_size)
+        if (images.dim() != 4 or images.shape[1] != expected[0]
+                or (not self.takes_any_image_size() and tuple(images.shape[2:]) != expected[1:])):
+            raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected}{self.image_check_note}")
+
     def example_images(self, n: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Generator]:
         """n random images [n, C, H, W] in [0, 1] at the model's input size, and the generator
         they were drawn from (the rest of an example batch draws from it too)."""

@@ -75,19 +75,13 @@ def _check_size(value, name: str, lo: int = 1, hi: int | None = None) -> int:
     return value
 
 
-def _check_images(images: torch.Tensor, chans: int, size: int) -> None:
-    expected = (chans, size, size)
-    if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-        raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected} "
-                        "(channels, height, width)")
-
-
 # ----------------------------------------------------------------------------- generator
 class DRAW(ZooModule):
     """The DRAW generative model. images [B, C, S, S] in [0, 1] (binarized here) -> bound in nats."""
 
     family = "draw"
     resize_rule = "exact"
+    image_check_note = " (channels, height, width)"
     output_kind = "sample"
     accel_compile_whole_step = False  # compiled mode compiles the cell
     # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
@@ -172,7 +166,7 @@ class DRAW(ZooModule):
         Returns logits [B, C, S, S] (= c_T), kl [T, B] (closed form), log_pq [B] = sum_t
         log p(z_t) - log q(z_t | ...) at the sampled z (for importance weights), and with
         `record` also per-step mu, logsigma, z, canvases (logits) and read/write parameters."""
-        _check_images(x, self.C, self.S)
+        self.check_images(x)
         B, Z = x.shape[0], self.hparams.z_size
         if noise is None:
             noise = torch.randn(self.T, B, Z, device=x.device, dtype=x.dtype)
@@ -284,7 +278,7 @@ class DRAW(ZooModule):
     def binarize(self, images: torch.Tensor, train: bool = False) -> torch.Tensor:
         """images [B, C, S, S] in [0, 1] -> {0, 1}: a fresh draw per step when training (dynamic
         binarization), else the fixed binarization that defines the test sets."""
-        _check_images(images, self.C, self.S)
+        self.check_images(images)
         if train and self.hparams.train_binarization == "dynamic":
             return torch.bernoulli(images)
         return fixed_binarize(images, self.hparams.binarize_seed)
@@ -359,6 +353,7 @@ class DRAWClassifier(ClassifierModule):
 
     family = "draw_classifier"
     resize_rule = "exact"
+    image_check_note = " (channels, height, width)"
     head_keys = ("head.",)
     # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
     # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
@@ -392,7 +387,7 @@ class DRAWClassifier(ClassifierModule):
 
     def forward(self, images: torch.Tensor, record: bool = False):
         """images [B, C, S, S] -> logits [B, classes] (and per-step FilterParams with `record`)."""
-        _check_images(images, self.C, self.S)
+        self.check_images(images)
         B = images.shape[0]
         h = c = images.new_zeros(B, self.hparams.hidden_size)
         reads = []

@@ -85,6 +85,7 @@ class RAM(ZooModule):
 
     family = "ram"
     resize_rule = "exact"
+    image_check_note = " (RAM's coordinates are tied to its image size)"
     # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
     # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
     accel_cpu_compile_min_steps = 5000
@@ -194,12 +195,6 @@ class RAM(ZooModule):
     @property
     def input_size(self) -> tuple[int, int]:
         return self.image_hw
-
-    def check_images(self, images: torch.Tensor) -> None:
-        expected = (self.hparams.in_chans, *self.image_hw)
-        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected} "
-                            "(RAM's coordinates are tied to its image size)")
 
     def policy_noise(self, policy: str, batch_size: int, like: torch.Tensor,
                      generator: torch.Generator | None = None) -> torch.Tensor | None:

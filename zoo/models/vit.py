@@ -30,7 +30,6 @@ import torch.nn.functional as F
 
 from zoo.backbones import build_backbone
 from zoo.data.augment import BatchAugment, mixup
-from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
@@ -103,11 +102,8 @@ class ViTClassifier(ZooModule):
     def input_size(self) -> tuple[int, int]:
         return tuple(self.img_size)
 
-    def check_images(self, images: torch.Tensor) -> None:
-        expected = (self.hparams.in_chans, *self.img_size)
-        dynamic = getattr(self.vit, "dynamic_img_size", False)
-        if images.ndim != 4 or images.shape[1] != expected[0] or (not dynamic and tuple(images.shape[2:]) != expected[1:]):
-            raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected}")
+    def takes_any_image_size(self) -> bool:
+        return getattr(self.vit, "dynamic_img_size", False)
 
     def _logits(self, images: torch.Tensor) -> torch.Tensor:
         # images [B, C, H, W] -> logits [B, num_classes]
