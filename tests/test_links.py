@@ -1,4 +1,5 @@
-"""The data decides the image size a model takes (zoo.train.link_image_size): every recipe agrees
+"""The data decides the image size and channels a model takes (zoo.train.link_image_size,
+link_in_chans): every recipe agrees
 with its data, a model left at its class default takes the data's size, and a recipe whose model
 and data disagree is refused in one line before anything is built."""
 from __future__ import annotations
@@ -13,7 +14,7 @@ from zoo import registry
 from zoo.data.base import as_size
 from zoo.errors import UserError
 from zoo.registry import resolve_class
-from zoo.train import MODEL_IMAGE_SIZE_ARGS, link_image_size
+from zoo.train import MODEL_IMAGE_SIZE_ARGS, link_image_size, link_in_chans
 
 
 def _with_defaults(cls, init_args: dict) -> dict:
@@ -59,6 +60,38 @@ def test_a_model_set_to_another_size_is_refused():
                                         r"\(canvas_size 96: 96x96 px\)"):
         link_image_size(FashionScenesDataModule, {"canvas_size": 96}, Captioner,
                         _with_defaults(Captioner, {"image_size": [128, 128]}))
+
+
+@pytest.mark.parametrize("name", registry.list_models())
+def test_every_recipe_trains_its_model_on_images_of_its_channels(name):
+    recipe = yaml.safe_load(registry.get_entry(name).recipe.read_text())
+    data_cls = resolve_class(recipe["data"]["class_path"], "data")
+    model_cls = resolve_class(recipe["model"]["class_path"], "model")
+    data_args = _with_defaults(data_cls, recipe["data"].get("init_args") or {})
+    model_args = _with_defaults(model_cls, recipe["model"].get("init_args") or {})
+    given = model_args.get("in_chans")
+    link_in_chans(data_cls, data_args, model_cls, model_args)  # raises if they disagree
+    served = data_cls.image_chans_for(**data_args)
+    assert served is not None  # every data module says what it serves
+    if given is not None:
+        assert model_args["in_chans"] == served
+
+
+def test_a_model_at_its_default_channels_takes_the_datas_and_other_channels_are_refused():
+    from zoo.data.fashion_mnist import FashionMNISTDataModule
+    from zoo.data.imagefolder import ImageFolderDataModule
+    from zoo.models.baselines import Classifier
+
+    assert inspect.signature(Classifier.__init__).parameters["in_chans"].default == 1
+    model_args = _with_defaults(Classifier, {})
+    link_in_chans(ImageFolderDataModule, {"root": "x"}, Classifier, model_args)  # RGB folders
+    assert model_args["in_chans"] == 3
+    model_args = _with_defaults(Classifier, {})
+    link_in_chans(ImageFolderDataModule, {"root": "x", "channels": 1}, Classifier, model_args)
+    assert model_args["in_chans"] == 1
+    with pytest.raises(UserError, match=r"^--model.init_args.in_chans 3 disagrees with the data's images "
+                                        r"\(FashionMNISTDataModule: 1 channel\(s\)\)"):
+        link_in_chans(FashionMNISTDataModule, {}, Classifier, _with_defaults(Classifier, {"in_chans": 3}))
 
 
 @pytest.mark.slow

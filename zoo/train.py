@@ -327,6 +327,16 @@ class SaveConfigToRunDir(SaveConfigCallback):
 MODEL_IMAGE_SIZE_ARGS = ("image_size", "img_size")  # img_size: timm's name, which the ViT family keeps
 
 
+def _take_or_refuse(served, given, model_class, key: str, data_says: str) -> object:
+    """The model's value of a fact the data decides: `given` when it agrees with `served`, the
+    data's value when `given` is the class default (the recipe left it out), else one line."""
+    default = inspect.signature(model_class.__init__).parameters[key].default
+    if given == default or (isinstance(default, (list, tuple)) and list(given) == list(default)):
+        return served
+    raise UserError(f"--model.init_args.{key} {given} disagrees with the data's images ({data_says}); "
+                    f"set one of them so they agree, or leave the model's out to take the data's")
+
+
 def link_image_size(data_class, data_args, model_class, model_args) -> None:
     """The data decides the image size: a model whose recipe leaves its size at the class default
     takes the data's; one set to another size than the data serves is refused (a captioner
@@ -339,14 +349,20 @@ def link_image_size(data_class, data_args, model_class, model_args) -> None:
 
     if as_size(model_args[key]) == served:
         return
-    default = inspect.signature(model_class.__init__).parameters[key].default
-    if model_args[key] == default or (isinstance(default, (list, tuple)) and list(model_args[key]) == list(default)):
-        model_args[key] = served[0] if isinstance(model_args[key], int) and served[0] == served[1] else list(served)
-        return
     data_key = getattr(data_class, "image_size_argument", None) or "variant"
-    raise UserError(f"--model.init_args.{key} {model_args[key]} disagrees with the data's images "
-                    f"({data_key} {data_args.get(data_key)}: {served[0]}x{served[1]} px); "
-                    f"set one of them so they agree, or leave the model's out to take the data's")
+    size = _take_or_refuse(served, model_args[key], model_class, key,
+                           f"{data_key} {data_args.get(data_key)}: {served[0]}x{served[1]} px")
+    model_args[key] = size[0] if isinstance(model_args[key], int) and size[0] == size[1] else list(size)
+
+
+def link_in_chans(data_class, data_args, model_class, model_args) -> None:
+    """The data decides the channels, as it does the size: a model at its class default takes the
+    data's `in_chans`; one set to other channels than the data serves is refused."""
+    served = data_class.image_chans_for(**data_args) if hasattr(data_class, "image_chans_for") else None
+    if served is None or model_args.get("in_chans") in (None, served):
+        return
+    model_args["in_chans"] = _take_or_refuse(served, model_args["in_chans"], model_class, "in_chans",
+                                             f"{data_class.__name__}: {served} channel(s)")
 
 
 class ZooCLI(LightningCLI):
@@ -384,8 +400,9 @@ class ZooCLI(LightningCLI):
             if "class_names" in model.init_args:
                 model.init_args["class_names"] = list(names)
         if data.class_path in ALLOWED_CLASSES["data"] and model.class_path in ALLOWED_CLASSES["model"]:
-            link_image_size(resolve_class(data.class_path, "data"), data.init_args,
-                            resolve_class(model.class_path, "model"), model.init_args)
+            data_class, model_class = resolve_class(data.class_path, "data"), resolve_class(model.class_path, "model")
+            link_image_size(data_class, data.init_args, model_class, model.init_args)
+            link_in_chans(data_class, data.init_args, model_class, model.init_args)
         if config.get("init_vocab") == "release" and config.get("init_from"):
             vocab = ((InitFrom.source_config(config["init_from"], config.get("sha256")) or {}).get("init_args") or {}).get("vocab")
             if not vocab or "vocab" not in model.init_args or "vocab" not in data.init_args:

@@ -45,6 +45,15 @@ class SplitDataModule(L.LightningDataModule):
     #: the argument that fixes the served image size (None: none does)
     image_size_argument: str | None = None
 
+    #: channels of the images this module serves (None: it does not fix them)
+    image_chans: int | None = None
+
+    @classmethod
+    def image_chans_for(cls, **init_args) -> int | None:
+        """Channels of the images this module serves, from its arguments alone: the model's
+        `in_chans` (train.py passes it on, as it does the size)."""
+        return cls.image_chans
+
     @classmethod
     def eval_resize_for(cls, size: tuple[int, int], **init_args) -> int | None:
         """The shorter side an evaluation image is resized to before its centre `size` is cropped

@@ -227,6 +227,7 @@ class CaptionsDataModule(SplitDataModule):
     `setup()`, and also before it (reading it loads the training annotations, not the images)."""
 
     image_size_argument = "image_size"
+    image_chans = 3
 
     @classmethod
     def eval_resize_for(cls, size: tuple[int, int], resize_size: int | None = None, **_) -> int | None:

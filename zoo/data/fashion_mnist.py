@@ -224,6 +224,7 @@ class FashionMNISTDataModule(SplitDataModule):
     training examples (after the split) for quick runs."""
 
     class_names = CLASS_NAMES  # what zoo.preprocess labels a model trained here with
+    image_chans = 1
 
     @classmethod
     def image_size_for(cls, variant: str = "centered", **_) -> tuple[int, int] | None:

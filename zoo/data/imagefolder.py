@@ -28,6 +28,10 @@ class ImageFolderDataModule(SplitDataModule):
     image_size_argument = "image_size"
 
     @classmethod
+    def image_chans_for(cls, channels: int = 3, **_) -> int | None:
+        return channels
+
+    @classmethod
     def eval_resize_for(cls, size: tuple[int, int], crop_pct: float = 0.875, **_) -> int | None:
         return int(round(min(size) / float(crop_pct)))  # timm's evaluation: resize to S / crop_pct, crop S
 

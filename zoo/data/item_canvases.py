@@ -89,6 +89,7 @@ class ItemCanvasesDataModule(SplitDataModule):
     (tests); it is not a hyperparameter."""
 
     image_size_argument = "canvas_size"
+    image_chans = 3
 
     def __init__(self, num_train: int = 60000, num_val: int = 2000, num_test: int = 5000, val_items: int = 5000,
                  seed: int = 0, test_seed: int = 1234, batch_size: int = 128, eval_batch_size: int | None = None,

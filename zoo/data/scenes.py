@@ -476,6 +476,7 @@ class FashionScenesDataModule(SplitDataModule):
 
     path_arguments = ("cache_dir",)
     image_size_argument = "canvas_size"
+    image_chans = 3
 
     def __init__(self, num_train: int = 10000, num_val: int = 500, num_test: int = 1000,
                  seed: int = 0, test_seed: int = 1234, batch_size: int = 64,
