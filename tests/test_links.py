@@ -24,13 +24,18 @@ def _with_defaults(cls, init_args: dict) -> dict:
     return {**defaults, **init_args}
 
 
-@pytest.mark.parametrize("name", registry.list_models())
-def test_every_recipe_trains_its_model_on_images_of_its_size(name):
+def _recipe(name: str) -> tuple:
+    """(data class, data init_args, model class, model init_args) of a registry entry's recipe."""
     recipe = yaml.safe_load(registry.get_entry(name).recipe.read_text())
     data_cls = resolve_class(recipe["data"]["class_path"], "data")
     model_cls = resolve_class(recipe["model"]["class_path"], "model")
-    data_args = _with_defaults(data_cls, recipe["data"].get("init_args") or {})
-    model_args = _with_defaults(model_cls, recipe["model"].get("init_args") or {})
+    return (data_cls, _with_defaults(data_cls, recipe["data"].get("init_args") or {}),
+            model_cls, _with_defaults(model_cls, recipe["model"].get("init_args") or {}))
+
+
+@pytest.mark.parametrize("name", registry.list_models())
+def test_every_recipe_trains_its_model_on_images_of_its_size(name):
+    data_cls, data_args, model_cls, model_args = _recipe(name)
     link_image_size(data_cls, data_args, model_cls, model_args)  # raises if they disagree
     served = data_cls.image_size_for(**data_args)
     key = next((k for k in MODEL_IMAGE_SIZE_ARGS if k in model_args), None)
@@ -64,11 +69,7 @@ def test_a_model_set_to_another_size_is_refused():
 
 @pytest.mark.parametrize("name", registry.list_models())
 def test_every_recipe_trains_its_model_on_images_of_its_channels(name):
-    recipe = yaml.safe_load(registry.get_entry(name).recipe.read_text())
-    data_cls = resolve_class(recipe["data"]["class_path"], "data")
-    model_cls = resolve_class(recipe["model"]["class_path"], "model")
-    data_args = _with_defaults(data_cls, recipe["data"].get("init_args") or {})
-    model_args = _with_defaults(model_cls, recipe["model"].get("init_args") or {})
+    data_cls, data_args, model_cls, model_args = _recipe(name)
     given = model_args.get("in_chans")
     link_in_chans(data_cls, data_args, model_cls, model_args)  # raises if they disagree
     served = data_cls.image_chans_for(**data_args)
