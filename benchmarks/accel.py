@@ -5,9 +5,9 @@ batch and at batch 1000, with the compile time beside it.
     python benchmarks/accel.py                                   # every family, CPU (+ CUDA when present)
     python benchmarks/accel.py --families ram draw --batches recipe --rounds 3 --threads 1
 
-Modes: eager, compile, and on CUDA graph (the whole step captured once) and compile-ro
-(torch.compile(mode="reduce-overhead"), inductor's own CUDA graphs, which `graph` must beat before
-it may become a default). The JSON is rewritten after every family ("complete": false until the
+Modes: eager, compile, and on CUDA reduce-overhead (torch.compile(mode="reduce-overhead"),
+inductor's own CUDA graphs), each as `accel` runs it. (Results from before the removal of our own
+whole-step CUDA-graph mode also hold "graph", and call reduce-overhead "compile-ro".) The JSON is rewritten after every family ("complete": false until the
 last), so a run cut short by a time limit keeps what it measured.
 
 Each family runs its recipe's model (configs/...) on random images of the recipe's size, with
@@ -24,15 +24,13 @@ pays off after `break_even_steps` = compile_s / (eager step - compiled step) opt
 be compared with the recipe's own number of steps (`recipe_steps`).
 
 Families: ram (cluttered-60), draw (T=64), draw_classifier (cluttered-100), vit (fmnist),
-baseline (small CNN, cluttered-60), and sat_soft / sat_hard / beam, which run once the captioner
-implements the accel contract (a printed note skips them otherwise).
+baseline (small CNN, cluttered-60), sat_soft / sat_hard (FashionScenes captioners), and beam
+(skipped with a note: batched beam search is not a training step).
 Writes results/bench_accel_<cpu|cuda>.json (device, torch version, commit).
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import inspect
 import math
 import os
 import statistics
@@ -58,8 +56,7 @@ RECIPES = {
     "sat_soft": "configs/sat/soft_scenes.yaml",
     "sat_hard": "configs/sat/hard_scenes.yaml",
 }
-CAPTIONER_ENTRIES = ("sat_soft", "sat_hard", "beam")
-MODES = ("eager", "compile", "graph", "compile-ro")
+MODES = ("eager", "compile", "reduce-overhead")
 TRAIN_SIZE = 55000  # Fashion-MNIST train minus the recipes' 5000 validation images (FashionScenes: num_train)
 
 
@@ -125,42 +122,24 @@ def make_batch(model, batch_size: int, device: torch.device):
     return images, labels
 
 
-@contextlib.contextmanager
-def compile_mode_for(mode: str):
-    """`compile-ro` is `compile` with torch.compile(mode="reduce-overhead"): inductor's own CUDA
-    graphs, the alternative that `graph` must beat before it may become a default."""
-    from zoo.models.accel import COMPILE_MODE_ENV
-
-    before = os.environ.pop(COMPILE_MODE_ENV, None)
-    if mode == "compile-ro":
-        os.environ[COMPILE_MODE_ENV] = "reduce-overhead"
-    try:
-        yield "compile" if mode == "compile-ro" else mode
-    finally:
-        os.environ.pop(COMPILE_MODE_ENV, None)
-        if before is not None:
-            os.environ[COMPILE_MODE_ENV] = before
-
-
 def bench(recipe: dict, batch_size: int, modes: list[str], device: torch.device, steps: int, rounds: int) -> dict:
     torch._dynamo.reset()  # a fresh static compile for this batch size
     runs, failed = {}, {}
     for mode in modes:
         try:
-            with compile_mode_for(mode) as accel_mode:  # torch.compile reads the mode at the first step
-                model, optimizer = build(recipe, accel_mode, device)
-                batch = make_batch(model, batch_size, device)
+            model, optimizer = build(recipe, mode, device)
+            batch = make_batch(model, batch_size, device)
 
-                def step(model=model, optimizer=optimizer, batch=batch):
-                    model.accel.fit_step(model, batch, optimizer, recipe["clip"])
+            def step(model=model, optimizer=optimizer, batch=batch):
+                model.accel.fit_step(model, batch, optimizer, recipe["clip"])
 
-                _sync(device)
-                start = time.perf_counter()
-                step()  # eager: warm-up; compile: compiles; graph: warm-up step and capture
-                _sync(device)
-                first = time.perf_counter() - start
-            if mode == "graph":
-                step()  # the first replay
+            _sync(device)
+            start = time.perf_counter()
+            step()  # eager: warm-up; compiled modes: compile
+            _sync(device)
+            first = time.perf_counter() - start
+            if mode == "reduce-overhead":
+                step()  # inductor records its CUDA graphs on the second call
         except Exception as exc:  # a mode that breaks on this family is a finding, not the end of the run
             failed[mode] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             print(f"  {mode:8s} FAILED: {failed[mode]}", flush=True)
@@ -199,17 +178,6 @@ def bench(recipe: dict, batch_size: int, modes: list[str], device: torch.device,
     return out
 
 
-def captioner_ready() -> str | None:
-    """None when the captioner implements the accel contract, else why not."""
-    from zoo.models.captioner import Captioner
-
-    if "accel" not in inspect.signature(Captioner.__init__).parameters:
-        return "the captioner has no `accel` option yet"
-    if "train_loss" not in Captioner.__dict__:
-        return "the captioner does not implement train_inputs/train_loss yet"
-    return None
-
-
 def main(argv=None) -> int:
     import logging
     import warnings
@@ -220,7 +188,7 @@ def main(argv=None) -> int:
     parser.add_argument("--families", nargs="+", default=[*RECIPES, "beam"], choices=[*RECIPES, "beam"])
     parser.add_argument("--batches", nargs="+", default=["recipe", "1000"], help="'recipe' and/or integers")
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
-    parser.add_argument("--modes", nargs="+", choices=MODES, help="default: eager compile (+ graph compile-ro on CUDA)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, help="default: eager compile (+ reduce-overhead on CUDA)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per mode per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, help="torch CPU threads (on a shared machine: 1)")
@@ -242,9 +210,9 @@ def main(argv=None) -> int:
         return 2
     for name in devices:
         device = torch.device(name)
-        modes = args.modes or ["eager", "compile"] + (["graph", "compile-ro"] if device.type == "cuda" else [])
-        if device.type != "cuda" and {"graph", "compile-ro"} & set(modes):
-            print("accel benchmark: error: modes graph and compile-ro need --device cuda", file=sys.stderr)
+        modes = args.modes or ["eager", "compile"] + (["reduce-overhead"] if device.type == "cuda" else [])
+        if device.type != "cuda" and "reduce-overhead" in modes:
+            print("accel benchmark: error: mode reduce-overhead needs --device cuda", file=sys.stderr)
             return 2
         results, skipped = {}, {}
         out = Path(args.out or ROOT / "results" / f"bench_accel_{name}.json")
@@ -261,26 +229,20 @@ def main(argv=None) -> int:
             write_json(out, record)
 
         for family in args.families:
-            if family in CAPTIONER_ENTRIES:
-                why = captioner_ready()
-                if why is not None:
-                    print(f"{family}: skipped: {why}", flush=True)
-                    skipped[family] = why
-                    continue
-                if family == "beam":
-                    why = "batched beam search is not accelerated by this benchmark yet"
-                    print(f"{family}: skipped: {why}", flush=True)
-                    skipped[family] = why
-                    continue
+            if family == "beam":
+                why = "batched beam search is not accelerated by this benchmark yet"
+                print(f"{family}: skipped: {why}", flush=True)
+                skipped[family] = why
+                continue
             recipe = load_recipe(family)
             cls = resolve_class(recipe["class_path"], "model")
             steps = math.ceil(recipe["train_size"] / recipe["batch_size"]) * recipe["max_epochs"]
             entry = {"recipe": recipe["path"], "recipe_batch_size": recipe["batch_size"],
                      "recipe_steps": steps, "gradient_clip_val": recipe["clip"],
                      "cpu_compile_min_steps": cls.accel_cpu_compile_min_steps,
-                     "cuda_default": cls.accel_cuda, "batches": []}
+                     "cuda_default": "compile", "batches": []}
             min_steps = cls.accel_cpu_compile_min_steps
-            entry["default"] = (cls.accel_cuda if device.type == "cuda" else
+            entry["default"] = ("compile" if device.type == "cuda" else
                                 "compile" if min_steps is not None and steps >= min_steps else "eager")
             for batch in args.batches:
                 size = recipe["batch_size"] if batch == "recipe" else int(batch)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU checks, in one command, for whoever has a machine with one CUDA GPU:
-#   1. the CUDA tests (tests/test_accel.py -k test_cuda: graphed steps equal eager and make no host
-#      sync; the CPU tests of that file run in CI);
-#   2. benchmarks/accel.py on CUDA (eager, compile, graph, compile-ro = reduce-overhead), into
+#   1. the CUDA tests (tests/test_accel.py -k test_cuda: compiled and reduce-overhead steps equal
+#      eager and make no host sync; the CPU tests of that file run in CI);
+#   2. benchmarks/accel.py on CUDA (eager, compile, reduce-overhead), into
 #      results/bench_accel_<device>.json, rewritten after every family;
 #   3. the ViT MFU benchmark (benchmarks/vit.py --gpu), into results/bench_vit_<device>.json.
 # Run it unchanged: bash scripts/gpu_check.sh. Commit the two JSON files; docs/acceleration.md says
-# what they decide (whether `graph` may become a default). Each stage has its own time limit, and
-# together they fit in about 9 minutes (a short GPU lease): GPU_CHECK_SCALE=4 gives each stage four
+# what they decide (which mode `accel: auto` picks on CUDA). Each stage has its own time limit, and
+# together they fit in under 10 minutes (a short GPU lease): GPU_CHECK_SCALE=4 gives each stage four
 # times as long and the benchmark every family at two batch sizes. The exit code is the number of
 # stages that failed.
 #   PY=python3              the interpreter (default .venv/bin/python, made by `make setup`)
@@ -41,11 +41,13 @@ stage() {  # stage NAME SECONDS COMMAND...
     echo "== $name: FAILED after $((SECONDS - start))s"; failed=$((failed + 1))
   fi
 }
-stage "CUDA tests" 120 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_accel.py -k test_cuda
+workers=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 6")  # compiling is CPU work: one GPU, six processes
+# shellcheck disable=SC2086
+stage "CUDA tests" 180 "$PY" -m pytest -q -rs -p no:cacheprovider $workers tests/test_accel.py -k test_cuda
 # shellcheck disable=SC2086
 stage "accel benchmark" 250 "$PY" benchmarks/accel.py --device cuda --families $families --batches $batches \
   --rounds 3 --steps 10 --out "results/bench_accel_${device}.json"
-stage "ViT MFU benchmark" 170 "$PY" benchmarks/vit.py --gpu --out "results/bench_vit_${device}.json"
+stage "ViT MFU benchmark" 150 "$PY" benchmarks/vit.py --gpu --out "results/bench_vit_${device}.json"
 if [ -n "${OUT:-}" ]; then
   cp "$logs"/*.log "$OUT"/ 2>/dev/null
   cp "results/bench_accel_${device}.json" "results/bench_vit_${device}.json" "$OUT"/ 2>/dev/null

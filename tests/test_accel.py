@@ -2,18 +2,16 @@
 step trace with torch.compile(fullgraph=True) without graph breaks, compiled steps equal eager
 (AOT tracing and the real inductor backend), the switch works through Lightning (fit, validation,
 test, checkpoints, resume across modes, DDP, train.py and eval.py), a mode that cannot work falls
-back with one warning, and, on a CUDA device only, captured graphs equal eager and a whole step
-makes no host synchronisation.
+back with one warning, and, on a CUDA device only, compiled and reduce-overhead (CUDA-graph)
+steps equal eager and a whole step makes no host synchronisation.
 
 Tolerances. The loss and every gradient of a compiled step equal eager's within a relative error
 of 1e-5 (aot_eager: the same ATen kernels, decomposed) or 1e-3 (inductor: fused, reordered float32
 arithmetic), gradients measured by the norm of the difference per tensor (+1e-6 absolute, for
-gradients that are exactly 0 in eager). A captured CUDA graph replays the eager kernels: its
-losses, gradients and parameters must agree within 1e-5.
+gradients that are exactly 0 in eager).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 
@@ -95,7 +93,7 @@ def _fresh_dynamo():
 
 def _loss_and_grads(model, fn, inputs):
     model.zero_grad(set_to_none=True)
-    loss, metrics = fn(*inputs)
+    loss, metrics = fn(**inputs)
     loss.backward()
     return loss.detach(), metrics, grads(model)
 
@@ -132,10 +130,10 @@ def test_evaluation_step_traces_without_graph_breaks_and_equals_eager(name, stag
     if isinstance(model, RAM):
         model._eval_generator = torch.Generator().manual_seed(0)
     inputs = model.eval_inputs(batch(name), stage)
-    fn = torch.compile(lambda *x: model.eval_metrics(stage, *x), fullgraph=True, backend="eager")
+    fn = torch.compile(lambda x: model.eval_metrics(stage, **x), fullgraph=True, backend="eager")
     with torch.no_grad():
-        want = model.eval_metrics(stage, *inputs)
-        got = fn(*inputs)
+        want = model.eval_metrics(stage, **inputs)
+        got = fn(inputs)
     assert got.keys() == want.keys() and ("loss" in got or "nelbo" in got)
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-6)
@@ -146,14 +144,16 @@ def test_draw_compiles_its_cell_not_the_unroll(monkeypatch):
     mode compiles exactly that cell (a T=64 unroll would not compile in minutes)."""
     monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
     model = build("draw", "compile")
-    x, noise = model.train_inputs(batch("draw"))
+    inputs = model.train_inputs(batch("draw"))
+    x = inputs["x"]
     h = x.new_zeros(x.shape[0], DRAW_TINY["enc_size"])
-    args = (x, torch.zeros_like(x), h, h, h, h, noise[0])
+    args = (x, torch.zeros_like(x), h, h, h, h, inputs["noise"][0])
     traced = torch.compile(model._cell, fullgraph=True, backend="aot_eager")
     for got, want in zip(traced(*args)[:10], model._cell(*args)[:10]):
         torch.testing.assert_close(got, want)
     model.accel.fit_step(model, batch("draw"), torch.optim.Adam(model.parameters()))
-    assert list(model.accel._compiled) == ["cell"]
+    assert list(model.accel._compiled) == [("_cell", "compile")]
+    assert "_cell" not in model.__dict__  # the compiled cell is in place during the step only
 
 
 # ----------------------------------------------------------------------------- real inductor (CPU)
@@ -181,7 +181,13 @@ def test_inductor_steps_equal_eager(name):
     torch.manual_seed(0)
     loss_small, _ = compiled.accel.fit_step(compiled, batch(name, n=4), opt_c)
     assert torch.isfinite(loss_small)
-    assert [signature[0][0][0] for signature in compiled.accel._shapes["train"]] == [6]
+    assert _batch_sizes(compiled) == [6]
+
+
+def _batch_sizes(model) -> list[int]:
+    """The batch size of each input signature the training step was compiled for."""
+    return [next(entry[1][0] for entry in signature if entry[0] in ("images", "x"))
+            for signature in model.accel._shapes["train"]]
 
 
 def test_a_few_fixed_shapes_each_get_a_graph(monkeypatch):
@@ -193,14 +199,14 @@ def test_a_few_fixed_shapes_each_get_a_graph(monkeypatch):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for n in (6, 4, 6, 5):
         model.accel.fit_step(model, batch("baseline_mlp", n=n), opt)
-    assert [signature[0][0][0] for signature in model.accel._shapes["train"]] == [6, 4]
+    assert _batch_sizes(model) == [6, 4]
 
 
 # ----------------------------------------------------------------------------- modes and fallbacks
 def test_unknown_mode_is_a_user_error():
     for cls, hparams in ((RAM, RAM_TINY), (DRAW, DRAW_TINY), (DRAWClassifier, CLS_TINY), (ViTClassifier, VIT_TINY),
                          (Classifier, {"arch": "mlp"})):
-        with pytest.raises(UserError, match="accel must be one of auto, eager, compile, graph"):
+        with pytest.raises(UserError, match="accel must be one of auto, eager, compile, reduce-overhead"):
             cls(**hparams, accel="fast")
 
 
@@ -242,7 +248,7 @@ def test_compiled_fit_validate_test_and_checkpoints(name, tmp_path, monkeypatch)
     model.accel.force(None)
     trainer = _fit(model, name, tmp_path)
     assert _resolved(model) == {"train": "compile", "eval": "compile"}
-    assert "train" in model.accel._compiled or "cell" in model.accel._compiled
+    assert {name for name, _ in model.accel._compiled} & {"train", "_cell"}
     metrics = trainer.callback_metrics
     assert all(torch.isfinite(v) for v in metrics.values()) and "train/loss" in metrics
     assert set(model.state_dict()) == set(build(name).state_dict())  # no `_orig_mod.` keys
@@ -281,13 +287,24 @@ def test_auto_on_cpu_compiles_only_runs_long_enough(tmp_path, monkeypatch):
     assert _resolved(never)["train"] == "eager"
 
 
-def test_graph_without_cuda_falls_back_with_one_warning(tmp_path, caplog):
-    model = build("ram", accel="graph")
+def test_reduce_overhead_without_cuda_compiles_after_one_warning(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
+    model = build("baseline_mlp", accel="reduce-overhead")
+    model.accel.force(None)
+    with caplog.at_level(logging.WARNING, logger="zoo.accel"):
+        _fit(model, "baseline_mlp", tmp_path)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "zoo.accel"]
+    assert len(warnings) == 1 and "needs a CUDA device; this run is on cpu" in warnings[0]
+    assert _resolved(model) == {"train": "compile", "eval": "compile"}
+
+
+def test_the_removed_graph_mode_of_an_old_checkpoint_runs_auto_after_one_warning(tmp_path, caplog):
+    model = build("ram", accel="graph")  # what a checkpoint of the removed mode holds
     model.accel.force(None)
     with caplog.at_level(logging.WARNING, logger="zoo.accel"):
         _fit(model, "ram", tmp_path)
-    warnings = [r for r in caplog.records if r.name == "zoo.accel"]
-    assert len(warnings) == 1 and "CUDA graphs need a CUDA device; this run is on cpu" in warnings[0].getMessage()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "zoo.accel"]
+    assert len(warnings) == 1 and "accel 'graph' was removed" in warnings[0]
     assert _resolved(model) == {"train": "eager", "eval": "eager"}  # what auto picks for this short run
 
 
@@ -315,7 +332,7 @@ def test_compile_unavailable_reasons(monkeypatch):
 
 def test_a_compiler_failure_trains_eagerly_after_one_warning(monkeypatch, caplog):
     def broken(fn, **kwargs):
-        def run(*args):
+        def run(*args, **kwargs):
             raise torch._dynamo.exc.TorchDynamoException("C++ toolchain broke (test)")
         return run
 
@@ -339,52 +356,6 @@ def test_a_user_mistake_inside_a_compiled_step_is_its_own_one_line_error(monkeyp
     wrong = (torch.rand(2, 1, 20, 20), torch.zeros(2, dtype=torch.long))
     with pytest.raises(UserError, match=r"images are \(1, 20, 20\), the model expects \(1, 16, 16\)"):
         model.accel.fit_step(model, wrong, torch.optim.SGD(model.parameters(), lr=0.1))
-
-
-def test_capture_runs_with_the_garbage_collector_held_off(monkeypatch):
-    """A collection during a CUDA graph capture can tear down an older graph, which invalidates the
-    capture (seen on an H200): older garbage is collected first, and none during the capture."""
-    import gc
-
-    events = []
-
-    class Cycle:  # garbage only a collection frees, like a previous run's graph
-        def __init__(self):
-            self.me = self
-
-        def __del__(self):
-            events.append("old garbage freed")
-
-    @contextlib.contextmanager
-    def fake_graph(graph, capture_error_mode):
-        events.append(f"capture begins, collector {'on' if gc.isenabled() else 'off'}")
-        yield
-
-    monkeypatch.setattr(torch.cuda, "graph", fake_graph)
-    assert gc.isenabled()
-    Cycle()
-    with accel._capturing(object()):
-        Cycle()
-        gc.collect()  # an explicit collection still runs; the guard stops the automatic ones
-    assert events[:2] == ["old garbage freed", "capture begins, collector off"]
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), accel._capturing(object()):
-        raise RuntimeError("capture failed")
-    assert gc.isenabled()
-
-
-def test_graph_unavailable_reasons():
-    from types import SimpleNamespace
-
-    cuda = torch.device("cuda")
-    ok = SimpleNamespace(world_size=1, accumulate_grad_batches=1, precision="32-true", optimizers=[object()])
-    assert accel.graph_unavailable(ok, cuda, "train") is None
-    assert "DDP" in accel.graph_unavailable(SimpleNamespace(**{**vars(ok), "world_size": 2}), cuda, "train")
-    assert accel.graph_unavailable(SimpleNamespace(**{**vars(ok), "world_size": 2}), cuda, "eval") is None
-    assert "accumulate" in accel.graph_unavailable(SimpleNamespace(**{**vars(ok), "accumulate_grad_batches": 2}),
-                                                   cuda, "train")
-    assert "precision" in accel.graph_unavailable(SimpleNamespace(**{**vars(ok), "precision": "16-mixed"}),
-                                                  cuda, "train")
 
 
 def test_accelerator_state_is_not_copied_or_pickled():
@@ -449,106 +420,81 @@ def test_eval_py_in_compiled_mode_matches_eager(trained_run, tmp_path, tiny_data
 
 # ----------------------------------------------------------------------------- CUDA only
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-GRAPH_FAMILIES = ["ram", "ram_lstm_learnable_to_core", "ram_annealed_random", "draw", "draw_noattn",
-                  "draw_classifier", "baseline_cnn", "vit_augment_mixup"]
+CUDA_FAMILIES = ["ram_annealed_random", "draw", "draw_classifier", "baseline_cnn", "vit_augment_mixup"]
 
 
-def _cuda_pair(name: str):
-    from zoo.models import optim
-
-    models, optimizers = [], []
-    for mode in ("eager", "graph"):
-        model = build(name, mode).cuda().train()
-        models.append(model)
-        # the same (capturable, fused) optimizer kernels on both sides
-        optimizers.append(optim.build_optimizer(model.parameters(), "adam", lr=1e-3, impl="graph"))
-    return models, optimizers
-
-
-@cuda
-@pytest.mark.parametrize("name", GRAPH_FAMILIES)
-def test_cuda_graph_steps_equal_eager(name):
-    (eager, graphed), (opt_e, opt_g) = _cuda_pair(name)
-    for i in range(5):  # step 0 warms up and captures; steps 1.. replay
-        data = tuple(t.cuda() for t in batch(name, n=8, seed=i))
-        torch.manual_seed(50 + i)
-        loss_e, metrics_e = eager.accel.fit_step(eager, data, opt_e, clip_val=1.0)
-        torch.manual_seed(50 + i)
-        loss_g, metrics_g = graphed.accel.fit_step(graphed, data, opt_g, clip_val=1.0)
-        torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=1e-6)
-        for key in metrics_e:
-            torch.testing.assert_close(metrics_g[key], metrics_e[key], rtol=1e-5, atol=1e-6)
-        assert_close_grads(grads(graphed), grads(eager), rel=1e-5)
-        for (key, p_g), p_e in zip(graphed.named_parameters(), eager.parameters()):
-            torch.testing.assert_close(p_g, p_e, rtol=1e-5, atol=1e-6, msg=key)
-    assert len(graphed.accel._train_graph.graphs) == 1
-    # an odd-sized batch runs eagerly and the graph keeps replaying afterwards
-    graphed.accel.fit_step(graphed, tuple(t.cuda() for t in batch(name, n=5)), opt_g)
-    loss, _ = graphed.accel.fit_step(graphed, tuple(t.cuda() for t in batch(name, n=8, seed=9)), opt_g)
-    assert torch.isfinite(loss)
-
-
-@cuda
-@pytest.mark.parametrize("name", GRAPH_FAMILIES)
-@pytest.mark.parametrize("mode", ["eager", "graph"])
-def test_cuda_training_step_makes_no_host_sync(name, mode):
-    (eager, graphed), (opt_e, opt_g) = _cuda_pair(name)
-    model, opt = (eager, opt_e) if mode == "eager" else (graphed, opt_g)
-    data = tuple(t.cuda() for t in batch(name, n=8))
-    for _ in range(2):  # warm-up (graph: the eager first step and the capture)
-        model.accel.fit_step(model, data, opt, clip_val=1.0)
+def _no_host_sync(fn):
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        model.accel.fit_step(model, data, opt, clip_val=1.0)
+        return fn()
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
 
 @cuda
-@pytest.mark.parametrize("name", ["ram", "draw_classifier", "baseline_cnn", "vit_augment_mixup"])
+@pytest.mark.parametrize("name", CUDA_FAMILIES)
+@pytest.mark.parametrize("mode", ["compile", "reduce-overhead"])
+def test_cuda_compiled_training_steps_equal_eager_and_make_no_host_sync(name, mode):
+    """Four whole steps from the same parameters against eager (reduce-overhead records its CUDA
+    graphs in the first steps and replays them after), then one more that must not synchronise."""
+    from zoo.models import optim
+
+    eager, compiled = build(name, "eager").cuda().train(), build(name, mode).cuda().train()
+    opt_e, opt_c = (optim.build_optimizer(m.parameters(), "adam", lr=1e-3, impl="fused") for m in (eager, compiled))
+    for i in range(4):
+        compiled.load_state_dict(eager.state_dict())
+        data = tuple(t.cuda() for t in batch(name, n=8, seed=i))
+        torch.manual_seed(50 + i)
+        loss_e, metrics_e = eager.accel.fit_step(eager, data, opt_e, clip_val=1.0)
+        torch.manual_seed(50 + i)
+        loss_c, metrics_c = compiled.accel.fit_step(compiled, data, opt_c, clip_val=1.0)
+        torch.testing.assert_close(loss_c, loss_e, rtol=1e-3, atol=1e-5)
+        assert metrics_c.keys() == metrics_e.keys()
+        assert_close_grads(grads(compiled), grads(eager), rel=1e-3)
+    data = tuple(t.cuda() for t in batch(name, n=8))
+    for model, opt in ((eager, opt_e), (compiled, opt_c)):
+        loss, _ = _no_host_sync(lambda: model.accel.fit_step(model, data, opt, clip_val=1.0))
+        assert torch.isfinite(loss)
+
+
+@cuda
+@pytest.mark.parametrize("name", ["ram", "draw_classifier", "vit_augment_mixup"])
 @pytest.mark.parametrize("stage", ["val", "test"])
-def test_cuda_evaluation_graphs_equal_eager_and_make_no_host_sync(name, stage):
-    model = build(name, "graph").cuda().eval()
+def test_cuda_compiled_evaluation_equals_eager_and_makes_no_host_sync(name, stage):
+    model = build(name).cuda().eval()
     data = tuple(t.cuda() for t in batch(name, n=8))
     results = []
-    for mode in ("eager", "graph", "graph", "graph"):  # warm-up + capture, then replays
+    for i, mode in enumerate(("eager", "reduce-overhead", "reduce-overhead", "reduce-overhead")):
         model.accel.force(mode)
         if isinstance(model, RAM):
             model._eval_generator = torch.Generator(device="cuda").manual_seed(0)
         with torch.inference_mode():
-            if mode == "graph" and len(results) == 3:
-                torch.cuda.synchronize()
-                torch.cuda.set_sync_debug_mode("error")
-            try:
-                results.append(model.accel.eval_step(model, data, stage))
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
+            step = lambda: model.accel.eval_step(model, data, stage)  # noqa: E731
+            results.append(_no_host_sync(step) if i == 3 else step())
     for got in results[1:]:
         for key, value in results[0].items():
-            torch.testing.assert_close(got[key], value, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(got[key], value, rtol=1e-3, atol=1e-5)
 
 
 @cuda
-@pytest.mark.parametrize("name", ["ram", "draw"])  # a whole-step family and DRAW's 64-step unroll
-def test_cuda_graph_training_through_lightning(name, tmp_path):
-    model = build(name, accel="graph")
+@pytest.mark.parametrize("name", ["ram", "draw"])  # a whole-step family and DRAW's compiled cell
+def test_cuda_reduce_overhead_training_through_lightning(name, tmp_path):
+    model = build(name, accel="reduce-overhead")
     model.accel.force(None)
     train, val = _loaders(name, n=40, batch_size=16)
-    train = DataLoader(train.dataset, batch_size=16, shuffle=True)
     trainer = L.Trainer(max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="gpu", devices=1, gradient_clip_val=5.0,
                         num_sanity_val_steps=0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer.fit(model, train, val)
-    assert _resolved(model) == {"train": "graph", "eval": "graph"}
-    assert trainer.global_step == 6
+    assert _resolved(model) == {"train": "reduce-overhead", "eval": "reduce-overhead"}
+    assert trainer.global_step == 6 and torch.isfinite(trainer.callback_metrics["train/loss"])
     assert any(not torch.equal(before[k], v.cpu()) for k, v in model.state_dict().items())
-    assert torch.isfinite(trainer.callback_metrics["train/loss"])
-    path = tmp_path / "graphed.ckpt"
-    trainer.save_checkpoint(path)
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    assert isinstance(ckpt["optimizer_states"][0]["param_groups"][0]["lr"], float)
+    trainer.save_checkpoint(tmp_path / "ro.ckpt")
+    loaded = zoo.load_checkpoint(tmp_path / "ro.ckpt")
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value.cpu())
 
 
 # ----------------------------------------------------------------------------- the captioner
@@ -574,7 +520,8 @@ def test_captioner_training_step_traces_and_equals_eager(attention):
     torch.manual_seed(3)
     inputs = eager.train_inputs(_captioner_batch(T=7))
     if attention == "hard":
-        assert inputs[4].shape == (4, 6, eager._cells(inputs[0])) and inputs[5].dtype == torch.bool
+        assert inputs["gumbel"].shape == (4, 6, eager._cells(inputs["images"]))
+        assert inputs["use_expected"].dtype == torch.bool
     loss_e, metrics_e, grads_e = _loss_and_grads(eager, eager.train_loss, inputs)
     loss_t, metrics_t, grads_t = _loss_and_grads(traced, step, inputs)
     torch.testing.assert_close(loss_t, loss_e, rtol=1e-5, atol=1e-6)

@@ -331,13 +331,13 @@ def test_several_paths_per_image_baseline_each_other_leave_one_out():
     model = tiny(train_samples=3, accel="eager")
     images, labels = batch(n=4)
     inputs = model.train_inputs((images, labels))
-    assert inputs[0].shape[0] == 12 and torch.equal(inputs[1], labels.repeat_interleave(3))
-    assert torch.equal(inputs[0][3:6], images[1:2].expand(3, -1, -1, -1))  # an image's paths are adjacent
-    out = model.rollout(inputs[0], "sample", noise=inputs[2])
+    assert inputs["images"].shape[0] == 12 and torch.equal(inputs["labels"], labels.repeat_interleave(3))
+    assert torch.equal(inputs["images"][3:6], images[1:2].expand(3, -1, -1, -1))  # an image's paths are adjacent
+    out = model.rollout(inputs["images"], "sample", noise=inputs["noise"])
     out["log_probs"].retain_grad()
-    terms = model.losses(out, inputs[1])
+    terms = model.losses(out, inputs["labels"])
     terms["reinforce"].backward()
-    reward = (out["logits"].argmax(-1) == inputs[1]).float()
+    reward = (out["logits"].argmax(-1) == inputs["labels"]).float()
     T = out["log_probs"].shape[1]
     for i in range(12):  # d reinforce / d log pi_i,t = -(R_i - mean of the other paths of its image) / rows
         image = i // 3
@@ -346,3 +346,25 @@ def test_several_paths_per_image_baseline_each_other_leave_one_out():
         assert torch.allclose(out["log_probs"].grad[i], torch.full((T,), -advantage / 12), atol=1e-6)
     with pytest.raises(UserError, match="train_samples"):
         tiny(train_samples=0)
+
+
+def test_the_annealed_sigma_as_a_float64_step_input_equals_the_python_float():
+    """The released recipes were trained eagerly with sigma as a Python float; the step input is a
+    0-d float64 tensor (so a compiled step does not bake it in), and eager rollouts, losses and
+    gradients must not move by a bit."""
+    model = tiny(std_mode="annealed", std=0.17, std_final=0.03, accel="eager")
+    images, labels = batch(n=8)
+    noise = model.policy_noise("sample", 8, images)
+    for std in (0.17, 0.1234567, 0.0712345678):
+        runs = []
+        for given in (std, torch.tensor(std, dtype=torch.float64)):
+            model.zero_grad(set_to_none=True)
+            out = model.rollout(images, "sample", noise=noise, std=given)
+            terms = model.losses(out, labels)
+            terms["loss"].backward()
+            runs.append((out, terms, [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+        (out_f, terms_f, grads_f), (out_t, terms_t, grads_t) = runs
+        assert all(torch.equal(out_f[k], out_t[k]) for k in out_f)
+        assert all(torch.equal(terms_f[k], terms_t[k]) for k in terms_f)
+        assert len(grads_f) == len(grads_t) and all(torch.equal(a, b) for a, b in zip(grads_f, grads_t))
+    assert model._std_input(images).dtype == torch.float64

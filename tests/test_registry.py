@@ -119,7 +119,7 @@ def test_every_recipe_trains_a_step(name):
     model = registry.build({**entry.model, "data": entry.data}, **overrides).train()
     model.accel.force("eager")
     batch = model.example_batch()
-    loss = model.train_loss(*model.train_inputs(batch))[0]
+    loss = model.train_loss(**model.train_inputs(batch))[0]
     assert loss.dim() == 0 and torch.isfinite(loss)
     loss.backward()
     trainable = [p for p in model.parameters() if p.requires_grad]

@@ -5,11 +5,12 @@ A family subclasses `ZooModule`, calls `self.save_hyperparameters()` in `__init_
 values only (ints, floats, strings, bools, lists and dicts of those), and sets `family`.
 Plain hyperparameters keep `torch.load(weights_only=True)` working on its checkpoints.
 
-Steps: a family with an `accel` hyperparameter implements, as pure functions of tensors (see
-zoo.models.accel), `train_loss(*train_inputs(batch)) -> (loss, {metric: 0-d tensor})` and
-`eval_metrics(stage, *eval_inputs(batch, stage)) -> {metric: tensor}`; `train_inputs` and
-`eval_inputs` default to the batch's own tuple. The Lightning steps here run them in the
-configured mode and log what they return after the step.
+Steps: a family implements, as pure functions of named tensors (see zoo.models.accel),
+`train_loss(**train_inputs(batch)) -> (loss, {metric: 0-d tensor})` and
+`eval_metrics(stage, **eval_inputs(batch, stage)) -> {metric: tensor}`; `train_inputs` and
+`eval_inputs` default to the batch's own items by name (a dict batch as is; a tuple batch as
+images and labels). The Lightning steps here run them in the configured mode (compiled from the
+outside, with Lightning's own backward and optimizer step) and log what they return.
 """
 from __future__ import annotations
 
@@ -35,17 +36,14 @@ class ZooModule(L.LightningModule):
     #: refuse a checkpoint of the wrong family with a clear message.
     family: str = "zoo"
 
-    #: What `accel: auto` picks (zoo.models.accel): the mode on a CUDA device, and on CPU the
-    #: fewest optimizer steps of a run for which compiling its training step pays off (None:
-    #: never; measured by benchmarks/accel.py, see docs/acceleration.md). On CUDA it is "compile"
-    #: for every family: CUDA graphs stay an explicit opt-in until scripts/gpu_check.sh passes its
-    #: CUDA tests whole on a GPU (docs/acceleration.md has the H200 runs so far).
-    accel_cuda: str = "compile"
+    #: What `accel: auto` picks on CPU (zoo.models.accel): the fewest optimizer steps of a run for
+    #: which compiling its training step pays off (None: never; measured by benchmarks/accel.py,
+    #: see docs/acceleration.md).
     accel_cpu_compile_min_steps: int | None = None
-    #: False: compile mode compiles pieces the family picks (`accel_piece`), not the whole step.
-    accel_compile_whole_step: bool = True
-    #: Input shapes per step that get their own compiled or captured graph; other shapes run
-    #: eagerly (1: the run's batch; more for a few fixed shapes, e.g. caption length buckets).
+    #: Methods a compiled mode compiles instead of the whole step (DRAW: its per-step cell).
+    compile_pieces: tuple[str, ...] = ()
+    #: Input shapes per step that get their own compiled graph; other shapes run eagerly (1: the
+    #: run's batch; more for a few fixed shapes, e.g. caption length buckets).
     accel_max_shapes: int = 1
     #: The optimizer implementation in eager mode (zoo.models.optim: "default" or "fused").
     eager_optimizer_impl: str = "default"
@@ -83,7 +81,6 @@ class ZooModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["zoo"] = self.zoo_config()
-        optim.plain_checkpoint_state(checkpoint)  # any acceleration mode resumes from it
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         data = checkpoint.get("zoo", {}).get("data")
@@ -138,26 +135,19 @@ class ZooModule(L.LightningModule):
         return self.hparams.get("accel", "eager")
 
     def accel_mode(self, kind: str = "train") -> str:
-        """The resolved mode ("eager", "compile" or "graph") of this run's "train" or "eval" steps."""
+        """The resolved mode ("eager", "compile" or "reduce-overhead") of this run's "train" or "eval" steps."""
         return self.accel.mode(self, kind)
-
-    def accel_piece(self, name: str, fn):
-        """`fn`, compiled when the running step is in compile mode and the family compiles pieces
-        (`accel_compile_whole_step = False`); as is while tracing or in any other mode."""
-        if torch.compiler.is_compiling():
-            return fn
-        return self.accel.piece(name, fn)
 
     def optimizer_impl(self) -> str:
         """The optimizer implementation the training mode wants (zoo.models.optim)."""
-        return {"graph": "graph", "compile": "fused"}.get(self.accel_mode("train"), self.eager_optimizer_impl)
+        return "fused" if self.accel_mode("train") != "eager" else self.eager_optimizer_impl
 
-    def train_inputs(self, batch) -> tuple:
-        """The batch and every random draw of a training step, as a tuple of `train_loss` inputs."""
-        return tuple(batch)
+    def train_inputs(self, batch) -> dict:
+        """The batch and every random draw of a training step, by name: `train_loss`'s arguments."""
+        return _named(batch)
 
-    def eval_inputs(self, batch, stage: str) -> tuple:
-        return tuple(batch)
+    def eval_inputs(self, batch, stage: str) -> dict:
+        return _named(batch)
 
     def log_step_metrics(self, stage: str, metrics: dict[str, torch.Tensor], batch_size: int) -> None:
         """Log a step's metrics under `stage/`; validation and test metrics are averaged over DDP ranks."""
@@ -176,29 +166,11 @@ class ZooModule(L.LightningModule):
     def test_step(self, batch, batch_idx):
         self.log_step_metrics("test", self.accel.eval_step(self, batch, "test"), _batch_size(batch))
 
-    def _graphed_training(self) -> bool:
-        return "_zoo_accel" in self.__dict__ and self.accel_mode("train") == "graph"
-
     def on_train_start(self) -> None:
         for optimizer in self.trainer.optimizers:  # restored from a checkpoint of another mode?
             optim.reconcile(optimizer)
         for config in self.trainer.lr_scheduler_configs:  # resumed with a longer horizon?
             optim.refresh(config.scheduler)
-
-    # A captured training step zeroes, back-propagates and steps the optimizer itself.
-    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
-        if self._graphed_training():
-            optimizer_closure()  # runs training_step, which replays the graph
-            return
-        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
-
-    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
-        if not self._graphed_training():
-            super().optimizer_zero_grad(epoch, batch_idx, optimizer)
-
-    def backward(self, loss, *args, **kwargs):
-        if not self._graphed_training():
-            super().backward(loss, *args, **kwargs)
 
     @property
     def input_size(self) -> tuple[int, int]:
@@ -265,6 +237,13 @@ class ClassifierModule(ZooModule):
         hp = self.hparams
         return optim.configure(self, self.parameters(), "adam", lr=hp.lr, weight_decay=hp.weight_decay,
                                schedule="cosine" if hp.cosine_schedule else "none")
+
+
+def _named(batch) -> dict:
+    """A batch's items by name: a dict as is, a tuple as (images, labels)."""
+    if isinstance(batch, dict):
+        return dict(batch)
+    return dict(zip(("images", "labels"), batch))
 
 
 def _batch_size(batch) -> int:

@@ -35,16 +35,16 @@ losses are functions in zoo.models.caption_losses; `loss_terms` here wires them 
   the cross-entropy between alpha_t and the box mask normalised to sum 1; `mass` is
   -log(sum of alpha_t inside the box).
 
-Speed: `loss_terms` is the whole loss as tensors (no logging, no host sync), so a compiled or
-CUDA-graphed step can wrap it. Its teacher-forced pass computes everything that does not feed back
+Speed: `loss_terms` is the whole loss as tensors (no logging, no host sync), so a compiled step
+can wrap it. Its teacher-forced pass computes everything that does not feed back
 outside the time loop: embeddings and their LSTM input term for all steps at once, the keys'
 projection once per image, one fused matmul per step for every linear map of h_{t-1} (attention
 query, gate, LSTM recurrent term), and the deep output for all steps after the loop. `step()` is
 the same model one step at a time (decoding, and the tests' reference). `active_rows`: when a
 batch comes sorted longest caption first with its lengths as plain ints (`host_lengths`, as
 FashionScenes' training batches do), each step runs only the rows still decoding; off, or without
-`host_lengths`, every step runs every row (static shapes, for a compiled or CUDA-graphed step with
-the data module's `pad_to_multiple`).
+`host_lengths`, every step runs every row (static shapes: a compiled step gets no host lengths,
+zoo.models.accel, and meets few caption lengths with the data module's `pad_to_multiple`).
 
 Validation and test decode every image ONCE, free-running, with batched beam search, and score the
 whole split in one call (coco-caption metrics) plus attention localisation where boxes are known.
@@ -100,10 +100,8 @@ class Captioner(ZooModule):
 
     family = "captioner"
     output_kind = "caption"
-    # accel: auto. On CUDA the compiled step (its graph capture ran in benchmarks/accel.py on an H200,
-    # but no CUDA test checks it yet); on CPU eager, whose packed active rows are what
+    # accel: auto. On CUDA the compiled step; on CPU eager, whose packed active rows are what
     # benchmarks/sat_train.py measures.
-    accel_cuda = "compile"
     accel_cpu_compile_min_steps = None
     # caption lengths vary by batch: one static graph per padded length, up to this many
     # (FashionScenes' `pad_to_multiple` keeps the count small); other lengths run eagerly
@@ -503,16 +501,17 @@ class Captioner(ZooModule):
                                            self.hparams.supervised_attention_target)
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
-    def train_inputs(self, batch: dict) -> tuple:
+    def train_inputs(self, batch: dict) -> dict:
         """The batch's tensors and hard attention's draws (Gumbel noise of every step, the
-        expected-context coin), drawn here so that every acceleration mode sees the same stream.
-        The packed active rows need the host lengths: eager mode only (a compiled or captured
-        step runs every row, static shapes)."""
+        expected-context coin), drawn here so that every acceleration mode sees the same stream;
+        and the plain-int lengths that let an eager step pack its active rows (a host-side hint:
+        a compiled step gets None and runs every row)."""
         images, captions = batch["images"], batch["captions"]
         cells = self._cells(images) if self.hparams.attention == "hard" else 0
         gumbel, use_expected = self._draws(captions, cells, images, "sample", coin=True)
-        lengths = batch.get("host_lengths") if self.accel.active == "eager" else None
-        return images, captions, batch.get("word_items"), batch.get("item_boxes"), gumbel, use_expected, lengths
+        return {"images": images, "captions": captions, "word_items": batch.get("word_items"),
+                "item_boxes": batch.get("item_boxes"), "gumbel": gumbel, "use_expected": use_expected,
+                "host_lengths": batch.get("host_lengths")}
 
     def _cells(self, images: torch.Tensor) -> int:
         """L, the annotation vectors of an image of this size (one encoder pass, then cached)."""

@@ -22,9 +22,8 @@ Evaluation (test_step): the negative ELBO in nats/image (the paper's "<=" number
 importance-weighted bound with `iwae_samples` samples (Burda et al. 2016; chunked), and the KL
 of each step.
 
-Speed (`accel`, zoo.models.accel): compiled mode compiles the per-step cell (`_cell`), not the
-T-step unroll (compiling 64 unrolled steps as one graph does not finish in minutes); graph mode
-captures the whole unrolled training step in one CUDA graph.
+Speed (`accel`, zoo.models.accel): compiled modes compile the per-step cell (`_cell`), not the
+T-step unroll (compiling 64 unrolled steps as one graph does not finish in minutes).
 """
 from __future__ import annotations
 
@@ -83,7 +82,7 @@ class DRAW(ZooModule):
     resize_rule = "exact"
     image_check_note = " (channels, height, width)"
     output_kind = "sample"
-    accel_compile_whole_step = False  # compiled mode compiles the cell
+    compile_pieces = ("_cell",)  # a compiled mode compiles one step of eqs. 3-8, not the T-step unroll
     # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
     # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
     accel_cpu_compile_min_steps = 1000
@@ -175,10 +174,9 @@ class DRAW(ZooModule):
         canvas = x.new_zeros(B, self.C, self.S, self.S)
         kls, log_pq = [], x.new_zeros(B)
         rec: dict[str, list] = {"mu": [], "logsigma": [], "z": [], "canvas": [], "read": [], "write": []}
-        cell = self._cell if record else self.accel_piece("cell", self._cell)
         for t in range(self.T):
             (canvas, h_enc, c_enc, h_dec, c_dec, kl, log_pq_t, mu, logsigma, z,
-             read_params, write_params) = cell(x, canvas, h_enc, c_enc, h_dec, c_dec, noise[t])
+             read_params, write_params) = self._cell(x, canvas, h_enc, c_enc, h_dec, c_dec, noise[t])
             kls.append(kl)
             log_pq = log_pq + log_pq_t
             if record:
@@ -204,15 +202,12 @@ class DRAW(ZooModule):
         return {"nelbo": rec + kl, "rec": rec, "kl": kl, "kl_steps": out["kl"],
                 "log_w": -rec + out["log_pq"]}  # log p(x, z) - log q(z | x) at the sampled z
 
-    def _log_w(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        return self.negative_elbo(x, noise)["log_w"]
-
     @torch.no_grad()
     def iwae_bound(self, x: torch.Tensor, samples: int | None = None, chunk: int | None = None) -> torch.Tensor:
         """Importance-weighted bound: -log 1/K sum_k p(x, z_k)/q(z_k | x) in nats, x [B, ...] -> [B].
 
         K samples run as `chunk`-sized replicas of the batch, so memory stays that of a
-        B * chunk batch. Inside an accelerated evaluation step each chunk runs in its mode."""
+        B * chunk batch. Inside an accelerated evaluation step the cell runs compiled."""
         K = samples or self.hparams.iwae_samples
         chunk = min(chunk or self.hparams.iwae_chunk, K)
         B, Z = x.shape[0], self.hparams.z_size
@@ -221,7 +216,7 @@ class DRAW(ZooModule):
             k = min(chunk, K - start)
             xr = x.repeat_interleave(k, dim=0)  # [B * k, ...], rows b*k .. b*k+k-1 are image b
             noise = torch.randn(self.T, B * k, Z, device=x.device, dtype=x.dtype)
-            log_ws.append(self.accel.call(self, "iwae", self._log_w, (xr, noise), whole=False).view(B, k))
+            log_ws.append(self.negative_elbo(xr, noise)["log_w"].view(B, k))
         log_w = torch.cat(log_ws, 1)  # [B, K]
         return -(torch.logsumexp(log_w.double(), 1) - math.log(K)).to(x.dtype)
 
@@ -286,7 +281,7 @@ class DRAW(ZooModule):
     # ------------------------------------------------------------------ steps (zoo.models.accel)
     def train_inputs(self, batch):
         x = self.binarize(batch[0], train=True)
-        return x, torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)
+        return {"x": x, "noise": torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)}
 
     def train_loss(self, x, noise):
         terms = self.negative_elbo(x, noise)
@@ -296,7 +291,7 @@ class DRAW(ZooModule):
     def eval_inputs(self, batch, stage):
         # fixed binarization: the same binary images for every model, batch size and order
         x = self.binarize(batch[0], train=False)
-        return x, torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)
+        return {"x": x, "noise": torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)}
 
     def eval_metrics(self, stage, x, noise):
         terms = self.negative_elbo(x, noise)
@@ -318,7 +313,7 @@ class DRAW(ZooModule):
         x = batch[0]
         limit = self.hparams.iwae_batches  # IWAE costs K forward passes: optionally a prefix only
         if limit is None or batch_idx < limit:
-            with self.accel.running(self, "eval"):
+            with self.accel.running(self, "iwae", "eval"):
                 x = self.binarize(x, train=False)
                 metrics[f"iwae_k{self.hparams.iwae_samples}"] = self.iwae_bound(x).mean()
         self.log_step_metrics("test", metrics, x.shape[0])

@@ -110,17 +110,12 @@ class ItemGridClassifier(ClassifierModule):
                 "item_acc": item_right.sum() / n_items, "colour_acc": colour_right.sum() / n_items}
 
     # ------------------------------------------------------------------ steps (the family contract)
-    def train_inputs(self, batch: dict) -> tuple:
-        return (batch,)  # no random draws: the batch is the whole input
-
-    def train_loss(self, batch: dict):
+    # no random draws: the step inputs are the batch's own items (ZooModule.train_inputs)
+    def train_loss(self, **batch):
         terms = self.loss_terms(batch)
         return terms["loss"], {name: value.detach() for name, value in terms.items()}
 
-    def eval_inputs(self, batch: dict, stage: str) -> tuple:
-        return (batch,)
-
-    def eval_metrics(self, stage: str, batch: dict) -> dict[str, torch.Tensor]:
+    def eval_metrics(self, stage: str, **batch) -> dict[str, torch.Tensor]:
         terms = self.loss_terms(batch)
         if stage == "test":
             terms["error_pct"] = 100 * (1 - terms["item_acc"])

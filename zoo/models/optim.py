@@ -18,10 +18,9 @@ The factors are closures, so scheduler checkpoints hold plain numbers only.
 
 The optimizer's implementation follows the acceleration mode (zoo.models.accel):
 - "default": torch's default kernels (eager mode; the released recipes were trained so);
-- "fused": one fused kernel per step where the device and dtypes allow (compiled mode);
-- "graph": fused and capturable, with the learning rate a device tensor, so the optimizer step can
-  live inside a captured CUDA graph while the schedule still moves it (`reconcile` makes a
-  restored optimizer fit the current mode).
+- "fused": one fused kernel per step where the device and dtypes allow (compiled modes).
+A checkpoint carries its optimizer's flags; `reconcile` makes a restored optimizer use the kernel
+of the current run's mode.
 """
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ from zoo.errors import UserError
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 SCHEDULES = ("none", "cosine", "warmup_cosine")
-IMPLS = ("default", "fused", "graph")
+IMPLS = ("default", "fused")
 _CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD,
             "rmsprop": torch.optim.RMSprop}
 _FUSED = ("adam", "adamw", "sgd")  # torch has fused kernels for these (CPU and CUDA)
@@ -73,68 +72,30 @@ def build_optimizer(params: Iterable, name: str = "adam", *, lr: float, weight_d
     fused = impl != "default" and name in _FUSED and fused_supported(_param_list(params))
     if fused:
         kwargs["fused"] = True
-    if impl == "graph" and name != "sgd":  # SGD has no step counter: fused SGD is capture-safe as is
-        kwargs["capturable"] = True
     optimizer = _CLASSES[name](params, **kwargs)
     optimizer._zoo_impl = impl  # what `reconcile` restores after a checkpoint load
-    if impl == "graph":
-        _tensor_lr(optimizer)
     return optimizer
-
-
-def _tensor_lr(optimizer: torch.optim.Optimizer) -> None:
-    """Each group's lr as a 0-d tensor on its parameters' device: a captured step reads it from
-    device memory, and LR schedulers update it in place (`fill_`). `initial_lr` stays a number,
-    so schedulers compute plain numbers from it (no device read when they step)."""
-    for group in optimizer.param_groups:
-        device = group["params"][0].device
-        lr = group["lr"]
-        if isinstance(lr, torch.Tensor):
-            group["lr"] = lr.detach().to(device=device, dtype=torch.float32)
-        else:
-            group.setdefault("initial_lr", float(lr))
-            group["lr"] = torch.full((), float(lr), dtype=torch.float32, device=device)
 
 
 def reconcile(optimizer: torch.optim.Optimizer) -> None:
     """Make an optimizer restored from a checkpoint use the implementation it was built with
-    (a checkpoint written in another mode carries that mode's flags, lr type and step placement)."""
+    (a checkpoint written in another mode carries that mode's flags and step placement)."""
     impl = getattr(optimizer, "_zoo_impl", None)
     if impl is None:
         return
     name = next((n for n, cls in _CLASSES.items() if type(optimizer) is cls), None)
     fused = impl != "default" and name in _FUSED and fused_supported(_param_list(optimizer.param_groups))
-    capturable = impl == "graph" and name != "sgd"
     for group in optimizer.param_groups:
         if "fused" in group:
             group["fused"] = True if fused else (None if name != "sgd" else False)
-        if "capturable" in group:
-            group["capturable"] = capturable
         if fused and "foreach" in group:
             group["foreach"] = None
-        if impl != "graph" and isinstance(group["lr"], torch.Tensor):
-            group["lr"] = float(group["lr"])
+        if group.get("capturable"):  # written by the removed whole-step CUDA-graph mode
+            group["capturable"] = False
         for p in group["params"]:
             step = optimizer.state.get(p, {}).get("step")
-            if isinstance(step, torch.Tensor):
-                on_device = fused or capturable
-                optimizer.state[p]["step"] = step.to(device=p.device if on_device else "cpu", dtype=torch.float32)
-    if impl == "graph":
-        _tensor_lr(optimizer)
-
-
-def plain_checkpoint_state(checkpoint: dict) -> None:
-    """Learning rates stored as numbers, not tensors, in a Lightning checkpoint's optimizer and
-    scheduler states (in place), so that any mode resumes from it."""
-    for state in checkpoint.get("optimizer_states", []):
-        for group in state.get("param_groups", []):
-            for key in ("lr", "initial_lr"):
-                if isinstance(group.get(key), torch.Tensor):
-                    group[key] = float(group[key])
-    for state in checkpoint.get("lr_schedulers", []):
-        for key in ("_last_lr", "base_lrs"):
-            if isinstance(state.get(key), list):
-                state[key] = [float(v) if isinstance(v, torch.Tensor) else v for v in state[key]]
+            if isinstance(step, torch.Tensor):  # a fused kernel keeps its step count on the device
+                optimizer.state[p]["step"] = step.to(device=p.device if fused else "cpu", dtype=torch.float32)
 
 
 # ----------------------------------------------------------------------------- schedules
@@ -207,12 +168,8 @@ def refresh(scheduler) -> None:
     if not getattr(scheduler, "_zoo_schedule", False):
         return
     for group, base, factor in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
-        lr = base * factor(scheduler.last_epoch)
-        if isinstance(group["lr"], torch.Tensor):
-            group["lr"].fill_(lr)
-        else:
-            group["lr"] = lr
-    scheduler._last_lr = [float(group["lr"]) for group in scheduler.optimizer.param_groups]
+        group["lr"] = base * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
 
 def configure(module, params: Iterable, optimizer: str = "adam", *, lr: float, weight_decay: float = 0.0,

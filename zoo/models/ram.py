@@ -209,16 +209,14 @@ class RAM(ZooModule):
         return torch.stack([draw((batch_size, 2), generator=generator, device=like.device, dtype=like.dtype)
                             for _ in range(self.hparams.num_glimpses)])
 
-    def _std_input(self, like: torch.Tensor) -> float | torch.Tensor | None:
-        """The annealed sigma as a step input (it changes every step; compiled and graphed steps
-        take it as a tensor). None otherwise: a fixed sigma is a constant and a learnable one is
-        computed inside the step, where its gradient flows."""
+    def _std_input(self, like: torch.Tensor) -> torch.Tensor | None:
+        """The annealed sigma as a step input, a 0-d tensor (it changes every step: a compiled step
+        must not see it as a constant), in float64 so that eager steps compute what they did with
+        the Python float the released recipes were trained with. None otherwise: a fixed sigma is
+        a constant and a learnable one is computed inside the step, where its gradient flows."""
         if self.hparams.std_mode != "annealed":
             return None
-        std = self.current_std()
-        if self.accel.active == "eager":
-            return std
-        return torch.full((), std, device=like.device, dtype=like.dtype)
+        return torch.full((), self.current_std(), device=like.device, dtype=torch.float64)
 
     def rollout(self, images: torch.Tensor, policy: str = "sample",
                 generator: torch.Generator | None = None, noise: torch.Tensor | None = None,
@@ -308,7 +306,7 @@ class RAM(ZooModule):
             images = images.repeat_interleave(self.hparams.train_samples, 0)
             labels = labels.repeat_interleave(self.hparams.train_samples, 0)
         noise = self.policy_noise(self._train_policy(), images.shape[0], images)
-        return images, labels, noise, self._std_input(images)
+        return {"images": images, "labels": labels, "noise": noise, "std": self._std_input(images)}
 
     def train_loss(self, images, labels, noise, std):
         out = self.rollout(images, self._train_policy(), noise=noise, std=std)
@@ -338,23 +336,21 @@ class RAM(ZooModule):
         unless the policy is random), sampled, and for "test" the M-sample and random rollouts."""
         images, labels = batch
         n, gen, train_policy = images.shape[0], self._eval_generator, self._train_policy()
-        inputs = [images, labels, self.policy_noise(self._eval_policy(), n, images, gen),
-                  self.policy_noise(train_policy, n, images, gen)]
+        inputs = {"images": images, "labels": labels, "det_noise": self.policy_noise(self._eval_policy(), n, images, gen),
+                  "sampled_noise": self.policy_noise(train_policy, n, images, gen)}
         if stage == "test":
-            inputs += [self.policy_noise(train_policy, n * self.hparams.eval_samples, images, gen),
-                       self.policy_noise("random", n, images, gen)]
-        return (*inputs, self._std_input(images))
+            inputs["many_noise"] = self.policy_noise(train_policy, n * self.hparams.eval_samples, images, gen)
+            inputs["random_noise"] = self.policy_noise("random", n, images, gen)
+        return {**inputs, "std": self._std_input(images)}
 
-    def eval_metrics(self, stage, images, labels, det_noise, sampled_noise, *rest):
+    def eval_metrics(self, stage, images, labels, det_noise, sampled_noise, std, many_noise=None, random_noise=None):
         n, hp = images.shape[0], self.hparams
-        std = rest[-1]
         det = self.rollout(images, self._eval_policy(), noise=det_noise, std=std)
         sampled = self.rollout(images, self._train_policy(), noise=sampled_noise, std=std)
         metrics = {"loss": F.cross_entropy(det["logits"], labels), "acc": _accuracy(det["logits"], labels)}
         if stage != "test":
             metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
             return metrics
-        many_noise, random_noise = rest[0], rest[1]
         metrics["error_pct"] = 100 * (1 - metrics["acc"])
         metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
         # M trajectories per image in one batched rollout; average the class probabilities

@@ -39,7 +39,6 @@ class ViTClassifier(ZooModule):
     """images [B, in_chans, H, W] in [0, 1] -> logits [B, num_classes]."""
 
     family = "vit"
-    accel_cuda = "compile"  # a compute-bound transformer: fused kernels matter more than launches
     eager_optimizer_impl = "fused"
     head_keys = ("backbone.vit.head.",)
 
@@ -126,8 +125,8 @@ class ViTClassifier(ZooModule):
         images = self.augment(images)
         if self.hparams.mixup_alpha > 0:
             images, labels, partner, lam = mixup(images, labels, self.hparams.mixup_alpha)
-            return images, labels, partner, lam
-        return images, labels
+            return {"images": images, "labels": labels, "partner": partner, "lam": lam}
+        return {"images": images, "labels": labels}
 
     def train_loss(self, images, labels, partner=None, lam=None):
         smoothing = self.hparams.label_smoothing
