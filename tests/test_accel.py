@@ -557,3 +557,13 @@ def test_captioner_rejects_an_unknown_mode():
 
     with pytest.raises(UserError, match="captioner: accel must be one of"):
         tiny(accel="turbo")
+
+
+def test_reduce_overhead_outputs_are_the_callers_own_copies():
+    """Outputs in CUDA-graph memory are overwritten by the next replay: _run hands out clones that
+    still back-propagate."""
+    w = torch.ones(3, requires_grad=True)
+    loss, metrics = accel._owned(((w * 2).sum(), {"acc": w.detach()}))
+    assert metrics["acc"].data_ptr() != w.data_ptr() and torch.equal(metrics["acc"], w.detach())
+    loss.backward()
+    assert torch.equal(w.grad, torch.full((3,), 2.0))

@@ -237,8 +237,12 @@ class StepAccelerator:
     def _run(self, module, name: str, kind: str, fn: Callable, inputs: dict, *args) -> Any:
         with self.running(module, name, kind, inputs) as mode:
             if mode in COMPILED and not module.compile_pieces:
-                return self.compiled(name, fn, mode)(*args, **_static(inputs))
-            return fn(*args, **(_static(inputs) if mode in COMPILED else inputs))
+                out = self.compiled(name, fn, mode)(*args, **_static(inputs))
+            else:
+                out = fn(*args, **(_static(inputs) if mode in COMPILED else inputs))
+        # reduce-overhead's outputs live in CUDA-graph memory that the next replay overwrites: the
+        # caller (Lightning's logging, a test comparing steps) gets its own copies (a few scalars)
+        return _owned(out) if mode == "reduce-overhead" else out
 
     def _admit(self, name: str, inputs: dict, limit: int) -> bool:
         """Whether a compiled mode runs step `name` compiled for these input shapes: the first
@@ -298,6 +302,17 @@ class _Compiled:
                 self.runner._warned.add(message)
                 log.warning(message)
             return out
+
+
+def _owned(value: Any) -> Any:
+    """value with every tensor cloned (clone keeps the autograd graph: a loss still back-propagates)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {key: _owned(v) for key, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_owned(v) for v in value)
+    return value
 
 
 def _clip(params: list[torch.Tensor], clip_val: float | None, algorithm: str = "norm") -> None:
