@@ -652,7 +652,7 @@ def test_active_rows_give_the_same_loss_and_gradients_as_all_rows(attention):
 def test_the_training_loss_captures_as_one_graph():
     """loss_terms has no host sync, .item() or Python branch on a tensor: dynamo captures the
     whole training loss (hard attention's draws and coin included) as one graph, so a compiled
-    or CUDA-graphed step can wrap it. (Active rows need host lengths: off here, as with
+    step can wrap it. (Active rows need host lengths: off here, as with
     `pad_to_multiple` for a compiled step.)"""
     import torch._dynamo as dynamo
 

@@ -1,7 +1,7 @@
 """The one optimizer + learning-rate schedule factory (zoo.models.optim): every family's recipe
 keeps its optimizer; the schedules equal the ones they replace on a fresh run and stretch when a
-run is resumed with a longer horizon (also end to end through train.py); the graph
-implementation keeps the learning rate on the device; checkpoints hold plain learning rates."""
+run is resumed with a longer horizon (also end to end through train.py); a restored optimizer
+runs the kernel of the current mode."""
 from __future__ import annotations
 
 import shutil

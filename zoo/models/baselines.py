@@ -51,7 +51,7 @@ class Classifier(ClassifierModule):
     """A plain image classifier (MLP or CNN) trained with cross-entropy.
 
     images [B, C, H, W] in [0, 1] -> logits [B, num_classes].
-    `accel` (zoo.models.accel): eager | compile | graph | auto."""
+    `accel` (zoo.models.accel): auto | eager | compile | reduce-overhead."""
 
     family = "baseline"
 

@@ -125,7 +125,7 @@ class Captioner(ZooModule):
                  weight_decay: float = 0.0, lr_schedule: str = "none",
                  beam_size: int = 3, decode_max_len: int = 20, length_penalty: float = 1.0,
                  val_meteor: bool = False, num_figures: int = 4,
-                 # speed (zoo.models.accel): eager | compile | graph | auto
+                 # speed (zoo.models.accel): auto | eager | compile | reduce-overhead
                  accel: str = "auto"):
         super().__init__()
         check_mode(accel, "captioner")

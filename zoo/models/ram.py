@@ -132,7 +132,7 @@ class RAM(ZooModule):
         eval_samples: int = 10,
         eval_seed: int = 0,
         num_figures: int = 4,
-        # speed (zoo.models.accel): eager | compile | graph | auto
+        # speed (zoo.models.accel): auto | eager | compile | reduce-overhead
         accel: str = "auto",
     ):
         super().__init__()

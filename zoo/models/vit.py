@@ -10,7 +10,7 @@ Training for small data: AdamW (no weight decay on biases, norms, position embed
 token), linear warm-up then cosine decay per step, label smoothing, stochastic depth, and batch
 augmentation on the batch's device (`zoo.data.augment`: random translation, flips, erasing, mixup).
 
-Speed: `accel` (zoo.models.accel: eager | compile | graph | auto; auto compiles on CUDA and on
+Speed: `accel` (zoo.models.accel: auto | eager | compile | reduce-overhead; auto compiles on CUDA and on
 CPU runs long enough to pay for it), `bf16` autocast, `channels_last`; `compile: true` is the
 older spelling of `accel: compile`. AdamW runs its fused kernel in every mode.
 
