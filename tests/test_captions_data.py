@@ -107,7 +107,7 @@ def test_vocab_from_training_captions_only(coco):
     assert "dog" in vocab and "sofa" in vocab and "grass" in vocab
     assert "brown" not in vocab  # seen once in training, min_freq=2
     dm.setup("fit")
-    zebra = dm.datasets["val"].first[0]  # "a zebra on the grass" through the training vocabulary
+    zebra = dm.datasets["val"].captions[0]  # "a zebra on the grass" through the training vocabulary
     assert zebra[2].item() == UNK_ID and zebra[0].item() == START_ID
     assert len(coco_dm(*coco, min_freq=1, max_vocab=3).vocab) == 4 + 3
 
