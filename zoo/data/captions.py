@@ -213,7 +213,7 @@ class CaptionsDataModule(CaptionDataModule):
                  train_image_root: str | None = None, val_image_root: str | None = None,
                  test_image_root: str | None = None, restval_in_train: bool = True,
                  image_size: int = 224, resize_size: int | None = 256, random_crop: bool = True,
-                 normalize: bool = False, batch_size: int = 64, eval_batch_size: int | None = None,
+                 batch_size: int = 64, eval_batch_size: int | None = None,
                  max_len: int = 20, min_freq: int = 5, max_vocab: int | None = 10000,
                  num_workers: int = 4, seed: int = 0, bucket_pool: int = 50,
                  limit_train: int | None = None, limit_eval: int | None = None, check_files: bool = True,
@@ -228,9 +228,6 @@ class CaptionsDataModule(CaptionDataModule):
             raise UserError("captions: format 'coco' needs train_annotations (e.g. captions_train2014.json)")
         if max_len < 1 or min_freq < 1:
             raise UserError(f"captions: max_len and min_freq must be >= 1, got {max_len} and {min_freq}")
-        if normalize:
-            raise UserError("captions: normalize must be false: images stay in [0, 1] and the model's encoder "
-                            "normalises them (model.init_args.backbone.normalize)")
         self.image_size = image_size
         self._records: dict[str, list[CaptionedImage]] = {}
 
