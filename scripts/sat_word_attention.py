@@ -25,7 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from zoo.data.scenes import COLOUR_NAMES, HEAD_WORDS, FashionScenesDataModule  # noqa: E402
+from zoo.data.scene_grammar import COLOUR_NAMES, HEAD_WORDS  # noqa: E402
+from zoo.data.scenes import FashionScenesDataModule  # noqa: E402
 from zoo.errors import UserError  # noqa: E402
 from zoo.metrics.localization import cells_in_boxes  # noqa: E402
 from zoo.results import write_json  # noqa: E402

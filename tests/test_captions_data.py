@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 from PIL import Image
 
 from zoo.data.captions import (CaptionsDataModule, read_coco_captions,
@@ -11,6 +12,7 @@ from zoo.data.captions import (CaptionsDataModule, read_coco_captions,
 from zoo.data.sampling import BucketBatchSampler
 from zoo.data.vocab import END_ID, PAD_ID, START_ID, UNK_ID, tokenize
 from zoo.errors import UserError
+from zoo.train import main
 
 TRAIN_CAPTIONS = {
     1: ["A dog runs on the grass.", "a brown dog running", "The dog is running on grass"],
@@ -107,7 +109,7 @@ def test_vocab_from_training_captions_only(coco):
     assert "dog" in vocab and "sofa" in vocab and "grass" in vocab
     assert "brown" not in vocab  # seen once in training, min_freq=2
     dm.setup("fit")
-    zebra = dm.datasets["val"].first[0]  # "a zebra on the grass" through the training vocabulary
+    zebra = dm.datasets["val"].captions[0]  # "a zebra on the grass" through the training vocabulary
     assert zebra[2].item() == UNK_ID and zebra[0].item() == START_ID
     assert len(coco_dm(*coco, min_freq=1, max_vocab=3).vocab) == 4 + 3
 
@@ -148,13 +150,24 @@ def test_eval_batches_are_the_shared_preprocessing_and_never_normalised(coco):
     spec = Preprocessing(3, (16, 16), "crop", 20)
     for image, record in zip(images, dm.records("val")[:2]):
         assert torch.equal(image, load_image_tensor(record.path, spec))
-    # normalisation belongs to the model's encoder; the data module refuses to do it too
-    with pytest.raises(UserError, match="normalize must be false"):
+    # normalisation belongs to the model's encoder: the data module has no such argument
+    with pytest.raises(TypeError, match="normalize"):
         coco_dm(*coco, normalize=True)
     # eval.py's --split val switch
     dm.test_split = "val"
     dm.setup("test")
     assert next(iter(dm.test_dataloader()))["image_ids"] == [10, 11]
+
+
+def test_normalize_is_refused_as_any_unknown_argument(tmp_path, capsys):
+    """Normalisation belongs to the model's encoder (model.init_args.backbone.normalize); the data
+    module has no `normalize` argument, so train.py refuses one like any unknown argument."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(REPO / "configs/sat/coco_soft.yaml"), "--data.init_args.normalize", "true",
+              f"--trainer.default_root_dir={tmp_path}"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_info.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith("train.py: error: data:") and "CaptionsDataModule has no argument 'normalize'" in err[0]
 
 
 def test_karpathy_datamodule(tmp_path):

@@ -7,7 +7,7 @@ import torch
 from conftest import structured_images
 
 from zoo.data.item_canvases import ItemCanvasesDataModule
-from zoo.data.scenes import PALETTE
+from zoo.data.scene_generation import PALETTE
 from zoo.models.item_grid import ItemGridClassifier
 
 SMALL = {"kind": "stem", "in_chans": 3, "channels": [8, 16], "strides": [4, 2]}

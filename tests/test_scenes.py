@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 import torch
 
+from zoo.data import scene_grammar as G
 from zoo.data import scenes as S
-from zoo.data.scenes import (COLOUR_NAMES, HEAD_WORDS, ITEM_NAMES, PALETTE, FashionScenesDataModule,
-                             Scenes, generate_scenes)
+from zoo.data.scene_generation import PALETTE, Scenes, generate_scenes
+from zoo.data.scene_grammar import COLOUR_NAMES, HEAD_WORDS, ITEM_NAMES
+from zoo.data.scenes import FashionScenesDataModule
 from zoo.data.vocab import END_ID, PAD_ID, START_ID, Vocab, tokenize
 from zoo.errors import UserError
 
@@ -151,10 +153,10 @@ def test_captions_mention_the_items_and_true_relations(train_scenes):
 def test_relations_reference():
     # an L-shaped layout: the relation names a separating axis
     boxes = np.array([[[0, 0, 20, 20], [30, 5, 50, 25], [5, 40, 25, 60]]], dtype=np.float32)
-    rel = S.relations(boxes)[0]
-    assert rel[0, 1] == S.LEFT and rel[1, 0] == S.RIGHT
-    assert rel[0, 2] == S.ABOVE and rel[2, 0] == S.BELOW
-    assert rel[1, 2] in (S.RIGHT, S.ABOVE)  # separated on both axes; both are true
+    rel = G.relations(boxes)[0]
+    assert rel[0, 1] == G.LEFT and rel[1, 0] == G.RIGHT
+    assert rel[0, 2] == G.ABOVE and rel[2, 0] == G.BELOW
+    assert rel[1, 2] in (G.RIGHT, G.ABOVE)  # separated on both axes; both are true
 
 
 def test_scaled_items_and_placement_errors():
@@ -333,7 +335,7 @@ def test_word_items_name_the_item_each_colour_and_item_word_belongs_to(tmp_path)
                     assert slot == -1, word
     assert checked > 500
     # repeated items (two red shirts) are told apart: each phrase names its own slot
-    s = S.untag(S.noun_phrase(6, 0, slot=0) + " left of " + S.noun_phrase(6, 0, True, slot=1))
+    s = G.untag(G.noun_phrase(6, 0, slot=0) + " left of " + G.noun_phrase(6, 0, True, slot=1))
     assert s == ("a red shirt left of the red shirt", [-1, 0, 0, -1, -1, -1, 1, 1])
 
 

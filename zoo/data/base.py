@@ -16,6 +16,11 @@ def as_size(size) -> tuple[int, int]:
     return (int(size), int(size)) if isinstance(size, int) else tuple(int(s) for s in size)
 
 
+def batch_identity(batch):
+    """The collate function of datasets whose `__getitems__` builds the whole batch."""
+    return batch
+
+
 class SplitDataModule(L.LightningDataModule):
     """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test".
 

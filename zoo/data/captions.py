@@ -32,10 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset
 
-from zoo.data.base import SplitDataModule
-from zoo.data.vocab import Vocab, pad_captions, tokenize
+from zoo.data.caption_base import CaptionBatches, CaptionDataModule
+from zoo.data.vocab import tokenize
 from zoo.errors import UserError
 
 FORMATS = ("coco", "karpathy")
@@ -176,65 +175,37 @@ def _load_rgb(path: Path):
 
 
 # ----------------------------------------------------------------------------- datasets
-class CaptionPairs(Dataset):
-    """One (image, caption) pair per example."""
+class CaptionedFiles(CaptionBatches):
+    """Caption rows of image files, read and transformed a batch at a time. Training: every
+    (image, caption) pair. Evaluation (`references`): each image once, with its raw references."""
 
-    def __init__(self, images: list[CaptionedImage], pair_image: list[int], captions: torch.Tensor,
-                 lengths: torch.Tensor, transform):
-        self.images, self.pair_image = images, pair_image
-        self.captions, self.lengths, self.transform = captions, lengths, transform
+    def __init__(self, records: list[CaptionedImage], captions: torch.Tensor, lengths: torch.Tensor,
+                 row_image: Sequence[int], transform, references: bool = False):
+        super().__init__(captions, lengths, row_image)
+        self.records, self.transform, self.references = records, transform, references
 
-    def __len__(self) -> int:
-        return len(self.pair_image)
+    def images(self, image: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.transform(_load_rgb(self.records[k].path)) for k in image.tolist()])
 
-    def __getitem__(self, i: int):
-        record = self.images[self.pair_image[i]]
-        return self.transform(_load_rgb(record.path)), self.captions[i], self.lengths[i], record.image_id
+    def image_ids(self, image: torch.Tensor) -> list:
+        return [self.records[k].image_id for k in image.tolist()]
 
-
-def collate_pairs(samples):
-    images, captions, lengths, ids = zip(*samples)
-    lengths = torch.stack(lengths)
-    return {"images": torch.stack(images), "captions": torch.stack(captions)[:, :int(lengths.max())],
-            "lengths": lengths, "image_ids": list(ids)}
-
-
-class CaptionImages(Dataset):
-    """Each image once, with its references (and its first caption, for a validation loss)."""
-
-    def __init__(self, images: list[CaptionedImage], first: torch.Tensor, first_lengths: torch.Tensor, transform):
-        self.images, self.first, self.first_lengths, self.transform = images, first, first_lengths, transform
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i: int):
-        record = self.images[i]
-        return (self.transform(_load_rgb(record.path)), self.first[i], self.first_lengths[i], record.image_id,
-                list(record.references))
-
-
-def collate_images(samples):
-    images, captions, lengths, ids, refs = zip(*samples)
-    lengths = torch.stack(lengths)
-    return {"images": torch.stack(images), "captions": torch.stack(captions)[:, :int(lengths.max())],
-            "lengths": lengths, "image_ids": list(ids), "references": list(refs)}
+    def extras(self, rows: torch.Tensor, image: torch.Tensor, width: int) -> dict:
+        return {"references": [list(self.records[k].references) for k in image.tolist()]} if self.references else {}
 
 
 # ----------------------------------------------------------------------------- datamodule
-class CaptionsDataModule(SplitDataModule):
+class CaptionsDataModule(CaptionDataModule):
     """COCO or Flickr captions (see the module docstring). `dm.vocab` is available after
     `setup()`, and also before it (reading it loads the training annotations, not the images)."""
 
     image_size_argument = "image_size"
-    image_chans = 3
+    path_arguments = ("karpathy_json", "train_annotations", "val_annotations", "test_annotations", "image_root",
+                      "train_image_root", "val_image_root", "test_image_root")
 
     @classmethod
     def eval_resize_for(cls, size: tuple[int, int], resize_size: int | None = None, **_) -> int | None:
         return resize_size or min(size)
-
-    path_arguments = ("karpathy_json", "train_annotations", "val_annotations", "test_annotations", "image_root",
-                      "train_image_root", "val_image_root", "test_image_root")
 
     def __init__(self, format: str = "karpathy", karpathy_json: str | None = None,
                  train_annotations: str | None = None, val_annotations: str | None = None,
@@ -242,7 +213,7 @@ class CaptionsDataModule(SplitDataModule):
                  train_image_root: str | None = None, val_image_root: str | None = None,
                  test_image_root: str | None = None, restval_in_train: bool = True,
                  image_size: int = 224, resize_size: int | None = 256, random_crop: bool = True,
-                 normalize: bool = False, batch_size: int = 64, eval_batch_size: int | None = None,
+                 batch_size: int = 64, eval_batch_size: int | None = None,
                  max_len: int = 20, min_freq: int = 5, max_vocab: int | None = 10000,
                  num_workers: int = 4, seed: int = 0, bucket_pool: int = 50,
                  limit_train: int | None = None, limit_eval: int | None = None, check_files: bool = True,
@@ -257,14 +228,8 @@ class CaptionsDataModule(SplitDataModule):
             raise UserError("captions: format 'coco' needs train_annotations (e.g. captions_train2014.json)")
         if max_len < 1 or min_freq < 1:
             raise UserError(f"captions: max_len and min_freq must be >= 1, got {max_len} and {min_freq}")
-        if normalize:
-            raise UserError("captions: normalize must be false: images stay in [0, 1] and the model's encoder "
-                            "normalises them (model.init_args.backbone.normalize)")
         self.image_size = image_size
-        self.in_chans = 3
         self._records: dict[str, list[CaptionedImage]] = {}
-        self._vocab: Vocab | None = None
-        self.datasets: dict[str, Dataset] = {}
 
     # ------------------------------------------------------------------ annotations
     def records(self, split: str) -> list[CaptionedImage]:
@@ -286,22 +251,8 @@ class CaptionsDataModule(SplitDataModule):
             self._records[split] = read_coco_captions(annotations, root)
         return self._records[split]
 
-    @property
-    def vocab(self) -> Vocab:
-        if self._vocab is None and self.hparams.get("vocab"):  # fixed (a release's): other words are <unk>
-            self._vocab = Vocab(self.hparams.vocab)
-        if self._vocab is None:
-            hp = self.hparams
-            vocab = Vocab.build((t for r in self.records("train") for t in r.tokens),
-                                min_freq=hp.min_freq, max_size=hp.max_vocab)
-            if vocab.num_words == 0:
-                raise UserError(f"captions: empty vocabulary: no training word occurs {hp.min_freq}+ times")
-            self._vocab = vocab
-        return self._vocab
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
+    def training_tokens(self) -> list[list[list[str]]]:
+        return [r.tokens for r in self.records("train")]
 
     def _check_files(self, split: str, records: Sequence[CaptionedImage]) -> None:
         hp = self.hparams
@@ -317,22 +268,13 @@ class CaptionsDataModule(SplitDataModule):
     # ------------------------------------------------------------------ datasets
     def setup(self, stage: str | None = None) -> None:
         hp = self.hparams
-        vocab = self.vocab
         if "train" not in self.datasets and stage in (None, "fit"):
             records = self.records("train")[:hp.limit_train] if hp.limit_train else self.records("train")
             if hp.check_files:
                 self._check_files("train", records)
-            encoded, pair_image = [], []
-            for k, r in enumerate(records):
-                for tokens in r.tokens:
-                    if 0 < len(tokens) <= hp.max_len:
-                        encoded.append(vocab.encode_caption(tokens))
-                        pair_image.append(k)
-            if not encoded:
-                raise UserError(f"captions: no training caption has 1..max_len={hp.max_len} words")
-            captions, lengths = pad_captions(encoded)
+            captions, lengths, pairs = self.encode_pairs([r.tokens for r in records])
             transform = build_transform(hp.image_size, hp.resize_size, True, hp.random_crop)
-            self.datasets["train"] = CaptionPairs(records, pair_image, captions, lengths, transform)
+            self.datasets["train"] = CaptionedFiles(records, captions, lengths, [i for i, _ in pairs], transform)
         wanted = {"fit": ["val"], "validate": ["val"], "test": [self.test_split]}.get(stage, ["val", "test"])
         for split in wanted:
             if split in self.datasets:
@@ -344,13 +286,6 @@ class CaptionsDataModule(SplitDataModule):
                 records = records[:hp.limit_eval]
             if hp.check_files:
                 self._check_files(split, records)
-            first = [vocab.encode_caption(r.tokens[0], hp.max_len) for r in records]
             transform = build_transform(hp.image_size, hp.resize_size, False, False)
-            self.datasets[split] = CaptionImages(records, *pad_captions(first), transform)
-
-    def loader(self, split: str) -> DataLoader:
-        if split == "train":
-            return self.bucketed_loader(self.datasets["train"], collate_pairs)
-        if split not in self.datasets:
-            raise UserError(f"captions: the '{split}' split is not set up (annotations given?)")
-        return self.plain_loader(self.datasets[split], collate_fn=collate_images)
+            self.datasets[split] = CaptionedFiles(records, *self.encode_first([r.tokens[0] for r in records]),
+                                                  range(len(records)), transform, references=True)

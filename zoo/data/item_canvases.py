@@ -3,7 +3,7 @@ class, colour and box, for pretraining a backbone whose every grid cell says wha
 
 The canvases are FashionScenes' pictures without the captions: 1 to `max_items` items of
 `item_sizes` px, tinted with the scenes' palette, placed without overlap on a `canvas_size`
-canvas (zoo.data.scenes' placement and painting). So a backbone trained here sees the captioner's
+canvas (zoo.data.scene_generation's placement and painting). So a backbone trained here sees the captioner's
 image statistics, but learns from item labels only (no caption, no word).
 
 Splits (no Fashion-MNIST test item reaches training or model selection):
@@ -26,9 +26,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from zoo.data.base import SplitDataModule
+from zoo.data.base import SplitDataModule, batch_identity
 from zoo.data.layout import place_items
-from zoo.data.scenes import PALETTE, paint
+from zoo.data.scene_generation import PALETTE, fashion_mnist_items, paint
 from zoo.errors import UserError
 
 SPLIT_CODES = {"train": 10, "val": 11, "test": 12}  # RNG streams apart from the scenes' (0, 1, 2)
@@ -79,10 +79,6 @@ class ItemCanvases(Dataset):
         return {k: v[0] for k, v in self.__getitems__([i]).items()}
 
 
-def _batch_identity(batch):
-    return batch
-
-
 class ItemCanvasesDataModule(SplitDataModule):
     """Tinted Fashion-MNIST item canvases with per-item class, colour and box (see the module
     docstring). `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])` replaces Fashion-MNIST
@@ -109,9 +105,7 @@ class ItemCanvasesDataModule(SplitDataModule):
         self.datasets: dict[str, ItemCanvases] = {}
 
     def _source(self, fm_split: str) -> tuple[np.ndarray, np.ndarray]:
-        from zoo.data.scenes import _default_loader
-
-        images, labels = (self.item_loader or _default_loader)(fm_split)
+        images, labels = (self.item_loader or fashion_mnist_items)(fm_split)
         return np.asarray(images, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
 
     def setup(self, stage: str | None = None) -> None:
@@ -137,4 +131,4 @@ class ItemCanvasesDataModule(SplitDataModule):
     def loader(self, split: str):
         if split not in self.datasets:
             raise UserError(f"ItemCanvases: no split '{split}' (train, val or test)")
-        return self.plain_loader(self.datasets[split], train=split == "train", collate_fn=_batch_identity)
+        return self.plain_loader(self.datasets[split], train=split == "train", collate_fn=batch_identity)

@@ -1,0 +1,143 @@
+"""What the caption data modules share: FashionScenes (zoo.data.scenes) and COCO / Flickr
+(zoo.data.captions) both serve (image, caption) pairs for training and each image once, with its
+references, for evaluation, through a vocabulary of the training captions only (Xu et al. 2015:
+a vocabulary that counts test captions leaks test words into the model). That is written here
+once; a module says where its images and captions come from and what else its batches carry.
+
+Batches: `images float [B, 3, H, W]` in [0, 1], `captions int64 [B, T]` (<start> w1 .. wn <end>
+<pad>..), `lengths int64 [B]` (with <start>/<end>) and `image_ids`. T is the batch's longest
+caption, rounded up to a multiple of `pad_to_multiple` where a module has that argument (so a
+compiled training step meets a few caption lengths, not every one).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from zoo.data.base import SplitDataModule, batch_identity
+from zoo.data.vocab import Vocab, pad_captions
+from zoo.errors import UserError
+
+
+def padded_length(longest: int, multiple: int | None, limit: int) -> int:
+    """Columns of a caption batch: the longest caption, or that rounded up to a multiple of
+    `multiple` (capped at the data's widest, `limit`), so a compiled step sees few shapes."""
+    if not multiple:
+        return longest
+    return min(-(-longest // multiple) * multiple, limit)
+
+
+class CaptionBatches(Dataset):
+    """Caption rows, a whole batch built per `__getitems__` call (one gather, no per-example
+    collation): captions int64 [N, T], lengths int64 [N], row_image int64 [N] (the image each row
+    captions). A subclass serves the pixels (`images`) and whatever else a batch holds (`extras`).
+
+    longest_first: each batch sorted longest caption first, with `host_lengths` (the lengths as
+    plain ints, so a model can skip finished rows without reading a tensor)."""
+
+    def __init__(self, captions: torch.Tensor, lengths: torch.Tensor, row_image: Sequence[int],
+                 multiple: int | None = None, longest_first: bool = False):
+        self.captions, self.lengths = captions, lengths
+        self.row_image = torch.as_tensor(row_image, dtype=torch.long)
+        self.multiple, self.longest_first = multiple, longest_first
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def images(self, image: torch.Tensor) -> torch.Tensor:
+        """Image indices int64 [B] -> float [B, 3, H, W] in [0, 1]."""
+        raise NotImplementedError
+
+    def image_ids(self, image: torch.Tensor) -> list:
+        return image.tolist()
+
+    def extras(self, rows: torch.Tensor, image: torch.Tensor, width: int) -> dict:
+        """What else the batch of caption `rows` (of images `image`, `width` columns) holds."""
+        return {}
+
+    def __getitems__(self, indices) -> dict:
+        rows = torch.as_tensor(indices, dtype=torch.long)
+        if self.longest_first:
+            rows = rows[torch.argsort(self.lengths[rows], descending=True, stable=True)]
+        image, lengths = self.row_image[rows], self.lengths[rows]
+        width = padded_length(int(lengths.max()), self.multiple, self.captions.shape[1])
+        batch = {"images": self.images(image), "captions": self.captions[rows, :width], "lengths": lengths}
+        if self.longest_first:
+            batch["host_lengths"] = lengths.tolist()
+        return {**batch, "image_ids": self.image_ids(image), **self.extras(rows, image, width)}
+
+    def __getitem__(self, i: int) -> dict:
+        return {k: v[0] for k, v in self.__getitems__([i]).items()}
+
+
+class CaptionDataModule(SplitDataModule):
+    """A vocabulary, pairs encoded through it, and `datasets` of CaptionBatches served by one
+    `loader(split)`. A subclass calls `save_hyperparameters()` with at least `max_len`, `min_freq`,
+    `max_vocab`, `vocab`, `batch_size`, `eval_batch_size`, `num_workers`, `seed` and `bucket_pool`;
+    it gives `training_tokens()` and a `setup()` that fills `datasets`."""
+
+    label = "captions"  # what its error messages start with
+    image_chans = 3
+    # images are served in [0, 1] and never normalised here: a pretrained encoder applies its
+    # mean/std inside the model (`backbone.normalize`), the one place
+    image_mean = (0.0, 0.0, 0.0)
+    image_std = (1.0, 1.0, 1.0)
+    provides_word_boxes = False  # whether batches say where each word's item is (supervised attention)
+
+    def __init__(self):
+        super().__init__()
+        self.in_chans = self.image_chans
+        self._vocab: Vocab | None = None
+        self.datasets: dict[str, CaptionBatches] = {}
+
+    def training_tokens(self) -> Sequence[Sequence[Sequence[str]]]:
+        """Per training image, the tokens of each of its captions: what the vocabulary counts."""
+        raise NotImplementedError
+
+    @property
+    def vocab(self) -> Vocab:
+        """The training captions' words (at least `min_freq` times, at most `max_vocab` of them), or
+        the fixed list `vocab` (a release's: other words are <unk>). Available before setup()."""
+        if self._vocab is None and self.hparams.get("vocab"):
+            self._vocab = Vocab(self.hparams.vocab)
+        if self._vocab is None:
+            hp = self.hparams
+            vocab = Vocab.build((tokens for image in self.training_tokens() for tokens in image),
+                                min_freq=hp.min_freq, max_size=hp.max_vocab)
+            if vocab.num_words == 0:
+                raise UserError(f"{self.label}: empty vocabulary: no training word occurs {hp.min_freq}+ times")
+            self._vocab = vocab
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def _pad(self, encoded: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        return pad_captions(encoded, multiple=self.hparams.get("pad_to_multiple"))
+
+    def encode_pairs(self, tokens: Sequence[Sequence[Sequence[str]]]):
+        """Training pairs: every caption of 1..max_len words (longer ones are left out, so the
+        model never learns to stop mid-sentence) of each image, `tokens[image][caption]` ->
+        (captions int64 [P, T], lengths int64 [P], the (image, caption) index of each pair)."""
+        max_len = self.hparams.max_len
+        pairs = [(i, j) for i, image in enumerate(tokens) for j, caption in enumerate(image)
+                 if 0 < len(caption) <= max_len]
+        if not pairs:
+            raise UserError(f"{self.label}: no training caption has 1..max_len={max_len} words")
+        return *self._pad([self.vocab.encode_caption(tokens[i][j]) for i, j in pairs]), pairs
+
+    def encode_first(self, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each evaluation image's first reference cut to max_len words (a teacher-forced
+        validation loss) -> (captions int64 [N, T], lengths int64 [N])."""
+        return self._pad([self.vocab.encode_caption(t, self.hparams.max_len) for t in tokens])
+
+    def loader(self, split: str) -> DataLoader:
+        if split not in self.datasets:
+            raise UserError(f"{self.label}: the '{split}' split is not set up (setup() builds train, val "
+                            "and test where their data is given)")
+        if split == "train":
+            return self.bucketed_loader(self.datasets["train"], batch_identity)
+        return self.plain_loader(self.datasets[split], collate_fn=batch_identity)

@@ -1,0 +1,227 @@
+"""FashionScenes' pictures: tinted Fashion-MNIST items placed without overlap on a black canvas,
+with their tight boxes and captions (zoo.data.scene_grammar), generated deterministically and
+cached, so every run of a recipe trains and is scored on the same scenes.
+
+Determinism and splits:
+- Scenes are generated in blocks of BLOCK scenes, block b from the RNG (seed, split, b): the
+  first K scenes of a split are the same whatever the requested size, and a cut evaluation set is
+  a prefix of the full one.
+- train scenes draw items from Fashion-MNIST train (`seed`). val and test draw from Fashion-MNIST
+  test, split into two disjoint halves by `test_seed` (`split_pools`); val scenes use `seed + 1`,
+  test scenes always `test_seed`, so every run is scored on the same test scenes.
+- Each split is cached as .npz under $ZOO_DATA_DIR/scenes (or ./data/scenes), named by a hash of
+  every generation setting (`cache_file_name`), and written atomically.
+
+Boxes are tight: x0, y0, x1, y1 in pixels (x1, y1 exclusive) of the drawn (non-zero) pixels of
+the item. An item's box word is its head word ("boot" for "ankle boot"), the word a caption uses
+to name it.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from zoo.data.layout import place_items
+from zoo.data.scene_grammar import COLOURS, HEAD_WORDS, TEMPLATES, captions_for_scene, relations
+from zoo.errors import UserError
+
+FORMAT_VERSION = 2  # 2: captions carry the item each word names
+BLOCK = 256  # scenes per RNG block (prefix stability, see the module docstring)
+SPLITS = ("train", "val", "test")
+PALETTE = np.array(list(COLOURS.values()), dtype=np.float32)  # [C, 3], in COLOUR_NAMES' order
+MAX_ITEMS = max(TEMPLATES)  # the most items a caption template names
+
+
+@dataclass
+class Scenes:
+    """One split. images uint8 [N, 3, S, S]; per item slot k < n_items[i]: labels [N, K]
+    (-1 for empty slots), colours [N, K], boxes float32 [N, K, 4] (x0, y0, x1, y1, exclusive
+    ends), source_index [N, K] (index into the Fashion-MNIST split the item came from);
+    captions: list of N lists of strings; caption_items: for each caption, the item slot each of
+    its `tokenize` tokens names (its colour and item words), -1 for the other tokens."""
+
+    images: np.ndarray
+    n_items: np.ndarray
+    labels: np.ndarray
+    colours: np.ndarray
+    boxes: np.ndarray
+    source_index: np.ndarray
+    captions: list[list[str]]
+    caption_items: list[list[list[int]]]
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def item_boxes(self, i: int) -> np.ndarray:
+        return self.boxes[i, :self.n_items[i]]
+
+    def item_words(self, i: int) -> list[str]:
+        return [HEAD_WORDS[c] for c in self.labels[i, :self.n_items[i]]]
+
+    def cut(self, n: int) -> "Scenes":
+        return Scenes(self.images[:n], self.n_items[:n], self.labels[:n], self.colours[:n],
+                      self.boxes[:n], self.source_index[:n], self.captions[:n], self.caption_items[:n])
+
+    # npz round-trip (no pickles: captions travel as one JSON string)
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, images=self.images, n_items=self.n_items, labels=self.labels,
+                            colours=self.colours, boxes=self.boxes, source_index=self.source_index,
+                            captions=np.array(json.dumps(self.captions)),
+                            caption_items=np.array(json.dumps(self.caption_items)),
+                            version=np.array(FORMAT_VERSION))
+        return buffer.getvalue()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Scenes":
+        with np.load(path, allow_pickle=False) as z:
+            if int(z["version"]) != FORMAT_VERSION:
+                raise ValueError("old cache format")
+            return cls(z["images"], z["n_items"], z["labels"], z["colours"], z["boxes"],
+                       z["source_index"], json.loads(str(z["captions"])), json.loads(str(z["caption_items"])))
+
+
+def _resize_items(items: np.ndarray, size: int) -> np.ndarray:
+    """uint8 [M, 28, 28] -> uint8 [M, size, size] (antialiased bilinear)."""
+    if items.shape[-1] == size or len(items) == 0:
+        return items
+    t = torch.from_numpy(items.astype(np.float32))[:, None]
+    t = F.interpolate(t, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return t[:, 0].round().clamp(0, 255).to(torch.uint8).numpy()
+
+
+def paint(items: np.ndarray, source_index: np.ndarray, colours: np.ndarray, sizes: np.ndarray,
+          corners: np.ndarray, active: np.ndarray, canvas_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Paint tinted items on black canvases, vectorised over canvases.
+
+    items uint8 [M, 28, 28]; per canvas n and slot k: source_index [N, K] (into items), colours
+    [N, K] (palette index), sizes [N, K] (px), corners [N, K, 2] (x, y), active bool [N, K] ->
+    (images uint8 [N, 3, S, S], boxes float32 [N, K, 4], the tight x0, y0, x1, y1 of the drawn
+    pixels, -1 for inactive slots)."""
+    n, k = source_index.shape
+    images = np.zeros((n, 3, canvas_size, canvas_size), dtype=np.uint8)
+    boxes = np.full((n, k, 4), -1.0, dtype=np.float32)
+    for slot in range(k):  # K <= 3 slots x a few sizes: each paste covers all scenes at once
+        for size in np.unique(sizes[active[:, slot], slot]).tolist():
+            sel = np.nonzero(active[:, slot] & (sizes[:, slot] == size))[0]
+            grey = _resize_items(items[source_index[sel, slot]], size).astype(np.float32)  # [M, s, s]
+            tint = PALETTE[colours[sel, slot]]  # [M, 3]
+            patch = np.rint(grey[:, None] * tint[:, :, None, None]).astype(np.uint8)  # [M, 3, s, s]
+            x, y = corners[sel, slot, 0], corners[sel, slot, 1]
+            rows = (y[:, None] + np.arange(size))[:, None, :, None]
+            cols = (x[:, None] + np.arange(size))[:, None, None, :]
+            images[sel[:, None, None, None], np.arange(3)[None, :, None, None], rows, cols] = patch
+            # tight box of the drawn pixels (the whole patch if an item is blank)
+            drawn = patch.max(1) > 0  # [M, s, s]
+            any_row, any_col = drawn.any(2), drawn.any(1)
+            blank = ~any_row.any(1)
+            r0 = np.where(blank, 0, any_row.argmax(1))
+            r1 = np.where(blank, size, size - any_row[:, ::-1].argmax(1))
+            c0 = np.where(blank, 0, any_col.argmax(1))
+            c1 = np.where(blank, size, size - any_col[:, ::-1].argmax(1))
+            boxes[sel, slot] = np.stack([x + c0, y + r0, x + c1, y + r1], 1).astype(np.float32)
+    return images, boxes
+
+
+def generate_block(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, n: int,
+                   rng: np.random.Generator, canvas_size: int, item_sizes: Sequence[int],
+                   min_items: int, max_items: int, min_captions: int, max_captions: int,
+                   gap: int) -> Scenes:
+    """n <= BLOCK scenes from the items whose indices are in `pool`; vectorised except the
+    captions. Layouts are drawn for a full block and cut, so scene i does not depend on n."""
+    k, m = max_items, BLOCK  # a full block is drawn, then cut to n
+    n_items = rng.integers(min_items, max_items + 1, size=m)
+    active = np.arange(k)[None, :] < n_items[:, None]
+    source_index = np.where(active, pool[rng.integers(0, len(pool), size=(m, k))], -1)
+    item_labels = np.where(active, labels[np.maximum(source_index, 0)], -1)
+    colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, k)), -1)
+    sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, k))]
+    corners = place_items(rng, sizes, n_items, canvas_size, gap)
+    counts = rng.integers(min_captions, max_captions + 1, size=m)
+    n_items, active, source_index, item_labels, colours, sizes, corners, counts = (
+        a[:n] for a in (n_items, active, source_index, item_labels, colours, sizes, corners, counts))
+
+    images, boxes = paint(items, source_index, colours, sizes, corners, active, canvas_size)
+    rel = relations(boxes)
+    described = [captions_for_scene(item_labels[i, :n_items[i]], colours[i, :n_items[i]],
+                                    rel[i, :n_items[i], :n_items[i]], int(counts[i]), rng, with_items=True)
+                 for i in range(n)]
+    return Scenes(images, n_items.astype(np.int64), item_labels.astype(np.int64),
+                  colours.astype(np.int64), boxes, source_index.astype(np.int64),
+                  [d[0] for d in described], [d[1] for d in described])
+
+
+def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num: int, seed: int,
+                    split: str, canvas_size: int = 64, item_sizes: Sequence[int] = (28,),
+                    min_items: int = 1, max_items: int = MAX_ITEMS, min_captions: int = 3,
+                    max_captions: int = 5, gap: int = 0) -> Scenes:
+    """`num` scenes of `split` (items uint8 [M, 28, 28], labels int [M], pool: allowed item
+    indices). Deterministic in (seed, split); scene i does not depend on `num`."""
+    if not 1 <= min_items <= max_items <= MAX_ITEMS:
+        raise UserError(f"items per scene must satisfy 1 <= min_items <= max_items <= {MAX_ITEMS}, "
+                        f"got {min_items}..{max_items}")
+    if not 1 <= min_captions <= max_captions:
+        raise UserError(f"captions per scene must satisfy 1 <= min <= max, got {min_captions}..{max_captions}")
+    if max(item_sizes) > canvas_size:
+        raise UserError(f"item size {max(item_sizes)} exceeds the {canvas_size}px canvas")
+    if len(pool) == 0:
+        raise UserError(f"no items to draw the {split} scenes from")
+    if max_items * min(item_sizes) ** 2 > canvas_size ** 2:
+        raise UserError(f"cannot place {max_items} items of size {min(item_sizes)} on a "
+                        f"{canvas_size}x{canvas_size} canvas without overlap")
+    split_code = SPLITS.index(split)
+    blocks = []
+    for b in range(-(-num // BLOCK)):
+        rng = np.random.default_rng([seed, split_code, b])
+        blocks.append(generate_block(items, labels, np.asarray(pool), min(BLOCK, num - b * BLOCK), rng,
+                                     canvas_size, item_sizes, min_items, max_items, min_captions,
+                                     max_captions, gap))
+    if not blocks:
+        raise UserError(f"the {split} split needs at least one scene")
+    return Scenes(*(np.concatenate([getattr(x, f) for x in blocks]) for f in
+                    ("images", "n_items", "labels", "colours", "boxes", "source_index")),
+                  [c for x in blocks for c in x.captions], [c for x in blocks for c in x.caption_items])
+
+
+def split_pools(num_train_items: int, num_test_items: int, test_seed: int) -> dict[str, np.ndarray]:
+    """Item indices each split may use: train from the train items; val and test from two
+    disjoint halves of the test items."""
+    order = np.random.default_rng([test_seed, 99]).permutation(num_test_items)
+    half = num_test_items // 2
+    return {"train": np.arange(num_train_items), "val": np.sort(order[:half]), "test": np.sort(order[half:])}
+
+
+# ----------------------------------------------------------------------------- items + cache
+def fashion_mnist_items(split: str):
+    """The default item source: Fashion-MNIST's "train" or "test" split, (images uint8 [N, 28, 28],
+    labels int64 [N])."""
+    from zoo.data.fashion_mnist import load_fashion_mnist
+
+    return load_fashion_mnist(split)
+
+
+def fingerprint(items: np.ndarray, labels: np.ndarray) -> str:
+    """The content hash of an item source other than Fashion-MNIST: its scenes' cache key."""
+    h = hashlib.sha1()
+    h.update(np.ascontiguousarray(items).tobytes())
+    h.update(np.ascontiguousarray(labels).astype(np.int64).tobytes())
+    return h.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("ZOO_DATA_DIR", "data")) / "scenes"
+
+
+def cache_file_name(settings: dict) -> str:
+    """scenes-<split>-<num>-<hash of every generation setting>.npz: another setting, another file."""
+    key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return f"scenes-{settings['split']}-{settings['num']}-{key}.npz"

@@ -1,0 +1,150 @@
+"""FashionScenes' caption grammar: what a scene's items are called and how a caption names them.
+
+A scene's items are Fashion-MNIST classes tinted in one of a few colours; a caption names each
+item by a noun phrase ("a red shirt") and relates items by where their boxes lie ("left of",
+"above"). The grammar also knows which item each colour word and item word names: supervised
+attention (Liu et al. 2017, "Attention Correctness in Neural Image Captioning") needs that, and a
+scene with two red shirts still tells them apart. Only the tables and the words live here; the
+pixels are zoo.data.scene_generation's.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from zoo.data.vocab import tokenize
+
+# Fashion-MNIST class -> caption phrase; the head (last) word is the item's box word.
+ITEM_NAMES = ["tshirt", "trousers", "pullover", "dress", "coat",
+              "sandal", "shirt", "sneaker", "bag", "ankle boot"]
+HEAD_WORDS = [name.split()[-1] for name in ITEM_NAMES]
+ITEM_WORDS = frozenset(HEAD_WORDS)
+# colour word -> RGB multiplier applied to the grey item
+COLOURS = {"red": (1.0, 0.15, 0.15), "green": (0.2, 0.85, 0.2), "blue": (0.25, 0.4, 1.0),
+           "yellow": (1.0, 0.9, 0.1), "purple": (0.65, 0.25, 1.0), "orange": (1.0, 0.55, 0.05),
+           "white": (1.0, 1.0, 1.0), "cyan": (0.1, 0.85, 0.9)}
+COLOUR_NAMES = list(COLOURS)
+
+# relation of item i to item j
+LEFT, RIGHT, ABOVE, BELOW = 0, 1, 2, 3
+RELATION_WORDS = {LEFT: "left of", RIGHT: "right of", ABOVE: "above", BELOW: "below"}
+
+TAG = "\x01"  # joins a word to the item slot it names inside the generator; never in a caption
+MAX_TRIES = 50  # caption draws per wanted caption before a scene settles for fewer distinct ones
+
+
+def noun_phrase(label: int, colour: int, definite: bool = False, slot: int | None = None) -> str:
+    """"a red shirt"; with `slot`, the colour and item words are tagged "red\x01<slot>" so the
+    caption can say which item each word names (see `untag`)."""
+    tag = "" if slot is None else f"{TAG}{slot}"
+    colour_word = COLOUR_NAMES[colour] + tag
+    name = " ".join(w + tag for w in ITEM_NAMES[label].split())
+    if definite:
+        return f"the {colour_word} {name}"
+    if ITEM_NAMES[label] == "trousers":
+        return f"a pair of {colour_word} {name}"
+    return f"{'an' if colour_word[0] in 'aeiou' else 'a'} {colour_word} {name}"
+
+
+def untag(tagged: str) -> tuple[str, list[int]]:
+    """A tagged caption -> (the caption, the item slot of each of its `tokenize` tokens, -1 for
+    words that name no item)."""
+    words, slots = [], []
+    for raw in tagged.split():
+        word, _, slot = raw.partition(TAG)
+        words.append(word)
+        slots += [int(slot) if slot else -1] * len(tokenize(word))
+    return " ".join(words), slots
+
+
+def _rel(r: int) -> str:
+    return RELATION_WORDS[r]
+
+
+def _rel_long(r: int) -> str:
+    return {LEFT: "to the left of", RIGHT: "to the right of", ABOVE: "above", BELOW: "below"}[r]
+
+
+# Templates take (np(i, definite) -> str, rel(i, j) -> code) over the scene's items in an order
+# the caller permutes; each returns one caption.
+def _t1(np_, rel):
+    return [
+        lambda: np_(0),
+        lambda: f"a picture of {np_(0)}",
+        lambda: f"there is {np_(0)}",
+        lambda: f"{np_(0)} on a black background",
+        lambda: f"an image showing {np_(0)}",
+        lambda: f"{np_(0)} in the picture",
+    ]
+
+
+def _t2(np_, rel):
+    return [
+        lambda: f"{np_(0)} {_rel(rel(0, 1))} {np_(1)}",
+        lambda: f"{np_(0)} {_rel_long(rel(0, 1))} {np_(1)}",
+        lambda: f"there is {np_(0)} {_rel(rel(0, 1))} {np_(1)}",
+        lambda: f"{np_(0)} and {np_(1)}",
+        lambda: f"{np_(0)} with {np_(1)} {_rel(rel(1, 0))} it",
+        lambda: f"{np_(0)} is {_rel_long(rel(0, 1))} {np_(1)}",
+    ]
+
+
+def _t3(np_, rel):
+    return [
+        lambda: f"{np_(0)} , {np_(1)} and {np_(2)}",
+        lambda: f"{np_(0)} {_rel(rel(0, 1))} {np_(1)} and {np_(2)} {_rel(rel(2, 1))} {np_(1, True)}",
+        lambda: f"{np_(0)} {_rel(rel(0, 1))} {np_(1)} and {np_(2)} {_rel(rel(2, 0))} {np_(0, True)}",
+        lambda: f"three items : {np_(0)} , {np_(1)} and {np_(2)}",
+        lambda: f"{np_(0)} {_rel_long(rel(0, 2))} {np_(2)} , and {np_(1)}",
+        lambda: f"there is {np_(0)} {_rel(rel(0, 1))} {np_(1)} and {np_(2)}",
+    ]
+
+
+TEMPLATES = {1: _t1, 2: _t2, 3: _t3}
+
+
+def relations(boxes: np.ndarray) -> np.ndarray:
+    """Spatial relation of item i to item j for every pair: boxes float [N, K, 4] -> int [N, K, K].
+
+    Items that do not overlap are separated along x or y (or both); the relation names a
+    separating axis (the one with the larger centre distance when both separate), so "A left of
+    B" always means A's box ends before B's begins."""
+    b = boxes[:, :, None, :]  # item i
+    o = boxes[:, None, :, :]  # item j
+    left, right = b[..., 2] <= o[..., 0], o[..., 2] <= b[..., 0]
+    above, below = b[..., 3] <= o[..., 1], o[..., 3] <= b[..., 1]
+    cx = (b[..., 0] + b[..., 2] - o[..., 0] - o[..., 2]) / 2
+    cy = (b[..., 1] + b[..., 3] - o[..., 1] - o[..., 3]) / 2
+    sep_x, sep_y = left | right, above | below
+    horizontal = sep_x & (~sep_y | (np.abs(cx) >= np.abs(cy)))
+    return np.where(horizontal, np.where(left, LEFT, RIGHT), np.where(above, ABOVE, BELOW))
+
+
+def captions_for_scene(labels: Sequence[int], colours: Sequence[int], rel: np.ndarray,
+                       count: int, rng: np.random.Generator, with_items: bool = False):
+    """`count` distinct captions of one scene (labels/colours of its n items, rel [n, n]).
+    with_items: also return, per caption, the item (index into labels) each token names, -1
+    for tokens that name none (the colour and item words of a noun phrase name its item)."""
+    n = len(labels)
+    out: list[str] = []
+    items: list[list[int]] = []
+    seen = set()
+    for _ in range(MAX_TRIES * count):
+        if len(out) == count:
+            break
+        perm = rng.permutation(n)
+
+        def np_(k, definite=False, perm=perm):
+            return noun_phrase(int(labels[perm[k]]), int(colours[perm[k]]), definite, slot=int(perm[k]))
+
+        def rel_(a, b, perm=perm):
+            return int(rel[perm[a], perm[b]])
+
+        templates = TEMPLATES[n](np_, rel_)
+        caption, slots = untag(templates[int(rng.integers(len(templates)))]())
+        if caption not in seen:
+            seen.add(caption)
+            out.append(caption)
+            items.append(slots)
+    return (out, items) if with_items else out
