@@ -127,8 +127,7 @@ EVAL_CASES = [(name, "test") for name in FAMILIES] + [("ram", "val"), ("draw", "
 @pytest.mark.parametrize("name,stage", EVAL_CASES)
 def test_evaluation_step_traces_without_graph_breaks_and_equals_eager(name, stage):
     model = build(name).eval()
-    if isinstance(model, RAM):
-        model._eval_generator = torch.Generator().manual_seed(0)
+    model.on_validation_epoch_start()  # what Lightning calls first (RAM seeds its evaluation draws)
     inputs = model.eval_inputs(batch(name), stage)
     fn = torch.compile(lambda x: model.eval_metrics(stage, **x), fullgraph=True, backend="eager")
     with torch.no_grad():
@@ -467,8 +466,7 @@ def test_cuda_compiled_evaluation_equals_eager_and_makes_no_host_sync(name, stag
     results = []
     for i, mode in enumerate(("eager", "reduce-overhead", "reduce-overhead", "reduce-overhead")):
         model.accel.force(mode)
-        if isinstance(model, RAM):
-            model._eval_generator = torch.Generator(device="cuda").manual_seed(0)
+        model.on_validation_epoch_start()  # the same evaluation draws for every mode
         with torch.inference_mode():
             step = lambda: model.accel.eval_step(model, data, stage)  # noqa: E731
             results.append(_no_host_sync(step) if i == 3 else step())
