@@ -76,12 +76,7 @@ def load_recipe(name: str) -> dict:
 
 
 def image_shape(model) -> tuple[int, int, int]:
-    hp = model.hparams
-    if "img_size" in hp:  # ViT
-        return hp.in_chans, hp.img_size, hp.img_size
-    size = hp.image_size
-    h, w = (size, size) if isinstance(size, int) else size
-    return hp.in_chans, h, w
+    return model.input_chans, *model.input_size
 
 
 CAPTION_LENGTH, VOCAB_WORDS = 16, 60  # SAT: captions padded to one length bucket; a synthetic vocabulary

@@ -42,10 +42,10 @@ from zoo.results import write_json  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "GH200": 989.0, "A100": 312.0}
 
-CPU_MODEL = dict(model_name="vit_tiny_patch16_224", img_size=28, patch_size=4, conv_stem=[32, 64],
+CPU_MODEL = dict(model_name="vit_tiny_patch16_224", image_size=28, patch_size=4, conv_stem=[32, 64],
                  conv_stem_blocks=2, in_chans=1, num_classes=10, depth=6, embed_dim=96, num_heads=3,
                  mlp_ratio=2.0, drop_path_rate=0.05, mean=[0.286], std=[0.353])
-GPU_MODEL = dict(model_name="vit_base_patch16_224", img_size=224, patch_size=16, in_chans=3, num_classes=1000,
+GPU_MODEL = dict(model_name="vit_base_patch16_224", image_size=224, patch_size=16, in_chans=3, num_classes=1000,
                  depth=None, embed_dim=None, num_heads=None, mlp_ratio=None, drop_path_rate=0.0)
 TRAIN = dict(lr=1e-3, weight_decay=0.05, warmup_epochs=0.0, label_smoothing=0.1)
 
@@ -57,7 +57,7 @@ def sync(device: torch.device) -> None:
 
 def make_batch(cfg: dict, batch_size: int, device: torch.device):
     g = torch.Generator().manual_seed(0)
-    x = torch.rand(batch_size, cfg["in_chans"], cfg["img_size"], cfg["img_size"], generator=g)
+    x = torch.rand(batch_size, cfg["in_chans"], cfg["image_size"], cfg["image_size"], generator=g)
     y = torch.randint(0, cfg["num_classes"], (batch_size,), generator=g)
     if device.type == "cuda":  # both sides copy a pinned host batch to the device every step
         x, y = x.pin_memory(), y.pin_memory()
@@ -154,7 +154,7 @@ def train_flops_per_image(cfg, device) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     module = build(cfg, False, False).to(device).eval()
-    x = torch.rand(1, cfg["in_chans"], cfg["img_size"], cfg["img_size"], device=device)
+    x = torch.rand(1, cfg["in_chans"], cfg["image_size"], cfg["image_size"], device=device)
     # Unfused attention makes q k^T and attn v plain matmuls, which every device's counter sees.
     fused = [m for m in module.modules() if hasattr(m, "fused_attn")]
     for m in fused:
@@ -227,7 +227,7 @@ def run_gpu(args) -> dict:
                 for s in ("plain", "lightning"))
         print(f"compile={compile}: lightning / plain {l / p:.3f}")
     return {"benchmark": "vit_b16_gpu", "mode": "gpu", "gpu": name, "model": "vit_base_patch16_224",
-            "img_size": 224, "batch_size": batch[0].shape[0], "precision": "bf16 autocast",
+            "image_size": 224, "batch_size": batch[0].shape[0], "precision": "bf16 autocast",
             "steps": args.steps, "warmup_steps": args.warmup, "train_gflops_per_image": flops / 1e9,
             "peak_bf16_tflops": peak, "rows": rows, "goal_mfu": 0.40,
             "memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30}

@@ -36,7 +36,7 @@ RAM_TINY = dict(image_size=20, in_chans=1, num_classes=4, patch_size=4, num_scal
 DRAW_TINY = dict(image_size=12, T=2, enc_size=16, dec_size=16, z_size=3, read_n=3, write_n=4, iwae_samples=4,
                  iwae_chunk=2)
 CLS_TINY = dict(image_size=16, num_classes=3, T=2, read_n=4, hidden_size=16, glimpse_hidden=16)
-VIT_TINY = dict(model_name="vit_tiny_patch16_224", img_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
+VIT_TINY = dict(model_name="vit_tiny_patch16_224", image_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
                 embed_dim=24, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0)
 
 # name -> (class, hyperparameters, (C, H, W), classes or None for DRAW)

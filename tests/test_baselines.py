@@ -76,7 +76,7 @@ def test_a_few_steps_fit_a_fixed_batch(arch):
 
 
 def test_hparams_are_plain_and_optimizer_follows_them():
-    model = Classifier(arch="mlp", hidden=(8, 8), lr=0.05, weight_decay=0.01, cosine_schedule=False)
+    model = Classifier(arch="mlp", hidden=(8, 8), lr=0.05, weight_decay=0.01, lr_schedule="none")
     config = model.zoo_config()
     assert config["family"] == "baseline" and config["init_args"]["hidden"] == [8, 8]
     optimizer = model.configure_optimizers()

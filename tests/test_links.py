@@ -14,7 +14,7 @@ from zoo import registry
 from zoo.data.base import as_size
 from zoo.errors import UserError
 from zoo.registry import resolve_class
-from zoo.train import MODEL_IMAGE_SIZE_ARGS, link_image_size, link_in_chans
+from zoo.train import link_image_size, link_in_chans
 
 
 def _with_defaults(cls, init_args: dict) -> dict:
@@ -38,9 +38,8 @@ def test_every_recipe_trains_its_model_on_images_of_its_size(name):
     data_cls, data_args, model_cls, model_args = _recipe(name)
     link_image_size(data_cls, data_args, model_cls, model_args)  # raises if they disagree
     served = data_cls.image_size_for(**data_args)
-    key = next((k for k in MODEL_IMAGE_SIZE_ARGS if k in model_args), None)
-    if served is not None and key is not None:
-        assert as_size(model_args[key]) == served
+    if served is not None and "image_size" in model_args:
+        assert as_size(model_args["image_size"]) == served
 
 
 def test_a_model_at_its_default_size_takes_the_datas():
@@ -88,7 +87,7 @@ def test_a_model_at_its_default_channels_takes_the_datas_and_other_channels_are_
     link_in_chans(ImageFolderDataModule, {"root": "x"}, Classifier, model_args)  # RGB folders
     assert model_args["in_chans"] == 3
     model_args = _with_defaults(Classifier, {})
-    link_in_chans(ImageFolderDataModule, {"root": "x", "channels": 1}, Classifier, model_args)
+    link_in_chans(ImageFolderDataModule, {"root": "x", "in_chans": 1}, Classifier, model_args)
     assert model_args["in_chans"] == 1
     with pytest.raises(UserError, match=r"^--model.init_args.in_chans 3 disagrees with the data's images "
                                         r"\(FashionMNISTDataModule: 1 channel\(s\)\)"):

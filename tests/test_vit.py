@@ -20,7 +20,7 @@ from zoo.errors import UserError
 from zoo.models.vit import ViTClassifier
 from zoo.attention import rollout as rollout_maps
 
-TINY = dict(model_name="vit_tiny_patch16_224", img_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
+TINY = dict(model_name="vit_tiny_patch16_224", image_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
             embed_dim=24, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0)
 
 
@@ -68,7 +68,7 @@ def test_conv_stem_replaces_patchify_with_the_same_token_grid():
     maps = model.attention_maps(x)
     assert maps["rollout"].shape == (2, 7, 7) and torch.allclose(maps["logits"], model(x), atol=1e-5)
     # a coarser grid: the stem's x4 then a 2x2 projection kernel (total stride 8)
-    coarse = tiny(img_size=32, patch_size=8, conv_stem=[8, 16]).eval()
+    coarse = tiny(image_size=32, patch_size=8, conv_stem=[8, 16]).eval()
     assert coarse.backbone.grid_for(32, 32) == (4, 4) and coarse.vit.patch_embed.proj.kernel_size == (2, 2)
     with pytest.raises(ValueError, match="multiple of 4"):
         tiny(patch_size=6, conv_stem=[8, 16])
@@ -86,7 +86,7 @@ def test_local_timm_checkpoint_loads_with_head_and_in_chans_adaptation(tmp_path)
     source = _timm_source()  # an RGB, 1000-class checkpoint, like a downloaded model.safetensors
     path = tmp_path / "model.safetensors"
     save_file(source.state_dict(), str(path))
-    model = tiny(pretrained_file=str(path), img_size=42)  # 1 channel, 10 classes, 6x6 grid
+    model = tiny(pretrained_file=str(path), image_size=42)  # 1 channel, 10 classes, 6x6 grid
     vit, src = model.vit, source.state_dict()
     assert torch.equal(vit.blocks[1].mlp.fc2.weight, src["blocks.1.mlp.fc2.weight"])
     assert torch.equal(vit.cls_token, src["cls_token"])

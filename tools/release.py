@@ -9,7 +9,8 @@ metrics in `meta`). This module writes a release and checks one:
   recipe, seed, the command, the results JSON and its metrics, device, preprocessing, class names or
   vocabulary);
 - `recipe_mismatches`: the hyperparameters in which a model's config differs from its recipe
-  (a release with any is refused);
+  (a release with any is refused); configs, recipes and command lines from before a
+  hyperparameter was renamed are compared in current names (zoo.hparams);
 - `check_entry`: one line per disagreement between a manifest entry and the repository (recipe
   missing or not the weights' config, sha256, metrics not those of its results JSON);
 - `golden_input` / `golden_output`: a release's output on a fixed, seeded input, stored beside the
@@ -28,6 +29,7 @@ import torch
 import yaml
 
 from zoo import hub
+from zoo.hparams import current_config, current_init_args, current_spec
 from zoo.registry import REPO_ROOT, resolve_class
 
 # filled in by training (the captioner's vocabulary comes from its data), not by the recipe
@@ -53,6 +55,24 @@ def load_recipe(recipe: str | Path) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
+def current_recipe(recipe: dict) -> dict:
+    """A recipe's model and data sections in current hyperparameter names (a recipe as it was at
+    an older commit may use old ones)."""
+    return {**recipe, **{section: current_spec(recipe[section]) for section in ("model", "data")
+                         if isinstance(recipe.get(section), dict)}}
+
+
+def current_arg(key: str, value: Any, recipe: dict) -> tuple[str, Any]:
+    """A command-line `model.init_args.NAME` (without its dashes) and its parsed value, in current
+    names: the section's class is the recipe's."""
+    section, _, name = key.partition(".init_args.")
+    spec = recipe.get(section)
+    if not name or not isinstance(spec, dict):
+        return key, value
+    ((name, value),) = current_init_args(spec.get("class_path"), {name: value}).items()
+    return f"{section}.init_args.{name}", value
+
+
 def _defaults(class_path: str, kind: str) -> dict[str, Any]:
     signature = inspect.signature(resolve_class(class_path, kind))
     return {k: p.default for k, p in signature.parameters.items() if p.default is not inspect.Parameter.empty}
@@ -71,7 +91,7 @@ def _same(a, b) -> bool:
 def recipe_mismatches(config: dict, recipe: dict) -> list[str]:
     """`model.init_args.lr: weights 0.003, recipe 0.002`, ... for every hyperparameter (a missing one
     counts as its default) in which a model's zoo config differs from the recipe's."""
-    problems = []
+    problems, config, recipe = [], current_config(config), current_recipe(recipe)
     for section, kind in (("model", "model"), ("data", "data")):
         spec = recipe.get(section) or {}
         embedded = config if section == "model" else (config.get("data") or {})
@@ -108,13 +128,17 @@ def override_problems(train_args: list[str], recipe: dict) -> list[str]:
     """Command-line arguments a results run gave train.py beyond the recipe. Only `--model.init_args.K V`
     or `--data.init_args.K V` that repeat the recipe's own value are harmless (runs from before a
     recipe adopted the value); anything else means the weights are not the recipe's."""
-    problems, args = [], list(train_args or [])
+    problems, args, recipe = [], list(train_args or []), current_recipe(recipe)
     pairs = list(zip(args[0::2], args[1::2])) if len(args) % 2 == 0 else [(a, None) for a in args]
     for flag, value in pairs:
-        section, _, key = flag.lstrip("-").partition(".init_args.")
-        current = ((recipe.get(section) or {}).get("init_args") or {}).get(key, object()) \
-            if section in ("model", "data") and key else object()
-        if value is None or not _same(yaml.safe_load(value), current):
+        if value is None:
+            problems.append(f"trained with {flag} {value}, which the recipe does not say")
+            continue
+        key, given = current_arg(flag.lstrip("-"), yaml.safe_load(value), recipe)
+        section, _, name = key.partition(".init_args.")
+        current = ((recipe.get(section) or {}).get("init_args") or {}).get(name, object()) \
+            if section in ("model", "data") and name else object()
+        if not _same(given, current):
             problems.append(f"trained with {flag} {value}, which the recipe does not say")
     return problems
 
@@ -151,10 +175,12 @@ def recipe_drift(recipe: str, commit: str | None, train_args: list[str] | None =
     then = recipe_at(recipe, commit)
     if then is None:
         return [f"recipe: {recipe} did not exist at the training commit {commit[:12]}"]
+    then = current_recipe(then)
     old, new = _flatten(then), _flatten(load_recipe(recipe))
     args = list(train_args or [])
     for flag, value in zip(args[0::2], args[1::2]):
-        old[flag.lstrip("-")] = yaml.safe_load(value)
+        key, parsed = current_arg(flag.lstrip("-"), yaml.safe_load(value), then)
+        old[key] = parsed
     problems = []
     current = load_recipe(recipe)
     for key in sorted(set(old) | set(new)):
@@ -217,8 +243,8 @@ def check_entry(name: str, entry: dict) -> list[str]:
         problems.append(f"{name}: sha256: the manifest says {str(entry.get('sha256'))[:12]}…, "
                         f"{path.name} is {hub.sha256_file(path)[:12]}…")
     else:
-        _, file_config = hub.load_weights(path)
-        if not _same(file_config, entry.get("config")):
+        _, file_config = hub.load_weights(path)  # both in current names: the file keeps the names it was written with
+        if not _same(file_config, current_config(entry.get("config"))):
             problems.append(f"{name}: config: the file's embedded config differs from the manifest's")
     results_file = meta.get("results_file")
     if not results_file or not (REPO_ROOT / results_file).is_file():

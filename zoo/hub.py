@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from zoo.errors import UserError
+from zoo.hparams import current_config
 from zoo.io import sweep_stale, temp_path
 from zoo.limits import check_tree, shorten
 
@@ -54,9 +55,14 @@ def weights_dir() -> Path:
 
 
 def manifest() -> dict:
-    """The release manifest: {name: {file, sha256, url?, config, metadata}} ({} when absent)."""
+    """The release manifest: {name: {file, sha256, url?, config, metadata}} ({} when absent), its
+    configs in current hyperparameter names (zoo.hparams: a mirror's manifest may be older)."""
     path = weights_dir() / "MANIFEST.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    records = json.loads(path.read_text()) if path.is_file() else {}
+    for record in records.values():
+        if isinstance(record, dict) and "config" in record:
+            record["config"] = current_config(record["config"])
+    return records
 
 
 # Where released weight files are published: the assets of this repository's GitHub release for
@@ -339,7 +345,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
 
 
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
-    """Return (state_dict, zoo_config or None) from a .safetensors or Lightning .ckpt file."""
+    """Return (state_dict, zoo_config or None) from a .safetensors or Lightning .ckpt file; the config
+    in current hyperparameter names (zoo.hparams), however old the file."""
     import torch
 
     path = Path(path)
@@ -368,13 +375,13 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
         except (json.JSONDecodeError, OSError, UnicodeDecodeError) as exc:
             raise UserError(f"{path}: its zoo config is not readable JSON ({shorten(exc)})") from None
         check_tree(config, f"{path}: its zoo config")
-        return state, config if isinstance(config, dict) or config is None else {"class_path": config}
+        return state, current_config(config) if isinstance(config, dict) or config is None else {"class_path": config}
     checkpoint = read_checkpoint(path)
     state = checkpoint.get("state_dict", checkpoint)
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
     config = checkpoint.get("zoo")
-    return state, config if isinstance(config, dict) or config is None else {"class_path": config}
+    return state, current_config(config) if isinstance(config, dict) or config is None else {"class_path": config}
 
 
 def load_fetched(location: str | os.PathLike, sha256: str | None = None) -> tuple[dict[str, torch.Tensor], dict | None]:

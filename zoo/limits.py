@@ -41,7 +41,7 @@ DIMENSION_LIMITS: dict[str, float] = {
                      "glimpse_hidden", "location_hidden", "attention_dim", "decoder_dim", "encoder_dim",
                      "lstm_size", "init_hidden", "hidden", "dim", "embed_size", "channels", "filters"], 16_384),
     **dict.fromkeys(["depth", "num_layers", "num_heads", "heads", "num_blocks"], 256),
-    # images
+    # images (`img_size`: timm's name, a field of a backbone block; a model's is `image_size`)
     **dict.fromkeys(["image_size", "img_size", "resize_size", "crop_size"], 4_096),
     "canvas_size": 1_024, "patch_size": 1_024, "num_scales": 16, "read_n": 1_024, "write_n": 1_024,
     # steps and decoding

@@ -28,6 +28,7 @@ import yaml
 from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
+from zoo.hparams import current_config, current_spec
 from zoo.limits import check_dimensions, check_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -127,12 +128,13 @@ def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entr
 
 
 def instantiate(spec: dict, kind: str = "model", **overrides):
-    """Instantiate an allow-listed {class_path, init_args} with overrides on top."""
+    """Instantiate an allow-listed {class_path, init_args} with overrides on top; init_args saved
+    under an old hyperparameter name are given under the current one (zoo.hparams)."""
     if not isinstance(spec, dict):
         raise UserError(f"refused: a {kind} config must be a mapping with class_path, got {type(spec).__name__}")
     check_tree(spec, f"the {kind} config")
     cls = resolve_class(spec.get("class_path"), kind)
-    init_args = spec.get("init_args") or {}
+    init_args = current_spec(spec).get("init_args") or {}
     if not isinstance(init_args, dict):
         raise UserError(f"{spec['class_path']}: init_args must be a mapping")
     init_args = {k: v for k, v in init_args.items() if not str(k).startswith("_")}
@@ -151,7 +153,9 @@ def data_config(model) -> dict | None:
 
 
 def build(config: dict, **overrides):
-    """A model from its config; the data config rides along (see `data_config`)."""
+    """A model from its config; the data config rides along (see `data_config`), both in current
+    hyperparameter names (zoo.hparams)."""
+    config = current_config(config)
     model = instantiate(config, "model", **overrides)
     if config.get("data"):
         model._zoo_data_config = config["data"]

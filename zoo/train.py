@@ -48,6 +48,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from zoo import hub
 from zoo.callbacks import WANDB_CLASSES, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
 from zoo.errors import UserError, one_line_warnings, quiet_lightning
+from zoo.hparams import current_init_args, renamed_for
 from zoo.hub import MAX_CONFIG_BYTES
 from zoo.io import check_writable
 from zoo.limits import check_tree, shorten
@@ -104,6 +105,9 @@ def condense(message: str) -> str:
         detail = re.split(r"\n\s*- |\n\s*Given value", problem.group(2))[0].strip()
         option = re.search(r"Option '([^']+)' is not accepted", detail)
         if option:
+            renamed = renamed_for(class_path).get(option.group(1))  # a recipe older than a rename
+            if renamed:
+                return f"{where}{class_path} has no argument '{option.group(1)}': its name is now '{renamed}'"
             close = difflib.get_close_matches(option.group(1), _arguments_of(class_path), n=1)
             hint = f"; did you mean {where.rstrip(': ')}.init_args.{close[0]}?" if close and where else ""
             return f"{where}{class_path} has no argument '{option.group(1)}'{hint}"
@@ -324,9 +328,6 @@ class SaveConfigToRunDir(SaveConfigCallback):
         self.already_saved = trainer.strategy.broadcast(True)
 
 
-MODEL_IMAGE_SIZE_ARGS = ("image_size", "img_size")  # img_size: timm's name, which the ViT family keeps
-
-
 def _take_or_refuse(served, given, model_class, key: str, data_says: str) -> object:
     """The model's value of a fact the data decides: `given` when it agrees with `served`, the
     data's value when `given` is the class default (the recipe left it out), else one line."""
@@ -342,17 +343,17 @@ def link_image_size(data_class, data_args, model_class, model_args) -> None:
     takes the data's; one set to another size than the data serves is refused (a captioner
     trained on 96 px scenes with image_size 128 would be prepared at 128 px by `zoo caption`)."""
     served = data_class.image_size_for(**data_args) if hasattr(data_class, "image_size_for") else None
-    key = next((k for k in MODEL_IMAGE_SIZE_ARGS if k in model_args), None)
-    if served is None or key is None or model_args[key] is None:
+    given = model_args.get("image_size")
+    if served is None or given is None:
         return
     from zoo.data.base import as_size
 
-    if as_size(model_args[key]) == served:
+    if as_size(given) == served:
         return
     data_key = getattr(data_class, "image_size_argument", None) or "variant"
-    size = _take_or_refuse(served, model_args[key], model_class, key,
+    size = _take_or_refuse(served, given, model_class, "image_size",
                            f"{data_key} {data_args.get(data_key)}: {served[0]}x{served[1]} px")
-    model_args[key] = size[0] if isinstance(model_args[key], int) and size[0] == size[1] else list(size)
+    model_args["image_size"] = size[0] if isinstance(given, int) and size[0] == size[1] else list(size)
 
 
 def link_in_chans(data_class, data_args, model_class, model_args) -> None:
@@ -476,7 +477,7 @@ class ZooCLI(LightningCLI):
             raise UserError(f"--ckpt_path {path}: the checkpoint is a {saved_class}, but this config trains "
                             f"{model.class_path}")
         init_args = model.init_args
-        for key, value in hparams.items():
+        for key, value in current_init_args(model.class_path, hparams).items():  # old names too (zoo.hparams)
             if key.startswith("_") or key not in init_args:
                 continue
             current = init_args[key]
@@ -500,6 +501,7 @@ class ZooCLI(LightningCLI):
         data = config.get("data")
         if not isinstance(saved, dict) or not saved or data is None or not hasattr(data, "init_args"):
             return
+        saved = current_init_args(data.class_path, saved)  # a run's data saved under old names (zoo.hparams)
         try:
             movable = set(resolve_class(data.class_path, "data").path_arguments)
         except UserError:

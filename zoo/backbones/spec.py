@@ -218,7 +218,7 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
         file = path
     else:
         file = hub.fetch_release(source)
-    state, config = hub.load_weights(file)
+    state, config = hub.load_weights(file)  # its config in current hyperparameter names (zoo.hparams)
     if not config or "init_args" not in config:
         raise UserError(f"{source}: no zoo config inside, so its backbone cannot be found")
     init_args = config["init_args"]
@@ -230,7 +230,8 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
 
         accepted = set(inspect.signature(TimmViT.__init__).parameters)
         fields = {f.name for f in dataclasses.fields(BackboneSpec)}
-        spec = BackboneSpec.coerce({"kind": "timm_vit", **{k: v for k, v in init_args.items()
+        vit_args = {**init_args, "img_size": init_args.get("image_size")}  # the ViT's image_size is timm's img_size
+        spec = BackboneSpec.coerce({"kind": "timm_vit", **{k: v for k, v in vit_args.items()
                                                              if k in accepted and k in fields and v is not None}})
         spec.pretrained, spec.pretrained_file = False, None
         prefixes = ("backbone.",)
@@ -242,7 +243,7 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
         raise UserError(f"{source}: no backbone tensors inside (looked for {' or '.join(prefixes)})")
     sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     data = (config.get("data") or {}).get("init_args") or {}
-    size = init_args.get("image_size") or init_args.get("img_size") or data.get("image_size") or data.get("canvas_size")
+    size = init_args.get("image_size") or data.get("image_size") or data.get("canvas_size")
     if isinstance(size, int):
         size = [size, size]
     return ZooBackbone(source, spec, sub, list(size) if size else None)

@@ -7,7 +7,8 @@
 ImageNet itself fits this layout once its validation images are sorted into class folders (e.g.
 with the widely used `valprep.sh`). Classes are the sorted folder names, identical across splits.
 
-Batches are (images float [B, channels, S, S] in [0, 1], labels int64 [B]); the model normalises.
+Batches are (images float [B, in_chans, S, S] in [0, 1], labels int64 [B]); the model normalises.
+`in_chans` (1 or 3) is the channels every image is read with, the model's `in_chans` (train.py links them).
 Training: RandomResizedCrop(S, scale) + horizontal flip; evaluation: resize to S / crop_pct, then
 center-crop S (timm's and torchvision's standard evaluation transform: zoo.preprocess's "crop"
 rule, the code every route shares)."""
@@ -28,8 +29,8 @@ class ImageFolderDataModule(SplitDataModule):
     image_size_argument = "image_size"
 
     @classmethod
-    def image_chans_for(cls, channels: int = 3, **_) -> int | None:
-        return channels
+    def image_chans_for(cls, in_chans: int = 3, **_) -> int | None:
+        return in_chans
 
     @classmethod
     def eval_resize_for(cls, size: tuple[int, int], crop_pct: float = 0.875, **_) -> int | None:
@@ -38,7 +39,7 @@ class ImageFolderDataModule(SplitDataModule):
     def __init__(self, root: str, image_size: int = 224, batch_size: int = 128, eval_batch_size: int | None = None,
                  num_workers: int = 8, train_dir: str = "train", val_dir: str = "val", test_dir: str | None = "test",
                  crop_scale: list[float] = (0.08, 1.0), crop_pct: float = 0.875, hflip: float = 0.5,
-                 channels: int = 3):
+                 in_chans: int = 3):
         super().__init__()
         self.save_hyperparameters()
         self.image_size = image_size
@@ -66,9 +67,9 @@ class ImageFolderDataModule(SplitDataModule):
                 transforms.RandomHorizontalFlip(hp.hflip),
                 transforms.ToTensor()])
         else:
-            tf = Preprocessing(hp.channels, (hp.image_size, hp.image_size), "crop", int(round(hp.image_size / hp.crop_pct)))
+            tf = Preprocessing(hp.in_chans, (hp.image_size, hp.image_size), "crop", int(round(hp.image_size / hp.crop_pct)))
         try:
-            dataset = datasets.ImageFolder(str(path), transform=tf, loader=partial(_load, channels=hp.channels))
+            dataset = datasets.ImageFolder(str(path), transform=tf, loader=partial(_load, channels=hp.in_chans))
         except FileNotFoundError as exc:  # no class folder, or class folders without images
             raise UserError(f"ImageFolder {path}: {exc} (expected {path}/<class>/<image>)") from None
         if self.class_names and dataset.classes != self.class_names:

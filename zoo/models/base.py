@@ -14,6 +14,7 @@ outside, with Lightning's own backward and optimizer step) and log what they ret
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import lightning as L
@@ -22,6 +23,8 @@ import torch.nn.functional as F
 
 from zoo.data.base import as_size
 from zoo.errors import UserError
+from zoo.hparams import current_init_args, current_spec
+from zoo.hub import read_checkpoint
 from zoo.models import optim
 from zoo.models.accel import StepAccelerator
 
@@ -85,7 +88,20 @@ class ZooModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         data = checkpoint.get("zoo", {}).get("data")
         if data:
-            self._zoo_data_config = data
+            self._zoo_data_config = current_spec(data)
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
+        """Lightning's loader, with hyperparameters the checkpoint saved under an old name (zoo.hparams)
+        given under the current one: Lightning drops a name the class no longer takes, and would
+        build the class default in its place. A local file is read for them once more, with
+        weights_only=True; a URL, a file object or an `hparams_file` loads as Lightning loads it."""
+        if hparams_file is None and isinstance(checkpoint_path, (str, os.PathLike)) and os.path.isfile(checkpoint_path):
+            saved = read_checkpoint(checkpoint_path).get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {}
+            current = current_init_args(class_path(cls), saved)
+            kwargs = {**{k: v for k, v in current.items() if k not in saved}, **kwargs}
+        return super().load_from_checkpoint(checkpoint_path, map_location=map_location, hparams_file=hparams_file,
+                                            strict=strict, **kwargs)
 
     # ------------------------------------------------------------------ visualisation
     def attention_figures(self, batch: Any) -> dict[str, Any]:
@@ -214,7 +230,7 @@ class ClassifierModule(ZooModule):
     """Glue shared by plain image classifiers (the baselines, DRAW's attention classifier):
     cross-entropy, accuracy, the test error in percent, and Adam with an optional cosine schedule.
     Subclasses define `forward(images) -> logits [B, classes]` and keep `lr`, `weight_decay` and
-    `cosine_schedule` in their hparams."""
+    `lr_schedule` ("none" or "cosine", checked by `optim.check_schedule`) in their hparams."""
 
     def _metrics(self, images: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         logits = self(images)
@@ -236,7 +252,7 @@ class ClassifierModule(ZooModule):
     def configure_optimizers(self):
         hp = self.hparams
         return optim.configure(self, self.parameters(), "adam", lr=hp.lr, weight_decay=hp.weight_decay,
-                               schedule="cosine" if hp.cosine_schedule else "none")
+                               schedule=hp.lr_schedule)
 
 
 def _named(batch) -> dict:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from zoo.errors import UserError
+from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ClassifierModule
 
@@ -62,10 +63,11 @@ class Classifier(ClassifierModule):
     def __init__(self, arch: str = "cnn", image_size: int = 28, in_chans: int = 1, num_classes: int = 10,
                  hidden: list[int] = (256, 256), channels: list[int] = (32, 64, 128), kernel_size: int = 3,
                  cnn_hidden: int = 256, stride: int = 5, dropout: float = 0.1, lr: float = 1e-3, weight_decay: float = 0.0,
-                 cosine_schedule: bool = True, accel: str = "auto"):
+                 lr_schedule: str = "cosine", accel: str = "auto"):
         super().__init__()
         self.save_hyperparameters()
         check_mode(accel, "baseline")
+        optim.check_schedule(lr_schedule, "baseline")
         if arch == "mlp":
             self.net = mlp(in_chans * image_size * image_size, list(hidden), num_classes, dropout)
         elif arch == "cnn":

@@ -92,7 +92,7 @@ class DRAW(ZooModule):
                  write_n: int = 5, lr: float = 1e-3, betas: list[float] = (0.9, 0.999),
                  train_binarization: str = "dynamic", binarize_seed: int = 0,
                  iwae_samples: int = 1000, iwae_chunk: int = 100, iwae_batches: int | None = None,
-                 num_figure_images: int = 8, accel: str = "auto"):
+                 num_figures: int = 8, accel: str = "auto"):
         super().__init__()
         self.save_hyperparameters()
         check_mode(accel, "DRAW config")
@@ -327,7 +327,7 @@ class DRAW(ZooModule):
         from zoo.viz import draw as viz
 
         images = batch[0] if isinstance(batch, (list, tuple)) else batch
-        x = self.binarize(images[: self.hparams.num_figure_images], train=False)
+        x = self.binarize(images[: self.hparams.num_figures], train=False)
         out = self(x, record=True)
         canvases = torch.sigmoid(out["canvas"])  # [T, n, C, S, S]
         read_n = self.hparams.read_n if self.hparams.attention == "filterbank" else None
@@ -356,11 +356,12 @@ class DRAWClassifier(ClassifierModule):
 
     def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,
                  read_n: int = 12, hidden_size: int = 256, glimpse_hidden: int = 256,
-                 lr: float = 1e-3, weight_decay: float = 0.0, cosine_schedule: bool = True,
-                 read_init: str = "whole_image", num_figure_images: int = 8, accel: str = "auto"):
+                 lr: float = 1e-3, weight_decay: float = 0.0, lr_schedule: str = "cosine",
+                 read_init: str = "whole_image", num_figures: int = 8, accel: str = "auto"):
         super().__init__()
         self.save_hyperparameters()
         check_mode(accel, "DRAWClassifier")
+        optim.check_schedule(lr_schedule, "DRAWClassifier")
         if read_init not in ("whole_image", "default"):
             raise UserError(f"DRAWClassifier: read_init must be whole_image or default, got '{read_init}'")
         S = _check_size(image_size, "image_size")
@@ -419,6 +420,6 @@ class DRAWClassifier(ClassifierModule):
     def attention_figures(self, batch) -> dict:
         from zoo.viz import draw as viz
 
-        images = batch[0][: self.hparams.num_figure_images]
+        images = batch[0][: self.hparams.num_figures]
         logits, reads = self(images, record=True)
         return {"draw_classifier/glimpses": viz.glimpse_strip(images, reads, self.hparams.read_n)}

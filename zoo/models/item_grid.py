@@ -29,6 +29,7 @@ from torch import nn
 
 from zoo.backbones.spec import BackboneSpec
 from zoo.metrics.localization import cell_masks
+from zoo.models import optim
 from zoo.models.base import ClassifierModule
 
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128, 128], "strides": [2, 2, 2, 1]}
@@ -44,9 +45,10 @@ class ItemGridClassifier(ClassifierModule):
 
     def __init__(self, backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
                  num_classes: int = 10, num_colours: int = 8, colour_weight: float = 1.0,
-                 lr: float = 2e-3, weight_decay: float = 0.0, cosine_schedule: bool = True,
+                 lr: float = 2e-3, weight_decay: float = 0.0, lr_schedule: str = "cosine",
                  class_names: list[str] | None = None):
         super().__init__()
+        optim.check_schedule(lr_schedule, "backbone")
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
         self.hparams.image_size = [int(s) for s in image_size]

@@ -2,8 +2,9 @@
 
     configure(module, params, optimizer="adam", lr=1e-3, schedule="cosine")
 
-returns what Lightning's `configure_optimizers` returns. Families keep their own hyperparameter
-names and pass them here; the recipes behave as before:
+returns what Lightning's `configure_optimizers` returns. Families pass their hyperparameters here;
+a recipe that chooses the schedule names it `lr_schedule` ("none" or "cosine", `check_schedule`)
+in every family that offers the choice (zoo.hparams); the recipes behave as before:
 - optimizers: Adam, AdamW, SGD (with momentum) and RMSprop, over a parameter list or groups;
 - schedules: "none"; "cosine", a cosine decay per epoch to 0 over `trainer.max_epochs`; and
   "warmup_cosine", a linear warm-up over `warmup_epochs` then a cosine decay per optimiser step to
@@ -33,6 +34,8 @@ from zoo.errors import UserError
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 SCHEDULES = ("none", "cosine", "warmup_cosine")
+#: the schedules a recipe names in `lr_schedule` (warmup_cosine needs a warm-up that only ViT's recipe sets)
+RECIPE_SCHEDULES = ("none", "cosine")
 IMPLS = ("default", "fused")
 _CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD,
             "rmsprop": torch.optim.RMSprop}
@@ -139,6 +142,12 @@ def warmup_cosine_factor(module, warmup_epochs: float, floor: float) -> Callable
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return factor
+
+
+def check_schedule(name: str, owner: str) -> None:
+    """Refuse, in one line and before anything is built, an `lr_schedule` no recipe may name."""
+    if name not in RECIPE_SCHEDULES:
+        raise UserError(f"{owner}: lr_schedule must be one of {', '.join(RECIPE_SCHEDULES)}, got {name!r}")
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, module, name: str = "none", *, warmup_epochs: float = 0.0,

@@ -2,7 +2,8 @@
 
 The trunk is `zoo.backbones.TimmViT`, the same object a captioner uses as its encoder (patch
 tokens); here timm's own pooling and head turn its features into logits. Any timm ViT variant is
-accepted by name, with `img_size`, `patch_size`, `in_chans`, `depth`, `embed_dim` overriding it.
+accepted by name, with `image_size`, `patch_size`, `in_chans`, `depth`, `embed_dim` overriding it
+(`image_size` is the zoo's name for what timm calls `img_size`).
 `conv_stem` swaps the patchify convolution for a small conv stem (Xiao et al. 2021) with the same
 token grid, through timm's `HybridEmbed`; the Fashion-MNIST recipe uses it.
 
@@ -42,7 +43,7 @@ class ViTClassifier(ZooModule):
     eager_optimizer_impl = "fused"
     head_keys = ("backbone.vit.head.",)
 
-    def __init__(self, model_name: str = "vit_tiny_patch16_224", img_size: int = 28, patch_size: int = 4,
+    def __init__(self, model_name: str = "vit_tiny_patch16_224", image_size: int | list[int] = 28, patch_size: int = 4,
                  in_chans: int = 1, num_classes: int = 10, depth: int | None = 6, embed_dim: int | None = 96,
                  num_heads: int | None = 3, mlp_ratio: float | None = 2.0, global_pool: str | None = None,
                  drop_rate: float = 0.0, drop_path_rate: float = 0.1, attn_drop_rate: float = 0.0,
@@ -58,12 +59,12 @@ class ViTClassifier(ZooModule):
                  # speed
                  bf16: bool = False, compile: bool = False, channels_last: bool = False, accel: str = "auto",
                  # figures
-                 class_names: list[str] | None = None, figure_images: int = 4):
+                 class_names: list[str] | None = None, num_figures: int = 4):
         super().__init__()
         self.save_hyperparameters()
         check_mode(accel, "ViT")
         self.backbone = build_backbone(
-            "timm_vit", model_name=model_name, img_size=img_size, patch_size=patch_size, in_chans=in_chans,
+            "timm_vit", model_name=model_name, img_size=image_size, patch_size=patch_size, in_chans=in_chans,
             depth=depth, embed_dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, num_classes=num_classes,
             global_pool=global_pool, drop_rate=drop_rate, drop_path_rate=drop_path_rate,
             attn_drop_rate=attn_drop_rate, pretrained=pretrained, pretrained_file=pretrained_file,
@@ -86,10 +87,6 @@ class ViTClassifier(ZooModule):
         """The timm VisionTransformer inside."""
         return self.backbone.vit
 
-    @property
-    def img_size(self) -> tuple[int, int]:
-        return self.backbone.img_size
-
     def setup(self, stage: str | None = None) -> None:
         self.speed_setup()
 
@@ -99,7 +96,7 @@ class ViTClassifier(ZooModule):
     # ------------------------------------------------------------------ forward
     @property
     def input_size(self) -> tuple[int, int]:
-        return tuple(self.img_size)
+        return tuple(self.backbone.img_size)  # as timm resolved it
 
     def takes_any_image_size(self) -> bool:
         return getattr(self.vit, "dynamic_img_size", False)
@@ -217,7 +214,7 @@ class ViTClassifier(ZooModule):
     def attention_figures(self, batch) -> dict:
         from zoo.viz import vit as viz
 
-        images, labels = batch[0][: self.hparams.figure_images], batch[1][: self.hparams.figure_images]
+        images, labels = batch[0][: self.hparams.num_figures], batch[1][: self.hparams.num_figures]
         maps = self.attention_maps(images)
         predicted = maps["logits"].argmax(-1).tolist()
         figures = {}

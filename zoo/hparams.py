@@ -1,0 +1,109 @@
+"""One name per hyperparameter fact across the zoo, and the old names that files still carry.
+
+A fact that several families or data modules share is spelled one way, so recipes read alike and
+the code that joins data to model (zoo.train's `link_image_size`, `link_in_chans`) or reads a
+config needs no per-family case:
+
+- `image_size`: the images a model takes or a data module serves (one side, or [height, width]);
+- `in_chans`: their channels;
+- `num_classes`: the size of the label set;
+- `lr_schedule`: the learning-rate schedule a recipe chooses ("none" or "cosine");
+- `num_figures`: how many validation images are drawn as attention figures.
+
+A family's own symbol stays where it names that family's own quantity (DRAW's `T`, RAM's
+`num_glimpses`), and timm's names stay where we call timm (zoo.backbones: `img_size`, `drop_rate`).
+
+Checkpoints, released weights, the release manifest and recipes written before a rename keep the
+old name. `RENAMED` is the one table of old names, and `current_spec` / `current_config` apply it;
+every reader of hyperparameters from a file goes through them (zoo.hub.load_weights and
+manifest, zoo.registry.instantiate, ZooModule.load_from_checkpoint and on_load_checkpoint,
+train.py's resume checks, tools/release), so an old file loads to the same model. Only argument
+names change here (and the values of a switch that became a choice): a class path is never
+rewritten, so the allow-list (zoo.classes) still decides every class a file may name.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from zoo.errors import UserError
+
+log = logging.getLogger("zoo")
+
+#: class path -> {old argument name: current name}
+RENAMED: dict[str, dict[str, str]] = {
+    "zoo.models.vit.ViTClassifier": {"img_size": "image_size", "figure_images": "num_figures"},
+    "zoo.models.baselines.Classifier": {"cosine_schedule": "lr_schedule"},
+    "zoo.models.draw.DRAW": {"num_figure_images": "num_figures"},
+    "zoo.models.draw.DRAWClassifier": {"cosine_schedule": "lr_schedule", "num_figure_images": "num_figures"},
+    "zoo.models.item_grid.ItemGridClassifier": {"cosine_schedule": "lr_schedule"},
+    "zoo.data.imagefolder.ImageFolderDataModule": {"channels": "in_chans"},
+}
+
+#: old argument name -> {old value: current value}, where a switch became a choice
+RENAMED_VALUES: dict[str, dict[Any, Any]] = {
+    "cosine_schedule": {True: "cosine", False: "none"},
+}
+
+_noted: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def renamed_for(class_path: Any) -> dict[str, str]:
+    """{old name: current name} for the class a file names ({} for any other value)."""
+    return RENAMED.get(class_path, {}) if isinstance(class_path, str) else {}
+
+
+def current_init_args(class_path: Any, init_args: Any) -> Any:
+    """`init_args` of `class_path` with its old names renamed (a new mapping; `init_args` itself when
+    nothing is renamed, or when it is not a mapping). An old and a current name that disagree are
+    refused in one line: the file does not say which it means."""
+    renames = renamed_for(class_path)
+    if not isinstance(init_args, Mapping) or not renames.keys() & init_args.keys():
+        return init_args
+    out, done = dict(init_args), []
+    for old, new in renames.items():
+        if old not in out:
+            continue
+        value = _converted(old, out.pop(old))
+        if new in out and out[new] != value:
+            raise UserError(f"{class_path}: the config gives {old} (the old name of {new}) and {new}, with "
+                            f"different values ({value!r}, {out[new]!r}); keep {new} only")
+        out[new] = value
+        done.append(f"{old} -> {new}")
+    _note(class_path, tuple(done))
+    return out
+
+
+def current_spec(spec: Any) -> Any:
+    """A {class_path, init_args} mapping (a model's or a data module's) in current names."""
+    if not isinstance(spec, Mapping):
+        return spec
+    init_args = current_init_args(spec.get("class_path"), spec.get("init_args"))
+    return spec if init_args is spec.get("init_args") else {**spec, "init_args": init_args}
+
+
+def current_config(config: Any) -> Any:
+    """A zoo config (a model's {class_path, init_args} with its `data` spec, as checkpoints and
+    releases carry it) in current names."""
+    config = current_spec(config)
+    if not isinstance(config, Mapping) or not isinstance(config.get("data"), Mapping):
+        return config
+    data = current_spec(config["data"])
+    return config if data is config["data"] else {**config, "data": data}
+
+
+def _converted(old: str, value: Any) -> Any:
+    """An old switch's value as the current argument's (any other value as it is: the class refuses it)."""
+    try:
+        return RENAMED_VALUES.get(old, {}).get(value, value)
+    except TypeError:  # unhashable: none of the table's values
+        return value
+
+
+def _note(class_path: str, done: tuple[str, ...]) -> None:
+    """One info line per class and set of renames in a process, however often a file is read."""
+    if (class_path, done) in _noted:
+        return
+    _noted.add((class_path, done))
+    log.info("%s: hyperparameters saved under old names read as %s", class_path.rsplit(".", 1)[-1], ", ".join(done))
