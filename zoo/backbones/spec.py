@@ -225,7 +225,8 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
     if isinstance(init_args.get("backbone"), dict):
         spec = BackboneSpec.coerce({k: v for k, v in init_args["backbone"].items()})
         prefixes = ("backbone.", "encoder.")
-    elif str(config.get("class_path", "")).endswith("ViTClassifier"):
+    elif init_args.get("model_name") and init_args.get("patch_size"):
+        # a model whose own arguments are a timm ViT's (the ViT classifier): they describe the trunk
         from zoo.backbones.timm_vit import TimmViT
 
         accepted = set(inspect.signature(TimmViT.__init__).parameters)
