@@ -1,25 +1,12 @@
-"""Show, Attend and Tell (Xu et al. 2015): an LSTM captioner that attends over annotation vectors,
-with soft (sec. 4.2) or hard (sec. 4.1) attention.
-
-Per step t, with annotations a [B, L, D] from the encoder (any zoo.backbones backbone):
-    e_t, alpha_t = f_att(a, h_{t-1}), softmax(e_t)        eq. (4)-(5)
-    z^_t         = sum_i alpha_ti a_i (soft) | a_{s_t}, s_t ~ Cat(alpha_t) (hard)   eq. (13) / (8)-(9)
-    beta_t       = sigmoid(f_beta(h_{t-1}))               sec. 4.2.1: ONE scalar per step
-    z_t          = beta_t * z^_t
-    h_t, c_t     = LSTM([E y_{t-1}, z_t], (h_{t-1}, c_{t-1}))   eq. (1)-(3)
-    p(y_t)       ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))      eq. (7), the deep output
-with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh), or zeros when `init_layers: 0`
-(an ablation, not the paper: the image then reaches the decoder only through attention).
-
-The encoder: the paper attends over a pretrained, frozen CNN (VGG conv5_4): `backbone:
-{kind: stem, pretrained: backbone_fmnist_stem, trainable: false}` does the same with the zoo's
-shared Fashion-MNIST backbone (zoo.models.item_grid). `annotation_coords: true` appends each
-cell's (x, y) in [-1, 1] to its annotation vector, so the context z_t carries where the decoder
-looked (the captions say "left of", and a frozen convolutional encoder is translation-equivariant).
+"""The Show, Attend and Tell captioner (Xu et al. 2015) as a zoo LightningModule: how the network
+of zoo.models.captioner_network (`ShowAttendTellNetwork`, mixed in) is trained, evaluated and
+shown. The network's equations are there; here are its hyperparameters and vocabulary, the
+training objective, the step hooks of zoo.models.accel, evaluation, captioning and figures.
 
 Training loss per caption: sum_t -log p(y_t) over real words (pads masked) + the doubly stochastic
 regularisation lambda * sum_i (1 - sum_t alpha_ti)^2 (eq. 14), both averaged over the batch. The
-losses are functions in zoo.models.caption_losses; `loss_terms` here wires them to the model.
+losses are functions in zoo.models.caption_losses; `loss_terms` here wires them to the model (it
+stays beside the step hooks that call it, and the network stays free of training choices).
 - Hard attention adds the REINFORCE surrogate of zoo.attention.hard. The authors' rule
   (`reinforce_cost: caption`, `baseline: moving_average`) charges every step's sample with the
   caption's per-word NLL against a moving average; `reinforce_cost: word` charges step t's sample
@@ -36,15 +23,11 @@ losses are functions in zoo.models.caption_losses; `loss_terms` here wires them 
   -log(sum of alpha_t inside the box).
 
 Speed: `loss_terms` is the whole loss as tensors (no logging, no host sync), so a compiled step
-can wrap it. Its teacher-forced pass computes everything that does not feed back
-outside the time loop: embeddings and their LSTM input term for all steps at once, the keys'
-projection once per image, one fused matmul per step for every linear map of h_{t-1} (attention
-query, gate, LSTM recurrent term), and the deep output for all steps after the loop. `step()` is
-the same model one step at a time (decoding, and the tests' reference). `active_rows`: when a
-batch comes sorted longest caption first with its lengths as plain ints (`host_lengths`, as
-FashionScenes' training batches do), each step runs only the rows still decoding; off, or without
-`host_lengths`, every step runs every row (static shapes: a compiled step gets no host lengths,
-zoo.models.accel, and meets few caption lengths with the data module's `pad_to_multiple`).
+can wrap it. `active_rows`: when a batch comes sorted longest caption first with its lengths as
+plain ints (`host_lengths`, as FashionScenes' training batches do), the teacher-forced pass runs
+only the rows still decoding at each step; off, or without `host_lengths`, every step runs every
+row (static shapes: a compiled step gets no host lengths, zoo.models.accel, and meets few caption
+lengths with the data module's `pad_to_multiple`).
 
 Validation and test decode every image ONCE, free-running, with batched beam search, and score the
 whole split in one call (coco-caption metrics) plus attention localisation where boxes are known.
@@ -54,12 +37,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from zoo.attention.hard import HardAttention, MovingAverageBaseline, gather_context, reinforce_surrogate
-from zoo.attention.scores import build_score
-from zoo.attention.soft import SoftAttention, expected_context
+from zoo.attention.hard import MovingAverageBaseline, reinforce_surrogate
 from zoo.backbones.spec import BackboneSpec
 from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 from zoo.decoding import beam_search, greedy_decode
@@ -68,6 +48,7 @@ from zoo.models import caption_losses
 from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
+from zoo.models.captioner_network import ShowAttendTellNetwork
 
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "strides": [2, 2, 2]}
 CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax"),
@@ -75,23 +56,7 @@ CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax
            "baseline": ("moving_average", "learned"), "supervised_attention_target": ("box", "mass")}
 
 
-def _mlp(in_dim: int, out_dim: int, layers: int) -> nn.Sequential:
-    """`layers` Linear+tanh layers (the authors' f_init uses tanh)."""
-    modules: list[nn.Module] = []
-    for i in range(layers):
-        modules += [nn.Linear(in_dim if i == 0 else out_dim, out_dim), nn.Tanh()]
-    return nn.Sequential(*modules)
-
-
-def grid_coords(grid: tuple[int, int], device, dtype) -> torch.Tensor:
-    """(x, y) of every cell's centre in [-1, 1], row-major: [h * w, 2]."""
-    h, w = grid
-    ys = (torch.arange(h, device=device, dtype=dtype) + 0.5) / h * 2 - 1
-    xs = (torch.arange(w, device=device, dtype=dtype) + 0.5) / w * 2 - 1
-    return torch.stack([xs.repeat(h), ys.repeat_interleave(w)], dim=-1)
-
-
-class Captioner(ZooModule):
+class Captioner(ShowAttendTellNetwork, ZooModule):
     """images [B, 3, H, W] in [0, 1] -> captions, with per-word attention maps and gates.
 
     The vocabulary is `vocab` (a list of words starting with <pad>, <start>, <end>, <unk>); when it
@@ -132,8 +97,6 @@ class Captioner(ZooModule):
         # a typed spec from the CLI, or a plain dict from an old checkpoint or a Python caller
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
-        # decoding never emits <pad> or <start>; a buffer, so no step copies it to the device
-        self.register_buffer("never_emitted", torch.tensor([PAD_ID, START_ID]), persistent=False)
         self.hparams.image_size = [int(s) for s in image_size]
         for name, allowed in CHOICES.items():
             if self.hparams[name] not in allowed:
@@ -145,28 +108,16 @@ class Captioner(ZooModule):
 
         from zoo.backbones import check_input
 
-        self.encoder = spec.build(option="--model.init_args.backbone.")
-        check_input(self.encoder, 3, self.hparams.image_size, "the captioner")
+        encoder = spec.build(option="--model.init_args.backbone.")
+        check_input(encoder, self.input_chans, self.hparams.image_size, "the captioner")
         self.backbone_spec = spec
         self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
-        D, n, m = self.encoder.out_dim + (2 if annotation_coords else 0), hidden_dim, embed_dim
-        try:
-            score_module = build_score(score, D, n, attention_dim)
-        except ValueError as exc:
-            raise UserError(f"captioner: {exc}") from None
-        self.attend = SoftAttention(score_module) if attention == "soft" else HardAttention(score_module)
-        # init_layers 0: no f_init, h_0 = c_0 = 0
-        self.init_h, self.init_c = (_mlp(D, n, init_layers), _mlp(D, n, init_layers)) if init_layers else (None, None)
-        self.f_beta = nn.Linear(n, 1) if gate else None  # [n, 1]: a scalar gate, not a vector
-        self.lstm = nn.LSTMCell(m + D, n)
-        self.drop = nn.Dropout(dropout)
-        if deep_output:
-            self.L_h, self.L_z = nn.Linear(n, m), nn.Linear(D, m, bias=False)
+        self._build_network(encoder)
+        # hard attention's REINFORCE baselines (the authors' moving average, or a learned one: the
+        # expected cost of step t from what is known before its sample, h_{t-1} and E y_t)
         self.baseline = MovingAverageBaseline(baseline_decay) if attention == "hard" else None
-        # the learned baseline: expected cost of step t from what is known before its sample
-        self.baseline_net = nn.Linear(n + m, 1) if attention == "hard" and baseline == "learned" else None
-        self.embed: nn.Embedding | None = None
-        self.L_o: nn.Linear | None = None
+        self.baseline_net = (nn.Linear(hidden_dim + embed_dim, 1) if attention == "hard" and baseline == "learned"
+                             else None)
         if vocab is not None:
             self._build_vocab_layers(vocab)
         self._eval_store: dict[str, list] = {}
@@ -182,16 +133,13 @@ class Captioner(ZooModule):
     # ------------------------------------------------------------------ vocabulary
     def _build_vocab_layers(self, vocab: list[str]) -> None:
         vocab = [str(w) for w in vocab]
-        if vocab[:4] != list(SPECIALS):
-            raise UserError(f"captioner: vocabulary must start with {list(SPECIALS)}, got {vocab[:4]}")
+        if vocab[:len(SPECIALS)] != list(SPECIALS):
+            raise UserError(f"captioner: vocabulary must start with {list(SPECIALS)}, got {vocab[:len(SPECIALS)]}")
         if len(vocab) <= len(SPECIALS):
             raise UserError("captioner: empty vocabulary (no words besides the special tokens)")
         self.hparams.vocab = vocab
         self.itos = vocab
-        m, V = self.hparams.embed_dim, len(vocab)
-        self.embed = nn.Embedding(V, m)
-        out_in = m if self.hparams.deep_output else self.hparams.hidden_dim
-        self.L_o = nn.Linear(out_in, V)
+        self._build_word_layers(len(vocab))
 
     def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
         """FashionScenes' batch form: images, captions (word ids 4 and 5 of the vocabulary, which
@@ -221,193 +169,7 @@ class Captioner(ZooModule):
                             f"{type(datamodule).__name__} has no boxes (use FashionScenes, or set "
                             "supervised_attention: 0)")
 
-    def _require_vocab(self) -> None:
-        if self.embed is None:
-            raise UserError("captioner has no vocabulary yet (train it, or load a trained checkpoint)")
-
-    # ------------------------------------------------------------------ the model
-    def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        """images [B, 3, H, W] -> annotations [B, L, D], grid (h, w) with L = h * w."""
-        tokens, grid = self.encoder(images)
-        h, w = int(grid[0]), int(grid[1])
-        annotations = tokens[:, tokens.shape[1] - h * w:]  # drop ViT prefix tokens if kept
-        if self.hparams.annotation_coords:
-            coords = grid_coords((h, w), annotations.device, annotations.dtype)
-            annotations = torch.cat([annotations, coords.expand(annotations.shape[0], -1, -1)], dim=-1)
-        return annotations, (h, w)
-
-    def init_state(self, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # annotations [B, L, D] -> h_0, c_0 [B, n]
-        if self.init_h is None:
-            zeros = annotations.new_zeros(annotations.shape[0], self.hparams.hidden_dim)
-            return zeros, zeros
-        mean = annotations.mean(dim=1)  # [B, D]
-        return self.init_h(mean), self.init_c(mean)
-
-    def step(self, prev: torch.Tensor, h: torch.Tensor, c: torch.Tensor, projected: torch.Tensor,
-             annotations: torch.Tensor, mode: str) -> dict[str, torch.Tensor]:
-        """One decoder step. prev [N] int64 (y_{t-1}), h/c [N, n], projected [N, L, P],
-        annotations [N, L, D] -> dict(logits [N, V], h, c, alpha [N, L], beta [N], and for hard
-        attention log_alpha [N, L], location [N])."""
-        emb = self.embed(prev)  # E y_{t-1}  [N, m]
-        out: dict[str, torch.Tensor] = {}
-        if self.hparams.attention == "soft":
-            context, alpha = self.attend(projected, annotations, h)  # eq. (4), (5), (13)
-        else:
-            att = self.attend(projected, annotations, h, mode=mode)  # eq. (8), (9)
-            context, alpha = att.context, att.alpha
-            out["log_alpha"], out["location"] = att.log_alpha, att.location
-        if self.f_beta is not None:
-            beta = torch.sigmoid(self.f_beta(h))  # [N, 1], sec. 4.2.1
-            context = beta * context
-        else:
-            beta = torch.ones(h.shape[0], 1, device=h.device, dtype=h.dtype)
-        h, c = self.lstm(torch.cat([emb, context], dim=-1), (h, c))  # eq. (1)-(3)
-        out.update(logits=self.output(emb, h, context), h=h, c=c, alpha=alpha, beta=beta.squeeze(-1))
-        return out
-
-    def output(self, emb: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """The deep output, eq. (7): (E y_{t-1}, h_t, z_t) [..., m / n / D] -> logits [..., V]."""
-        if not self.hparams.deep_output:
-            return self.L_o(self.drop(h))
-        pre = emb + self.L_h(self.drop(h)) + self.L_z(z)
-        if self.hparams.deep_output_activation == "tanh":
-            pre = torch.tanh(pre)
-        return self.L_o(self.drop(pre))
-
-    def _fused_h_maps(self) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
-        """Every linear map of h_{t-1} in one matrix: the attention query, the gate's logit and the
-        LSTM's recurrent term -> (weight [Q + G + 4n, n], bias or None, split sizes [Q, G, 4n])."""
-        n = self.hparams.hidden_dim
-        query = self.attend.score.query_linear
-        weights, biases, splits = [], [], []
-        if query is not None:
-            weights.append(query.weight)
-            biases.append(query.bias if query.bias is not None else query.weight.new_zeros(query.out_features))
-            splits.append(query.out_features)
-        else:
-            splits.append(0)
-        if self.f_beta is not None:
-            weights.append(self.f_beta.weight)
-            biases.append(self.f_beta.bias)
-            splits.append(1)
-        else:
-            splits.append(0)
-        weights.append(self.lstm.weight_hh)
-        biases.append(self.lstm.weight_hh.new_zeros(4 * n))  # its biases join the input term
-        splits.append(4 * n)
-        return torch.cat(weights), torch.cat(biases), splits
-
-    def teacher_forced(self, annotations: torch.Tensor, captions: torch.Tensor,
-                       gumbel: torch.Tensor | None = None, use_expected: torch.Tensor | None = None,
-                       need_log_alpha: bool = False, active: list[int] | None = None) -> dict[str, torch.Tensor]:
-        """The decoder over a whole caption batch: the same function as `step` applied T-1 times.
-
-        annotations [B, L, D], captions [B, T] (<start> .. <end> <pad>..). Hard attention only:
-        gumbel [B, T-1, L] (-log of Exp(1) noise: sample s_t = argmax(log alpha_t + gumbel_t)) and
-        use_expected (bool scalar tensor: the minibatch uses the expected context); gumbel None
-        means the expected context throughout. active: rows still decoding at each step, for
-        captions sorted longest first (rows past their <end> then skip the step; their outputs
-        are zeros, which the losses mask as pads).
-        -> logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1], h_prev [B, T-1, n] (h_{t-1}),
-        and log_alpha [B, T-1, L] (hard, or when asked), location [B, T-1] (hard)."""
-        hard = self.hparams.attention == "hard"
-        B, T1 = captions.shape[0], captions.shape[1] - 1
-        m = self.hparams.embed_dim
-        active = list(active) if active is not None else [B] * T1
-        score = self.attend.score
-        projected = score.project_keys(annotations)  # [B, L, P], once per image
-        h, c = self.init_state(annotations)
-        # Time-major packing of the (row, step) pairs that decode: step t holds rows [:active[t]].
-        # Per-step tensors come from unbind/split (whose backward is one stack/cat), never from
-        # slicing a [B, T, ...] tensor per step (whose backward zero-fills all of it every step).
-        emb = torch.cat([e[:rows] for e, rows in zip(self.embed(captions[:, :-1]).unbind(1), active)])  # [N, m]
-        w_ih = self.lstm.weight_ih  # [4n, m + D]
-        # the LSTM's input term for the words: one matmul for all steps
-        word_gates = F.linear(emb, w_ih[:, :m], self.lstm.bias_ih + self.lstm.bias_hh).split(active)  # [rows_t, 4n]
-        w_z = w_ih[:, m:]  # [4n, D]
-        fused_w, fused_b, splits = self._fused_h_maps()
-        keep_log = hard or need_log_alpha
-        h_prev, h_new, zs, alphas, betas, log_alphas, locations = [], [], [], [], [], [], []
-        keys, values = projected, annotations
-        gumbel_steps = gumbel.unbind(1) if gumbel is not None else None
-        for t in range(T1):
-            rows = active[t]
-            if rows < h.shape[0]:  # sorted longest first: a finished row never returns
-                h, c, keys, values = h[:rows], c[:rows], keys[:rows], values[:rows]
-            h_prev.append(h)
-            query, gate_logit, h_gates = F.linear(h, fused_w, fused_b).split(splits, dim=-1)
-            scores = score.combine(keys, query if splits[0] else h)  # eq. (4), [rows, L]
-            if keep_log:
-                log_alpha = torch.log_softmax(scores, dim=-1)  # eq. (5)
-                alpha = log_alpha.exp()
-                log_alphas.append(log_alpha)
-            else:
-                alpha = torch.softmax(scores, dim=-1)
-            context = expected_context(alpha, values)  # eq. (13)
-            if hard:
-                if gumbel_steps is not None:
-                    location = (log_alpha.detach() + gumbel_steps[t][:rows]).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
-                    context = torch.where(use_expected, context, gather_context(values, location))  # eq. (9)
-                else:
-                    location = alpha.detach().argmax(dim=-1)
-                locations.append(location)
-            if self.f_beta is not None:
-                beta = torch.sigmoid(gate_logit)  # [rows, 1]
-                z = beta * context
-                betas.append(beta.squeeze(-1))
-            else:
-                z = context
-            gates = word_gates[t] + h_gates + F.linear(z, w_z)  # eq. (1)-(3): i, f, g, o
-            i, f, g, o = gates.chunk(4, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            h_new.append(h)
-            zs.append(z)
-            alphas.append(alpha)
-
-        def unpack(steps) -> torch.Tensor:  # [rows_t, ...] per step (or packed [N, ...]) -> [B, T1, ...]
-            steps = steps.split(active) if isinstance(steps, torch.Tensor) else steps
-            return torch.stack([x if x.shape[0] == B else torch.cat([x, x.new_zeros(B - x.shape[0], *x.shape[1:])])
-                                for x in steps], dim=1)
-
-        # the deep output does not feed back: all steps at once, on the decoding pairs only
-        out = {"logits": unpack(self.output(emb, torch.cat(h_new), torch.cat(zs))), "alpha": unpack(alphas),
-               "h_prev": unpack(h_prev)}
-        out["beta"] = unpack(betas) if betas else out["alpha"].new_ones(B, T1)
-        if keep_log:
-            out["log_alpha"] = unpack(log_alphas)
-        if hard:
-            out["location"] = unpack(locations)
-        return out
-
-    def forward(self, images: torch.Tensor, captions: torch.Tensor, mode: str | None = None) -> dict[str, torch.Tensor]:
-        """Teacher forcing. images [B, 3, H, W], captions [B, T] (<start> .. <end> <pad>..) ->
-        logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1] (+ log_alpha, location for hard).
-        mode (hard attention): "sample" (draws the samples here), "expected"; default: sample
-        when training, the expected context otherwise."""
-        self._require_vocab()
-        annotations, _ = self.encode(images)
-        gumbel, use_expected = self._draws(captions, annotations.shape[1], annotations, mode)
-        return self.teacher_forced(annotations, captions, gumbel, use_expected)
-
     # ------------------------------------------------------------------ training
-    def _draws(self, captions: torch.Tensor, cells: int, like: torch.Tensor, mode: str | None = None,
-               coin: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Hard attention's random draws for a minibatch of `captions` over `cells` annotation
-        vectors, on `like`'s device, in two calls: the Gumbel noise of every step's sample
-        [B, T-1, L] and (coin=True) the expected-context coin (sec. 4.1)."""
-        mode = mode or ("sample" if self.training else "expected")
-        if self.hparams.attention != "hard" or mode not in ("sample",):
-            return None, None
-        B, T1 = captions.shape[0], captions.shape[1] - 1
-        gumbel = -torch.empty(B, T1, cells, device=like.device, dtype=like.dtype).exponential_().log()
-        if coin:
-            use_expected = torch.rand((), device=like.device) < self.hparams.semi_sampling_p
-        else:
-            use_expected = torch.zeros((), dtype=torch.bool, device=like.device)
-        return gumbel, use_expected
-
     def loss_terms(self, batch: dict, mode: str | None = None, coin: bool = False,
                    draws: tuple | None = None) -> dict[str, torch.Tensor]:
         """The training loss of a batch and its parts, as tensors: no logging, no host sync.
@@ -594,10 +356,9 @@ class Captioner(ZooModule):
         if store.get("boxes"):
             stats = localization_stats(store["alphas"], store["grids"], store["boxes"], store["box_words"],
                                        store["words"], store["image_sizes"][0])
-            metrics["localization"] = stats["localization"]
-            metrics["attention_mass_in_box"] = stats["attention_mass_in_box"]
-            metrics["box_area"] = stats["box_area"]  # the chance level of both
-            metrics["localization_previous_word"] = stats["localization_previous_word"]  # a diagnostic
+            # box_area is the chance level of the first two; localization_previous_word a diagnostic
+            metrics.update({key: stats[key] for key in ("localization", "attention_mass_in_box", "box_area",
+                                                        "localization_previous_word")})
         self.last_eval = {"stage": stage, "metrics": metrics, "predictions": predictions,
                           "notes": scores.get("notes", {})}
         for name, value in metrics.items():
@@ -606,39 +367,7 @@ class Captioner(ZooModule):
             self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr", "localization"),
                      sync_dist=True)
 
-    # ------------------------------------------------------------------ decoding (caption, export)
-    def decode_start(self, images: torch.Tensor) -> tuple:
-        """What decoding computes once per image: images [B, 3, H, W] -> annotations [B, L, D],
-        their projected keys [B, L, P], h_0 and c_0 [B, n], and the grid (h, w) with L = h * w."""
-        annotations, grid = self.encode(images)
-        return annotations, self.attend.score.project_keys(annotations), *self.init_state(annotations), grid
-
-    def decode_step(self, token: torch.Tensor, h: torch.Tensor, c: torch.Tensor, projected: torch.Tensor,
-                    annotations: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One test-time decoder step: `step` with the test-time attention (soft, or hard's
-        `hard_test_mode`), <pad> and <start> never emitted, and log-probabilities [N, V] in float32.
-        Beam search, greedy decoding and the exported `decoder_step` program all run this."""
-        mode = "soft" if self.hparams.attention == "soft" else self.hparams.hard_test_mode
-        out = self.step(token, h, c, projected, annotations, mode)
-        logits = out.pop("logits").index_fill(-1, self.never_emitted, float("-inf"))
-        return {"log_probs": torch.log_softmax(logits.float(), dim=-1), **out}
-
-    @torch.no_grad()
-    def decoder(self, images: torch.Tensor):
-        """What `zoo.decoding` needs to caption images [B, 3, H, W]: (step_fn, state, static, grid).
-        step_fn(tokens [N], (h, c), (projected, annotations)) -> (log_probs [N, V], (h, c),
-        extras {alpha [N, L], beta [N] (, location [N])}); state (h_0, c_0) [B, n]; static (projected
-        [B, L, P], annotations [B, L, D]), computed once per image; grid (h, w) with L = h * w.
-        Put the model in eval mode first (`caption` does)."""
-        annotations, projected, h0, c0, grid = self.decode_start(images.to(self.device, torch.float32))
-
-        def step_fn(tokens, state, static):
-            out = self.decode_step(tokens, state[0], state[1], static[0], static[1])
-            extras = {k: out[k] for k in ("alpha", "beta", "location") if k in out}
-            return out["log_probs"], (out["h"], out["c"]), extras
-
-        return step_fn, (h0, c0), (projected, annotations), grid
-
+    # ------------------------------------------------------------------ captions
     def _check_images(self, images: torch.Tensor) -> None:
         """One line for images the model would caption as nonsense: wrong rank, channels, dtype or
         range (a uint8 tensor of pixels, an image normalised twice)."""

@@ -1,0 +1,311 @@
+"""The Show, Attend and Tell network (Xu et al. 2015) alone, to read beside the paper: the layers
+and what runs them, with soft (sec. 4.2) or hard (sec. 4.1) attention. How it is trained,
+evaluated and logged is zoo.models.captioner's `Captioner`, which mixes this class in.
+
+Per step t, with annotations a [B, L, D] from the encoder (any zoo.backbones backbone):
+    e_t, alpha_t = f_att(a, h_{t-1}), softmax(e_t)        eq. (4)-(5)
+    z^_t         = sum_i alpha_ti a_i (soft) | a_{s_t}, s_t ~ Cat(alpha_t) (hard)   eq. (13) / (8)-(9)
+    beta_t       = sigmoid(f_beta(h_{t-1}))               sec. 4.2.1: ONE scalar per step
+    z_t          = beta_t * z^_t
+    h_t, c_t     = LSTM([E y_{t-1}, z_t], (h_{t-1}, c_{t-1}))   eq. (1)-(3)
+    p(y_t)       ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))      eq. (7), the deep output
+with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh, sec. 3.1.2), or zeros when
+`init_layers: 0` (an ablation, not the paper: the image then reaches the decoder only through
+attention).
+
+The encoder: the paper attends over a pretrained, frozen CNN (VGG conv5_4): `backbone:
+{kind: stem, pretrained: backbone_fmnist_stem, trainable: false}` does the same with the zoo's
+shared Fashion-MNIST backbone (zoo.models.item_grid). `annotation_coords: true` appends each
+cell's (x, y) in [-1, 1] to its annotation vector, so the context z_t carries where the decoder
+looked (the captions say "left of", and a frozen convolutional encoder is translation-equivariant).
+
+Why a mixin and not a child module: the layers are attributes of the Captioner itself, so their
+state_dict names (`encoder....`, `embed.weight`, `L_o.weight`) are those of every released weight
+and checkpoint; a child module would prefix them all. The choices (attention, dimensions, deep
+output) are read from the host's `hparams`, the checkpoint's one record of them.
+
+Speed: `teacher_forced` computes everything that does not feed back outside the time loop:
+embeddings and their LSTM input term for all steps at once, the keys' projection once per image,
+one fused matmul per step for every linear map of h_{t-1} (attention query, gate, LSTM recurrent
+term), and the deep output for all steps after the loop. `step` is the same model one step at a
+time (decoding, and the tests' reference). `active`: when a batch comes sorted longest caption
+first, each step runs only the rows still decoding; without it every step runs every row (static
+shapes, for a compiled step: zoo.models.accel).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.attention.hard import HardAttention, gather_context
+from zoo.attention.scores import build_score
+from zoo.attention.soft import SoftAttention, expected_context
+from zoo.data.vocab import PAD_ID, START_ID
+from zoo.errors import UserError
+
+COORDS = 2  # (x, y): what `annotation_coords` appends to each annotation vector
+
+
+def _mlp(in_dim: int, out_dim: int, layers: int) -> nn.Sequential:
+    """`layers` Linear+tanh layers (the authors' f_init uses tanh)."""
+    modules: list[nn.Module] = []
+    for i in range(layers):
+        modules += [nn.Linear(in_dim if i == 0 else out_dim, out_dim), nn.Tanh()]
+    return nn.Sequential(*modules)
+
+
+def grid_coords(grid: tuple[int, int], device, dtype) -> torch.Tensor:
+    """(x, y) of every cell's centre in [-1, 1], row-major: [h * w, 2]."""
+    h, w = grid
+    ys = (torch.arange(h, device=device, dtype=dtype) + 0.5) / h * 2 - 1
+    xs = (torch.arange(w, device=device, dtype=dtype) + 0.5) / w * 2 - 1
+    return torch.stack([xs.repeat(h), ys.repeat_interleave(w)], dim=-1)
+
+
+class ShowAttendTellNetwork(nn.Module):
+    """The network's computation, mixed into a LightningModule that has `hparams` (Captioner):
+    `_build_network` makes the layers on it, `_build_word_layers` the two that need the vocabulary.
+    Dimensions: D annotation, n hidden, m embedding, P projected key, V vocabulary."""
+
+    # ------------------------------------------------------------------ layers
+    def _build_network(self, encoder: nn.Module) -> None:
+        """The layers, in the order that names them in checkpoints: the encoder, f_att, f_init,h
+        and f_init,c, f_beta, the LSTM, dropout and the deep output's L_h, L_z. E and L_o wait for
+        the vocabulary (`_build_word_layers`)."""
+        hp = self.hparams
+        # decoding never emits <pad> or <start>; a buffer, so no step copies it to the device
+        self.register_buffer("never_emitted", torch.tensor([PAD_ID, START_ID]), persistent=False)
+        self.encoder = encoder
+        D, n, m = encoder.out_dim + (COORDS if hp.annotation_coords else 0), hp.hidden_dim, hp.embed_dim
+        try:
+            score_module = build_score(hp.score, D, n, hp.attention_dim)
+        except ValueError as exc:
+            raise UserError(f"captioner: {exc}") from None
+        self.attend = SoftAttention(score_module) if hp.attention == "soft" else HardAttention(score_module)
+        # init_layers 0: no f_init, h_0 = c_0 = 0
+        layers = hp.init_layers
+        self.init_h, self.init_c = (_mlp(D, n, layers), _mlp(D, n, layers)) if layers else (None, None)
+        self.f_beta = nn.Linear(n, 1) if hp.gate else None  # [n, 1]: a scalar gate, not a vector
+        self.lstm = nn.LSTMCell(m + D, n)
+        self.drop = nn.Dropout(hp.dropout)
+        if hp.deep_output:
+            self.L_h, self.L_z = nn.Linear(n, m), nn.Linear(D, m, bias=False)
+        self.embed: nn.Embedding | None = None
+        self.L_o: nn.Linear | None = None
+
+    def _build_word_layers(self, vocab_size: int) -> None:
+        """E (the embedding) and L_o (the output layer), whose rows are the V words."""
+        hp = self.hparams
+        self.embed = nn.Embedding(vocab_size, hp.embed_dim)
+        self.L_o = nn.Linear(hp.embed_dim if hp.deep_output else hp.hidden_dim, vocab_size)
+
+    def _require_vocab(self) -> None:
+        if self.embed is None:
+            raise UserError("captioner has no vocabulary yet (train it, or load a trained checkpoint)")
+
+    # ------------------------------------------------------------------ one step
+    def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """images [B, 3, H, W] -> annotations [B, L, D], grid (h, w) with L = h * w."""
+        tokens, grid = self.encoder(images)
+        h, w = int(grid[0]), int(grid[1])
+        annotations = tokens[:, tokens.shape[1] - h * w:]  # drop ViT prefix tokens if kept
+        if self.hparams.annotation_coords:
+            coords = grid_coords((h, w), annotations.device, annotations.dtype)
+            annotations = torch.cat([annotations, coords.expand(annotations.shape[0], -1, -1)], dim=-1)
+        return annotations, (h, w)
+
+    def init_state(self, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """f_init,h and f_init,c (sec. 3.1.2): annotations [B, L, D] -> h_0, c_0 [B, n]."""
+        if self.init_h is None:
+            zeros = annotations.new_zeros(annotations.shape[0], self.hparams.hidden_dim)
+            return zeros, zeros
+        mean = annotations.mean(dim=1)  # [B, D]
+        return self.init_h(mean), self.init_c(mean)
+
+    def step(self, prev: torch.Tensor, h: torch.Tensor, c: torch.Tensor, projected: torch.Tensor,
+             annotations: torch.Tensor, mode: str) -> dict[str, torch.Tensor]:
+        """One decoder step. prev [N] int64 (y_{t-1}), h/c [N, n], projected [N, L, P],
+        annotations [N, L, D] -> dict(logits [N, V], h, c, alpha [N, L], beta [N], and for hard
+        attention log_alpha [N, L], location [N])."""
+        emb = self.embed(prev)  # E y_{t-1}  [N, m]
+        out: dict[str, torch.Tensor] = {}
+        if self.hparams.attention == "soft":
+            context, alpha = self.attend(projected, annotations, h)  # eq. (4), (5), (13)
+        else:
+            att = self.attend(projected, annotations, h, mode=mode)  # eq. (8), (9)
+            context, alpha = att.context, att.alpha
+            out["log_alpha"], out["location"] = att.log_alpha, att.location
+        if self.f_beta is not None:
+            beta = torch.sigmoid(self.f_beta(h))  # [N, 1], sec. 4.2.1
+            context = beta * context
+        else:
+            beta = torch.ones(h.shape[0], 1, device=h.device, dtype=h.dtype)
+        h, c = self.lstm(torch.cat([emb, context], dim=-1), (h, c))  # eq. (1)-(3)
+        out.update(logits=self.output(emb, h, context), h=h, c=c, alpha=alpha, beta=beta.squeeze(-1))
+        return out
+
+    def output(self, emb: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """The deep output, eq. (7): (E y_{t-1}, h_t, z_t) [..., m / n / D] -> logits [..., V]."""
+        if not self.hparams.deep_output:
+            return self.L_o(self.drop(h))
+        pre = emb + self.L_h(self.drop(h)) + self.L_z(z)
+        if self.hparams.deep_output_activation == "tanh":
+            pre = torch.tanh(pre)
+        return self.L_o(self.drop(pre))
+
+    # ------------------------------------------------------------------ a whole caption
+    def _fused_h_maps(self) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+        """Every linear map of h_{t-1} in one matrix: the attention query, the gate's logit and the
+        LSTM's recurrent term -> (weight [Q + G + 4n, n], bias or None, split sizes [Q, G, 4n])."""
+        n = self.hparams.hidden_dim
+        weights, biases, splits = [], [], []
+        for linear in (self.attend.score.query_linear, self.f_beta):  # either may be absent: Q or G = 0
+            splits.append(0 if linear is None else linear.out_features)
+            if linear is not None:
+                weights.append(linear.weight)
+                biases.append(linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features))
+        weights.append(self.lstm.weight_hh)
+        biases.append(self.lstm.weight_hh.new_zeros(4 * n))  # its biases join the input term
+        splits.append(4 * n)
+        return torch.cat(weights), torch.cat(biases), splits
+
+    def teacher_forced(self, annotations: torch.Tensor, captions: torch.Tensor,
+                       gumbel: torch.Tensor | None = None, use_expected: torch.Tensor | None = None,
+                       need_log_alpha: bool = False, active: list[int] | None = None) -> dict[str, torch.Tensor]:
+        """The decoder over a whole caption batch: the same function as `step` applied T-1 times.
+
+        annotations [B, L, D], captions [B, T] (<start> .. <end> <pad>..). Hard attention only:
+        gumbel [B, T-1, L] (-log of Exp(1) noise: sample s_t = argmax(log alpha_t + gumbel_t)) and
+        use_expected (bool scalar tensor: the minibatch uses the expected context); gumbel None
+        means the expected context throughout. active: rows still decoding at each step, for
+        captions sorted longest first (rows past their <end> then skip the step; their outputs
+        are zeros, which the losses mask as pads).
+        -> logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1], h_prev [B, T-1, n] (h_{t-1}),
+        and log_alpha [B, T-1, L] (hard, or when asked), location [B, T-1] (hard)."""
+        hard = self.hparams.attention == "hard"
+        B, T1 = captions.shape[0], captions.shape[1] - 1
+        m = self.hparams.embed_dim
+        active = list(active) if active is not None else [B] * T1
+        score = self.attend.score
+        projected = score.project_keys(annotations)  # [B, L, P], once per image
+        h, c = self.init_state(annotations)
+        # Time-major packing of the (row, step) pairs that decode: step t holds rows [:active[t]].
+        # Per-step tensors come from unbind/split (whose backward is one stack/cat), never from
+        # slicing a [B, T, ...] tensor per step (whose backward zero-fills all of it every step).
+        emb = torch.cat([e[:rows] for e, rows in zip(self.embed(captions[:, :-1]).unbind(1), active)])  # [N, m]
+        w_ih = self.lstm.weight_ih  # [4n, m + D]
+        # the LSTM's input term for the words: one matmul for all steps
+        word_gates = F.linear(emb, w_ih[:, :m], self.lstm.bias_ih + self.lstm.bias_hh).split(active)  # [rows_t, 4n]
+        w_z = w_ih[:, m:]  # [4n, D]
+        fused_w, fused_b, splits = self._fused_h_maps()
+        keep_log = hard or need_log_alpha
+        h_prev, h_new, zs, alphas, betas, log_alphas, locations = [], [], [], [], [], [], []
+        keys, values = projected, annotations
+        gumbel_steps = gumbel.unbind(1) if gumbel is not None else None
+        for t in range(T1):
+            rows = active[t]
+            if rows < h.shape[0]:  # sorted longest first: a finished row never returns
+                h, c, keys, values = h[:rows], c[:rows], keys[:rows], values[:rows]
+            h_prev.append(h)
+            query, gate_logit, h_gates = F.linear(h, fused_w, fused_b).split(splits, dim=-1)
+            scores = score.combine(keys, query if splits[0] else h)  # eq. (4), [rows, L]
+            if keep_log:
+                log_alpha = torch.log_softmax(scores, dim=-1)  # eq. (5)
+                alpha = log_alpha.exp()
+                log_alphas.append(log_alpha)
+            else:
+                alpha = torch.softmax(scores, dim=-1)
+            context = expected_context(alpha, values)  # eq. (13)
+            if hard:
+                if gumbel_steps is not None:
+                    location = (log_alpha.detach() + gumbel_steps[t][:rows]).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
+                    context = torch.where(use_expected, context, gather_context(values, location))  # eq. (9)
+                else:
+                    location = alpha.detach().argmax(dim=-1)
+                locations.append(location)
+            if self.f_beta is not None:
+                beta = torch.sigmoid(gate_logit)  # [rows, 1], sec. 4.2.1
+                z = beta * context
+                betas.append(beta.squeeze(-1))
+            else:
+                z = context
+            gates = word_gates[t] + h_gates + F.linear(z, w_z)  # eq. (1)-(3): i, f, g, o
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            h_new.append(h)
+            zs.append(z)
+            alphas.append(alpha)
+
+        def unpack(steps) -> torch.Tensor:  # [rows_t, ...] per step (or packed [N, ...]) -> [B, T1, ...]
+            steps = steps.split(active) if isinstance(steps, torch.Tensor) else steps
+            return torch.stack([x if x.shape[0] == B else torch.cat([x, x.new_zeros(B - x.shape[0], *x.shape[1:])])
+                                for x in steps], dim=1)
+
+        # the deep output (eq. 7) does not feed back: all steps at once, on the decoding pairs only
+        out = {"logits": unpack(self.output(emb, torch.cat(h_new), torch.cat(zs))), "alpha": unpack(alphas),
+               "h_prev": unpack(h_prev)}
+        out["beta"] = unpack(betas) if betas else out["alpha"].new_ones(B, T1)
+        if keep_log:
+            out["log_alpha"] = unpack(log_alphas)
+        if hard:
+            out["location"] = unpack(locations)
+        return out
+
+    def _draws(self, captions: torch.Tensor, cells: int, like: torch.Tensor, mode: str | None = None,
+               coin: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Hard attention's random draws for a minibatch of `captions` over `cells` annotation
+        vectors, on `like`'s device, in two calls: the Gumbel noise of every step's sample
+        [B, T-1, L] and (coin=True) the expected-context coin (sec. 4.1)."""
+        mode = mode or ("sample" if self.training else "expected")
+        if self.hparams.attention != "hard" or mode not in ("sample",):
+            return None, None
+        B, T1 = captions.shape[0], captions.shape[1] - 1
+        gumbel = -torch.empty(B, T1, cells, device=like.device, dtype=like.dtype).exponential_().log()
+        use_expected = (torch.rand((), device=like.device) < self.hparams.semi_sampling_p if coin
+                        else torch.zeros((), dtype=torch.bool, device=like.device))
+        return gumbel, use_expected
+
+    def forward(self, images: torch.Tensor, captions: torch.Tensor, mode: str | None = None) -> dict[str, torch.Tensor]:
+        """Teacher forcing. images [B, 3, H, W], captions [B, T] (<start> .. <end> <pad>..) ->
+        logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1] (+ log_alpha, location for hard).
+        mode (hard attention): "sample" (draws the samples here), "expected"; default: sample
+        when training, the expected context otherwise."""
+        self._require_vocab()
+        annotations, _ = self.encode(images)
+        gumbel, use_expected = self._draws(captions, annotations.shape[1], annotations, mode)
+        return self.teacher_forced(annotations, captions, gumbel, use_expected)
+
+    # ------------------------------------------------------------------ decoding (caption, export)
+    def decode_start(self, images: torch.Tensor) -> tuple:
+        """What decoding computes once per image: images [B, 3, H, W] -> annotations [B, L, D],
+        their projected keys [B, L, P], h_0 and c_0 [B, n], and the grid (h, w) with L = h * w."""
+        annotations, grid = self.encode(images)
+        return annotations, self.attend.score.project_keys(annotations), *self.init_state(annotations), grid
+
+    def decode_step(self, token: torch.Tensor, h: torch.Tensor, c: torch.Tensor, projected: torch.Tensor,
+                    annotations: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One test-time decoder step: `step` with the test-time attention (soft, or hard's
+        `hard_test_mode`), <pad> and <start> never emitted, and log-probabilities [N, V] in float32.
+        Beam search, greedy decoding and the exported `decoder_step` program all run this."""
+        mode = "soft" if self.hparams.attention == "soft" else self.hparams.hard_test_mode
+        out = self.step(token, h, c, projected, annotations, mode)
+        logits = out.pop("logits").index_fill(-1, self.never_emitted, float("-inf"))
+        return {"log_probs": torch.log_softmax(logits.float(), dim=-1), **out}
+
+    @torch.no_grad()
+    def decoder(self, images: torch.Tensor):
+        """What `zoo.decoding` needs to caption images [B, 3, H, W]: (step_fn, state, static, grid).
+        step_fn(tokens [N], (h, c), (projected, annotations)) -> (log_probs [N, V], (h, c),
+        extras {alpha [N, L], beta [N] (, location [N])}); state (h_0, c_0) [B, n]; static (projected
+        [B, L, P], annotations [B, L, D]), computed once per image; grid (h, w) with L = h * w.
+        Put the model in eval mode first (`caption` does)."""
+        annotations, projected, h0, c0, grid = self.decode_start(images.to(self.device, torch.float32))
+
+        def step_fn(tokens, state, static):
+            out = self.decode_step(tokens, state[0], state[1], static[0], static[1])
+            extras = {k: out[k] for k in ("alpha", "beta", "location") if k in out}
+            return out["log_probs"], (out["h"], out["c"]), extras
+
+        return step_fn, (h0, c0), (projected, annotations), grid
