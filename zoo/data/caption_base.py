@@ -11,6 +11,7 @@ compiled training step meets a few caption lengths, not every one).
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import torch
@@ -29,7 +30,7 @@ def padded_length(longest: int, multiple: int | None, limit: int) -> int:
     return min(-(-longest // multiple) * multiple, limit)
 
 
-class CaptionBatches(Dataset):
+class CaptionBatches(Dataset, ABC):
     """Caption rows, a whole batch built per `__getitems__` call (one gather, no per-example
     collation): captions int64 [N, T], lengths int64 [N], row_image int64 [N] (the image each row
     captions). A subclass serves the pixels (`images`) and whatever else a batch holds (`extras`).
@@ -46,9 +47,9 @@ class CaptionBatches(Dataset):
     def __len__(self) -> int:
         return len(self.lengths)
 
+    @abstractmethod
     def images(self, image: torch.Tensor) -> torch.Tensor:
         """Image indices int64 [B] -> float [B, 3, H, W] in [0, 1]."""
-        raise NotImplementedError
 
     def image_ids(self, image: torch.Tensor) -> list:
         return image.tolist()
@@ -72,7 +73,7 @@ class CaptionBatches(Dataset):
         return {k: v[0] for k, v in self.__getitems__([i]).items()}
 
 
-class CaptionDataModule(SplitDataModule):
+class CaptionDataModule(SplitDataModule, ABC):
     """A vocabulary, pairs encoded through it, and `datasets` of CaptionBatches served by one
     `loader(split)`. A subclass calls `save_hyperparameters()` with at least `max_len`, `min_freq`,
     `max_vocab`, `vocab`, `batch_size`, `eval_batch_size`, `num_workers`, `seed` and `bucket_pool`;
@@ -92,9 +93,9 @@ class CaptionDataModule(SplitDataModule):
         self._vocab: Vocab | None = None
         self.datasets: dict[str, CaptionBatches] = {}
 
+    @abstractmethod
     def training_tokens(self) -> Sequence[Sequence[Sequence[str]]]:
         """Per training image, the tokens of each of its captions: what the vocabulary counts."""
-        raise NotImplementedError
 
     @property
     def vocab(self) -> Vocab:
