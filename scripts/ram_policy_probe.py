@@ -7,7 +7,13 @@ own data's test canvases (the target item's box known):
    offset from the last glimpse, fitted on the core state h_t of the first 3/4 of the canvases and
    scored (R^2, error in pixels) on the rest. A linear location network could act on this;
 3. whether looking at the item would pay: accuracy with the policy's own glimpses, with every
-   glimpse at the item's centre (plus Gaussian jitter), and with every glimpse at the canvas centre.
+   glimpse at the item's centre (plus Gaussian jitter), and with every glimpse at the canvas centre;
+4. how hard the reward pulls each glimpse toward the item, which is what REINFORCE can learn from:
+   with K sampled paths per canvas and the advantage A = R - (the canvas's mean reward),
+   E[A eps_t . u_t] (eps_t the policy's standard-normal draw, u_t the unit vector from the glimpse's
+   mean to the item's centre) is sigma times the derivative of the expected reward along u_t
+   (the score-function identity behind eq. 2): the expected reward gained by moving glimpse t's mean
+   one sigma toward the item. Its standard error says how many paths a gradient step needs to see it.
 
     python scripts/ram_policy_probe.py ram_fmnist_cluttered60
     python scripts/ram_policy_probe.py runs/x/checkpoints/last.ckpt --tag x --n 2000
@@ -49,8 +55,32 @@ def _read_out(states: torch.Tensor, offsets: torch.Tensor, fit: int) -> dict:
     return {"r2_x": r2[0].item(), "r2_y": r2[1].item(), "rmse": ((held - truth) ** 2).mean().sqrt().item()}
 
 
+def _unit(vectors: torch.Tensor) -> torch.Tensor:
+    return vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+
+
+def _reward_pull(model, images, labels, item_normalised, paths: int, generator) -> list[dict]:
+    """Per glimpse, the expected reward gained by moving its mean one sigma toward the item
+    (first order), estimated from `paths` sampled paths per canvas (see the module docstring)."""
+    n, std = len(images), float(model.current_std())
+    images, labels = images.repeat_interleave(paths, 0), labels.repeat_interleave(paths, 0)
+    noise = model.policy_noise("sample", len(images), images, generator)  # [T, N * K, 2]
+    out = model.rollout(images, "sample", noise=noise, std=std)
+    reward = (out["logits"].argmax(-1) == labels).float().view(n, paths)
+    advantage = (reward - reward.mean(1, keepdim=True)).reshape(-1)  # [N * K]
+    item = item_normalised.repeat_interleave(paths, 0)
+    steps = []
+    for t, eps in enumerate(noise):
+        mean = out["locations"][:, t] - std * eps  # the policy's mean where the sample was not clamped
+        toward = _unit(item - mean)
+        per_canvas = (advantage * (eps * toward).sum(-1)).view(n, paths).mean(1)
+        steps.append({"glimpse": t + 1, "reward_per_sigma": per_canvas.mean().item(),
+                      "standard_error": (per_canvas.std() / n ** 0.5).item()})
+    return steps
+
+
 @torch.no_grad()
-def probe(name: str, n: int, jitter_px: float, seed: int) -> dict:
+def probe(name: str, n: int, jitter_px: float, seed: int, pull_canvases: int = 300, paths: int = 64) -> dict:
     model = (zoo.load_checkpoint(name) if Path(name).suffix in (".ckpt", ".safetensors")
              else zoo.create_model(name, pretrained=True)).eval()
     if model.family != "ram":
@@ -86,6 +116,11 @@ def probe(name: str, n: int, jitter_px: float, seed: int) -> dict:
     T = glimpses.shape[1]
     at_item = item_normalised[:, None].expand(-1, T, -1)
     jitter = torch.randn(at_item.shape, generator=generator) * jitter_px / half
+    pull = _reward_pull(model, images[:pull_canvases], labels[:pull_canvases], item_normalised[:pull_canvases],
+                        paths, generator)
+    for step, pulled in zip(steps, pull):
+        step["reward_pull"] = {**pulled, "canvases": min(pull_canvases, len(images)), "paths": paths,
+                               "sigma_px": float(model.current_std()) * float(half.mean())}
     return {
         "name": name, "examples": len(images), "seed": seed, "jitter_px": jitter_px,
         "centre_pointing": (((boxes[:, 0] <= width / 2) & (width / 2 < boxes[:, 2]) & (boxes[:, 1] <= height / 2)
@@ -123,7 +158,9 @@ def main(argv=None) -> int:
         return 2
     for step in result["per_glimpse"]:
         print(f"glimpse {step['glimpse']}: pointing {step['pointing']:.3f}  distance {step['distance_px']:.1f} px  "
-              f"read-out R2 {step['read_out']['r2_x']:.2f}/{step['read_out']['r2_y']:.2f}")
+              f"read-out R2 {step['read_out']['r2_x']:.2f}/{step['read_out']['r2_y']:.2f}  "
+              f"reward per sigma toward the item {100 * step['reward_pull']['reward_per_sigma']:+.2f} "
+              f"+- {100 * step['reward_pull']['standard_error']:.2f} points")
     print(f"centre pointing {result['centre_pointing']:.3f}; accuracy {result['accuracy']}")
     print(path)
     return 0
