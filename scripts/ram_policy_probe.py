@@ -73,9 +73,13 @@ def _reward_pull(model, images, labels, item_normalised, paths: int, generator) 
     for t, eps in enumerate(noise):
         mean = out["locations"][:, t] - std * eps  # the policy's mean where the sample was not clamped
         toward = _unit(item - mean)
-        per_canvas = (advantage * (eps * toward).sum(-1)).view(n, paths).mean(1)
+        per_path = advantage * (eps * toward).sum(-1)  # [N * K]
+        per_canvas = per_path.view(n, paths).mean(1)
         steps.append({"glimpse": t + 1, "reward_per_sigma": per_canvas.mean().item(),
-                      "standard_error": (per_canvas.std() / n ** 0.5).item()})
+                      "standard_error": (per_canvas.std() / n ** 0.5).item(),
+                      # one path's spread: a training batch of B paths estimates the pull with
+                      # standard error path_std / sqrt(B)
+                      "path_std": per_path.std().item()})
     return steps
 
 
