@@ -33,3 +33,40 @@ def test_glimpses_are_placed_where_asked():
         probe._accuracy(model, images, torch.zeros(3, dtype=torch.long), wanted)
     hook.remove()
     assert torch.allclose(torch.stack(seen, 1), wanted, atol=1e-6)
+
+
+class _StepReward:
+    """A stand-in RAM whose reward is 1 exactly when the first glimpse's sampled x is right of the
+    canvas centre: with the policy's mean at the centre, E[R] = Phi(mu_x / sigma), so moving that
+    glimpse's mean one sigma toward an item on the right gains sigma * phi(0) / sigma = phi(0) =
+    0.399 of reward (to first order), and the second glimpse, which the reward ignores, gains 0."""
+
+    class hparams:
+        num_glimpses = 2
+
+    def current_std(self):
+        return 0.3
+
+    def policy_noise(self, policy, batch_size, like, generator):
+        return torch.randn(2, batch_size, 2, generator=generator)
+
+    def rollout(self, images, policy, noise, std):
+        locations = (std * noise).clamp(-1, 1).transpose(0, 1)  # [B, T, 2]: the mean is the centre
+        right = (locations[:, 0, 0] > 0).float()
+        return {"logits": torch.stack([1 - right, right], -1), "locations": locations}
+
+
+def test_reward_pull_measures_the_known_derivative_and_zero_where_the_reward_does_not_look():
+    n, paths = 200, 64
+    item = torch.tensor([[0.5, 0.0]]).expand(n, 2)  # to the right of every glimpse's mean
+    steps = probe._reward_pull(_StepReward(), torch.zeros(n, 1, 4, 4), torch.ones(n, dtype=torch.long), item,
+                               paths, torch.Generator().manual_seed(0))
+    # the per-canvas mean baseline shrinks the estimate by (K - 1) / K
+    expected = 0.3989 * (paths - 1) / paths
+    assert steps[0]["reward_per_sigma"] == pytest.approx(expected, abs=4 * steps[0]["standard_error"] + 1e-3)
+    assert abs(steps[1]["reward_per_sigma"]) < 4 * steps[1]["standard_error"] + 1e-3
+    assert steps[0]["standard_error"] < 0.02 and steps[0]["path_std"] > 0
+    # an item on the left reverses the first glimpse's pull
+    left = probe._reward_pull(_StepReward(), torch.zeros(n, 1, 4, 4), torch.ones(n, dtype=torch.long), -item,
+                              paths, torch.Generator().manual_seed(0))
+    assert left[0]["reward_per_sigma"] == pytest.approx(-steps[0]["reward_per_sigma"], abs=2e-3)
