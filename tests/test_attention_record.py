@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -199,6 +200,32 @@ def test_every_release_that_attends_gives_one_record(name):
     assert torch.allclose(sums, torch.ones_like(sums), atol=1e-4) and not rec.degenerate().any()
     assert rec.boxes is None or rec.boxes.shape[-1] == 4 and len(rec.box_labels) == rec.boxes.shape[2]
     json.loads(rec.to_json(maps=False))
+
+
+@pytest.mark.parametrize("name", ["ram_fmnist_cluttered60", "draw_cluttered100_classifier", "vit_fmnist"])
+def test_training_figures_are_drawn_from_the_attention_record(name):
+    """The classifiers' W&B figures are the record's strips (the panels `zoo attend` writes), one
+    per image, captioned with the prediction and the true class; the captioner and the DRAW
+    generator draw more than where they looked and have their own figures (their test files)."""
+    from zoo.viz.record import strip
+
+    model = zoo.create_model(name, pretrained=True).eval()
+    spec = zoo.preprocessing(model)
+    images = torch.rand(3, spec.in_chans, *spec.size, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([0, 1, 9])
+    figures = model.attention_figures((images, labels))
+    record = model.attention_record(images)
+    assert len(figures) == min(3, model.hparams.num_figures)
+    names = record.prediction.get("class_names") or []  # the DRAW classifier has none: indices
+    for b, (caption, figure) in enumerate(figures.items()):
+        label = int(labels[b])
+        assert caption.startswith(f"#{b} pred ") and caption.endswith(f" / true {names[label] if names else label}")
+        assert np.array_equal(np.asarray(figure), np.asarray(strip(record, b, images[b])))
+
+
+def test_a_model_without_attention_has_no_training_figures():
+    model = zoo.create_model("baseline_mlp_centered")
+    assert model.attention_figures((torch.rand(2, 1, 28, 28), torch.tensor([0, 1]))) == {}
 
 
 def test_a_family_without_attention_refuses_in_one_line():

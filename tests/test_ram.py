@@ -18,7 +18,7 @@ from zoo import hub
 from zoo.cli import main as zoo_main
 from zoo.errors import UserError
 from zoo.models.ram import RAM
-from zoo.viz.glimpses import step_colours
+from zoo.viz.glimpses import draw_glimpses, step_colours
 
 TINY = dict(image_size=20, in_chans=1, num_classes=4, patch_size=4, num_scales=2, num_glimpses=3,
             glimpse_hidden=16, location_hidden=8, glimpse_dim=24, hidden_size=32,
@@ -233,14 +233,15 @@ def test_checkpoint_round_trip(trained, tmp_path):
         torch.testing.assert_close(released(images), model(images), rtol=0, atol=0)
 
 
-def test_attention_figures(trained):
+def test_glimpse_figure_draws_every_glimpse_in_its_own_colour(trained):
     model, _, _, _ = trained
-    figures = model.eval().attention_figures(batch(5))
-    assert len(figures) == TINY["num_figures"]
-    for caption, image in figures.items():
-        assert "pred" in caption and isinstance(image, Image.Image) and image.mode == "RGB"
+    images, _ = batch(3)
+    traj = model.eval().glimpse_trajectory(images)
+    for i in range(len(images)):  # what `zoo glimpses` draws
+        image = draw_glimpses(images[i], traj["boxes"][i], "x", confidence=0.5)
+        assert isinstance(image, Image.Image) and image.mode == "RGB"
         pixels = {tuple(p) for p in np.asarray(image).reshape(-1, 3).tolist()}
-        for colour in step_colours(TINY["num_glimpses"]):  # every glimpse's box is drawn, in its own colour
+        for colour in step_colours(TINY["num_glimpses"]):
             assert colour in pixels, colour
 
 

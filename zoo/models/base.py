@@ -104,11 +104,32 @@ class ZooModule(L.LightningModule):
                                             strict=strict, **kwargs)
 
     # ------------------------------------------------------------------ visualisation
+    @torch.no_grad()
     def attention_figures(self, batch: Any) -> dict[str, Any]:
         """Return {caption: image (PIL.Image or HxWx3 uint8 array)} showing where the model looks
-        on a few validation examples. `zoo.logging.AttentionImageLogger` logs these at validation.
-        The default has nothing to show."""
-        return {}
+        on a few validation examples; `zoo.callbacks.AttentionImageLogger` logs these at validation.
+        The default draws the attention record of the first `num_figures` images, one strip per
+        image (the input, then every step's map and boxes: the panels `zoo attend` writes), so every
+        family that records its attention shows it the same way; a family without attention shows
+        nothing. Families whose figures show more than where they looked (DRAW's samples, the
+        captioner's words) override this."""
+        if type(self).attention_record is ZooModule.attention_record:
+            return {}
+        from zoo.viz.record import prediction_text, strip
+
+        named = _named(batch)
+        count = self.hparams.get("num_figures", 4)
+        images, labels = named["images"][:count], named.get("labels")
+        record = self.attention_record(images)
+        names = record.prediction.get("class_names") or []
+        figures = {}
+        for b in range(images.shape[0]):
+            caption = f"#{b} pred {prediction_text(record, b)}"
+            if labels is not None:
+                label = int(labels[b])
+                caption += f" / true {names[label] if label < len(names) else label}"
+            figures[caption] = strip(record, b, images[b])
+        return figures
 
     def attention_record(self, images: torch.Tensor):
         """Where the model looked on images [B, C, H, W]: a `zoo.attention.record.AttentionRecord`

@@ -416,10 +416,3 @@ class DRAWClassifier(ClassifierModule):
             prediction={"probs": probs, "label": probs.argmax(-1),
                         "class_names": self.hparams.get("class_names")})
 
-    @torch.no_grad()
-    def attention_figures(self, batch) -> dict:
-        from zoo.viz import draw as viz
-
-        images = batch[0][: self.hparams.num_figures]
-        logits, reads = self(images, record=True)
-        return {"draw_classifier/glimpses": viz.glimpse_strip(images, reads, self.hparams.read_n)}

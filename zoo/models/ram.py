@@ -404,21 +404,6 @@ class RAM(ZooModule):
         names = self.hparams.class_names
         return names[index] if names and 0 <= index < len(names) else str(index)
 
-    def attention_figures(self, batch) -> dict:
-        from zoo.viz.glimpses import draw_glimpses
-
-        images, labels = batch
-        images, labels = images[: self.hparams.num_figures], labels[: self.hparams.num_figures]
-        traj = self.glimpse_trajectory(images, self._eval_policy())
-        figures = {}
-        for i in range(images.shape[0]):
-            pred, label = int(traj["predictions"][i]), int(labels[i])
-            caption = f"#{i} pred {self.class_name(pred)} / true {self.class_name(label)}"
-            figures[caption] = draw_glimpses(images[i], traj["boxes"][i], self.class_name(pred),
-                                             label=self.class_name(label),
-                                             confidence=float(traj["probs"][i, pred]))
-        return figures
-
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
         hp = self.hparams

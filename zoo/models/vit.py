@@ -210,15 +210,3 @@ class ViTClassifier(ZooModule):
             datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
             names = getattr(datamodule, "class_names", None)
         return str(names[index]) if names and index < len(names) else str(index)
-
-    def attention_figures(self, batch) -> dict:
-        from zoo.viz import vit as viz
-
-        images, labels = batch[0][: self.hparams.num_figures], batch[1][: self.hparams.num_figures]
-        maps = self.attention_maps(images)
-        predicted = maps["logits"].argmax(-1).tolist()
-        figures = {}
-        for i, (p, y) in enumerate(zip(predicted, labels.tolist())):
-            title = f"pred {self.class_name(p)} / true {self.class_name(y)}"
-            figures[f"{i}: {title}"] = viz.attention_figure(images[i], maps["rollout"][i], maps["last"][i], title)
-        return figures

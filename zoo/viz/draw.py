@@ -155,10 +155,3 @@ def reconstruction_strip(x: torch.Tensor, canvases: torch.Tensor, read: list | N
             row.append((canvases[t, i], boxes))
         cells.append(row)
     return compose(cells, scale=scale)
-
-
-def glimpse_strip(images: torch.Tensor, reads: list, read_n: int, scale: int = 2) -> Image.Image:
-    """The classifier's glimpses: rows are examples, column t shows the image with read box t."""
-    cells = [[(images[i], [(reads[t], i, read_n, READ_COLOUR)]) for t in range(len(reads))]
-             for i in range(images.shape[0])]
-    return compose(cells, scale=scale)

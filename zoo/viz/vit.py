@@ -60,15 +60,3 @@ def rollout_figure(image: torch.Tensor, values: torch.Tensor, title: str = "", a
     overlay = (np.asarray(picture, np.float32) * (1 - weight) + np.asarray(heat, np.float32) * weight)
     panels = [picture, heat, Image.fromarray(overlay.round().astype(np.uint8))]
     return _labelled(panels, [title or "input", f"attention rollout (0 .. {top:.3f})", "overlay"], columns=3)
-
-
-def attention_figure(image: torch.Tensor, rollout_values: torch.Tensor, head_maps: torch.Tensor,
-                     title: str = "") -> Image.Image:
-    """Both views in one figure of a fixed size for a given model (so a logger can show a batch
-    of them side by side): rollout (image | heat map | overlay) above the per-head maps."""
-    top = rollout_figure(image, rollout_values, title)
-    bottom = heads_figure(image, head_maps, "last layer", size=top.width // min(head_maps.shape[0] + 1, 7))
-    canvas = Image.new("RGB", (top.width, top.height + bottom.height), (30, 30, 30))
-    canvas.paste(top, (0, 0))
-    canvas.paste(bottom, (0, top.height))
-    return canvas
