@@ -202,24 +202,27 @@ def test_every_release_that_attends_gives_one_record(name):
     json.loads(rec.to_json(maps=False))
 
 
-@pytest.mark.parametrize("name", ["ram_fmnist_cluttered60", "draw_cluttered100_classifier", "vit_fmnist"])
+@pytest.mark.parametrize("name", ["ram_fmnist_cluttered60", "draw_cluttered100_classifier", "vit_fmnist",
+                                  "sat_soft_scenes"])
 def test_training_figures_are_drawn_from_the_attention_record(name):
-    """The classifiers' W&B figures are the record's strips (the panels `zoo attend` writes), one
-    per image, captioned with the prediction and the true class; the captioner and the DRAW
-    generator draw more than where they looked and have their own figures (their test files)."""
-    from zoo.viz.record import strip
+    """The W&B figures are the record's strips (the panels `zoo attend` writes), one per image,
+    captioned with the prediction and, where the batch has class labels, the true class. The DRAW
+    generator logs its reconstruction and samples instead (tests/test_draw.py)."""
+    from zoo.viz.record import prediction_text, strip
 
     model = zoo.create_model(name, pretrained=True).eval()
     spec = zoo.preprocessing(model)
     images = torch.rand(3, spec.in_chans, *spec.size, generator=torch.Generator().manual_seed(0))
     labels = torch.tensor([0, 1, 9])
-    figures = model.attention_figures((images, labels))
+    captioner = model.family == "captioner"
+    figures = model.attention_figures({"images": images} if captioner else (images, labels))
     record = model.attention_record(images)
     assert len(figures) == min(3, model.hparams.num_figures)
     names = record.prediction.get("class_names") or []  # the DRAW classifier has none: indices
     for b, (caption, figure) in enumerate(figures.items()):
         label = int(labels[b])
-        assert caption.startswith(f"#{b} pred ") and caption.endswith(f" / true {names[label] if names else label}")
+        truth = "" if captioner else f" / true {names[label] if names else label}"
+        assert caption == f"#{b} pred {prediction_text(record, b)}{truth}"
         assert np.array_equal(np.asarray(figure), np.asarray(strip(record, b, images[b])))
 
 

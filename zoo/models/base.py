@@ -111,8 +111,8 @@ class ZooModule(L.LightningModule):
         The default draws the attention record of the first `num_figures` images, one strip per
         image (the input, then every step's map and boxes: the panels `zoo attend` writes), so every
         family that records its attention shows it the same way; a family without attention shows
-        nothing. Families whose figures show more than where they looked (DRAW's samples, the
-        captioner's words) override this."""
+        nothing. A family whose figures show more than where it looked (the DRAW generator's canvases
+        and samples) overrides this."""
         if type(self).attention_record is ZooModule.attention_record:
             return {}
         from zoo.viz.record import prediction_text, strip

@@ -488,13 +488,6 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             tokens[b, :len(ids)] = torch.tensor(ids)
         return tokens.to(device)
 
-    def attention_figures(self, batch: dict) -> dict[str, Any]:
-        from zoo.viz.caption import caption_figure
-
-        images = batch["images"][: self.hparams.num_figures]
-        results = self.caption(images, beam_size=self.hparams.beam_size)
-        return {f"{i}: {' '.join(r['words'])}": caption_figure(images[i], r) for i, r in enumerate(results)}
-
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
         hp = self.hparams
