@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -55,10 +56,6 @@ def _read_out(states: torch.Tensor, offsets: torch.Tensor, fit: int) -> dict:
     return {"r2_x": r2[0].item(), "r2_y": r2[1].item(), "rmse": ((held - truth) ** 2).mean().sqrt().item()}
 
 
-def _unit(vectors: torch.Tensor) -> torch.Tensor:
-    return vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-6)
-
-
 def _reward_pull(model, images, labels, item_normalised, paths: int, generator) -> list[dict]:
     """Per glimpse, the expected reward gained by moving its mean one sigma toward the item
     (first order), estimated from `paths` sampled paths per canvas (see the module docstring)."""
@@ -72,7 +69,7 @@ def _reward_pull(model, images, labels, item_normalised, paths: int, generator) 
     steps = []
     for t, eps in enumerate(noise):
         mean = out["locations"][:, t] - std * eps  # the policy's mean where the sample was not clamped
-        toward = _unit(item - mean)
+        toward = F.normalize(item - mean, dim=-1)
         per_path = advantage * (eps * toward).sum(-1)  # [N * K]
         per_canvas = per_path.view(n, paths).mean(1)
         steps.append({"glimpse": t + 1, "reward_per_sigma": per_canvas.mean().item(),

@@ -115,19 +115,17 @@ class ZooModule(L.LightningModule):
         and samples) overrides this."""
         if type(self).attention_record is ZooModule.attention_record:
             return {}
-        from zoo.viz.record import prediction_text, strip
+        from zoo.viz.record import class_name, prediction_text, strip
 
         named = _named(batch)
         count = self.hparams.get("num_figures", 4)
         images, labels = named["images"][:count], named.get("labels")
         record = self.attention_record(images)
-        names = record.prediction.get("class_names") or []
         figures = {}
         for b in range(images.shape[0]):
             caption = f"#{b} pred {prediction_text(record, b)}"
             if labels is not None:
-                label = int(labels[b])
-                caption += f" / true {names[label] if label < len(names) else label}"
+                caption += f" / true {class_name(record, int(labels[b]))}"
             figures[caption] = strip(record, b, images[b])
         return figures
 

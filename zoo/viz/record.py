@@ -86,6 +86,12 @@ def _data_uri(picture: Image.Image) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
+def class_name(record, index: int) -> str:
+    """The record's name for class `index`, or the index where the model has no class names."""
+    names = record.prediction.get("class_names") or []
+    return str(names[index]) if index < len(names) else str(index)
+
+
 def prediction_text(record, b: int) -> str:
     prediction = record.prediction
     if "words" in prediction:
@@ -96,9 +102,7 @@ def prediction_text(record, b: int) -> str:
     if "probs" in prediction:
         probs = prediction["probs"][b].float()
         label = int(probs.argmax())
-        names = prediction.get("class_names") or []
-        name = names[label] if label < len(names) else str(label)
-        return f"{name} ({float(probs[label]):.0%})"
+        return f"{class_name(record, label)} ({float(probs[label]):.0%})"
     if "canvas" in prediction:
         return "the redrawn canvas is the last panel"
     return ""
