@@ -462,7 +462,7 @@ def test_fewer_distractors_are_nested_in_the_full_canvases(items, source, varian
         assert (fewer <= more).all() and (fewer != more).any()
 
 
-def test_curriculum_adds_distractors_epoch_by_epoch_and_needs_reloaded_loaders(tiny_data):
+def test_curriculum_adds_distractors_epoch_by_epoch_with_a_loader_per_epoch(tiny_data):
     from types import SimpleNamespace
 
     dm = _setup(variant="cluttered60", curriculum_epochs=4)
@@ -476,8 +476,11 @@ def test_curriculum_adds_distractors_epoch_by_epoch_and_needs_reloaded_loaders(t
         assert (canvases <= full).all()
         lit.append(int((canvases > 0).sum()))
     assert lit == sorted(lit) and lit[0] < lit[-1] and torch.equal(canvases, full)
-    dm.trainer = SimpleNamespace(reload_dataloaders_every_n_epochs=0, current_epoch=0)
-    with pytest.raises(UserError, match="reload_dataloaders_every_n_epochs"):
+    dm.trainer = SimpleNamespace(reload_dataloaders_every_n_epochs=0, current_epoch=0)  # Lightning's default
+    dm.train_dataloader()
+    assert dm.trainer.reload_dataloaders_every_n_epochs == 1 and dm.datasets["train"].tensors[0].sum() < full.sum()
+    dm.trainer = SimpleNamespace(reload_dataloaders_every_n_epochs=3, current_epoch=0)
+    with pytest.raises(UserError, match="reload_dataloaders_every_n_epochs is 3"):
         dm.train_dataloader()
     with pytest.raises(UserError, match="no distractors"):
         fm.FashionMNISTDataModule(variant="translated", curriculum_epochs=2)

@@ -20,8 +20,8 @@ Distractors are random 8x8 crops of other training images pasted at random posit
 Two options for training RAM (issue 33): `curriculum_epochs` N > 0 trains on canvases with fewer
 distractors first: epoch e < N carries floor(D * e / N) of the variant's D distractors (epoch 0: the
 translated task), the same items at the same places, each canvas's first distractors the same ones
-(the draws are nested); needs the trainer to rebuild its training loader every epoch
-(`reload_dataloaders_every_n_epochs: 1`). `with_boxes` serves the item's box with every batch
+(the draws are nested); the trainer then rebuilds its training loader every epoch
+(`reload_dataloaders_every_n_epochs: 1`, set by the module where the trainer leaves it at 0). `with_boxes` serves the item's box with every batch
 (images, labels, boxes float [B, 4]) for a model that learns from it (RAM's labelled
 `location_supervision` row).
 """
@@ -310,9 +310,11 @@ class FashionMNISTDataModule(SplitDataModule):
     def _curriculum_stage(self) -> None:
         """Rebuild the training canvases for the trainer's epoch (the full set outside a fit)."""
         trainer = self.trainer
+        if trainer is not None and trainer.reload_dataloaders_every_n_epochs == 0:
+            trainer.reload_dataloaders_every_n_epochs = 1  # a curriculum's canvases change every epoch
         if trainer is not None and trainer.reload_dataloaders_every_n_epochs != 1:
-            raise UserError("curriculum_epochs needs trainer.reload_dataloaders_every_n_epochs: 1 "
-                            "(the training canvases change from epoch to epoch)")
+            raise UserError("curriculum_epochs needs a new training loader every epoch; "
+                            f"trainer.reload_dataloaders_every_n_epochs is {trainer.reload_dataloaders_every_n_epochs}")
         count = self.distractors_at(trainer.current_epoch if trainer is not None else self.hparams.curriculum_epochs)
         if getattr(self, "_train_distractors", None) != count:
             images, labels, source = self._train_source
