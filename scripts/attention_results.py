@@ -111,10 +111,12 @@ def run(name: str, n: int, split: str, seed: int, out_dir: Path, data_args: dict
     return write_json(out_dir / f"attention_{name}{'_' + tag if tag else ''}.json", payload)
 
 
-#: the headline numbers a multi-seed summary carries, as dotted paths into one seed's JSON
-SUMMARISED = ("trained.correctness.pointing", "trained.correctness.pointing_uniform", "trained.correctness.pointing_centre",
-              "trained.correctness.mass_in_box", "trained.faithfulness.deletion_gap",
-              "trained.faithfulness.deletion_gap_centre", "randomised.correctness.pointing")
+#: the headline numbers a multi-seed summary carries: name -> dotted path into one seed's JSON
+SUMMARISED = {"pointing": "trained.correctness.pointing", "pointing_uniform": "trained.correctness.pointing_uniform",
+              "pointing_centre": "trained.correctness.pointing_centre", "mass_in_box": "trained.correctness.mass_in_box",
+              "deletion_gap": "trained.faithfulness.deletion_gap",
+              "deletion_gap_centre": "trained.faithfulness.deletion_gap_centre",
+              "randomised_pointing": "randomised.correctness.pointing"}
 
 
 def _at(record, path: str):
@@ -143,10 +145,10 @@ def results_run(name: str, seeds: list[int], n: int, split: str, seed: int, out_
         path = run(str(checkpoint), n, split, seed, out_dir, json_name=f"{name}_seed{s}", recipe=trained["recipe"])
         print(f"{name} seed {s}: {path}", flush=True)
         records.append(json.loads(path.read_text()))
-    summary = {path: _spread([_at(r, path) for r in records]) for path in SUMMARISED}
+    summary = {key: _spread([_at(r, path) for r in records]) for key, path in SUMMARISED.items()}
     steps = [[step["pointing"] for step in r["trained"]["per_step"]] for r in records]
     summary["per_glimpse_pointing"] = {"mean": [statistics.fmean(col) for col in zip(*steps)], "per_seed": steps}
-    margins = [_at(r, SUMMARISED[0]) - _at(r, SUMMARISED[2]) for r in records]
+    margins = [p - c for p, c in zip(summary["pointing"]["per_seed"], summary["pointing_centre"]["per_seed"])]
     summary["margin_over_centre"] = {**_spread(margins), "min": min(margins)}
     payload = {"name": name, "family": records[0]["family"], "split": split, "examples": records[0]["examples"],
                "seed": seed, "seeds": seeds, "recipe": records[0]["recipe"],

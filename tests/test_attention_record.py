@@ -404,7 +404,7 @@ def test_ram_results_run_seeds_are_scored_one_by_one_and_summarised(tiny_data, t
     summary = json.loads((tmp_path / "results/attention_ram_x.json").read_text())
     seeds = [json.loads((tmp_path / f"results/attention_ram_x_seed{s}.json").read_text()) for s in (0, 1)]
     assert [s["recipe"] for s in seeds] == ["configs/ram/x.yaml"] * 2 and seeds[0]["examples"] == 6
-    pointing = summary["seeds_summary"]["trained.correctness.pointing"]
+    pointing = summary["seeds_summary"]["pointing"]
     assert pointing["per_seed"] == [s["trained"]["correctness"]["pointing"] for s in seeds]
     margins = [s["trained"]["correctness"]["pointing"] - s["trained"]["correctness"]["pointing_centre"] for s in seeds]
     assert summary["seeds_summary"]["margin_over_centre"]["min"] == pytest.approx(min(margins))
