@@ -19,8 +19,10 @@
 #
 # Each line is `scripts/results_run.py RECIPE --seeds N` (accelerator auto: the GPU when there is
 # one; the JSON records the device). Minutes per line on one free CPU core of the 2-core dev machine
-# (4-glimpse RAM, 30 epochs, eager): cluttered60 ~7, with 4 paths per image ~25, 60 epochs ~14;
-# cluttered100 ~25. On the GPU machine each line is expected to take a few minutes (compiled steps).
+# (4-glimpse RAM, 30 epochs, eager; measured under load here: x3-4): cluttered60 ~7, with 4 paths per
+# image ~25, 60 epochs ~14; cluttered100 ~25, with 2 scales ~20. Not yet timed on a GPU: the 8-glimpse
+# recipe's compiled step took 8 ms on an H200 alone (results/bench_accel_nvidia_h200.json), so a
+# 30-epoch line is a few minutes there, longer with 14 side by side.
 # Scoring per recipe: attention_results on 500 test canvases and the policy probe on 2,000, ~1 min
 # per seed on one core.
 set -uo pipefail
@@ -32,35 +34,41 @@ export WANDB_MODE=disabled OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_COM
 LOGS=logs/gpu_runs_ram
 mkdir -p "$LOGS" results
 
-# tier 1: the headline recipes and each remedy alone (3 seeds each)
+# tier 1: the headline recipes, 3 seeds each: cluttered60 (also with 4 paths per image: on a GPU
+# four times the rollouts cost little) and cluttered100 (the paper's 4 scales, and 2 scales with a
+# 9 px policy); the best on validation is the one to release
 TIER1="
 configs/ram/fmnist_cluttered60_dram.yaml 0
 configs/ram/fmnist_cluttered60_dram.yaml 1
 configs/ram/fmnist_cluttered60_dram.yaml 2
+configs/ram/fmnist_cluttered60_dram_paths4.yaml 0
+configs/ram/fmnist_cluttered60_dram_paths4.yaml 1
+configs/ram/fmnist_cluttered60_dram_paths4.yaml 2
 configs/ram/fmnist_cluttered100_dram.yaml 0
 configs/ram/fmnist_cluttered100_dram.yaml 1
 configs/ram/fmnist_cluttered100_dram.yaml 2
+configs/ram/fmnist_cluttered100_dram_2scales.yaml 0
+configs/ram/fmnist_cluttered100_dram_2scales.yaml 1
+configs/ram/fmnist_cluttered100_dram_2scales.yaml 2
+"
+# tier 2: each remedy alone on cluttered60 (context network; shaped reward), and the curriculum
+TIER2="
 configs/ram/fmnist_cluttered60_context.yaml 0
 configs/ram/fmnist_cluttered60_context.yaml 1
 configs/ram/fmnist_cluttered60_context.yaml 2
 configs/ram/fmnist_cluttered60_shaped.yaml 0
 configs/ram/fmnist_cluttered60_shaped.yaml 1
 configs/ram/fmnist_cluttered60_shaped.yaml 2
-"
-# tier 2: what may lift cluttered60's accuracy further (longer training; 4 paths per image)
-TIER2="
-configs/ram/fmnist_cluttered60_dram_long.yaml 0
-configs/ram/fmnist_cluttered60_dram_long.yaml 1
-configs/ram/fmnist_cluttered60_dram_long.yaml 2
-configs/ram/fmnist_cluttered60_dram_paths4.yaml 0
-configs/ram/fmnist_cluttered60_dram_paths4.yaml 1
-configs/ram/fmnist_cluttered60_dram_paths4.yaml 2
-"
-# tier 3: the curriculum, the labelled box-supervised row, the earlier recipes rerun beside them
-TIER3="
 configs/ram/fmnist_cluttered60_dram_curriculum.yaml 0
 configs/ram/fmnist_cluttered60_dram_curriculum.yaml 1
 configs/ram/fmnist_cluttered60_dram_curriculum.yaml 2
+"
+# tier 3: 60 epochs (twice a line's time), the labelled box-supervised row, and a third seed of the
+# earlier 4-glimpse recipes (their seeds 0 and 1 ran on CPU)
+TIER3="
+configs/ram/fmnist_cluttered60_dram_long.yaml 0
+configs/ram/fmnist_cluttered60_dram_long.yaml 1
+configs/ram/fmnist_cluttered60_dram_long.yaml 2
 configs/ram/fmnist_cluttered60_dram_boxes.yaml 0
 configs/ram/fmnist_cluttered60_dram_boxes.yaml 1
 configs/ram/fmnist_cluttered60_dram_boxes.yaml 2
