@@ -38,49 +38,31 @@ mkdir -p "$LOGS" results
 # four times the rollouts cost little) and cluttered100 (the paper's 4 scales, and 2 scales with a
 # 9 px policy); the best on validation is the one to release
 TIER1="
-configs/ram/fmnist_cluttered60_dram.yaml 0
-configs/ram/fmnist_cluttered60_dram.yaml 1
-configs/ram/fmnist_cluttered60_dram.yaml 2
-configs/ram/fmnist_cluttered60_dram_paths4.yaml 0
-configs/ram/fmnist_cluttered60_dram_paths4.yaml 1
-configs/ram/fmnist_cluttered60_dram_paths4.yaml 2
-configs/ram/fmnist_cluttered100_dram.yaml 0
-configs/ram/fmnist_cluttered100_dram.yaml 1
-configs/ram/fmnist_cluttered100_dram.yaml 2
-configs/ram/fmnist_cluttered100_dram_2scales.yaml 0
-configs/ram/fmnist_cluttered100_dram_2scales.yaml 1
-configs/ram/fmnist_cluttered100_dram_2scales.yaml 2
+configs/ram/fmnist_cluttered60_dram.yaml 0 1 2
+configs/ram/fmnist_cluttered60_dram_paths4.yaml 0 1 2
+configs/ram/fmnist_cluttered100_dram.yaml 0 1 2
+configs/ram/fmnist_cluttered100_dram_2scales.yaml 0 1 2
 "
 # tier 2: each remedy alone on cluttered60 (context network; shaped reward), and the curriculum
 TIER2="
-configs/ram/fmnist_cluttered60_context.yaml 0
-configs/ram/fmnist_cluttered60_context.yaml 1
-configs/ram/fmnist_cluttered60_context.yaml 2
-configs/ram/fmnist_cluttered60_shaped.yaml 0
-configs/ram/fmnist_cluttered60_shaped.yaml 1
-configs/ram/fmnist_cluttered60_shaped.yaml 2
-configs/ram/fmnist_cluttered60_dram_curriculum.yaml 0
-configs/ram/fmnist_cluttered60_dram_curriculum.yaml 1
-configs/ram/fmnist_cluttered60_dram_curriculum.yaml 2
+configs/ram/fmnist_cluttered60_context.yaml 0 1 2
+configs/ram/fmnist_cluttered60_shaped.yaml 0 1 2
+configs/ram/fmnist_cluttered60_dram_curriculum.yaml 0 1 2
 "
 # tier 3: 60 epochs (twice a line's time), the labelled box-supervised row, and a third seed of the
 # earlier 4-glimpse recipes (their seeds 0 and 1 ran on CPU)
 TIER3="
-configs/ram/fmnist_cluttered60_dram_long.yaml 0
-configs/ram/fmnist_cluttered60_dram_long.yaml 1
-configs/ram/fmnist_cluttered60_dram_long.yaml 2
-configs/ram/fmnist_cluttered60_dram_boxes.yaml 0
-configs/ram/fmnist_cluttered60_dram_boxes.yaml 1
-configs/ram/fmnist_cluttered60_dram_boxes.yaml 2
+configs/ram/fmnist_cluttered60_dram_long.yaml 0 1 2
+configs/ram/fmnist_cluttered60_dram_boxes.yaml 0 1 2
 configs/ram/fmnist_cluttered60_4glimpses.yaml 2
 configs/ram/fmnist_cluttered100_4glimpses.yaml 2
 "
 
-lines() {  # the "recipe seed" lines of the given tiers
+lines() {  # the "recipe seed" lines of the given tiers (each tier: a recipe and its seeds per line)
   for tier in "$@"; do
     case $tier in 1) echo "$TIER1" ;; 2) echo "$TIER2" ;; 3) echo "$TIER3" ;;
       *) echo "gpu_runs_ram.sh: error: no tier $tier (1, 2 or 3)" >&2; exit 2 ;; esac
-  done | sed '/^$/d'
+  done | sed '/^$/d' | while read -r recipe seeds; do for seed in $seeds; do echo "$recipe $seed"; done; done
 }
 
 train_one() {  # recipe seed
