@@ -7,6 +7,9 @@
 #   bash scripts/gpu_runs_ram.sh train 1 2 3     # only train those tiers
 #   bash scripts/gpu_runs_ram.sh score           # only score what has been trained
 #   bash scripts/gpu_runs_ram.sh list 1 2 3      # print the lines, do nothing
+# On a lease of ~9 minutes: `timeout 390 bash scripts/gpu_runs_ram.sh train 1 2; OUT=... bash
+# scripts/gpu_runs_ram.sh score` (timeout stops every process of the lines still training; scoring
+# takes what finished, every recipe and seed side by side, ~2 minutes).
 #
 #   PY=python3        the interpreter (default .venv/bin/python)
 #   JOBS=14           training processes at a time (one core each, OMP_NUM_THREADS=1)
@@ -86,16 +89,14 @@ score() {  # summarise every recipe trained here over all its seeds, then score 
     # the summary once more, after every seed has written its own JSON (parallel seeds race for it)
     "$PY" scripts/results_run.py "$recipe" --seeds $ok --eval-only ${EXTRA:+-- $EXTRA} >"$LOGS/${name}_summary.log" 2>&1
     echo "$name seeds$ok: summary exit $?"
-    (
-      "$PY" scripts/attention_results.py --results-run "$name" --seeds $ok --n 500 >"$LOGS/${name}_attention.log" 2>&1
-      echo "$name: attention exit $?"
-      for s in $ok; do
-        ckpt=$("$PY" -c "import json; print(json.load(open('results/${name}_seed$s.json'))['checkpoint'])")
+    ( "$PY" scripts/attention_results.py --results-run "$name" --seeds $ok --n 500 >"$LOGS/${name}_attention.log" 2>&1
+      echo "$name: attention exit $?" ) &
+    for s in $ok; do
+      ( ckpt=$("$PY" -c "import json; print(json.load(open('results/${name}_seed$s.json'))['checkpoint'])")
         "$PY" scripts/ram_policy_probe.py "$ckpt" --tag "${name#ram_}_seed$s" --n 2000 \
           --trained-with "python scripts/results_run.py $recipe --seeds $s" >"$LOGS/${name}_probe$s.log" 2>&1
-        echo "$name seed $s: probe exit $?"
-      done
-    ) &
+        echo "$name seed $s: probe exit $?" ) &
+    done
   done
   wait  # (inside the pipeline's shell, whose children the scoring jobs are)
   }
