@@ -168,3 +168,33 @@ def atomic_save_image(img: Image.Image, path: str | os.PathLike, **save_kwargs) 
     fmt = save_kwargs.pop("format", None) or Path(path).suffix.lstrip(".").upper().replace("JPG", "JPEG")
     img.save(buffer, format=fmt, **save_kwargs)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def swap_in_folder(staging: Path, target: Path) -> None:
+    """Put the finished folder `staging` (files that belong together: an export, a model card) at
+    `target`: one atomic exchange of the two folders where the kernel offers it (Linux renameat2),
+    else two renames (the old set stays whole under a temporary name until the new one is in
+    place; the sweeper removes it if we are killed between)."""
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    if _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # it now holds the old set
+        return
+    old = temp_path(target, "old")
+    os.rename(target, old)
+    os.rename(staging, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
