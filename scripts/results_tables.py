@@ -120,16 +120,10 @@ def field_cell(name: str, field: str) -> str:
     raise SystemExit(f"results_tables: unknown field {field!r}")
 
 
-def _at(record: dict, path: str):
-    for key in path.split("."):
-        if not isinstance(record, dict) or key not in record:
-            return None
-        record = record[key]
-    return record
-
-
 def values_cell(record: dict, paths: list[str], scale: float = 1.0, digits: int = 2) -> str:
-    shown = [_at(record, path) for path in paths]
+    from tools.model_index import at
+
+    shown = [at(record, path) for path in paths]
     text = ["-" if not isinstance(v, (int, float)) or v != v else f"{v * scale:.{digits}f}" for v in shown]
     return text[0] + (f" ({' / '.join(text[1:])})" if len(text) > 1 else "")
 

@@ -34,7 +34,8 @@ ATTENTION = {
 }
 
 
-def _at(record: dict, path: str):
+def at(record: dict, path: str):
+    """The value at a dotted path of nested dicts (a key may hold '/'), or None."""
     for key in path.split("."):
         if not isinstance(record, dict) or key not in record:
             return None
@@ -47,7 +48,7 @@ def attention_scores(name: str) -> dict | None:
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
-    scores = {key: _at(record, dotted) for dotted, key in ATTENTION.items()}
+    scores = {key: at(record, dotted) for dotted, key in ATTENTION.items()}
     return {**{k: v for k, v in scores.items() if v is not None}, "examples": record.get("examples"),
             "split": record.get("split"), "source": f"results/{path.name}"}
 
