@@ -237,3 +237,56 @@ def test_an_earlier_card_is_replaced_whole_and_a_failed_write_keeps_it(tmp_path,
     (out / "extra.txt").write_text("mine")  # a card the user added to is no longer only a card
     with pytest.raises(UserError, match="not an earlier model card"):
         hf.write_card("ram_fmnist_centered", out)
+
+
+# ----------------------------------------------------------------------------- fuzzing the loader's inputs
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+                    max_leaves=20)
+CARD_KEYS = ["library_name", "zoo_config", "files", "architecture", "name"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(CARD_KEYS + ["zoo_config.class_path", "zoo_config.data", "files.model.safetensors"]),
+       value=JSON, whole=st.one_of(st.none(), JSON))
+def test_a_card_config_is_read_or_refused_in_one_line(tmp_path_factory, key, value, whole):
+    """Any config.json (a random tree, or a real card's with one field replaced) is either a card
+    whose class is the zoo's and whose weights are pinned, or one UserError line; nothing else."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    config = json.loads(json.dumps(CARD_CONFIG))
+    if whole is not None:
+        config = whole
+    else:
+        *parents, last = key.split(".", 1) if key != "files.model.safetensors" else ["files", "model.safetensors"]
+        target = config
+        for parent in parents:
+            target = target[parent]
+        target[last] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    try:
+        read = hf.read_config(folder / "config.json", str(folder))
+    except UserError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(str(folder))
+        return
+    assert read["zoo_config"]["class_path"] in zoo.registry.ALLOWED_CLASSES["model"]
+    assert re.fullmatch(r"[0-9a-f]{64}", read["files"]["model.safetensors"]["sha256"])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300))
+def test_a_weights_header_is_read_or_refused_in_one_line(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("fuzz") / "model.safetensors"
+    path.write_bytes(data)
+    try:
+        assert isinstance(hf.safetensors_metadata(path, "card"), dict)
+    except UserError as exc:
+        assert "\n" not in str(exc)
+
+
+#: a card's config.json as `zoo card` writes it (the fields the loader reads)
+CARD_CONFIG = {"library_name": hf.LIBRARY, "zoo_card": 1, "name": "x", "architecture": "zoo.models.ram.RAM",
+               "family": "ram", "files": {"model.safetensors": {"sha256": "ab" * 32, "size": 1}},
+               "zoo_config": MANIFEST["ram_fmnist_centered"]["config"]}

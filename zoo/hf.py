@@ -107,7 +107,9 @@ def read_config(path: Path, source: str) -> dict:
             check_allowed(zoo_config["data"].get("class_path"), "data")
     except UserError as exc:
         raise UserError(f"{source}: {exc}") from None
-    digest = ((config.get("files") or {}).get(WEIGHTS) or {}).get("sha256")
+    files = config.get("files")
+    pinned = files.get(WEIGHTS) if isinstance(files, dict) else None
+    digest = pinned.get("sha256") if isinstance(pinned, dict) else None
     if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
         raise UserError(f"{source}: its {CONFIG} records no sha256 of {WEIGHTS}; refusing unverifiable weights")
     return config
