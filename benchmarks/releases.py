@@ -28,7 +28,8 @@ Timing: a first call (which compiles, for a compiled row; `first_call_s` in the 
 the step time is the median over repeats, with the device synchronised before each clock read
 (CUDA runs asynchronously). `--max-seconds` caps the whole run: every release's eager rows come
 first, compiled rows follow while time is left, and whatever did not fit is listed as skipped in
-the JSON (results/bench_releases_<device>.json: provenance, settings, the rows, failures). Each
+the JSON (results/bench_releases_<device>.json, e.g. bench_releases_nvidia_h200.json: provenance,
+settings, the rows with each first call's seconds, failures). Each
 CSV is rewritten after every release, so a run cut short keeps what it measured.
 """
 from __future__ import annotations
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
         return 2
     csv_dir = Path(args.csv_dir)
     paths = {"infer": csv_dir / f"benchmark-infer-{slug}.csv", "train": csv_dir / f"benchmark-train-{slug}.csv"}
-    out = Path(args.out or ROOT / "results" / f"bench_releases_{slug}.json")
+    out = Path(args.out or ROOT / "results" / f"bench_releases_{slug.replace('-', '_')}.json")
     started = time.perf_counter()
     deadline = started + args.max_seconds if args.max_seconds is not None else math.inf
     rows: dict[str, list[dict]] = {"infer": [], "train": []}

@@ -22,13 +22,10 @@ import re
 from pathlib import Path
 
 from zoo.errors import UserError
+from zoo.io import ALPHA_RULE, INTERPOLATION
 
 INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
 REGENERATE = "python scripts/model_index.py"
-#: how zoo.io.load_image brings a transparent image to the model (one rule for every route)
-ALPHA_RULE = "transparent pixels are composited on black"
-#: what zoo.io.image_to_tensor resizes with ("squash" and "crop" rules)
-INTERPOLATION = "bilinear"
 
 
 @functools.lru_cache(maxsize=1)

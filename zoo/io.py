@@ -18,6 +18,9 @@ from zoo.errors import UserError
 Image.MAX_IMAGE_PIXELS = None
 MAX_SIDE = 4096
 MAX_PIXELS = 16384 * 16384
+#: the rules below in words, for the records that state them (`zoo info`, model cards)
+ALPHA_RULE = "transparent pixels are composited on black"
+INTERPOLATION = "bilinear"
 
 
 def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
@@ -58,7 +61,7 @@ def _to_8bit(img: Image.Image) -> Image.Image:
         return Image.fromarray(array.round().astype(np.uint8), mode="L")
     if img.mode == "P":
         img = img.convert("RGBA")
-    if img.mode in ("RGBA", "LA", "PA"):
+    if img.mode in ("RGBA", "LA", "PA"):  # ALPHA_RULE
         background = Image.new("RGBA", img.size, (0, 0, 0, 255))
         return Image.alpha_composite(background, img.convert("RGBA")).convert("RGB")
     if img.mode not in ("RGB", "L"):
@@ -71,7 +74,7 @@ def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> to
     import torch
 
     if size is not None and (img.height, img.width) != tuple(size):
-        img = img.resize((size[1], size[0]), Image.BILINEAR)
+        img = img.resize((size[1], size[0]), Image.Resampling[INTERPOLATION.upper()])
     array = np.asarray(img, dtype=np.float32) / 255.0
     if array.ndim == 2:
         array = array[None]
