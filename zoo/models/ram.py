@@ -419,6 +419,17 @@ class RAM(ZooModule):
         return "random" if self.hparams.location_policy == "random" else "mean"
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
+    def example_batch(self, n: int = 2, seed: int = 0):
+        """(images, labels), plus the item's box [n, 4] where the recipe supervises the location
+        (the batches of `FashionMNISTDataModule(with_boxes=true)`)."""
+        images, labels = super().example_batch(n, seed)
+        if self.hparams.location_supervision <= 0:
+            return images, labels
+        height, width = self.image_hw
+        corner = torch.rand(n, 2, generator=torch.Generator().manual_seed(seed + 1)) * 0.5
+        boxes = torch.cat([corner, corner + 0.5], 1) * torch.tensor([width, height, width, height])
+        return images, labels, boxes
+
     def item_centres(self, boxes: torch.Tensor) -> torch.Tensor:
         """boxes [B, 4] (x0, y0, x1, y1 in pixel edges) -> their centres [B, 2] as locations in [-1, 1]."""
         height, width = self.image_hw
