@@ -88,3 +88,35 @@ def test_the_committed_results_tables_are_what_the_results_say():
 
     rc, out, err = run_cli(["scripts/results_tables.py", "--check"], cwd=REPO)
     assert rc == 0, out + err
+
+
+def test_a_summary_of_seeds_from_different_machines_says_so_and_keeps_their_training_notes(tmp_path, monkeypatch):
+    """Seeds trained elsewhere (copied into results/) and seeds run here: --summarise rewrites the
+    summary from the per-seed JSON alone, naming each seed's device and carrying each seed's own
+    account of its training (a run stopped and resumed), and trains or evaluates nothing."""
+    script = _load_script()
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    (tmp_path / "results").mkdir()
+
+    def seed_json(seed, device, acc, training=None):
+        record = {"name": "fam_recipe", "recipe": "configs/fam/recipe.yaml", "train_args": [], "seed": seed,
+                  "metrics": {"test/acc": acc}, "config": {}, "parameters": 7, "train_wall_time_s": None,
+                  "git_commit": "abc", "device": {"device": device}, **({"training": training} if training else {})}
+        (tmp_path / f"results/fam_recipe_seed{seed}.json").write_text(json.dumps(record))
+
+    seed_json(0, "NVIDIA H200", 0.75, {"note": "stopped by SIGTERM at epoch 22, resumed once"})
+    seed_json(1, "cpu (2 cores)", 0.70)
+    seed_json(2, "cpu (2 cores)", 0.72)
+    monkeypatch.setattr(script, "run", lambda cmd: pytest.fail(f"--summarise ran {cmd}"))
+    assert script.main(["configs/fam/recipe.yaml", "--summarise"]) == 0
+    summary = json.loads((tmp_path / "results/fam_recipe.json").read_text())
+    assert summary["seeds"] == [0, 1, 2] and summary["metrics"]["test/acc"]["per_seed"] == [0.75, 0.70, 0.72]
+    assert summary["device"]["device"] == "mixed: NVIDIA H200 (seed 0), cpu (2 cores) (seeds 1, 2)"
+    assert summary["per_seed_device"] == ["NVIDIA H200", "cpu (2 cores)", "cpu (2 cores)"]
+    assert summary["training"] == {"0": {"note": "stopped by SIGTERM at epoch 22, resumed once"}}
+    assert summary["wall_time_s"] is None and summary["train_wall_time_s"] is None
+
+    seed_json(0, "cpu (2 cores)", 0.75)  # one machine: its device, as before
+    assert script.main(["configs/fam/recipe.yaml", "--summarise"]) == 0
+    summary = json.loads((tmp_path / "results/fam_recipe.json").read_text())
+    assert summary["device"] == {"device": "cpu (2 cores)"} and "training" not in summary
