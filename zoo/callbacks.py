@@ -133,6 +133,7 @@ class ZooCheckpoint(ModelCheckpoint):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         run = checkpoint.setdefault("zoo_run", {})
+        run["run_dir"] = str(Path(trainer.default_root_dir).resolve())  # whose checkpoint it is (zoo.runs)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger) and logger.version:
                 run["wandb_id"] = str(logger.version)
