@@ -15,10 +15,8 @@ from zoo import runs
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
+def offline_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")  # W&B runs land in tmp_path/wandb, no network
     monkeypatch.chdir(tmp_path)
 
 
