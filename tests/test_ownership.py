@@ -96,7 +96,12 @@ def test_a_manifest_naming_a_folder_does_not_make_it_part_of_the_set(tmp_path, m
     assert (target / "mydata" / "keep.txt").read_text() == "mine\n"
 
 
-def test_nothing_beside_out_is_removed(tmp_path):
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2-exchange", "two-renames"])
+def test_nothing_beside_out_is_removed(tmp_path, monkeypatch, exchange):
+    import zoo.export
+
+    if not exchange:  # a kernel or file system without RENAME_EXCHANGE
+        monkeypatch.setattr(zoo.export, "_exchange", lambda a, b: False)
     (tmp_path / ".photos.2019.summer.old").mkdir()
     (tmp_path / ".photos.2019.summer.old" / "beach.jpg").write_bytes(b"jpg")
     (tmp_path / ".thesis.2024.v2.tmp").write_text("chapter 1\n")
@@ -109,6 +114,21 @@ def test_nothing_beside_out_is_removed(tmp_path):
     _small_export(tmp_path / "exported", seed=1)  # replaces the earlier export: the swap and its clean-up
     assert load_export(tmp_path / "exported")["files"] != first
     assert _tree(tmp_path) == sorted(beside + ["exported", "exported/export.json", "exported/model.onnx"])
+
+
+def test_files_written_into_the_old_set_during_the_swap_are_kept(tmp_path):
+    """The target is checked again just before the swap; a file that lands in the old set after
+    that is not removed with it: the old folder is kept beside the target, with one warning."""
+    from zoo.export import _remove_set
+
+    old, target = tmp_path / ".exported.0123456789abcdef.tmp", tmp_path / "exported"
+    _small_export(old.with_name("first"))
+    (tmp_path / "first").rename(old)
+    (old / "late.txt").write_text("mine\n")
+    with pytest.warns(UserWarning, match="kept what was in .*exported before as .*exported.previous-"):
+        _remove_set(old, target)
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("exported.previous-")]
+    assert len(kept) == 1 and (kept[0] / "late.txt").read_text() == "mine\n" and not old.exists()
 
 
 def test_out_as_a_symlink_writes_the_folder_it_names(tmp_path, monkeypatch, capsys):

@@ -250,7 +250,8 @@ def earlier_export_problem(folder: Path) -> str | None:
                     "which is not a file there")
     others = sorted(set(os.listdir(folder)) - set(files) - {MANIFEST})
     if others:
-        listed = ", ".join(shorten(name, 40) for name in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        listed = ", ".join(shorten(name, 40) for name in others[:3])
+        listed += f" and {len(others) - 3} more" if len(others) > 3 else ""
         return f"holds other files (not an earlier export): {listed}, which its {MANIFEST} does not name"
     return None
 
@@ -299,19 +300,27 @@ def _swap_in(staging: Path, target: Path) -> None:
 
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        if not target.exists():
-            os.rename(staging, target)
-        elif _exchange(staging, target):
-            _remove_set(staging, target)  # it now holds the old set
-        else:
-            old = companion(staging, "old")
-            os.rename(target, old)
-            os.rename(staging, target)
-            _remove_set(old, target)
-    except OSError as exc:
-        raise UserError(f"--out {target}: cannot put the export in place ({exc.strerror or exc})") from None
+        previous = _put_in_place(staging, target)
+        if previous is not None:
+            _remove_set(previous, target)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _put_in_place(staging: Path, target: Path) -> Path | None:
+    """Rename (or exchange) `staging` into `target`; returns where the old set is now, if any."""
+    try:
+        if not target.exists():
+            os.rename(staging, target)
+            return None
+        if _exchange(staging, target):
+            return staging
+        old = companion(staging, "old")
+        os.rename(target, old)
+        os.rename(staging, target)
+        return old
+    except OSError as exc:
+        raise UserError(f"--out {target}: cannot put the export in place ({exc.strerror or exc})") from None
 
 
 def _remove_set(folder: Path, target: Path) -> None:

@@ -156,7 +156,7 @@ def writing(path: str | os.PathLike, kind: str = "tmp") -> Iterator[Path]:
     if kind not in TEMP_KINDS:
         raise ValueError(f"kind {kind!r} is not one of {TEMP_KINDS}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale(path)
+    _sweep_before_writing(path)
     token = uuid.uuid4().hex[:16]
     lock = path.with_name(f".{path.name}.{token}.lock")
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -238,15 +238,34 @@ def sweep_stale(path: str | os.PathLike) -> list[Path]:
     return removed
 
 
+def _targets_with_locks(directory: str | os.PathLike) -> set[str]:
+    """The names of the targets in `directory` that have a zoo lock file beside them."""
+    lock = re.compile(rf"\.(.+)\.{_TOKEN}\.lock")
+    try:
+        return {m.group(1) for e in os.scandir(directory) if (m := lock.fullmatch(e.name))}
+    except OSError:
+        return set()
+
+
+# Per folder this process writes in, the targets that had lock files when it first wrote there: a
+# folder is listed once, not at every write (a figure folder of 10,000 images would be listed 10,000
+# times). A writer that dies there later is swept by the next process that writes its target.
+_LOCKED_AT_FIRST_WRITE: dict[str, set[str]] = {}
+
+
+def _sweep_before_writing(path: Path) -> None:
+    folder = os.path.abspath(path.parent)
+    if folder not in _LOCKED_AT_FIRST_WRITE:
+        _LOCKED_AT_FIRST_WRITE[folder] = _targets_with_locks(folder)
+    if path.name in _LOCKED_AT_FIRST_WRITE[folder]:
+        _LOCKED_AT_FIRST_WRITE[folder].discard(path.name)
+        sweep_stale(path)
+
+
 def sweep_folder(directory: str | os.PathLike) -> list[Path]:
     """`sweep_stale` for every target in `directory` that has a zoo lock file beside it: only for
     folders that hold nothing but what the zoo writes (the weights folder, under its release lock)."""
-    lock = re.compile(rf"\.(.+)\.{_TOKEN}\.lock")
-    try:
-        targets = {m.group(1) for e in os.scandir(directory) if (m := lock.fullmatch(e.name))}
-    except OSError:
-        return []
-    return [entry for name in sorted(targets) for entry in sweep_stale(Path(directory) / name)]
+    return [entry for name in sorted(_targets_with_locks(directory)) for entry in sweep_stale(Path(directory) / name)]
 
 
 @contextmanager

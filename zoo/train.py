@@ -465,10 +465,10 @@ class ZooCLI(LightningCLI):
             path = hub.fetch(ckpt, config.get("sha256"))
         checkpoint = read_resume_checkpoint(path)
         config["ckpt_path"] = str(path)
-        if subcommand == "fit":
-            runs.check_resume_owner(path, checkpoint, Path(config.trainer.get("default_root_dir") or os.getcwd()))
         self._check_resume_matches(checkpoint, config, path)
         self._check_resume_data(checkpoint, config, path)  # before config.yaml or W&B is touched
+        if subcommand == "fit":
+            runs.check_resume_owner(path, checkpoint, Path(config.trainer.get("default_root_dir") or os.getcwd()))
         self._continue_wandb_run(checkpoint, config)
 
     def _check_resume_matches(self, checkpoint: dict, config, path: Path) -> None:
