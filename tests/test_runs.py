@@ -100,3 +100,21 @@ def test_a_running_runs_checkpoint_is_not_resumed_in_another_folder(trained_run,
     TRAIN.main(args)
     warned = [line for line in capsys.readouterr().err.splitlines() if "is a checkpoint of the run in" in line]
     assert len(warned) == 1 and f"{elsewhere} continues that run" in warned[0]
+
+
+def test_a_results_run_leaves_the_checkpoints_of_a_run_training_there(tmp_path, monkeypatch):
+    from test_results_run import _load_script
+
+    script = _load_script()
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    monkeypatch.setattr(script, "run", lambda cmd: pytest.fail(f"ran {cmd}"))
+    root = tmp_path / "runs/results/fam_recipe/seed0"
+    (root / "checkpoints").mkdir(parents=True)
+    (root / "checkpoints" / "last.ckpt").write_bytes(b"a live run's")
+    runs.claim(root, resuming=True)  # as train.py does: the run holds its folder
+    try:
+        with pytest.raises(SystemExit, match="runs/results/fam_recipe/seed0 is in use by another training run"):
+            script.main(["configs/fam/recipe.yaml", "--seeds", "0"])
+    finally:
+        runs.release()
+    assert (root / "checkpoints" / "last.ckpt").read_bytes() == b"a live run's"
