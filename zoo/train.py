@@ -19,7 +19,8 @@ Resume and fine-tune are different things:
 - `--init_from NAME|PATH|URL` starts a new run from a release's or a checkpoint's weights, with this
   command's hyperparameters (optimizer and schedule start fresh).
 A checkpoint is data, never code: it is loaded with `weights_only=True` (local or remote), the
-model class comes from the recipe, never from the file.
+model class comes from the recipe, never from the file. Which run a folder, a checkpoint and a
+saved config.yaml belong to is zoo/runs.py's (config.yaml is a recipe: it never resumes a run).
 
 Every user mistake ends with one line on stderr and exit code 2; SIGTERM (a scheduler's time limit
 or preemption) saves last.ckpt where the run is and exits with code 143.
