@@ -48,6 +48,8 @@ DIMENSION_LIMITS: dict[str, float] = {
     **dict.fromkeys(["T", "num_glimpses", "num_steps"], 1_000),
     "beam_size": 100, **dict.fromkeys(["decode_max_len", "max_len"], 1_000),
     "iwae_samples": 100_000, "iwae_chunk": 100_000, "eval_samples": 10_000,
+    # estimators: sample paths per caption (each multiplies the decoder's work), a temperature
+    "hard_samples": 256, "gumbel_temperature": 1_000,
     # data
     **dict.fromkeys(["num_train", "num_val", "num_test", "val_items", "val_size", "limit_train", "limit_eval",
                      "max_vocab"], 10_000_000),
