@@ -150,6 +150,41 @@ def test_box_overlap_and_chance_levels():
     assert am.correctness(maps, two, windows=torch.tensor([[[4.0, 2.0, 8.0, 6.0]]]))["window_1_iou"] == pytest.approx(1.0)
 
 
+def test_bootstrap_interval_equals_a_slow_reference_over_items():
+    """Items are resampled with replacement, all their entries with them (a caption's words go
+    together); the interval is the 2.5 and 97.5 percentiles of the resampled means."""
+    torch.manual_seed(0)
+    groups = torch.tensor([0, 0, 0, 1, 2, 2, 3, 4, 4, 4, 4])
+    values = {"hit": torch.rand(11).round(), "mass": torch.rand(11)}
+    got = am.bootstrap_ci(values, groups, resamples=200, seed=3)
+    generator = torch.Generator().manual_seed(3)
+    drawn = torch.randint(5, (200, 5), generator=generator)
+    for name, value in values.items():
+        means = []
+        for draw in drawn.tolist():
+            entries = [float(value[n]) for item in draw for n in range(11) if int(groups[n]) == item]
+            means.append(sum(entries) / len(entries))
+        low, high = torch.quantile(torch.tensor(means, dtype=torch.float64), torch.tensor([0.025, 0.975], dtype=torch.float64))
+        assert got[name] == pytest.approx([float(low), float(high)], rel=1e-9)
+    # a constant has no spread; many copies of one entry per item are still one item
+    assert am.bootstrap_ci({"c": torch.full((11,), 0.3)}, groups)["c"] == pytest.approx([0.3, 0.3])
+    one = am.bootstrap_ci({"v": torch.arange(5.0)}, torch.arange(5), seed=1)["v"]
+    repeated = am.bootstrap_ci({"v": torch.arange(5.0).repeat_interleave(7)}, torch.arange(5).repeat_interleave(7), seed=1)["v"]
+    assert repeated == pytest.approx(one)
+
+
+def test_correctness_intervals_hold_the_estimate_and_the_paired_differences():
+    torch.manual_seed(1)
+    maps = torch.rand(40, 10, 10)
+    boxes = torch.tensor([[2.0, 2.0, 7.0, 7.0]]).expand(40, 4)
+    out = am.correctness(maps, boxes, groups=torch.arange(40) // 2)
+    for name in ("pointing", "mass_in_box", "pointing_minus_centre", "mass_in_box_minus_uniform"):
+        low, high = out["ci95"][name]
+        assert low <= out[name] <= high
+    assert out["pointing_minus_centre"] == pytest.approx(out["pointing"] - out["pointing_centre"], abs=1e-6)
+    assert "ci95" not in am.correctness(maps, boxes)  # no items, no intervals
+
+
 def test_deletion_curve_equals_a_slow_reference():
     torch.manual_seed(0)
     images = torch.rand(3, 1, 4, 4)
@@ -255,6 +290,8 @@ def test_randomised_weights_collapse_faithfulness_to_chance():
                          examples)["faithfulness"]
     assert trained["deletion_gap"] > 0.1
     assert abs(random["deletion_gap"]) < 0.02 and abs(random["insertion_gap"]) < 0.02
+    low, high = trained["ci95"]["deletion_gap"]  # over the 48 canvases
+    assert 0 < low <= trained["deletion_gap"] <= high
 
 
 # ----------------------------------------------------------------------------- zoo attend
