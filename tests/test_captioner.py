@@ -526,24 +526,34 @@ def test_reinforce_term_vanishes_on_expected_minibatches_and_word_costs_discount
 
 
 # ----------------------------------------------------------------------------- hard attention's estimators (issue 33)
-@pytest.mark.parametrize("gate", [True, False])
-def test_exact_marginal_equals_an_explicit_sum_over_cells(gate):
+@pytest.mark.parametrize("kw", [dict(gate=True), dict(gate=False), dict(feed_context=False),
+                                dict(attention_query="current"), dict(attention_query="current", gate=False)])
+def test_exact_marginal_equals_an_explicit_sum_over_cells(kw):
     """log p(y_t) = log sum_i alpha_ti p(y_t | a_i): one deep output per cell, with the LSTM fed the
-    expected context. The fused pass, the step-by-step decoder and a slow loop over cells agree."""
-    model = tiny("hard", hard_estimator="marginal", hard_test_mode="marginal", gate=gate, annotation_coords=True).eval()
+    expected context (or none). The fused pass, the step-by-step decoder and a slow loop over cells
+    agree; with `attention_query: current` the word's alpha_t reads h_t, and the LSTM's input is the
+    previous word's expected context."""
+    model = tiny("hard", hard_estimator="marginal", hard_test_mode="marginal", annotation_coords=True, **kw).eval()
     batch = batch_of(B=3, T=6, seed=6)
     fast = model(batch["images"], batch["captions"])  # eval: the scoring mode, the marginal
     slow = step_by_step(model, batch["images"], batch["captions"], "marginal")
     torch.testing.assert_close(fast["logits"], slow["logits"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast["alpha"], slow["alpha"], rtol=1e-5, atol=1e-5)
     expected = step_by_step(model, batch["images"], batch["captions"], "expected")  # the same recurrence
-    torch.testing.assert_close(fast["alpha"], expected["alpha"], rtol=1e-5, atol=1e-5)
+    current = kw.get("attention_query") == "current"
+    if not current:
+        torch.testing.assert_close(fast["alpha"], expected["alpha"], rtol=1e-5, atol=1e-5)
+    else:  # step t + 1's feed reads the state that step t's word was emitted from
+        torch.testing.assert_close(fast["alpha"][:, :-1], expected["alpha"][:, 1:], rtol=1e-5, atol=1e-5)
     annotations, _ = model.encode(batch["images"])
     captions = batch["captions"]
     h, c = model.init_state(annotations)
     projected = model.attend.score.project_keys(annotations)
     for t in range(captions.shape[1] - 1):
         emb = model.embed(captions[:, t])
-        out = model.step(captions[:, t], h, c, projected, annotations, "expected")
+        out = model.step(captions[:, t], h, c, projected, annotations, "marginal")
+        reads = out["h"] if current else h
+        torch.testing.assert_close(out["alpha"], model.attend(projected, annotations, reads, mode="expected").alpha)
         beta = out["beta"].unsqueeze(-1)
         for b in range(captions.shape[0]):
             mixture = sum(out["alpha"][b, i] * torch.softmax(
@@ -551,6 +561,17 @@ def test_exact_marginal_equals_an_explicit_sum_over_cells(gate):
                 for i in range(annotations.shape[1]))
             torch.testing.assert_close(fast["logits"][b, t].exp(), mixture, rtol=1e-5, atol=1e-6)
         h, c = out["h"], out["c"]
+
+
+def test_without_the_context_fed_the_state_knows_the_image_only_through_h0():
+    """feed_context: false, init_layers: 0: the LSTM's states are those of a language model (the
+    same for every image); the image reaches each word only through that step's attention."""
+    model = tiny("hard", hard_estimator="marginal", hard_test_mode="marginal", feed_context=False, init_layers=0).eval()
+    batch = batch_of(B=2, T=6, seed=7)
+    captions = batch["captions"][:1].expand(2, -1)
+    out = model(batch["images"], captions)
+    torch.testing.assert_close(out["h_prev"][0], out["h_prev"][1])
+    assert not torch.allclose(out["logits"][0], out["logits"][1])  # the attended cells differ
 
 
 def test_exact_marginal_trains_the_attention_by_backprop_and_decodes_with_the_marginal():
@@ -646,6 +667,7 @@ def test_multi_sample_estimators_draw_k_paths_per_caption_and_train_the_attentio
     (dict(hard_estimator="marginal", deep_output=False), "needs deep_output: true"),
     (dict(hard_estimator="marginal", hard_samples=2), "the exact marginal draws no samples"),
     (dict(hard_estimator="bogus"), "hard_estimator must be one of"),
+    (dict(attention_query="current"), "attention_query: current is the exact marginal's"),
 ])
 def test_absurd_estimator_settings_are_refused_in_one_line(kw, message):
     with pytest.raises(UserError, match=message) as info:

@@ -70,6 +70,7 @@ from zoo.models.captioner_network import ShowAttendTellNetwork
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "strides": [2, 2, 2]}
 CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax", "marginal"),
            "hard_estimator": ("reinforce", "vimco", "marginal", "straight_through"),
+           "attention_query": ("previous", "current"),
            "deep_output_activation": ("tanh", "none"), "reinforce_cost": ("caption", "word"),
            "baseline": ("moving_average", "learned", "leave_one_out"), "supervised_attention_target": ("box", "mass")}
 
@@ -104,6 +105,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                  baseline_decay: float = 0.9, reinforce_cost: str = "caption", reinforce_discount: float = 0.0,
                  baseline: str = "moving_average", hard_test_mode: str = "expected",
                  hard_estimator: str = "reinforce", hard_samples: int = 1, gumbel_temperature: float = 1.0,
+                 feed_context: bool = True, attention_query: str = "previous",
                  supervised_attention: float = 0.0, supervised_attention_target: str = "box",
                  active_rows: bool = True, optimizer: str = "adam", lr: float = 1e-3, backbone_lr: float | None = None,
                  weight_decay: float = 0.0, lr_schedule: str = "none",
@@ -161,6 +163,10 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"captioner: {what} needs hard_samples >= 2 (paths per caption), got {hp.hard_samples}")
         if hp.hard_estimator == "marginal" and hp.hard_samples != 1:
             raise UserError("captioner: the exact marginal draws no samples; hard_samples must be 1")
+        if hp.attention_query == "current" and not (hp.attention == "hard" and hp.hard_estimator == "marginal"
+                                                     and hp.hard_test_mode == "marginal"):
+            raise UserError("captioner: attention_query: current is the exact marginal's (hard_estimator: marginal, "
+                            "hard_test_mode: marginal)")
         if hp.attention == "hard" and "marginal" in (hp.hard_estimator, hp.hard_test_mode) and not hp.deep_output:
             raise UserError("captioner: the exact marginal sums the cell out at the deep output; it needs "
                             "deep_output: true")

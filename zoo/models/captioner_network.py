@@ -20,7 +20,16 @@ marginal (`marginal`, Deng et al. 2018) cannot sum over the cell where z_t feeds
 cell would start its own recurrence, L^T paths. So, as harvardnlp/var-attn does, the LSTM gets the
 EXPECTED context sum_i alpha_ti a_i, and the cell z_t ~ Cat(alpha_t) reaches only the deep output:
     p(y_t) = sum_i alpha_ti p(y_t | a_i),  p(y_t | a_i) ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z beta_t a_i))
-L = 64 outputs per word on an 8x8 grid (`marginal_output`).
+L = 64 outputs per word on an 8x8 grid (`marginal_output`). Where the word's attention is read:
+- `attention_query: previous` (Xu et al.'s order): alpha_t = f_att(a, h_{t-1}), and its expected
+  context also enters h_t, so the output can read the attended item through h_t as well;
+- `attention_query: current` (Deng et al.'s var-attn order, Luong et al. 2015's input feeding):
+  the output's alpha_t = f_att(a, h_t), read AFTER the LSTM took in E y_{t-1} and the previous
+  step's expected context (which is sum_i f_att(a, h_{t-1})_i a_i: the recurrence is the same one);
+  z_t then reaches y_t and nothing else, and the attention knows the word just said ("red") when it
+  picks the cell of the next ("shirt").
+`feed_context: false` (an ablation, not the paper) feeds the LSTM no context at all: the image reaches
+word t only through h_0 and the cell attended at step t.
 
 The encoder: the paper attends over a pretrained, frozen CNN (VGG conv5_4): `backbone:
 {kind: stem, pretrained: backbone_fmnist_stem, trainable: false}` does the same with the zoo's
@@ -151,11 +160,22 @@ class ShowAttendTellNetwork(nn.Module):
             context = beta * context
         else:
             beta = torch.ones(h.shape[0], 1, device=h.device, dtype=h.dtype)
-        h, c = self.lstm(torch.cat([emb, context], dim=-1), (h, c))  # eq. (1)-(3)
+        fed = context if self.hparams.feed_context else torch.zeros_like(context)
+        h, c = self.lstm(torch.cat([emb, fed], dim=-1), (h, c))  # eq. (1)-(3)
+        if marginal and self.hparams.attention_query == "current":  # the word's attention reads h_t
+            att = self.attend(projected, annotations, h, mode="expected")
+            alpha, beta = att.alpha, self._gate(h)
+            out["log_alpha"], out["location"] = att.log_alpha, att.location
         logits = (self.marginal_output(emb, h, beta, self.L_z(annotations), out["log_alpha"]) if marginal
                   else self.output(emb, h, context))
         out.update(logits=logits, h=h, c=c, alpha=alpha, beta=beta.squeeze(-1))
         return out
+
+    def _gate(self, h: torch.Tensor) -> torch.Tensor:
+        """beta = sigmoid(f_beta(h)) [N, 1] (sec. 4.2.1), or ones without the gate."""
+        if self.f_beta is None:
+            return h.new_ones(h.shape[0], 1)
+        return torch.sigmoid(self.f_beta(h))
 
     def output(self, emb: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """The deep output, eq. (7): (E y_{t-1}, h_t, z_t) [..., m / n / D] -> logits [..., V]."""
@@ -268,7 +288,9 @@ class ShowAttendTellNetwork(nn.Module):
             else:
                 beta = None
                 z = context
-            gates = word_gates[t] + h_gates + F.linear(z, w_z)  # eq. (1)-(3): i, f, g, o
+            gates = word_gates[t] + h_gates  # eq. (1)-(3): i, f, g, o
+            if self.hparams.feed_context:
+                gates = gates + F.linear(z, w_z)
             i, f, g, o = gates.chunk(4, dim=-1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
@@ -284,9 +306,18 @@ class ShowAttendTellNetwork(nn.Module):
         # the deep output (eq. 7) does not feed back: all steps at once, on the decoding pairs only
         if marginal:
             rows_of = torch.cat([torch.arange(rows, device=captions.device) for rows in active])  # packed pair -> row
-            gates = torch.cat(zs) if self.f_beta is not None else emb.new_ones(emb.shape[0], 1)
-            logits = self.marginal_output(emb, torch.cat(h_new), gates, self.L_z(annotations)[rows_of],
-                                          torch.cat(log_alphas))
+            h_all = torch.cat(h_new)
+            if self.hparams.attention_query == "current":  # each word's attention reads h_t: all steps at once
+                log_alpha = torch.log_softmax(score(projected[rows_of], h_all), dim=-1)  # [N, L]
+                gates = self._gate(h_all)
+                log_alphas, alphas = log_alpha.split(active), log_alpha.exp().split(active)
+                locations = log_alpha.detach().argmax(-1).split(active)
+                if self.f_beta is not None:
+                    betas = gates.squeeze(-1).split(active)
+            else:
+                log_alpha = torch.cat(log_alphas)
+                gates = torch.cat(zs) if self.f_beta is not None else emb.new_ones(emb.shape[0], 1)
+            logits = self.marginal_output(emb, h_all, gates, self.L_z(annotations)[rows_of], log_alpha)
         else:
             logits = self.output(emb, torch.cat(h_new), torch.cat(zs))
         out = {"logits": unpack(logits), "alpha": unpack(alphas), "h_prev": unpack(h_prev)}
