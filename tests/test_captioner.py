@@ -473,7 +473,9 @@ def step_by_step(model, images, captions, mode):
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(attention="hard"), dict(gate=False, annotation_coords=True),
-                                dict(score="dot", deep_output=False), dict(score="general", init_layers=0)])
+                                dict(score="dot", deep_output=False), dict(score="general", init_layers=0),
+                                dict(attention="hard", attention_query="current", feed_context=False),
+                                dict(attention_query="current", feed_context=False, gate=False)])
 def test_teacher_forced_pass_equals_the_step_by_step_reference(kw):
     model = tiny(**kw).eval()
     batch = batch_of(B=5, T=7, seed=2)
@@ -539,12 +541,9 @@ def test_exact_marginal_equals_an_explicit_sum_over_cells(kw):
     slow = step_by_step(model, batch["images"], batch["captions"], "marginal")
     torch.testing.assert_close(fast["logits"], slow["logits"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fast["alpha"], slow["alpha"], rtol=1e-5, atol=1e-5)
-    expected = step_by_step(model, batch["images"], batch["captions"], "expected")  # the same recurrence
+    expected = step_by_step(model, batch["images"], batch["captions"], "expected")  # the same recurrence and maps
+    torch.testing.assert_close(fast["alpha"], expected["alpha"], rtol=1e-5, atol=1e-5)
     current = kw.get("attention_query") == "current"
-    if not current:
-        torch.testing.assert_close(fast["alpha"], expected["alpha"], rtol=1e-5, atol=1e-5)
-    else:  # step t + 1's feed reads the state that step t's word was emitted from
-        torch.testing.assert_close(fast["alpha"][:, :-1], expected["alpha"][:, 1:], rtol=1e-5, atol=1e-5)
     annotations, _ = model.encode(batch["images"])
     captions = batch["captions"]
     h, c = model.init_state(annotations)
@@ -572,6 +571,30 @@ def test_without_the_context_fed_the_state_knows_the_image_only_through_h0():
     out = model(batch["images"], captions)
     torch.testing.assert_close(out["h_prev"][0], out["h_prev"][1])
     assert not torch.allclose(out["logits"][0], out["logits"][1])  # the attended cells differ
+
+
+@pytest.mark.parametrize("estimator", ["reinforce", "straight_through"])
+def test_with_nothing_fed_back_a_word_s_sample_reaches_that_word_alone(estimator):
+    """attention_query: current, feed_context: false: step t's cell s_t ~ Cat(alpha_t(h_t)) is drawn
+    after the recurrence and enters only the deep output of word t: logits = output(E y_{t-1}, h_t,
+    beta_t a_{s_t}), with the states of the context-free LSTM."""
+    model = tiny("hard", attention_query="current", feed_context=False, hard_estimator=estimator).eval()
+    batch = batch_of(B=3, T=6, seed=8)
+    captions = batch["captions"]
+    annotations = model.encode(batch["images"])[0]
+    gumbel = -torch.empty(3, 5, annotations.shape[1]).exponential_(generator=torch.Generator().manual_seed(1)).log()
+    fast = model.teacher_forced(annotations, captions, gumbel, torch.tensor(False))
+    projected = model.attend.score.project_keys(annotations)
+    h, c = model.init_state(annotations)
+    for t in range(5):
+        out = model.step(captions[:, t], h, c, projected, annotations, "expected")
+        h, c = out["h"], out["c"]
+        log_alpha = model.attend(projected, annotations, h, mode="expected").log_alpha
+        cell = (log_alpha + gumbel[:, t]).argmax(-1)
+        assert torch.equal(fast["location"][:, t], cell)
+        z = torch.sigmoid(model.f_beta(h)) * annotations[torch.arange(3), cell]
+        torch.testing.assert_close(fast["logits"][:, t], model.output(model.embed(captions[:, t]), h, z),
+                                   rtol=1e-5, atol=1e-5)
 
 
 def test_exact_marginal_trains_the_attention_by_backprop_and_decodes_with_the_marginal():
@@ -667,7 +690,7 @@ def test_multi_sample_estimators_draw_k_paths_per_caption_and_train_the_attentio
     (dict(hard_estimator="marginal", deep_output=False), "needs deep_output: true"),
     (dict(hard_estimator="marginal", hard_samples=2), "the exact marginal draws no samples"),
     (dict(hard_estimator="bogus"), "hard_estimator must be one of"),
-    (dict(attention_query="current"), "attention_query: current is the exact marginal's"),
+    (dict(attention_query="current"), "attention_query: current feeds the LSTM a context only for the exact marginal"),
 ])
 def test_absurd_estimator_settings_are_refused_in_one_line(kw, message):
     with pytest.raises(UserError, match=message) as info:

@@ -163,10 +163,10 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"captioner: {what} needs hard_samples >= 2 (paths per caption), got {hp.hard_samples}")
         if hp.hard_estimator == "marginal" and hp.hard_samples != 1:
             raise UserError("captioner: the exact marginal draws no samples; hard_samples must be 1")
-        if hp.attention_query == "current" and not (hp.attention == "hard" and hp.hard_estimator == "marginal"
-                                                     and hp.hard_test_mode == "marginal"):
-            raise UserError("captioner: attention_query: current is the exact marginal's (hard_estimator: marginal, "
-                            "hard_test_mode: marginal)")
+        marginal = hp.attention == "hard" and hp.hard_estimator == "marginal"
+        if hp.attention_query == "current" and hp.feed_context and not marginal:
+            raise UserError("captioner: attention_query: current feeds the LSTM a context only for the exact marginal "
+                            "(its expected context); with another estimator set feed_context: false")
         if hp.attention == "hard" and "marginal" in (hp.hard_estimator, hp.hard_test_mode) and not hp.deep_output:
             raise UserError("captioner: the exact marginal sums the cell out at the deep output; it needs "
                             "deep_output: true")

@@ -29,7 +29,8 @@ L = 64 outputs per word on an 8x8 grid (`marginal_output`). Where the word's att
   z_t then reaches y_t and nothing else, and the attention knows the word just said ("red") when it
   picks the cell of the next ("shirt").
 `feed_context: false` (an ablation, not the paper) feeds the LSTM no context at all: the image reaches
-word t only through h_0 and the cell attended at step t.
+word t only through h_0 and the cell attended at step t. With `attention_query: current` that makes
+z_t reach y_t alone for every estimator, so the sampling estimators draw their cells after the loop.
 
 The encoder: the paper attends over a pretrained, frozen CNN (VGG conv5_4): `backbone:
 {kind: stem, pretrained: backbone_fmnist_stem, trainable: false}` does the same with the zoo's
@@ -162,10 +163,15 @@ class ShowAttendTellNetwork(nn.Module):
             beta = torch.ones(h.shape[0], 1, device=h.device, dtype=h.dtype)
         fed = context if self.hparams.feed_context else torch.zeros_like(context)
         h, c = self.lstm(torch.cat([emb, fed], dim=-1), (h, c))  # eq. (1)-(3)
-        if marginal and self.hparams.attention_query == "current":  # the word's attention reads h_t
-            att = self.attend(projected, annotations, h, mode="expected")
-            alpha, beta = att.alpha, self._gate(h)
-            out["log_alpha"], out["location"] = att.log_alpha, att.location
+        if self.hparams.attention_query == "current":  # the word's attention reads h_t
+            if self.hparams.attention == "soft":
+                context, alpha = self.attend(projected, annotations, h)
+            else:
+                att = self.attend(projected, annotations, h, mode="expected" if marginal else mode)
+                context, alpha = att.context, att.alpha
+                out["log_alpha"], out["location"] = att.log_alpha, att.location
+            beta = self._gate(h)
+            context = beta * context
         logits = (self.marginal_output(emb, h, beta, self.L_z(annotations), out["log_alpha"]) if marginal
                   else self.output(emb, h, context))
         out.update(logits=logits, h=h, c=c, alpha=alpha, beta=beta.squeeze(-1))
@@ -304,22 +310,32 @@ class ShowAttendTellNetwork(nn.Module):
                                 for x in steps], dim=1)
 
         # the deep output (eq. 7) does not feed back: all steps at once, on the decoding pairs only
-        if marginal:
-            rows_of = torch.cat([torch.arange(rows, device=captions.device) for rows in active])  # packed pair -> row
-            h_all = torch.cat(h_new)
-            if self.hparams.attention_query == "current":  # each word's attention reads h_t: all steps at once
-                log_alpha = torch.log_softmax(score(projected[rows_of], h_all), dim=-1)  # [N, L]
-                gates = self._gate(h_all)
-                log_alphas, alphas = log_alpha.split(active), log_alpha.exp().split(active)
-                locations = log_alpha.detach().argmax(-1).split(active)
-                if self.f_beta is not None:
-                    betas = gates.squeeze(-1).split(active)
-            else:
-                log_alpha = torch.cat(log_alphas)
-                gates = torch.cat(zs) if self.f_beta is not None else emb.new_ones(emb.shape[0], 1)
-            logits = self.marginal_output(emb, h_all, gates, self.L_z(annotations)[rows_of], log_alpha)
+        rows_of = torch.cat([torch.arange(rows, device=captions.device) for rows in active])  # packed pair -> row
+        h_all = torch.cat(h_new)
+        if self.hparams.attention_query == "current":  # each word's attention reads h_t: all steps at once
+            log_alpha = torch.log_softmax(score(projected[rows_of], h_all), dim=-1)  # [N, L]
+            alpha, gates = log_alpha.exp(), self._gate(h_all)
+            location = log_alpha.detach().argmax(-1)
+            if marginal:
+                logits = self.marginal_output(emb, h_all, gates, self.L_z(annotations)[rows_of], log_alpha)
+            else:  # nothing is fed back (checked at construction), so the sample can be drawn after the loop
+                values_rows = annotations[rows_of]  # [N, L, D]
+                context = expected_context(alpha, values_rows)
+                if hard and gumbel_steps is not None:
+                    noise = torch.cat([g[:rows] for g, rows in zip(gumbel_steps, active)])  # [N, L]
+                    location = (log_alpha.detach() + noise).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
+                    sampled = (expected_context(straight_through_weights(log_alpha, noise, self.hparams.gumbel_temperature),
+                                                values_rows) if straight_through else gather_context(values_rows, location))
+                    context = torch.where(use_expected, context, sampled)  # eq. (9)
+                logits = self.output(emb, h_all, gates * context)
+            log_alphas, alphas, locations = log_alpha.split(active), alpha.split(active), location.split(active)
+            if self.f_beta is not None:
+                betas = gates.squeeze(-1).split(active)
+        elif marginal:
+            gates = torch.cat(zs) if self.f_beta is not None else emb.new_ones(emb.shape[0], 1)
+            logits = self.marginal_output(emb, h_all, gates, self.L_z(annotations)[rows_of], torch.cat(log_alphas))
         else:
-            logits = self.output(emb, torch.cat(h_new), torch.cat(zs))
+            logits = self.output(emb, h_all, torch.cat(zs))
         out = {"logits": unpack(logits), "alpha": unpack(alphas), "h_prev": unpack(h_prev)}
         out["beta"] = unpack(betas) if betas else out["alpha"].new_ones(B, T1)
         if keep_log:
