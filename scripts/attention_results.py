@@ -80,17 +80,20 @@ def _load(name: str, model_args: dict | None = None):
 
 
 def run(name: str, n: int, split: str, seed: int, out_dir: Path, data_args: dict | None = None,
-        model_args: dict | None = None, tag: str | None = None, results_run: Path | None = None) -> Path:
+        model_args: dict | None = None, tag: str | None = None, results_run: Path | None = None,
+        device: str = "cpu") -> Path:
     """`data_args` / `model_args` make a probe: the release on other data than its own (e.g. the
     centred ViT on cluttered canvases, with `dynamic_img_size`); `tag` names its JSON.
-    `results_run`: a results run's seed record; `name` is then its checkpoint."""
+    `results_run`: a results run's seed record; `name` is then its checkpoint. `device`: where the
+    model and the examples go (the numbers are the same up to rounding)."""
     started = time.perf_counter()
-    model = _load(name, model_args)
+    model = _load(name, model_args).to(device)
     data = registry.build_datamodule(model, **(data_args or {}))
-    examples = data.boxed_examples(split, n)
+    examples = {key: value.to(device) if isinstance(value, torch.Tensor) else value
+                for key, value in data.boxed_examples(split, n).items()}
     torch.manual_seed(seed)
     trained = evaluate(model, examples, seed=seed)
-    randomised = evaluate(randomise(_load(name, model_args), seed), examples, seed=seed)
+    randomised = evaluate(randomise(_load(name, model_args), seed).to(device), examples, seed=seed)
     release = Path(name).suffix not in (".ckpt", ".safetensors")
     metadata = registry.get_entry(name).metadata if release else {}
     name = name if release else Path(name).stem
@@ -190,6 +193,7 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=500, help="test examples per release")
     parser.add_argument("--split", choices=["val", "test"], default="test")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="where to run the models (cpu, cuda)")
     parser.add_argument("--out", default=str(ROOT / "results"))
     parser.add_argument("--figures", metavar="DIR", help="instead: draw each release's attention on one test example")
     parser.add_argument("--index", type=int, default=0, help="with --figures: which test example")
@@ -225,14 +229,16 @@ def main(argv=None) -> int:
                 checkpoint = ROOT / record["checkpoint"]
                 if not checkpoint.is_file():
                     raise UserError(f"--run {seed_json}: its checkpoint {record['checkpoint']} is not here")
-                path = run(str(checkpoint), args.n, args.split, args.seed, Path(args.out), results_run=seed_json)
+                path = run(str(checkpoint), args.n, args.split, args.seed, Path(args.out), results_run=seed_json,
+                           device=args.device)
                 print(f"{seed_json}: {path}", flush=True)
                 summaries.add(record["name"])
             for name in sorted(summaries):
                 print(f"{name}: {summarise_seeds(name, Path(args.out))}", flush=True)
             return 0
         for name in [*(args.names or ([] if args.checkpoint else attending_releases())), *args.checkpoint]:
-            path = run(name, args.n, args.split, args.seed, Path(args.out), data_args, model_args, args.tag)
+            path = run(name, args.n, args.split, args.seed, Path(args.out), data_args, model_args, args.tag,
+                       device=args.device)
             print(f"{name}: {path}", flush=True)
     except UserError as exc:
         print(f"attention_results.py: error: {exc}", file=sys.stderr)
