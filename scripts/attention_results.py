@@ -148,18 +148,22 @@ def _interval(record: dict, path: str):
 
 
 def summarise_seeds(name: str, out_dir: Path) -> Path:
-    """results/attention_<name>.json from every attention_<name>_seed<N>.json of the same recipe and
-    training arguments: per headline number its mean, std over the seeds, per-seed values and
-    per-seed bootstrap intervals."""
+    """results/attention_<name>.json from every attention_<name>_seed<N>.json of the recipe and
+    training arguments of the results run <name> (results/<name>.json; else of the highest seed): per
+    headline number its mean, std over the seeds, per-seed values and per-seed bootstrap intervals."""
     records = {}
     for path in sorted(out_dir.glob(f"attention_{name}_seed*.json")):
         record = json.loads(path.read_text())
         seed_text = path.stem.rpartition("_seed")[2]
         if seed_text.isdigit():
             records[int(seed_text)] = record
-    latest = records[max(records)]
+    # the recipe and arguments of the results run's own summary (results/<name>.json), else the last seed's
+    run_summary = out_dir / f"{name}.json"
+    latest = json.loads(run_summary.read_text()) if run_summary.is_file() else records[max(records)]
     records = {s: r for s, r in sorted(records.items())
-               if r.get("recipe") == latest.get("recipe") and r.get("train_args") == latest.get("train_args")}
+               if r.get("recipe") == latest.get("recipe") and (r.get("train_args") or []) == (latest.get("train_args") or [])}
+    if not records:
+        raise UserError(f"no attention_{name}_seed<N>.json of {latest.get('recipe')} with its training arguments")
 
     def at(record: dict, path: str):
         node = record
@@ -174,10 +178,11 @@ def summarise_seeds(name: str, out_dir: Path) -> Path:
             continue
         metrics[key] = {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                         "per_seed": values, "per_seed_ci95": [_interval(r, path) for r in records.values()]}
+    first = next(iter(records.values()))
     return write_json(out_dir / f"attention_{name}.json", {
         "name": name, "recipe": latest.get("recipe"), "train_args": latest.get("train_args"), "seeds": list(records),
         "runs": [f"results/attention_{name}_seed{s}.json" for s in records], "metrics": metrics,
-        "examples": latest.get("examples"), "split": latest.get("split")})
+        "examples": first.get("examples"), "split": first.get("split")})
 
 
 def main(argv=None) -> int:

@@ -294,6 +294,36 @@ def test_randomised_weights_collapse_faithfulness_to_chance():
     assert 0 < low <= trained["deletion_gap"] <= high
 
 
+def test_a_results_run_s_seeds_are_summarised_with_their_spread_and_intervals(tmp_path):
+    """attention_results --summarise: each headline number's mean, std over seeds, per-seed values
+    and per-seed intervals, from the seeds of the same recipe and training arguments only."""
+    import statistics
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from attention_results import summarise_seeds
+
+    def seed_json(seed, pointing, recipe="configs/sat/x.yaml"):
+        record = {"recipe": recipe, "train_args": [], "examples": 500, "split": "test", "trained": {
+            "correctness": {"pointing": pointing, "ci95": {"pointing": [pointing - 0.03, pointing + 0.03]}},
+            "faithfulness": {"deletion_gap": 0.1 * seed, "ci95": {"deletion_gap": [0.0, 0.2]}},
+            "hallucination": {"chair_i": float("nan")}}}
+        (tmp_path / f"attention_x_seed{seed}.json").write_text(json.dumps(record))
+
+    for seed, pointing in enumerate([0.7, 0.74, 0.72]):
+        seed_json(seed, pointing)
+    seed_json(3, 0.1, recipe="configs/sat/other.yaml")  # an older recipe under the same name: left out
+    (tmp_path / "x.json").write_text(json.dumps({"recipe": "configs/sat/x.yaml", "train_args": []}))  # the results run
+    summary = json.loads(summarise_seeds("x", tmp_path).read_text())
+    assert summary["seeds"] == [0, 1, 2]
+    pointing = summary["metrics"]["pointing"]
+    assert pointing["per_seed"] == [0.7, 0.74, 0.72] and pointing["mean"] == pytest.approx(0.72)
+    assert pointing["std"] == pytest.approx(statistics.stdev([0.7, 0.74, 0.72]))
+    assert pointing["per_seed_ci95"][1] == pytest.approx([0.71, 0.77])
+    assert summary["metrics"]["deletion_gap"]["per_seed"] == pytest.approx([0.0, 0.1, 0.2])
+    assert "chair_i" not in summary["metrics"]  # not a number on every seed: no summary
+
+
 # ----------------------------------------------------------------------------- zoo attend
 @pytest.fixture(scope="module")
 def canvases(tmp_path_factory):
