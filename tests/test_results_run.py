@@ -120,3 +120,18 @@ def test_a_summary_of_seeds_from_different_machines_says_so_and_keeps_their_trai
     assert script.main(["configs/fam/recipe.yaml", "--summarise"]) == 0
     summary = json.loads((tmp_path / "results/fam_recipe.json").read_text())
     assert summary["device"] == {"device": "cpu (2 cores)"} and "training" not in summary
+
+
+def test_a_per_seed_verdict_says_for_each_seed_what_its_interval_allows():
+    """A multi-seed attention summary's margin over a control: each seed's value, its bootstrap
+    interval and the verdict that interval allows; no interval, no verdict."""
+    spec = importlib.util.spec_from_file_location("results_tables_script", REPO / "scripts" / "results_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    record = {"name": "attention_x", "metrics": {"pointing_minus_centre": {
+        "per_seed": [0.289, 0.047, -0.021], "per_seed_ci95": [[0.25, 0.33], [-0.01, 0.10], [-0.05, -0.002]]}}}
+    assert tables.verdict_cell(record, "pointing_minus_centre", 100, 1, per_seed=True) == (
+        "+28.9 [+25.0, +33.0] above / +4.7 [-1.0, +10.0] unresolved / -2.1 [-5.0, -0.2] below")
+    record["metrics"]["pointing_minus_centre"]["per_seed_ci95"][1] = None
+    with pytest.raises(SystemExit, match="no verdict without one"):
+        tables.verdict_cell(record, "pointing_minus_centre", 100, 1, per_seed=True)
