@@ -7,7 +7,8 @@ chosen on the recipe's validation metric), then `eval.py` on val and on test wit
 and writes
 results/<family>_<recipe>_seed<N>.json. The summary results/<family>_<recipe>.json holds every
 metric's mean, std and per-seed values over all seeds run so far with the same recipe and
-arguments, the recipe, the extra arguments, the commit, the device
+arguments (a seed whose training commit had another version of the recipe is left out, one line
+says why), the recipe, the extra arguments, each seed's commit, the device
 and the wall time. Arguments after `--` go to train.py (say so when you quote the numbers).
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tools.release import recipe_drift  # noqa: E402
 from zoo.runs import holder  # noqa: E402
 from zoo.hub import sha256_file  # noqa: E402
 from zoo.results import git_commit, write_json  # noqa: E402
@@ -91,18 +93,27 @@ def main(argv=None) -> int:
         write_json(ROOT / "results" / f"{name}_seed{seed}.json", record)
         per_seed.append(record)
     # The summary covers every seed run so far with this recipe and these arguments, so seeds
-    # can be added in later invocations.
+    # can be added in later invocations: an earlier seed counts only if the recipe file as it was
+    # at that seed's training commit trains what the file says now (tools.release.recipe_drift:
+    # a key since left out at its class default is the same recipe; any other edit is not).
     runs = {r["seed"]: r for r in per_seed}
     for path in sorted((ROOT / "results").glob(f"{name}_seed*.json")):
         record = json.loads(path.read_text())
-        if record.get("recipe") == str(config) and record.get("train_args") == extra:
-            runs.setdefault(record["seed"], record)
+        if record["seed"] in runs or record.get("recipe") != str(config) or record.get("train_args") != extra:
+            continue
+        drift = recipe_drift(str(config), record.get("git_commit"), extra)
+        if drift:
+            print(f"seed {record['seed']} left out of the summary: its recipe then is not the recipe now "
+                  f"({'; '.join(drift)})", flush=True)
+            continue
+        runs[record["seed"]] = record
     per_seed = [runs[s] for s in sorted(runs)]
     keys = sorted(set().union(*(r["metrics"] for r in per_seed)))
     times = [r["train_wall_time_s"] for r in per_seed if r.get("train_wall_time_s") is not None]
-    summary = {k: {"mean": statistics.fmean(r["metrics"][k] for r in per_seed if k in r["metrics"]),
-                   "std": statistics.stdev([r["metrics"][k] for r in per_seed if k in r["metrics"]])
-                   if len(per_seed) > 1 else 0.0,
+    def spread(values: list[float]) -> dict:  # a metric an older seed did not record is left out of its mean
+        return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+    summary = {k: {**spread([r["metrics"][k] for r in per_seed if k in r["metrics"]]),
                    "per_seed": [r["metrics"].get(k) for r in per_seed]} for k in keys}
     path = write_json(ROOT / "results" / f"{name}.json", {
         "name": name, "recipe": str(config), "train_args": extra, "seeds": sorted(runs),
@@ -110,7 +121,8 @@ def main(argv=None) -> int:
         "config": per_seed[-1]["config"], "parameters": per_seed[-1].get("parameters"),
         "train_wall_time_s": {"mean": statistics.fmean(times), "per_seed": times} if times else None,
         "wall_time_s": round(time.perf_counter() - started, 1),
-        "git_commit": per_seed[-1].get("git_commit", commit)})
+        "git_commit": per_seed[-1].get("git_commit", commit),
+        "seed_commits": {str(r["seed"]): r.get("git_commit") for r in per_seed}})
     print(f"wrote {path}")
     for k in keys:
         print(f"{k:32s} {summary[k]['mean']:.4f} ± {summary[k]['std']:.4f}")
