@@ -7,7 +7,8 @@ chosen on the recipe's validation metric), then `eval.py` on val and on test wit
 and writes
 results/<family>_<recipe>_seed<N>.json. The summary results/<family>_<recipe>.json holds every
 metric's mean, std and per-seed values over all seeds run so far with the same recipe and
-arguments, the recipe, the extra arguments, the commit, the device
+arguments (a seed whose training commit had another version of the recipe is left out, one line
+says why), the recipe, the extra arguments, each seed's commit, the device
 and the wall time. Arguments after `--` go to train.py (say so when you quote the numbers).
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tools.release import recipe_drift  # noqa: E402
 from zoo.runs import holder  # noqa: E402
 from zoo.hub import sha256_file  # noqa: E402
 from zoo.results import device_info, git_commit, write_json  # noqa: E402
@@ -43,16 +45,25 @@ def summarise(name: str, config: str, extra: list[str], per_seed: list[dict], st
     runs = {r["seed"]: r for r in per_seed}
     for path in sorted((ROOT / "results").glob(f"{name}_seed*.json")):
         record = json.loads(path.read_text())
-        if record.get("recipe") == config and record.get("train_args") == extra:
-            runs.setdefault(record["seed"], record)
+        if record["seed"] in runs or record.get("recipe") != config or record.get("train_args") != extra:
+            continue
+        # an earlier seed counts only if the recipe file at its training commit trains what the
+        # file says now (a key since left out at its class default is the same recipe)
+        drift = recipe_drift(config, record.get("git_commit"), extra)
+        if drift:
+            print(f"seed {record['seed']} left out of the summary: its recipe then is not the recipe now "
+                  f"({'; '.join(drift)})", flush=True)
+            continue
+        runs[record["seed"]] = record
     if not runs:
         raise SystemExit(f"no results/{name}_seed<N>.json of {config} with these arguments")
     per_seed = [runs[s] for s in sorted(runs)]
     keys = sorted(set().union(*(r["metrics"] for r in per_seed)))
     times = [r["train_wall_time_s"] for r in per_seed if r.get("train_wall_time_s") is not None]
-    summary = {k: {"mean": statistics.fmean(r["metrics"][k] for r in per_seed if k in r["metrics"]),
-                   "std": statistics.stdev([r["metrics"][k] for r in per_seed if k in r["metrics"]])
-                   if len(per_seed) > 1 else 0.0,
+    def spread(values: list[float]) -> dict:  # a metric an older seed did not record is left out of its mean
+        return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+    summary = {k: {**spread([r["metrics"][k] for r in per_seed if k in r["metrics"]]),
                    "per_seed": [r["metrics"].get(k) for r in per_seed]} for k in keys}
     here = device_info()  # a seed evaluated in this invocation has no JSON device yet
     devices = [r.get("device") or here for r in per_seed]
@@ -68,6 +79,7 @@ def summarise(name: str, config: str, extra: list[str], per_seed: list[dict], st
         "train_wall_time_s": {"mean": statistics.fmean(times), "per_seed": times} if times else None,
         "wall_time_s": None if started is None else round(time.perf_counter() - started, 1),
         "git_commit": per_seed[-1].get("git_commit", commit),
+        "seed_commits": {str(r["seed"]): r.get("git_commit", commit) for r in per_seed},
         "device": device, "per_seed_device": names, **({"training": notes} if notes else {})})
     print(f"wrote {path}")
     for k in keys:
