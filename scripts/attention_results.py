@@ -30,13 +30,11 @@ import zoo  # noqa: E402
 from zoo import registry  # noqa: E402
 from zoo.errors import UserError  # noqa: E402
 from zoo.metrics.attention import evaluate  # noqa: E402
-from zoo.models.base import ZooModule  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 
 def attending_releases() -> list[str]:
-    return [name for name in zoo.list_models(pretrained=True)
-            if type(zoo.create_model(name)).attention_record is not ZooModule.attention_record]
+    return [name for name in zoo.list_models(pretrained=True) if zoo.create_model(name).card.attention]
 
 
 def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:

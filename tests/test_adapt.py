@@ -41,13 +41,13 @@ def test_a_new_vocabulary_keeps_the_rows_of_known_words():
     model = zoo.create_model("sat_soft_scenes", pretrained=True, vocab=new)
     assert list(model.hparams.vocab) == new
     before, after = release.state_dict(), model.state_dict()
-    for key in model.vocab_keys:
+    for key in model.card.vocab_keys:
         for i, word in enumerate(new):
             if word in old:
                 assert torch.equal(after[key][i], before[key][old.index(word)]), (key, word)
             else:
                 assert all(not torch.equal(after[key][i], row) for row in before[key]), (key, word)
-    for key in set(after) - set(model.vocab_keys):
+    for key in set(after) - set(model.card.vocab_keys):
         assert torch.equal(after[key], before[key]), key
 
 

@@ -23,7 +23,7 @@ from conftest import REPO, cli_env, run_cli, tiny_fit_args
 from tools import release
 from zoo import hparams, hub, registry
 from zoo.callbacks import InitFrom
-from zoo.classes import ALLOWED_CLASSES, resolve_class
+from zoo.classes import registered, resolve_class
 from zoo.errors import UserError
 from zoo.hparams import RENAMED, RENAMED_VALUES, current_config, current_init_args
 from zoo.models.vit import ViTClassifier
@@ -40,8 +40,11 @@ TINY = dict(model_name="vit_tiny_patch16_224", patch_size=7, in_chans=1, num_cla
 OTHER_FACT = {(BASELINE, "channels"): "the CNN's conv widths, not the images' channels"}
 
 
+MODELS, DATA = registered("model"), registered("data")
+
+
 def _arguments(class_path: str) -> set[str]:
-    kind = "model" if class_path in ALLOWED_CLASSES["model"] else "data"
+    kind = "model" if class_path in MODELS else "data"
     return set(inspect.signature(resolve_class(class_path, kind).__init__).parameters) - {"self"}
 
 
@@ -92,7 +95,7 @@ def _same_model(loaded, model) -> None:
 # ----------------------------------------------------------------------------- the vocabulary
 def test_the_table_renames_allow_listed_classes_to_arguments_they_take():
     for class_path, renames in RENAMED.items():
-        assert class_path in ALLOWED_CLASSES["model"] | ALLOWED_CLASSES["data"], class_path
+        assert class_path in MODELS | DATA, class_path
         arguments = _arguments(class_path)
         for old, new in renames.items():
             assert old.isidentifier() and new.isidentifier() and "class_path" not in (old, new)
@@ -102,11 +105,11 @@ def test_the_table_renames_allow_listed_classes_to_arguments_they_take():
 
 def test_a_shared_fact_has_one_name_in_every_family():
     old_names = {old for renames in RENAMED.values() for old in renames}
-    for class_path in sorted(ALLOWED_CLASSES["model"] | ALLOWED_CLASSES["data"]):
+    for class_path in sorted(MODELS | DATA):
         arguments = _arguments(class_path)
         for old in sorted(old_names & arguments):
             assert (class_path, old) in OTHER_FACT, f"{class_path} still takes '{old}'"
-        if class_path in ALLOWED_CLASSES["model"]:
+        if class_path in MODELS:
             assert "image_size" in arguments, class_path
 
 

@@ -314,7 +314,7 @@ def test_cli_refuses_other_family(images_dir, tmp_path, capsys):
     hub.save_release(other, other.zoo_config(), path)
     code, _, err = run_cli([images_dir["good"], "--checkpoint", path, "--out", tmp_path / "o"], capsys)
     assert code == 2
-    assert len(err.strip().splitlines()) == 1 and "is a draw_classifier model, not a RAM model" in err
+    assert len(err.strip().splitlines()) == 1 and "is a draw_classifier model, not a model with glimpses" in err
 
 
 @pytest.mark.slow

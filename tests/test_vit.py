@@ -325,7 +325,7 @@ def test_cli_attention_refuses_unknown_names_other_families_and_odd_channels(tmp
     path = tmp_path / "mlp.safetensors"
     hub.save_release(other, other.zoo_config(), path)
     assert cli(["attention", "--checkpoint", str(path), images[0], "--out", str(tmp_path / "o")]) == 2
-    assert "not a ViT" in capsys.readouterr().err
+    assert "not a Vision Transformer" in capsys.readouterr().err
 
     four = tiny(in_chans=4)
     path4 = tmp_path / "four.safetensors"

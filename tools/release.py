@@ -32,8 +32,6 @@ from zoo import hub
 from zoo.hparams import current_config, current_init_args, current_spec
 from zoo.registry import REPO_ROOT, resolve_class
 
-# filled in by training (the captioner's vocabulary comes from its data), not by the recipe
-FILLED_BY_TRAINING = {"vocab"}
 GOLDEN_BATCH = 2
 
 
@@ -99,9 +97,11 @@ def recipe_mismatches(config: dict, recipe: dict) -> list[str]:
             problems.append(f"{section}.class_path: weights {embedded.get('class_path')}, recipe {spec.get('class_path')}")
             continue
         defaults = _defaults(spec["class_path"], kind)
+        # filled in by training, not by the recipe (a captioner's vocabulary comes from its data)
+        filled = getattr(getattr(resolve_class(spec["class_path"], kind), "card", None), "filled_by_data", {})
         ours, theirs = embedded.get("init_args") or {}, spec.get("init_args") or {}
         for key in sorted(set(ours) | set(theirs)):
-            if key.startswith("_") or key in FILLED_BY_TRAINING:
+            if key.startswith("_") or key in filled:
                 continue
             want, got = theirs.get(key, defaults.get(key)), ours.get(key, defaults.get(key))
             if key == "backbone" and isinstance(want, dict) and isinstance(got, dict):
@@ -279,7 +279,7 @@ def golden_output(model) -> dict[str, Any]:
     """What the release answers on `golden_input`: logits (classifiers), the greedy caption and its
     attention maps (captioners), or a seeded sample (DRAW generators); rounded to 1e-5."""
     model = model.eval()
-    kind = getattr(model, "output_kind", "logits")
+    kind = model.card.output
 
     def values(t: torch.Tensor) -> list:
         return [round(float(v), 5) for v in t.detach().float().flatten()]

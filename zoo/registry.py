@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from zoo import hub
-from zoo.classes import ALLOWED_CLASSES, allow_class, resolve_class  # noqa: F401 (the public names)
+from zoo.classes import ALLOWED_CLASSES, allow_class, is_allowed, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
 from zoo.limits import check_dimensions, check_tree
@@ -58,9 +58,9 @@ class Entry:
 
 
 def _family(class_path: str, folder: str) -> str:
-    """A recipe's family is its model class's (`family`: "captioner" for the recipes under
-    configs/sat/, "draw_classifier" for DRAW's classifier); the folder for a class off the list."""
-    if class_path not in ALLOWED_CLASSES["model"]:
+    """A recipe's family is its model class's card's name (which need not be its folder's); the
+    folder for a class off the list."""
+    if not is_allowed(class_path):
         return folder
     return getattr(resolve_class(class_path), "family", folder)
 
@@ -205,7 +205,7 @@ def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_h
     """`state` made to fit `model` where the user changed its task: with `new_head`, the family's
     head parameters (`model.head_keys`) whose shape differs keep the model's fresh ones; when the
     model's vocabulary differs from the one `config` was trained with, the rows of
-    `model.vocab_keys` for words both know are copied and new words keep fresh rows. Anything else
+    `model.card.vocab_keys` for words both know are copied and new words keep fresh rows. Anything else
     that does not fit is refused (`check_state_dict`)."""
     state, own = dict(state), model.state_dict()
     fresh = [k for k in own if new_head and k.startswith(tuple(model.head_keys)) and k in state
@@ -216,14 +216,14 @@ def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_h
         log.warning("%s: new classifier head %s starts fresh; every other weight is the release's",
                  source, ", ".join(f"{k} {tuple(own[k].shape)}" for k in fresh))
     old = ((config or {}).get("init_args") or {}).get("vocab")
-    new = model.hparams.get("vocab") if model.vocab_keys else None
-    if old and new and list(old) != list(new) and all(k in state for k in model.vocab_keys):
+    new = model.hparams.get("vocab") if model.card.vocab_keys else None
+    if old and new and list(old) != list(new) and all(k in state for k in model.card.vocab_keys):
         index = {word: i for i, word in enumerate(old)}
         pairs = [(i, index[w]) for i, w in enumerate(new) if w in index]
         import torch
 
         dst, src = (torch.tensor(p) for p in zip(*pairs))
-        for key in model.vocab_keys:
+        for key in model.card.vocab_keys:
             rows = own[key].clone()
             rows[dst] = state[key][src].to(rows.dtype)
             state[key] = rows

@@ -53,7 +53,7 @@ from zoo.hub import MAX_CONFIG_BYTES
 from zoo.io import check_writable
 from zoo.limits import check_tree, shorten
 from zoo.models.base import ZooModule
-from zoo.registry import ALLOWED_CLASSES, REPO_ROOT, resolve_class
+from zoo.registry import REPO_ROOT, is_allowed, resolve_class
 
 
 def _base_config() -> str:
@@ -394,13 +394,13 @@ class ZooCLI(LightningCLI):
         if not hasattr(data, "class_path") or not hasattr(model, "init_args"):
             return
         names_for = getattr(resolve_class(data.class_path, "data"), "class_names_for", None) \
-            if data.class_path in ALLOWED_CLASSES["data"] else None
+            if is_allowed(data.class_path, "data") else None
         names = names_for(**data.init_args) if names_for else None
         if names and "num_classes" in model.init_args:
             model.init_args["num_classes"] = len(names)
             if "class_names" in model.init_args:
                 model.init_args["class_names"] = list(names)
-        if data.class_path in ALLOWED_CLASSES["data"] and model.class_path in ALLOWED_CLASSES["model"]:
+        if is_allowed(data.class_path, "data") and is_allowed(model.class_path, "model"):
             data_class, model_class = resolve_class(data.class_path, "data"), resolve_class(model.class_path, "model")
             link_image_size(data_class, data.init_args, model_class, model.init_args)
             link_in_chans(data_class, data.init_args, model_class, model.init_args)

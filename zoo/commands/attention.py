@@ -39,7 +39,7 @@ def run(args) -> int:
     if not 0 <= args.residual < 1:
         raise UserError(f"--residual must be in [0, 1), not {args.residual}")
     out_dir = check_writable(args.out, "--out", directory=True)
-    model = resolve_model(args, "vit", "a ViT (zoo attention draws Vision Transformer attention maps)")
+    model = resolve_model(args, lambda card: card.attention == "rollout", "a Vision Transformer (zoo attention draws its attention maps)")
     in_chans = model.hparams.in_chans
     if in_chans not in (1, 3):
         raise UserError(f"the model expects {in_chans}-channel images; zoo attention reads 1- or 3-channel images")

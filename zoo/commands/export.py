@@ -10,8 +10,6 @@ from __future__ import annotations
 from zoo.commands.common import add_model_arguments, resolve_model
 from zoo.errors import UserError
 
-FAMILIES = ("baseline", "ram", "draw", "draw_classifier", "vit", "captioner")
-
 
 def add_arguments(parser) -> None:
     add_model_arguments(parser)
@@ -32,7 +30,7 @@ def run(args) -> int:
 
     out = check_writable(args.out, "--out", directory=True)
     check_target(out)  # before the model loads: a folder of someone else's files is refused at once
-    model = resolve_model(args, FAMILIES, "a zoo model")
+    model = resolve_model(args)
     paths = export(model, out, args.format, args.max_len)
     for path in paths:
         print(f"wrote {path}")

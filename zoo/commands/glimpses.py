@@ -30,7 +30,7 @@ def run(args) -> int:
     from zoo.viz.glimpses import draw_glimpses
 
     out_dir = check_writable(args.out, "--out", directory=True)
-    model = resolve_model(args, "ram", "a RAM model (zoo glimpses draws RAM glimpse trajectories)")
+    model = resolve_model(args, lambda card: card.attention == "glimpse", "a model with glimpses (zoo glimpses draws their trajectories)")
     notes: list[str] = []
     batch, good, errors = load_batch(args.images, for_model(model), notes)
     report_bad_files(errors, "glimpses", notes)

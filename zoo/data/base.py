@@ -7,6 +7,7 @@ import torch
 from lightning.pytorch.utilities.parsing import AttributeDict
 from torch.utils.data import DataLoader, RandomSampler
 
+from zoo.classes import allow_class
 from zoo.data.sampling import BucketBatchSampler
 from zoo.errors import UserError
 
@@ -28,6 +29,12 @@ class SplitDataModule(L.LightningDataModule):
     with `--split val` (it runs `trainer.test`, whose metrics code then serves both splits)."""
 
     test_split = "test"
+
+    def __init_subclass__(cls, **kwargs):
+        """A concrete data module registers itself: files (checkpoints, releases) may name it."""
+        super().__init_subclass__(**kwargs)
+        if not any(getattr(getattr(cls, name, None), "__isabstractmethod__", False) for name in dir(cls)):
+            allow_class(cls, "data")
     #: arguments that name places on disk: a checkpoint's or release's data config never sets
     #: them (paths come from the user; zoo.registry.build_datamodule)
     path_arguments: tuple[str, ...] = ()

@@ -9,12 +9,12 @@ the family: the family writes plain, pure step functions; this module compiles t
 - compile: `torch.compile(fullgraph=True)` of the family's pure step function (forward and loss;
   AOTAutograd compiles the backward with it) for training, and of its evaluation function. A
   family whose whole step is too long to compile (DRAW, 64 unrolled steps) names the methods to
-  compile instead (`compile_pieces`). The optimizer runs its fused kernel.
+  compile instead (`card.compile.pieces`). The optimizer runs its fused kernel.
 - reduce-overhead: `compile` with torch.compile's mode "reduce-overhead" (inductor replays the
   compiled step as CUDA graphs: one launch instead of hundreds for these small models). Opt-in,
   CUDA only; it is the fastest mode for most families on an H200 (docs/acceleration.md).
 - auto (default): on CUDA, compile. On CPU, compiled training when the run has at least
-  `ZooModule.accel_cpu_compile_min_steps` optimizer steps (compiling costs a minute or two on CPU,
+  `card.compile.cpu_min_steps` optimizer steps (compiling costs a minute or two on CPU,
   so short runs stay eager), and eager evaluation.
 
 A mode that cannot work here falls back with ONE logged warning, never an error: "compile"
@@ -187,16 +187,16 @@ class StepAccelerator:
     def _auto(self, module, trainer, device: torch.device, kind: str) -> tuple[str, str]:
         if device.type == "cuda":
             return ("eager" if compile_unavailable(device) else "compile"), "auto on cuda"
-        if kind == "train" and module.accel_cpu_compile_min_steps is not None and not compile_unavailable(device):
+        if kind == "train" and module.card.compile.cpu_min_steps is not None and not compile_unavailable(device):
             try:
                 steps = trainer.estimated_stepping_batches
             except Exception:  # no training data to count
                 steps = 0
-            if steps >= module.accel_cpu_compile_min_steps:
+            if steps >= module.card.compile.cpu_min_steps:
                 return "compile", (f"auto on {device.type}: {steps} steps, compiling pays off from "
-                                   f"{module.accel_cpu_compile_min_steps}")
+                                   f"{module.card.compile.cpu_min_steps}")
             return "eager", (f"auto on {device.type}: {steps} steps are too few for compiling to pay off "
-                             f"(from {module.accel_cpu_compile_min_steps})")
+                             f"(from {module.card.compile.cpu_min_steps})")
         return "eager", f"auto on {device.type}"
 
     def _warn(self, trainer, message: str) -> None:
@@ -218,12 +218,12 @@ class StepAccelerator:
     @contextlib.contextmanager
     def running(self, module, name: str, kind: str, inputs: dict | None = None) -> Iterator[str]:
         """Within: the mode of the module's `kind` steps, eager for input shapes beyond the first
-        `accel_max_shapes` (`inputs`: the step's, for that count), and the family's
-        `compile_pieces` compiled in a compiled mode (instance attributes shadow the methods)."""
+        `card.compile.max_shapes` (`inputs`: the step's, for that count), and the family's
+        `card.compile.pieces` compiled in a compiled mode (instance attributes shadow the methods)."""
         mode = self.mode(module, kind)
-        if mode in COMPILED and inputs is not None and not self._admit(name, inputs, module.accel_max_shapes):
+        if mode in COMPILED and inputs is not None and not self._admit(name, inputs, module.card.compile.max_shapes):
             mode = "eager"
-        pieces = module.compile_pieces if mode in COMPILED else ()
+        pieces = module.card.compile.pieces if mode in COMPILED else ()
         for piece in pieces:
             module.__dict__[piece] = self.compiled(piece, getattr(type(module), piece).__get__(module), mode)
         try:
@@ -236,7 +236,7 @@ class StepAccelerator:
 
     def _run(self, module, name: str, kind: str, fn: Callable, inputs: dict, *args) -> Any:
         with self.running(module, name, kind, inputs) as mode:
-            if mode in COMPILED and not module.compile_pieces:
+            if mode in COMPILED and not module.card.compile.pieces:
                 out = self.compiled(name, fn, mode)(*args, **_static(inputs))
             else:
                 out = fn(*args, **(_static(inputs) if mode in COMPILED else inputs))
@@ -247,7 +247,7 @@ class StepAccelerator:
     def _admit(self, name: str, inputs: dict, limit: int) -> bool:
         """Whether a compiled mode runs step `name` compiled for these input shapes: the first
         `limit` shapes it sees get a static graph each (the run's batch; a family with a few
-        fixed shapes, such as caption length buckets, raises `accel_max_shapes`); any other shape
+        fixed shapes, such as caption length buckets, raises `card.compile.max_shapes`); any other shape
         (an epoch's smaller last batch) runs eagerly rather than compiling again (a minute on CPU)."""
         signature, seen = _signature(inputs), self._shapes.setdefault(name, [])
         if signature in seen:

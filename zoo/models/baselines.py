@@ -16,6 +16,7 @@ from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ClassifierModule
+from zoo.models.card import FamilyCard
 
 
 def mlp(in_features: int, hidden: list[int], num_classes: int, dropout: float) -> nn.Sequential:
@@ -54,7 +55,10 @@ class Classifier(ClassifierModule):
     images [B, C, H, W] in [0, 1] -> logits [B, num_classes].
     `accel` (zoo.models.accel): auto | eager | compile | reduce-overhead."""
 
-    family = "baseline"
+    card = FamilyCard(
+        "baseline", bench_recipes=("baseline_smallcnn_cluttered60",),
+        tiny={"": dict(arch="mlp", image_size=16, hidden=[16, 16], dropout=0.0),
+              "cnn": dict(arch="cnn", image_size=16, channels=[4, 8], cnn_hidden=8, dropout=0.0)})
 
     @property
     def head_keys(self) -> tuple[str, ...]:

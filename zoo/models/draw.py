@@ -39,6 +39,7 @@ from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ClassifierModule, ZooModule
+from zoo.models.card import CompileHints, FamilyCard
 
 ATTENTION_KINDS = ("none", "filterbank")
 BINARIZATIONS = ("dynamic", "fixed")
@@ -78,14 +79,17 @@ def _check_size(value, name: str, lo: int = 1, hi: int | None = None) -> int:
 class DRAW(ZooModule):
     """The DRAW generative model. images [B, C, S, S] in [0, 1] (binarized here) -> bound in nats."""
 
-    family = "draw"
-    resize_rule = "exact"
-    image_check_note = " (channels, height, width)"
-    output_kind = "sample"
-    compile_pieces = ("_cell",)  # a compiled mode compiles one step of eqs. 3-8, not the T-step unroll
-    # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
-    # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
-    accel_cpu_compile_min_steps = 1000
+    card = FamilyCard(
+        "draw", output="sample", resize="exact", attention="window", bench_recipes=("draw_fmnist",),
+        # a compiled mode compiles one step of eqs. 3-8 (`_cell`), not the T-step unroll. CPU: the
+        # compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays off after
+        # ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
+        compile=CompileHints(pieces=("_cell",), cpu_min_steps=1000),
+        tiny={"": dict(image_size=12, T=2, enc_size=16, dec_size=16, z_size=3, read_n=3, write_n=4, iwae_samples=4,
+                       iwae_chunk=2),
+              "noattn": dict(image_size=12, T=2, enc_size=16, dec_size=16, z_size=3, attention="none",
+                             iwae_samples=4, iwae_chunk=2)},
+        skip={"figures": "its figures show its canvases and samples too (tests/test_draw.py)"})
 
     def __init__(self, image_size: int = 28, in_chans: int = 1, T: int = 64, enc_size: int = 256,
                  dec_size: int = 256, z_size: int = 100, attention: str = "filterbank", read_n: int = 2,
@@ -240,6 +244,9 @@ class DRAW(ZooModule):
             writes.append(params)
         return {"images": canvases[-1], "canvases": torch.stack(canvases), "write": writes}
 
+    def example_batch(self, n: int = 2, seed: int = 0):
+        return self.labelled_batch(n, seed)  # the data's form; the generator reads the images only
+
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
         """The read and write windows while the model redraws images [B, C, S, S] (binarized as the
@@ -346,13 +353,12 @@ class DRAWClassifier(ClassifierModule):
 
     images [B, C, S, S] in [0, 1] -> logits [B, num_classes]."""
 
-    family = "draw_classifier"
-    resize_rule = "exact"
-    image_check_note = " (channels, height, width)"
-    head_keys = ("head.",)
-    # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
-    # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
-    accel_cpu_compile_min_steps = 4000
+    card = FamilyCard(
+        "draw_classifier", resize="exact", attention="window", head_keys=("head.",),
+        # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
+        # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
+        compile=CompileHints(cpu_min_steps=4000), bench_recipes=("draw_cluttered100_classifier",),
+        tiny={"": dict(image_size=16, num_classes=3, T=2, read_n=4, hidden_size=16, glimpse_hidden=16)})
 
     def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,
                  read_n: int = 12, hidden_size: int = 256, glimpse_hidden: int = 256,

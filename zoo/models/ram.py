@@ -53,8 +53,11 @@ from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
+from zoo.models.card import CompileHints, FamilyCard
 
 POLICIES = ("sample", "mean", "random")
+TINY = dict(image_size=20, num_classes=4, patch_size=4, num_scales=2, num_glimpses=2, glimpse_hidden=16,
+            location_hidden=8, glimpse_dim=24, hidden_size=32, eval_samples=3)
 
 
 class GlimpseNetwork(nn.Module):
@@ -81,14 +84,14 @@ class GlimpseNetwork(nn.Module):
 class RAM(ZooModule):
     """images [B, C, H, W] in [0, 1] -> logits [B, num_classes] after `num_glimpses` glimpses."""
 
-    head_keys = ("classifier.",)
-
-    family = "ram"
-    resize_rule = "exact"
-    image_check_note = " (RAM's coordinates are tied to its image size)"
-    # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
-    # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
-    accel_cpu_compile_min_steps = 5000
+    card = FamilyCard(
+        "ram", resize="exact", attention="glimpse", head_keys=("classifier.",), exports=("logits", "locations"),
+        # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
+        # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
+        compile=CompileHints(cpu_min_steps=5000), bench_recipes=("ram_fmnist_cluttered60",),
+        tiny={"": TINY, "lstm_learnable_to_core": {**TINY, "core": "lstm", "std_mode": "learnable",
+                                                    "reinforce_to_core": True, "retina_method": "filterbank"},
+              "annealed_random": {**TINY, "std_mode": "annealed", "location_policy": "random"}})
 
     def __init__(
         self,
@@ -392,8 +395,8 @@ class RAM(ZooModule):
             prediction={"probs": traj["probs"], "label": traj["predictions"],
                         "class_names": self.hparams.class_names})
 
-    #: what `zoo export` returns: the class scores and where the glimpses went
-    export_output_names = ("logits", "locations")
+    def example_batch(self, n: int = 2, seed: int = 0):
+        return self.labelled_batch(n, seed)
 
     def export_forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """images [B, C, H, W] -> (logits [B, classes], locations [B, T, 2]) with the mean policy."""

@@ -34,14 +34,20 @@ from zoo.data.augment import BatchAugment, mixup
 from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
+from zoo.models.card import FamilyCard
+
+
+TINY = dict(model_name="vit_tiny_patch16_224", image_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
+            embed_dim=24, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0)
 
 
 class ViTClassifier(ZooModule):
     """images [B, in_chans, H, W] in [0, 1] -> logits [B, num_classes]."""
 
-    family = "vit"
+    card = FamilyCard(
+        "vit", attention="rollout", head_keys=("backbone.vit.head.",), bench_recipes=("vit_fmnist",),
+        tiny={"": TINY, "augment_mixup": {**TINY, "translate": 2, "hflip": 0.5, "erase": 0.5, "mixup_alpha": 0.4}})
     eager_optimizer_impl = "fused"
-    head_keys = ("backbone.vit.head.",)
 
     def __init__(self, model_name: str = "vit_tiny_patch16_224", image_size: int | list[int] = 28, patch_size: int = 4,
                  in_chans: int = 1, num_classes: int = 10, depth: int | None = 6, embed_dim: int | None = 96,
@@ -100,6 +106,9 @@ class ViTClassifier(ZooModule):
 
     def takes_any_image_size(self) -> bool:
         return getattr(self.vit, "dynamic_img_size", False)
+
+    def example_batch(self, n: int = 2, seed: int = 0):
+        return self.labelled_batch(n, seed)
 
     def _logits(self, images: torch.Tensor) -> torch.Tensor:
         # images [B, C, H, W] -> logits [B, num_classes]
