@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
 from conftest import REPO, cli_env, run_cli, tiny_fit_args
+from zoo.callbacks import Accelerate
 from zoo.errors import UserError
 from zoo.models import accel
 from zoo.models.card import families, tiny_models
@@ -157,7 +158,6 @@ def test_inductor_steps_equal_eager(name):
     opt_c = compiled.configure_optimizers()
     opt_e = opt_e["optimizer"] if isinstance(opt_e, dict) else opt_e
     opt_c = opt_c["optimizer"] if isinstance(opt_c, dict) else opt_c
-    assert opt_c.param_groups[0]["fused"] is True  # compile mode's optimizer: the fused kernel
     for i in range(3):
         compiled.load_state_dict(eager.state_dict())
         torch.manual_seed(10 + i)
@@ -194,17 +194,16 @@ def test_a_few_fixed_shapes_each_get_a_graph(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- modes and fallbacks
-def test_unknown_mode_is_a_user_error():
-    for cls, hparams in TINY.values():
-        if "accel" not in inspect.signature(cls).parameters:
-            continue
-        with pytest.raises(UserError, match="accel must be one of auto, eager, compile, reduce-overhead"):
-            cls(**hparams, accel="fast")
+def test_speed_is_the_runs_option_not_a_hyperparameter():
+    for cls, _ in TINY.values():
+        assert "accel" not in inspect.signature(cls).parameters, cls
+    with pytest.raises(UserError, match="accel must be one of auto, eager, compile, reduce-overhead"):
+        Accelerate("fast")
 
 
 @pytest.mark.slow
 def test_train_py_rejects_an_unknown_mode_with_one_line(tmp_path, tiny_data_dir):
-    args = tiny_fit_args("configs/baseline/mlp_centered.yaml", tmp_path / "r", "--model.init_args.accel=turbo")
+    args = tiny_fit_args("configs/baseline/mlp_centered.yaml", tmp_path / "r", "--accel=turbo")
     rc, out, err = run_cli(args, cwd=tmp_path, env=cli_env(tiny_data_dir))
     assert rc == 2, err[-3000:]
     lines = [line for line in err.splitlines() if "error" in line.lower()]
@@ -216,12 +215,13 @@ def _loaders(name: str, n: int = 40, batch_size: int = 16):
     return DataLoader(data, batch_size=batch_size, shuffle=True), DataLoader(data, batch_size=batch_size)
 
 
-def _fit(model, name: str, root, epochs: int = 1, ckpt_path=None, **trainer_kwargs):
+def _fit(model, name: str, root, epochs: int = 1, ckpt_path=None, accel: str = "auto", **trainer_kwargs):
+    """A short fit whose run asks for `accel` (train.py's --accel: the Accelerate callback)."""
     L.seed_everything(0)
     train, val = _loaders(name)
     trainer = L.Trainer(max_epochs=epochs, default_root_dir=root, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu", num_sanity_val_steps=0,
-                        gradient_clip_val=5.0, **trainer_kwargs)
+                        gradient_clip_val=5.0, callbacks=[Accelerate(accel)], **trainer_kwargs)
     trainer.fit(model, train, val, ckpt_path=ckpt_path)
     return trainer
 
@@ -236,9 +236,8 @@ def test_compiled_fit_validate_test_and_checkpoints(name, tmp_path, monkeypatch)
     epoch's smaller last batch eager, checkpoints with the module's own keys, and a resume in
     eager mode from the compiled run's checkpoint."""
     monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
-    model = build(name, **{"accel": "compile"})
-    model.accel.force(None)
-    trainer = _fit(model, name, tmp_path)
+    model = build(name, None)
+    trainer = _fit(model, name, tmp_path, accel="compile")
     assert _resolved(model) == {"train": "compile", "eval": "compile"}
     assert {name for name, _ in model.accel._compiled} & {"train", "_cell"}
     metrics = trainer.callback_metrics
@@ -253,59 +252,43 @@ def test_compiled_fit_validate_test_and_checkpoints(name, tmp_path, monkeypatch)
     loaded = zoo.load_checkpoint(path)
     for key, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value)
-    # resume the compiled run eagerly (its optimizer checkpoint holds the fused kernel's flags)
-    resumed = build(name, accel="eager")
-    resumed.accel.force(None)
-    trainer = _fit(resumed, name, tmp_path / "resumed", epochs=2, ckpt_path=path)
+    # resume the compiled run eagerly: the mode is the run's, nothing of it is in the checkpoint
+    assert "accel" not in ckpt["hyper_parameters"] and "accel" not in ckpt["zoo"]["init_args"]
+    resumed = build(name, None)
+    trainer = _fit(resumed, name, tmp_path / "resumed", epochs=2, ckpt_path=path, accel="eager")
     assert trainer.global_step == 2 * 3 and _resolved(resumed)["train"] == "eager"
-    assert not trainer.optimizers[0].param_groups[0]["fused"]
 
 
 def test_auto_on_cpu_compiles_only_runs_long_enough(tmp_path, monkeypatch):
     monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
-    short = build("ram", accel="auto")
+    short = build("ram", None)
     _set_compile_hints(monkeypatch, short, cpu_min_steps=6)
-    short.accel.force(None)
     _fit(short, "ram", tmp_path / "a", epochs=1)  # 3 steps
     assert _resolved(short) == {"train": "eager", "eval": "eager"}
-    long = build("ram", accel="auto")
-    long.accel.force(None)
+    long = build("ram", None)
     _fit(long, "ram", tmp_path / "b", epochs=2)  # 6 steps
     assert _resolved(long) == {"train": "compile", "eval": "eager"}
     _set_compile_hints(monkeypatch, short, cpu_min_steps=None)  # a family that never pays off on CPU
-    never = build("ram", accel="auto")
-    never.accel.force(None)
+    never = build("ram", None)
     _fit(never, "ram", tmp_path / "c", epochs=2)
     assert _resolved(never)["train"] == "eager"
 
 
 def test_reduce_overhead_without_cuda_compiles_after_one_warning(tmp_path, caplog, monkeypatch):
     monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
-    model = build("baseline", accel="reduce-overhead")
-    model.accel.force(None)
+    model = build("baseline", None)
     with caplog.at_level(logging.WARNING, logger="zoo.accel"):
-        _fit(model, "baseline", tmp_path)
+        _fit(model, "baseline", tmp_path, accel="reduce-overhead")
     warnings = [r.getMessage() for r in caplog.records if r.name == "zoo.accel"]
     assert len(warnings) == 1 and "needs a CUDA device; this run is on cpu" in warnings[0]
     assert _resolved(model) == {"train": "compile", "eval": "compile"}
 
 
-def test_the_removed_graph_mode_of_an_old_checkpoint_runs_auto_after_one_warning(tmp_path, caplog):
-    model = build("ram", accel="graph")  # what a checkpoint of the removed mode holds
-    model.accel.force(None)
-    with caplog.at_level(logging.WARNING, logger="zoo.accel"):
-        _fit(model, "ram", tmp_path)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "zoo.accel"]
-    assert len(warnings) == 1 and "accel 'graph' was removed" in warnings[0]
-    assert _resolved(model) == {"train": "eager", "eval": "eager"}  # what auto picks for this short run
-
-
 def test_compile_without_a_compiler_falls_back_with_one_warning(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(accel, "compile_unavailable", lambda device: "no C++ compiler (test)")
-    model = build("baseline", accel="compile")
-    model.accel.force(None)
+    model = build("baseline", None)
     with caplog.at_level(logging.WARNING, logger="zoo.accel"):
-        _fit(model, "baseline", tmp_path)
+        _fit(model, "baseline", tmp_path, accel="compile")
     warnings = [r for r in caplog.records if r.name == "zoo.accel"]
     assert len(warnings) == 1 and "no C++ compiler (test)" in warnings[0].getMessage()
     assert _resolved(model) == {"train": "eager", "eval": "eager"} and not model.accel._compiled
@@ -375,13 +358,12 @@ def test_retina_constants_are_buffers_outside_the_checkpoint():
 def test_ddp_two_processes_with_compiled_steps(tmp_path, tiny_data_dir):
     recipe = yaml.safe_load((REPO / "configs/baseline/mlp_centered.yaml").read_text())
     recipe["model"]["class_path"] = "helpers.DumpingClassifier"
-    recipe["model"]["init_args"]["accel"] = "compile"
     config = tmp_path / "ddp.yaml"
     config.write_text(yaml.safe_dump(recipe))
     root, dump = tmp_path / "runs" / "ddp", tmp_path / "dump"
     args = tiny_fit_args("configs/baseline/mlp_centered.yaml", root, "--trainer.max_epochs=1",
                          "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
-                         "--trainer.devices=2", "--trainer.strategy=ddp", "--trainer.accelerator=cpu")
+                         "--trainer.devices=2", "--trainer.strategy=ddp", "--trainer.accelerator=cpu", "--accel=compile")
     args[args.index("--config") + 1] = str(config)
     rc, out, err = run_cli(args, cwd=tmp_path, env=cli_env(tiny_data_dir, ZOO_TEST_DUMP_DIR=str(dump),
                                                               ZOO_COMPILE_BACKEND="aot_eager"))
@@ -401,7 +383,7 @@ def test_eval_py_in_compiled_mode_matches_eager(trained_run, tmp_path, tiny_data
     for mode in ("eager", "compile"):
         out = tmp_path / f"{mode}.json"
         rc, stdout, err = run_cli(["eval.py", "--checkpoint", trained_run["last"], "--split", "val", "--limit", "64",
-                                   "--model-arg", f"accel={mode}", "--json", out],
+                                   "--accel", mode, "--json", out],
                                   cwd=tmp_path, env=cli_env(tiny_data_dir, ZOO_COMPILE_BACKEND="aot_eager"))
         assert rc == 0, err[-4000:]
         results[mode] = yaml.safe_load(out.read_text())["metrics"]
@@ -433,7 +415,8 @@ def test_cuda_compiled_training_steps_equal_eager_and_make_no_host_sync(name, mo
     from zoo.models import optim
 
     eager, compiled = build(name, "eager").cuda().train(), build(name, mode).cuda().train()
-    opt_e, opt_c = (optim.build_optimizer(m.parameters(), "adam", lr=1e-3, impl="fused") for m in (eager, compiled))
+    opt_e, opt_c = (optim.build_optimizer(m.parameters(), "adam", lr=1e-3) for m in (eager, compiled))
+    assert opt_e.param_groups[0]["fused"] is True  # on CUDA, the fused kernel
     for i in range(4):
         compiled.load_state_dict(eager.state_dict())
         data = tuple(t.cuda() for t in batch(name, n=8, seed=i))
@@ -471,12 +454,11 @@ def test_cuda_compiled_evaluation_equals_eager_and_makes_no_host_sync(name, stag
 @cuda
 @pytest.mark.parametrize("name", ["ram", "draw"])  # a whole-step family and DRAW's compiled cell
 def test_cuda_reduce_overhead_training_through_lightning(name, tmp_path):
-    model = build(name, accel="reduce-overhead")
-    model.accel.force(None)
+    model = build(name, None)
     train, val = _loaders(name, n=40, batch_size=16)
     trainer = L.Trainer(max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="gpu", devices=1, gradient_clip_val=5.0,
-                        num_sanity_val_steps=0)
+                        num_sanity_val_steps=0, callbacks=[Accelerate("reduce-overhead")])
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer.fit(model, train, val)
     assert _resolved(model) == {"train": "reduce-overhead", "eval": "reduce-overhead"}
@@ -519,13 +501,6 @@ def test_captioner_compiled_fit_steps_equal_eager_across_caption_lengths(monkeyp
     torch.testing.assert_close(runs["compile"][0], runs["eager"][0], rtol=1e-5, atol=1e-6)
     for key, value in runs["eager"][1].items():
         torch.testing.assert_close(runs["compile"][1][key], value, rtol=1e-4, atol=1e-6, msg=key)
-
-
-def test_captioner_rejects_an_unknown_mode():
-    from test_captioner import tiny
-
-    with pytest.raises(UserError, match="captioner: accel must be one of"):
-        tiny(accel="turbo")
 
 
 def test_reduce_overhead_outputs_are_the_callers_own_copies():

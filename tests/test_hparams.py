@@ -292,12 +292,49 @@ def test_train_py_resumes_an_old_checkpoint_and_refuses_one_that_differs(trained
 
 
 @pytest.mark.slow
-def test_train_py_names_the_current_name_for_an_old_recipe(tmp_path):
+def test_train_py_reads_an_old_recipe_in_current_names_after_one_warning(tmp_path):
     recipe = yaml.safe_load((REPO / "configs/vit/fmnist.yaml").read_text())
-    recipe["model"]["init_args"] = _old_names(recipe["model"]["init_args"], VIT)
+    recipe["model"]["init_args"] = {**_old_names(recipe["model"]["init_args"], VIT), "accel": "compile"}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(recipe))
-    code, out, err = run_cli(["train.py", "fit", "--config", tmp_path / "old.yaml",
+    code, out, err = run_cli(["train.py", "fit", "--config", tmp_path / "old.yaml", "--print_config",
                               f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1, err[-2000:]
-    assert "zoo.models.vit.ViTClassifier has no argument 'img_size': its name is now 'image_size'" in lines[0]
+    assert code == 0 and len(lines) == 1, err[-2000:]
+    assert lines[0] == f"{tmp_path / 'old.yaml'}: read in current hyperparameter names (its model's accel is the run's --accel compile)"
+    printed = yaml.safe_load(out)
+    assert printed["accel"] == "compile" and printed["model"]["init_args"]["image_size"] == recipe["model"]["init_args"]["img_size"]
+    assert not {"img_size", "accel"} & set(printed["model"]["init_args"])
+
+
+# ----------------------------------------------------------------------------- retired arguments
+def test_speed_left_the_hyperparameters_and_old_files_still_load(caplog):
+    """`accel` (and ViT's older `compile`) is the run's option now: a file that carries it loses
+    it, silently where it asked for nothing ("auto", false), else after one warning."""
+    ram = "zoo.models.ram.RAM"
+    assert current_init_args(ram, {"accel": "auto", "lr": 0.1}) == {"lr": 0.1}
+    assert current_init_args(VIT, {"compile": False, "img_size": SIZE}) == {"image_size": SIZE}
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        for _ in range(3):
+            assert current_init_args(ram, {"accel": "reduce-overhead"}) == {}
+    warned = [r.getMessage() for r in caplog.records if "accel" in r.getMessage()]
+    assert warned == ["RAM: accel: reduce-overhead is not applied; speed is a run option now "
+                      "(zoo train fit --accel MODE)"]
+
+
+def test_an_old_recipe_trains_with_its_accel_as_the_runs_option(tmp_path, caplog):
+    from zoo.train import with_current_names
+
+    recipe = yaml.safe_load((REPO / "configs/baseline/mlp_centered.yaml").read_text())
+    recipe["model"]["init_args"].update(accel="compile", cosine_schedule=False)
+    recipe["model"]["init_args"].pop("lr_schedule", None)
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(recipe))
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        argv = with_current_names(["fit", "--config", str(old), "--model.init_args.accel=eager"])
+    assert argv[:2] == ["fit", "--config"] and argv[-2:] == ["--accel", "eager"]
+    current = yaml.safe_load(argv[2])
+    assert current["accel"] == "compile" and current["model"]["init_args"]["lr_schedule"] == "none"
+    assert not {"accel", "cosine_schedule"} & set(current["model"]["init_args"])
+    assert len(caplog.records) == 2  # one line for the recipe, one for the flag
+    unchanged = str(REPO / "configs/baseline/mlp_centered.yaml")
+    assert with_current_names(["fit", "--config", unchanged]) == ["fit", "--config", unchanged]

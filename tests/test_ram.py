@@ -147,7 +147,7 @@ def test_bad_hyperparameters_and_images():
 
 @pytest.mark.parametrize("scale", [1.0, 0.1])
 def test_location_network_learns_at_its_own_rate(scale):
-    model = tiny(lr=0.01, location_lr_scale=scale, accel="eager")
+    model = tiny(lr=0.01, location_lr_scale=scale)
     optimizer = model.configure_optimizers()
     optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
     rates = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
@@ -329,7 +329,7 @@ def test_cli_missing_checkpoint_and_console_entry(images_dir, tmp_path):
 
 
 def test_several_paths_per_image_baseline_each_other_leave_one_out():
-    model = tiny(train_samples=3, accel="eager")
+    model = tiny(train_samples=3)
     images, labels = batch(n=4)
     inputs = model.train_inputs((images, labels))
     assert inputs["images"].shape[0] == 12 and torch.equal(inputs["labels"], labels.repeat_interleave(3))
@@ -353,7 +353,7 @@ def test_the_annealed_sigma_as_a_float64_step_input_equals_the_python_float():
     """The released recipes were trained eagerly with sigma as a Python float; the step input is a
     0-d float64 tensor (so a compiled step does not bake it in), and eager rollouts, losses and
     gradients must not move by a bit."""
-    model = tiny(std_mode="annealed", std=0.17, std_final=0.03, accel="eager")
+    model = tiny(std_mode="annealed", std=0.17, std_final=0.03)
     images, labels = batch(n=8)
     noise = model.policy_noise("sample", 8, images)
     for std in (0.17, 0.1234567, 0.0712345678):

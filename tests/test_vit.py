@@ -367,7 +367,7 @@ def test_recipes_build_the_documented_models():
     assert strides == [(2, 2), (1, 1), (2, 2), (1, 1)]  # two convs per stage, the first strided
     cluttered = zoo.create_model("vit_fmnist_cluttered60").eval()
     assert cluttered(torch.rand(1, 1, 60, 60)).shape == (1, 10)
-    assert not any([small.hparams.bf16, small.hparams.compile, small.hparams.channels_last])
+    assert not any([small.hparams.bf16, small.hparams.channels_last])
 
 
 def test_imagefolder_datamodule_reads_the_torchvision_layout(tmp_path):

@@ -14,7 +14,8 @@ A family's own symbol stays where it names that family's own quantity (DRAW's `T
 `num_glimpses`), and timm's names stay where we call timm (zoo.backbones: `img_size`, `drop_rate`).
 
 Checkpoints, released weights, the release manifest and recipes written before a rename keep the
-old name. `RENAMED` is the one table of old names, and `current_spec` / `current_config` apply it;
+old name. `RENAMED` is the one table of old names (`RETIRED` of arguments that went: `accel`,
+now the run's option), and `current_spec` / `current_config` apply them;
 every reader of hyperparameters from a file goes through them (zoo.hub.load_weights and
 manifest, zoo.registry.instantiate, ZooModule.load_from_checkpoint and on_load_checkpoint,
 train.py's resume checks, tools/release), so an old file loads to the same model. Only argument
@@ -46,7 +47,14 @@ RENAMED_VALUES: dict[str, dict[Any, Any]] = {
     "cosine_schedule": {True: "cosine", False: "none"},
 }
 
-_noted: set[tuple[str, tuple[str, ...]]] = set()
+#: arguments no class takes any more -> (the value that asked for nothing, what took their place):
+#: a file that gives that value loses the argument silently, any other value after one warning
+RETIRED: dict[str, tuple[Any, str]] = {
+    "accel": ("auto", "speed is a run option now (zoo train fit --accel MODE)"),
+    "compile": (False, "speed is a run option now (zoo train fit --accel compile)"),  # ViT's older spelling
+}
+
+_noted: set[tuple] = set()
 
 
 def renamed_for(class_path: Any) -> dict[str, str]:
@@ -59,9 +67,14 @@ def current_init_args(class_path: Any, init_args: Any) -> Any:
     nothing is renamed, or when it is not a mapping). An old and a current name that disagree are
     refused in one line: the file does not say which it means."""
     renames = renamed_for(class_path)
-    if not isinstance(init_args, Mapping) or not renames.keys() & init_args.keys():
+    if not isinstance(init_args, Mapping) or not (renames.keys() | RETIRED.keys()) & init_args.keys():
         return init_args
     out, done = dict(init_args), []
+    for name in RETIRED.keys() & out.keys():
+        value, (nothing, why) = out.pop(name), RETIRED[name]
+        if value != nothing and (class_path, name, str(value)) not in _noted:
+            _noted.add((class_path, name, str(value)))
+            log.warning("%s: %s: %s is not applied; %s", str(class_path).rsplit(".", 1)[-1], name, value, why)
     for old, new in renames.items():
         if old not in out:
             continue
@@ -71,7 +84,8 @@ def current_init_args(class_path: Any, init_args: Any) -> Any:
                             f"different values ({value!r}, {out[new]!r}); keep {new} only")
         out[new] = value
         done.append(f"{old} -> {new}")
-    _note(class_path, tuple(done))
+    if done:
+        _note(class_path, tuple(done))
     return out
 
 

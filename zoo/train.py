@@ -46,12 +46,13 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from zoo import hub
-from zoo.callbacks import WANDB_CLASSES, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
+from zoo.callbacks import WANDB_CLASSES, Accelerate, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
 from zoo.errors import UserError, one_line_warnings, quiet_lightning
-from zoo.hparams import current_init_args, renamed_for
+from zoo.hparams import RETIRED, current_init_args, current_spec, renamed_for
 from zoo.hub import MAX_CONFIG_BYTES
 from zoo.io import check_writable
 from zoo.limits import check_tree, shorten
+from zoo.models.accel import MODES
 from zoo.models.base import ZooModule
 from zoo.registry import REPO_ROOT, is_allowed, resolve_class
 
@@ -273,6 +274,45 @@ def check_config_files(argv: list[str]) -> None:
                             f"got a {type(content).__name__}")
 
 
+def with_current_names(argv: list[str]) -> list[str]:
+    """Recipes and flags written before a hyperparameter was renamed or retired (zoo.hparams), in
+    current names, after one warning each: an old recipe's `model.init_args.accel` becomes the
+    run's `accel` (the recipe is then given to LightningCLI as its YAML text)."""
+    out, i = [], 0
+    while i < len(argv):
+        key, eq, value = argv[i].partition("=")
+        if not eq and i + 1 < len(argv) and key in ("--config", "-c", "--model.init_args.accel"):
+            value, i = argv[i + 1], i + 1
+        if key in ("--config", "-c"):
+            out += [key, _current_recipe(value)]
+        elif key == "--model.init_args.accel":
+            log.warning("--model.init_args.accel is the run option --accel now: read as --accel %s", value)
+            out += ["--accel", value]
+        else:
+            out.append(argv[i])
+        i += 1
+    return out
+
+
+def _current_recipe(path: str) -> str:
+    recipe = yaml.safe_load(Path(path).read_text())
+    model = recipe.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("init_args"), dict):
+        return path
+    init_args = dict(model["init_args"])
+    accel = {name: init_args.pop(name) for name in RETIRED if name in init_args}
+    current = current_spec({**model, "init_args": init_args})
+    if not accel and current["init_args"] == model["init_args"]:
+        return path
+    recipe = {**recipe, "model": current}
+    mode = "compile" if accel.get("compile") is True else accel.get("accel", "auto")
+    if mode != "auto" and "accel" not in recipe:
+        recipe["accel"] = mode
+    log.warning("%s: read in current hyperparameter names%s", path,
+                f" (its model's accel is the run's --accel {mode})" if accel else "")
+    return yaml.safe_dump(recipe, sort_keys=False)
+
+
 # ----------------------------------------------------------------------------- checkpoints
 def newest_readable(directory: Path, skip: Path | None = None) -> Path | None:
     """The readable checkpoint in `directory` that got furthest (most optimizer steps): what the
@@ -384,6 +424,8 @@ class ZooCLI(LightningCLI):
                                  "rows of words the release knows keep its weights) or 'release' (its own)")
         parser.add_argument("--sha256", type=str | None, default=None,
                             help="pin a --ckpt_path or --init_from URL (or file) to its sha256 (8+ hex digits)")
+        parser.add_argument("--accel", type=Literal[MODES], default="auto",
+                            help="speed, the run's choice (zoo.models.accel): auto | eager | compile | reduce-overhead")
 
     def before_instantiate_classes(self) -> None:
         """The data decides the label set: a data module that knows its class names before it is
@@ -558,6 +600,7 @@ class ZooCLI(LightningCLI):
             config["enable_progress_bar"] = False
         if not config.get("plugins"):
             config["plugins"] = [AtomicCheckpointIO()]
+        extra.append(Accelerate(self._get(self.config, "accel", default="auto")))
         try:
             return self._instantiate_trainer(config, extra)
         except (TypeError, ValueError, MisconfigurationException) as exc:
@@ -660,6 +703,7 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
     try:
         argv = args = with_nested_nulls(with_recipe_paths(argv))
         check_config_files(argv)
+        argv = args = with_current_names(argv)
         ZooCLI(ZooModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
                parser_kwargs={"prog": PROG, "fit": base, "validate": base, "test": base, "predict": base},
                save_config_callback=SaveConfigToRunDir, save_config_kwargs={"overwrite": True}, args=args)

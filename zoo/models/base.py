@@ -44,8 +44,6 @@ class ZooModule(L.LightningModule):
     card: FamilyCard = FamilyCard("zoo")
     #: the card's name (the CLI uses it to refuse a checkpoint of the wrong family clearly)
     family: str = "zoo"
-    #: The optimizer implementation in eager mode (zoo.models.optim: "default" or "fused").
-    eager_optimizer_impl: str = "default"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -155,18 +153,6 @@ class ZooModule(L.LightningModule):
             runner = self.__dict__["_zoo_accel"] = StepAccelerator()
         return runner
 
-    def accel_requested(self) -> str:
-        """The configured mode (hparam `accel`; eager for a family without one)."""
-        return self.hparams.get("accel", "eager")
-
-    def accel_mode(self, kind: str = "train") -> str:
-        """The resolved mode ("eager", "compile" or "reduce-overhead") of this run's "train" or "eval" steps."""
-        return self.accel.mode(self, kind)
-
-    def optimizer_impl(self) -> str:
-        """The optimizer implementation the training mode wants (zoo.models.optim)."""
-        return "fused" if self.accel_mode("train") != "eager" else self.eager_optimizer_impl
-
     def train_loss(self, **inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """A hook of every family: the training loss and its metrics from `train_inputs`' items."""
         raise NotImplementedError
@@ -200,8 +186,6 @@ class ZooModule(L.LightningModule):
         self.log_step_metrics("test", self.accel.eval_step(self, batch, "test"), _batch_size(batch))
 
     def on_train_start(self) -> None:
-        for optimizer in self.trainer.optimizers:  # restored from a checkpoint of another mode?
-            optim.reconcile(optimizer)
         for config in self.trainer.lr_scheduler_configs:  # resumed with a longer horizon?
             optim.refresh(config.scheduler)
 

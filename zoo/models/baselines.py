@@ -14,7 +14,6 @@ from torch import nn
 
 from zoo.errors import UserError
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ClassifierModule
 from zoo.models.card import FamilyCard
 
@@ -52,8 +51,7 @@ def paper_cnn(in_chans: int, image_size: int, filters: int, kernel_size: int, st
 class Classifier(ClassifierModule):
     """A plain image classifier (MLP or CNN) trained with cross-entropy.
 
-    images [B, C, H, W] in [0, 1] -> logits [B, num_classes].
-    `accel` (zoo.models.accel): auto | eager | compile | reduce-overhead."""
+    images [B, C, H, W] in [0, 1] -> logits [B, num_classes]."""
 
     card = FamilyCard(
         "baseline", bench_recipes=("baseline_smallcnn_cluttered60",),
@@ -67,10 +65,9 @@ class Classifier(ClassifierModule):
     def __init__(self, arch: str = "cnn", image_size: int = 28, in_chans: int = 1, num_classes: int = 10,
                  hidden: list[int] = (256, 256), channels: list[int] = (32, 64, 128), kernel_size: int = 3,
                  cnn_hidden: int = 256, stride: int = 5, dropout: float = 0.1, lr: float = 1e-3, weight_decay: float = 0.0,
-                 lr_schedule: str = "cosine", accel: str = "auto"):
+                 lr_schedule: str = "cosine"):
         super().__init__()
         self.save_hyperparameters()
-        check_mode(accel, "baseline")
         optim.check_schedule(lr_schedule, "baseline")
         if arch == "mlp":
             self.net = mlp(in_chans * image_size * image_size, list(hidden), num_classes, dropout)

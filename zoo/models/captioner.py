@@ -46,7 +46,6 @@ from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
 from zoo.models import caption_losses
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
 from zoo.models.card import CompileHints, FamilyCard
 from zoo.models.captioner_network import ShowAttendTellNetwork
@@ -96,11 +95,8 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                  active_rows: bool = True, optimizer: str = "adam", lr: float = 1e-3, backbone_lr: float | None = None,
                  weight_decay: float = 0.0, lr_schedule: str = "none",
                  beam_size: int = 3, decode_max_len: int = 20, length_penalty: float = 1.0,
-                 val_meteor: bool = False, num_figures: int = 4,
-                 # speed (zoo.models.accel): auto | eager | compile | reduce-overhead
-                 accel: str = "auto"):
+                 val_meteor: bool = False, num_figures: int = 4):
         super().__init__()
-        check_mode(accel, "captioner")
         # a typed spec from the CLI, or a plain dict from an old checkpoint or a Python caller
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()

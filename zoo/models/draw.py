@@ -22,7 +22,7 @@ Evaluation (test_step): the negative ELBO in nats/image (the paper's "<=" number
 importance-weighted bound with `iwae_samples` samples (Burda et al. 2016; chunked), and the KL
 of each step.
 
-Speed (`accel`, zoo.models.accel): compiled modes compile the per-step cell (`_cell`), not the
+Speed (zoo.models.accel): compiled modes compile the per-step cell (`_cell`), not the
 T-step unroll (compiling 64 unrolled steps as one graph does not finish in minutes).
 """
 from __future__ import annotations
@@ -37,7 +37,6 @@ from zoo.attention import filterbank as fb
 from zoo.data.binarize import fixed_binarize
 from zoo.errors import UserError
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ClassifierModule, ZooModule
 from zoo.models.card import CompileHints, FamilyCard
 
@@ -96,10 +95,9 @@ class DRAW(ZooModule):
                  write_n: int = 5, lr: float = 1e-3, betas: list[float] = (0.9, 0.999),
                  train_binarization: str = "dynamic", binarize_seed: int = 0,
                  iwae_samples: int = 1000, iwae_chunk: int = 100, iwae_batches: int | None = None,
-                 num_figures: int = 8, accel: str = "auto"):
+                 num_figures: int = 8):
         super().__init__()
         self.save_hyperparameters()
-        check_mode(accel, "DRAW config")
         S = _check_size(image_size, "image_size")
         C = _check_size(in_chans, "in_chans")
         self.T = _check_size(T, "T")
@@ -363,10 +361,9 @@ class DRAWClassifier(ClassifierModule):
     def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,
                  read_n: int = 12, hidden_size: int = 256, glimpse_hidden: int = 256,
                  lr: float = 1e-3, weight_decay: float = 0.0, lr_schedule: str = "cosine",
-                 read_init: str = "whole_image", num_figures: int = 8, accel: str = "auto"):
+                 read_init: str = "whole_image", num_figures: int = 8):
         super().__init__()
         self.save_hyperparameters()
-        check_mode(accel, "DRAWClassifier")
         optim.check_schedule(lr_schedule, "DRAWClassifier")
         if read_init not in ("whole_image", "default"):
             raise UserError(f"DRAWClassifier: read_init must be whole_image or default, got '{read_init}'")

@@ -36,7 +36,7 @@ probabilities over M sampled trajectories (`acc_mc{M}`, M = `eval_samples`; the 
 1..T on the deterministic trajectory (`acc_glimpses_t`; the classifier is trained on h_T only);
 and the random-glimpse ablation (`acc_random`: the same model, locations uniform in the image).
 
-Speed (`accel`, zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn
+Speed (zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn
 glimpse by glimpse from the global or the evaluation generator), so eager, compiled and
 CUDA-graphed steps consume the same random stream.
 """
@@ -51,7 +51,6 @@ from torch import nn
 from zoo.attention.glimpse import Retina
 from zoo.errors import UserError
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
 from zoo.models.card import CompileHints, FamilyCard
 
@@ -135,12 +134,9 @@ class RAM(ZooModule):
         eval_samples: int = 10,
         eval_seed: int = 0,
         num_figures: int = 4,
-        # speed (zoo.models.accel): auto | eager | compile | reduce-overhead
-        accel: str = "auto",
     ):
         super().__init__()
         self.save_hyperparameters()
-        check_mode(accel, "RAM")
         checks = {"core": (core, ("rnn", "lstm")), "location_policy": (location_policy, ("learned", "random")),
                   "location_mean": (location_mean, ("tanh", "linear")),
                   "std_mode": (std_mode, ("fixed", "learnable", "annealed")),

@@ -11,9 +11,7 @@ Training for small data: AdamW (no weight decay on biases, norms, position embed
 token), linear warm-up then cosine decay per step, label smoothing, stochastic depth, and batch
 augmentation on the batch's device (`zoo.data.augment`: random translation, flips, erasing, mixup).
 
-Speed: `accel` (zoo.models.accel: auto | eager | compile | reduce-overhead; auto compiles on CUDA and on
-CPU runs long enough to pay for it), `bf16` autocast, `channels_last`; `compile: true` is the
-older spelling of `accel: compile`. AdamW runs its fused kernel in every mode.
+Speed: the run's `--accel` (zoo.models.accel), `bf16` autocast, `channels_last`.
 
 Pretrained weights:
 - `zoo.create_model("vit_fmnist", pretrained=True)`: our released Fashion-MNIST weights;
@@ -32,7 +30,6 @@ import torch.nn.functional as F
 from zoo.backbones import build_backbone
 from zoo.data.augment import BatchAugment, mixup
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
 from zoo.models.card import FamilyCard
 
@@ -47,7 +44,6 @@ class ViTClassifier(ZooModule):
     card = FamilyCard(
         "vit", attention="rollout", head_keys=("backbone.vit.head.",), bench_recipes=("vit_fmnist",),
         tiny={"": TINY, "augment_mixup": {**TINY, "translate": 2, "hflip": 0.5, "erase": 0.5, "mixup_alpha": 0.4}})
-    eager_optimizer_impl = "fused"
 
     def __init__(self, model_name: str = "vit_tiny_patch16_224", image_size: int | list[int] = 28, patch_size: int = 4,
                  in_chans: int = 1, num_classes: int = 10, depth: int | None = 6, embed_dim: int | None = 96,
@@ -63,12 +59,11 @@ class ViTClassifier(ZooModule):
                  translate: int = 0, hflip: float = 0.0, erase: float = 0.0, erase_area: float = 0.1,
                  mixup_alpha: float = 0.0,
                  # speed
-                 bf16: bool = False, compile: bool = False, channels_last: bool = False, accel: str = "auto",
+                 bf16: bool = False, channels_last: bool = False,
                  # figures
                  class_names: list[str] | None = None, num_figures: int = 4):
         super().__init__()
         self.save_hyperparameters()
-        check_mode(accel, "ViT")
         self.backbone = build_backbone(
             "timm_vit", model_name=model_name, img_size=image_size, patch_size=patch_size, in_chans=in_chans,
             depth=depth, embed_dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, num_classes=num_classes,
@@ -95,9 +90,6 @@ class ViTClassifier(ZooModule):
 
     def setup(self, stage: str | None = None) -> None:
         self.speed_setup()
-
-    def accel_requested(self) -> str:
-        return "compile" if self.hparams.compile and self.hparams.accel == "auto" else self.hparams.accel
 
     # ------------------------------------------------------------------ forward
     @property
