@@ -4,7 +4,7 @@
     python scripts/attention_results.py ram_fmnist_cluttered60 --n 200
     python scripts/attention_results.py --checkpoint runs/x/checkpoints/last.ckpt --out /tmp   # any checkpoint
     python scripts/attention_results.py vit_fmnist --data variant=cluttered60 \
-        --model-arg "model_kwargs={dynamic_img_size: true}" --tag cluttered60_probe   # a probe on other data
+        --model-arg "backbone={dynamic_img_size: true}" --tag cluttered60_probe   # a probe on other data
 
 For each release: its attention record on the first `--n` examples of its own data's test split
 (the data it was trained on, rebuilt from the release's data config, with the item boxes known),
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
                         help="a probe: evaluate on other data (a data module argument, YAML value)")
     parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
                         help="a probe: a hyperparameter that does not change the weights, e.g. "
-                             "'model_kwargs={dynamic_img_size: true}'")
+                             "'backbone={dynamic_img_size: true}'")
     parser.add_argument("--tag", help="suffix of the JSON's name (attention_<name>_<tag>.json); needed with a probe")
     args = parser.parse_args(argv)
     try:

@@ -30,7 +30,7 @@ def test_new_label_set_keeps_all_but_the_head():
 
 def test_an_unasked_shape_change_is_refused_in_one_line():
     with pytest.raises(UserError) as info:
-        zoo.create_model("vit_fmnist", pretrained=True, mlp_ratio=4.0)
+        zoo.create_model("vit_fmnist", pretrained=True, backbone={"mlp_ratio": 4.0})
     assert "shapes differ" in str(info.value) and "\n" not in str(info.value)
 
 

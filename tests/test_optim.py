@@ -106,8 +106,9 @@ def test_cosine_stretches_when_the_run_gets_longer():
 def test_warmup_cosine_reads_the_horizon_when_it_steps():
     from zoo.models.vit import ViTClassifier
 
-    model = ViTClassifier(model_name="vit_tiny_patch16_224", image_size=28, patch_size=7, in_chans=1, depth=1,
-                          embed_dim=16, num_heads=2, mlp_ratio=2.0, lr=1e-2, min_lr=1e-4, warmup_epochs=1)
+    model = ViTClassifier(backbone={"kind": "timm_vit", "model_name": "vit_tiny_patch16_224", "patch_size": 7, "depth": 1,
+                                    "embed_dim": 16, "num_heads": 2, "mlp_ratio": 2.0},
+                          lr=1e-2, min_lr=1e-4, warmup_epochs=1)
     _attach(model, max_epochs=2, steps=20, batches=10)
     configured = model.configure_optimizers()
     opt, sched = configured["optimizer"], configured["lr_scheduler"]["scheduler"]

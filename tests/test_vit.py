@@ -1,6 +1,7 @@
 """ViT family: forward shapes, pretrained loading from a local timm file (head, in_chans and
 position-embedding adaptation), attention extraction against a slow reference, rollout, the
 `zoo attention` CLI, checkpoint round-trips, the LR schedule and the batch augmentation."""
+import dataclasses
 import json
 
 import lightning as L
@@ -17,16 +18,19 @@ from zoo import hub
 from zoo.cli import main as cli
 from zoo.data.augment import BatchAugment, mixup, random_erase, random_hflip, random_translate
 from zoo.errors import UserError
+from zoo.backbones.spec import BackboneSpec
 from zoo.models.vit import ViTClassifier
 from zoo.attention import rollout as rollout_maps
 
-TINY = dict(model_name="vit_tiny_patch16_224", image_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
-            embed_dim=24, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0)
+TINY = ViTClassifier.card.tiny[""]  # image_size 28, in_chans 1: the class defaults
+TRUNK = {f.name for f in dataclasses.fields(BackboneSpec)}
 
 
 def tiny(**overrides) -> ViTClassifier:
+    """The card's tiny ViT with `overrides`, the trunk's fields (patch_size, pretrained_file, ...) in its backbone."""
     torch.manual_seed(0)
-    return ViTClassifier(**{**TINY, **overrides})
+    trunk = {k: overrides.pop(k) for k in list(overrides) if k in TRUNK and k != "in_chans"}
+    return ViTClassifier(**{**TINY, **overrides, "backbone": {**TINY["backbone"], **trunk}})
 
 
 # ----------------------------------------------------------------------------- forward
@@ -70,7 +74,7 @@ def test_conv_stem_replaces_patchify_with_the_same_token_grid():
     # a coarser grid: the stem's x4 then a 2x2 projection kernel (total stride 8)
     coarse = tiny(image_size=32, patch_size=8, conv_stem=[8, 16]).eval()
     assert coarse.backbone.grid_for(32, 32) == (4, 4) and coarse.vit.patch_embed.proj.kernel_size == (2, 2)
-    with pytest.raises(ValueError, match="multiple of 4"):
+    with pytest.raises(UserError, match="multiple of 4"):
         tiny(patch_size=6, conv_stem=[8, 16])
 
 
@@ -232,7 +236,7 @@ def test_lightning_checkpoint_round_trip_without_the_pretrained_file(tmp_path):
     source_path.unlink()  # the user's pretrained file is not needed to rebuild the checkpoint
     loaded = zoo.load_checkpoint(ckpt).eval()
     x = torch.rand(2, 1, 28, 28)
-    assert loaded.family == "vit" and loaded.hparams.pretrained_file is None
+    assert loaded.family == "vit" and "pretrained_file" not in loaded.hparams.backbone
     assert torch.allclose(loaded(x), model.eval()(x), atol=1e-6)
     plain = torch.load(ckpt, map_location="cpu", weights_only=True)  # hparams are plain values
     assert plain["hyper_parameters"]["translate"] == 2
@@ -362,7 +366,7 @@ def test_flip_erase_mixup_and_eval_identity():
 def test_recipes_build_the_documented_models():
     small = zoo.create_model("vit_fmnist")
     assert small.family == "vit" and 500_000 < sum(p.numel() for p in small.parameters()) < 550_000
-    assert small.backbone.grid_for(28, 28) == (7, 7) and small.hparams.conv_stem == [32, 64]
+    assert small.backbone.grid_for(28, 28) == (7, 7) and small.hparams.backbone["conv_stem"] == [32, 64]
     strides = [m.stride for m in small.vit.patch_embed.backbone if isinstance(m, torch.nn.Conv2d)]
     assert strides == [(2, 2), (1, 1), (2, 2), (1, 1)]  # two convs per stage, the first strided
     cluttered = zoo.create_model("vit_fmnist_cluttered60").eval()

@@ -126,8 +126,9 @@ def _backbone_mismatches(weights: dict, recipe: dict, where: str) -> list[str]:
 
 def override_problems(train_args: list[str], recipe: dict) -> list[str]:
     """Command-line arguments a results run gave train.py beyond the recipe. Only `--model.init_args.K V`
-    or `--data.init_args.K V` that repeat the recipe's own value are harmless (runs from before a
-    recipe adopted the value); anything else means the weights are not the recipe's."""
+    or `--data.init_args.K V` that repeat the recipe's own value (or the class default it leaves
+    in place) are harmless (runs from before a recipe adopted the value); anything else means the
+    weights are not the recipe's."""
     problems, args, recipe = [], list(train_args or []), current_recipe(recipe)
     pairs = list(zip(args[0::2], args[1::2])) if len(args) % 2 == 0 else [(a, None) for a in args]
     for flag, value in pairs:
@@ -136,8 +137,9 @@ def override_problems(train_args: list[str], recipe: dict) -> list[str]:
             continue
         key, given = current_arg(flag.lstrip("-"), yaml.safe_load(value), recipe)
         section, _, name = key.partition(".init_args.")
-        current = ((recipe.get(section) or {}).get("init_args") or {}).get(name, object()) \
-            if section in ("model", "data") and name else object()
+        spec = (recipe.get(section) or {}) if section in ("model", "data") and name else {}
+        default = _defaults(spec["class_path"], section).get(name, object()) if spec.get("class_path") else object()
+        current = (spec.get("init_args") or {}).get(name, default)  # what the recipe says, or leaves to the class
         if not _same(given, current):
             problems.append(f"trained with {flag} {value}, which the recipe does not say")
     return problems
@@ -151,6 +153,23 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def _effective_blocks(recipe: dict) -> dict:
+    """The recipe with its model's backbone block as the backbone it builds: every argument of
+    its kind, the block's value or the kind's default (a block that leaves out a default, or
+    an old recipe's block written out in full by zoo.hparams, is the same backbone)."""
+    model = recipe.get("model") or {}
+    block = (model.get("init_args") or {}).get("backbone")
+    if not isinstance(block, dict):
+        return recipe
+    from zoo.backbones import BACKBONES
+
+    kind = BACKBONES.get(block.get("kind", "stem"))
+    defaults = {k: p.default for k, p in inspect.signature(kind).parameters.items()
+                if p.default is not inspect.Parameter.empty} if kind else {}
+    effective = {**{k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}, **block}
+    return {**recipe, "model": {**model, "init_args": {**model["init_args"], "backbone": effective}}}
 
 
 def recipe_at(recipe: str, commit: str | None) -> dict | None:
@@ -176,7 +195,7 @@ def recipe_drift(recipe: str, commit: str | None, train_args: list[str] | None =
     if then is None:
         return [f"recipe: {recipe} did not exist at the training commit {commit[:12]}"]
     then = current_recipe(then)
-    old, new = _flatten(then), _flatten(load_recipe(recipe))
+    old, new = _flatten(_effective_blocks(then)), _flatten(_effective_blocks(load_recipe(recipe)))
     args = list(train_args or [])
     for flag, value in zip(args[0::2], args[1::2]):
         key, parsed = current_arg(flag.lstrip("-"), yaml.safe_load(value), then)

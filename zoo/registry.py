@@ -128,8 +128,9 @@ def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entr
 
 
 def instantiate(spec: dict, kind: str = "model", **overrides):
-    """Instantiate an allow-listed {class_path, init_args} with overrides on top; init_args saved
-    under an old hyperparameter name are given under the current one (zoo.hparams)."""
+    """Instantiate an allow-listed {class_path, init_args} with overrides on top (a mapping
+    updates a block field by field); init_args saved under an old hyperparameter name are given
+    under the current one (zoo.hparams)."""
     if not isinstance(spec, dict):
         raise UserError(f"refused: a {kind} config must be a mapping with class_path, got {type(spec).__name__}")
     check_tree(spec, f"the {kind} config")
@@ -138,9 +139,12 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
     if not isinstance(init_args, dict):
         raise UserError(f"{spec['class_path']}: init_args must be a mapping")
     init_args = {k: v for k, v in init_args.items() if not str(k).startswith("_")}
-    check_dimensions({**init_args, **overrides}, f"{kind}.init_args")
+    # an override of a block (a backbone spec) changes the fields it gives, as a second config would
+    init_args.update({k: {**init_args[k], **v} if isinstance(v, dict) and isinstance(init_args.get(k), dict) else v
+                      for k, v in overrides.items()})
+    check_dimensions(init_args, f"{kind}.init_args")
     try:
-        return cls(**{**init_args, **overrides})
+        return cls(**init_args)
     except TypeError as exc:
         raise UserError(f"{spec['class_path']}: bad arguments ({exc})") from None
 

@@ -111,7 +111,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
 
         from zoo.backbones import check_input
 
-        encoder = spec.build(option="--model.init_args.backbone.")
+        encoder = spec.build()
         check_input(encoder, self.input_chans, self.hparams.image_size, "the captioner")
         self.backbone_spec = spec
         self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in

@@ -54,7 +54,7 @@ class ItemGridClassifier(ClassifierModule):
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
         self.hparams.image_size = [int(s) for s in image_size]
-        self.backbone = spec.build(option="--model.init_args.backbone.")
+        self.backbone = spec.build()
         self.backbone_spec = spec
         self.hparams.backbone = spec.to_dict()
         D = self.backbone.out_dim

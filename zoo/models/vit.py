@@ -1,11 +1,13 @@
 """Vision Transformer classifier (Dosovitskiy et al. 2021) over the zoo's timm ViT backbone.
 
-The trunk is `zoo.backbones.TimmViT`, the same object a captioner uses as its encoder (patch
-tokens); here timm's own pooling and head turn its features into logits. Any timm ViT variant is
-accepted by name, with `image_size`, `patch_size`, `in_chans`, `depth`, `embed_dim` overriding it
-(`image_size` is the zoo's name for what timm calls `img_size`).
-`conv_stem` swaps the patchify convolution for a small conv stem (Xiao et al. 2021) with the same
-token grid, through timm's `HybridEmbed`; the Fashion-MNIST recipe uses it.
+The trunk is a `backbone:` block of kind `timm_vit` (zoo.backbones.spec.BackboneSpec), the same
+object a captioner uses as its encoder (patch tokens); here timm's own pooling and head turn its
+features into logits. Any timm ViT variant is accepted by name (`backbone.model_name`), with
+`patch_size`, `depth`, `embed_dim`, ... overriding it; the model's `image_size`, `in_chans` and
+`num_classes` are the trunk's. `backbone.conv_stem` swaps the patchify convolution for a small
+conv stem (Xiao et al. 2021) with the same token grid, through timm's `HybridEmbed`; the
+Fashion-MNIST recipe uses it. Configs from before the block (the trunk's fields flat among the
+model's) load through zoo.hparams' alias map.
 
 Training for small data: AdamW (no weight decay on biases, norms, position embeddings and the cls
 token), linear warm-up then cosine decay per step, label smoothing, stochastic depth, and batch
@@ -15,10 +17,11 @@ Speed: the run's `--accel` (zoo.models.accel), `bf16` autocast, `channels_last`.
 
 Pretrained weights:
 - `zoo.create_model("vit_fmnist", pretrained=True)`: our released Fashion-MNIST weights;
-- `pretrained_file=PATH`: any timm ViT checkpoint on disk (e.g. a downloaded model.safetensors),
-  with position embeddings, patch embedding, `in_chans` and the head adapted by timm;
-- `pretrained=True`: timm's hub route when online (offline: one line saying to pass a file).
-A checkpoint of this model stores its weights, so its config records neither of the last two.
+- `backbone.pretrained_file: PATH`: any timm ViT checkpoint on disk (e.g. a downloaded
+  model.safetensors), with position embeddings, patch embedding, `in_chans` and the head adapted
+  by timm; `backbone.pretrained: true`: timm's hub route when online (offline: one line saying to
+  pass a file); `backbone.pretrained: NAME`: a zoo release's trunk.
+A checkpoint of this model stores its weights, so its config records none of these.
 """
 from __future__ import annotations
 
@@ -27,15 +30,19 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from zoo.backbones import build_backbone
+from zoo.backbones.spec import BackboneSpec
 from zoo.data.augment import BatchAugment, mixup
+from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ZooModule
 from zoo.models.card import FamilyCard
 
 
-TINY = dict(model_name="vit_tiny_patch16_224", image_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
-            embed_dim=24, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0)
+#: the trunk a ViT classifier takes when its recipe gives no `backbone:` block
+DEFAULT_BACKBONE = {"kind": "timm_vit", "model_name": "vit_tiny_patch16_224", "patch_size": 4, "depth": 6,
+                    "embed_dim": 96, "num_heads": 3, "mlp_ratio": 2.0, "drop_path_rate": 0.1}
+TINY = dict(backbone={"kind": "timm_vit", "model_name": "vit_tiny_patch16_224", "patch_size": 7, "depth": 2,
+                      "embed_dim": 24, "num_heads": 2, "mlp_ratio": 2.0, "drop_path_rate": 0.0})
 
 
 class ViTClassifier(ZooModule):
@@ -45,13 +52,8 @@ class ViTClassifier(ZooModule):
         "vit", attention="rollout", head_keys=("backbone.vit.head.",), bench_recipes=("vit_fmnist",),
         tiny={"": TINY, "augment_mixup": {**TINY, "translate": 2, "hflip": 0.5, "erase": 0.5, "mixup_alpha": 0.4}})
 
-    def __init__(self, model_name: str = "vit_tiny_patch16_224", image_size: int | list[int] = 28, patch_size: int = 4,
-                 in_chans: int = 1, num_classes: int = 10, depth: int | None = 6, embed_dim: int | None = 96,
-                 num_heads: int | None = 3, mlp_ratio: float | None = 2.0, global_pool: str | None = None,
-                 drop_rate: float = 0.0, drop_path_rate: float = 0.1, attn_drop_rate: float = 0.0,
-                 mean: list[float] | None = None, std: list[float] | None = None,
-                 conv_stem: list[int] | None = None, conv_stem_blocks: int = 1,
-                 pretrained: bool = False, pretrained_file: str | None = None, model_kwargs: dict | None = None,
+    def __init__(self, backbone: BackboneSpec | None = None, image_size: int | list[int] = 28, in_chans: int = 1,
+                 num_classes: int = 10,
                  # optimisation
                  lr: float = 1e-3, weight_decay: float = 0.05, betas: list[float] = (0.9, 0.999),
                  warmup_epochs: float = 2.0, min_lr: float = 1e-5, label_smoothing: float = 0.1,
@@ -63,24 +65,22 @@ class ViTClassifier(ZooModule):
                  # figures
                  class_names: list[str] | None = None, num_figures: int = 4):
         super().__init__()
+        spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
+        if spec.kind != "timm_vit":
+            raise UserError(f"ViT: the backbone must be of kind timm_vit, got {spec.kind!r}")
         self.save_hyperparameters()
-        self.backbone = build_backbone(
-            "timm_vit", model_name=model_name, img_size=image_size, patch_size=patch_size, in_chans=in_chans,
-            depth=depth, embed_dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, num_classes=num_classes,
-            global_pool=global_pool, drop_rate=drop_rate, drop_path_rate=drop_path_rate,
-            attn_drop_rate=attn_drop_rate, pretrained=pretrained, pretrained_file=pretrained_file,
-            mean=mean, std=std, conv_stem=conv_stem, conv_stem_blocks=conv_stem_blocks, model_kwargs=model_kwargs)
+        # the model's facts the trunk takes; timm's pooling and head turn its features into logits
+        self.backbone = spec.build(img_size=image_size, in_chans=in_chans, num_classes=num_classes)
+        self.backbone_spec = spec
+        self.hparams.backbone = spec.to_dict()
         self.augment = BatchAugment(translate, hflip, erase, erase_area)
 
     # ------------------------------------------------------------------ config
     def zoo_config(self) -> dict:
-        # The weights live in the checkpoint: rebuilding it must not fetch pretrained weights again
-        # (nor need the user's pretrained file on another machine).
+        # The weights live in the checkpoint: rebuilding it must neither fetch pretrained weights
+        # again nor need the user's pretrained file, and must normalise as trained.
         config = super().zoo_config()
-        config["init_args"].update(pretrained=False, pretrained_file=None)
-        if self.backbone.normalize:  # pretrained weights chose the normalisation: keep it explicit
-            config["init_args"].update(mean=self.backbone.mean.flatten().tolist(),
-                                       std=self.backbone.std.flatten().tolist())
+        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.backbone)
         return config
 
     @property
