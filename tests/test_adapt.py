@@ -76,7 +76,7 @@ def test_init_from_a_release_on_an_image_folder_stores_its_class_names(tmp_path)
     checkpoint = sorted((root / "checkpoints").glob("best*.ckpt"))[-1]
     model = zoo.load_checkpoint(checkpoint)
     assert model.hparams.num_classes == 2 and list(model.hparams.class_names) == ["cat", "dog"]
-    rc, out, err = run_cli(["-m", "zoo.cli", "attention", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
+    rc, out, err = run_cli(["-m", "zoo.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
                             data / "val" / "dog" / "0.png"], cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]
     predicted = out.split(": ", 1)[1].split(" (")[0]  # "IMAGE: NAME (P%) -> ..."
@@ -118,18 +118,19 @@ def test_zoo_caption_names_its_default_model_and_marks_a_cut_caption(tmp_path, c
     assert out.rstrip().endswith("[cut at 1 words]") and "model sat_soft_scenes (the default" in err
 
 
-def test_glimpse_json_names_its_axes(tmp_path, capsys):
+def test_glimpse_json_names_its_boxes(tmp_path, capsys):
     from zoo.cli import main
 
     image = tmp_path / "item.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)).save(image)
     capsys.readouterr()
-    assert main(["glimpses", "--model", "ram_fmnist_centered", str(image), "--out", str(tmp_path / "g"), "--json"]) == 0
+    assert main(["attend", "--model", "ram_fmnist_centered", str(image), "--out", str(tmp_path / "g"), "--json"]) == 0
     import json
 
-    record = json.loads(capsys.readouterr().out)
-    record = record[0] if isinstance(record, list) else (record.get("results") or record.get("records"))[0]
-    assert record["locations"] and set(record["locations"][0]) == {"x", "y"}
+    (record,) = json.loads(capsys.readouterr().out)
+    step = record["steps"][0]
+    assert step["label"] == "glimpse 1" and set(step["boxes"]) == {"scale 1"} and len(step["boxes"]["scale 1"]) == 4
+    assert len(step["peak"]) == 2  # (x, y)
 
 
 @pytest.mark.slow

@@ -150,7 +150,9 @@ def _fit(tmp_path, *extra: str, config: str = "configs/baseline/mlp_centered.yam
 def _files(tmp_path) -> dict[str, Path]:
     C = REPO / "configs/baseline/mlp_centered.yaml"
     files = {"empty": "", "list": "- a\n", "scalar": "3\n", "invalid": "model: [\n",
-             "lots": C.read_text().replace("batch_size: 128", "batch_size: lots"),
+             "lots": C.read_text().replace("  class_path: zoo.data.fashion_mnist.FashionMNISTDataModule",
+                                           "  class_path: zoo.data.fashion_mnist.FashionMNISTDataModule\n"
+                                           "  init_args:\n    batch_size: lots"),
              "typo_class": C.read_text().replace("baselines.Classifier", "baselines.Clasifier")}
     out = {}
     for name, text in files.items():

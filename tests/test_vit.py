@@ -1,6 +1,6 @@
 """ViT family: forward shapes, pretrained loading from a local timm file (head, in_chans and
 position-embedding adaptation), attention extraction against a slow reference, rollout, the
-`zoo attention` CLI, checkpoint round-trips, the LR schedule and the batch augmentation."""
+`zoo attend` CLI, checkpoint round-trips, the LR schedule and the batch augmentation."""
 import dataclasses
 import json
 
@@ -293,33 +293,39 @@ def _save_images(tmp_path):
     return [str(gray), str(colour), str(rgba)]
 
 
-def test_cli_attention_writes_maps_and_exit_codes(tmp_path, capsys):
+def test_cli_attend_draws_layers_heads_and_rollout_with_exit_codes(tmp_path, capsys):
+    """`zoo attend` on a ViT: a step per layer and the rollout; `--record heads=true` adds each head
+    of the last layer and `--record head_fusion=max` fuses the rollout's heads otherwise (what the
+    old `zoo attention` drew)."""
     model = tiny(class_names=list("ABCDEFGHIJ"))
     ckpt = tmp_path / "vit.safetensors"
     hub.save_release(model, model.zoo_config(), ckpt)
     images = _save_images(tmp_path)
     out = tmp_path / "out"
-    assert cli(["attention", "--checkpoint", str(ckpt), *images, "--out", str(out), "--json"]) == 0
+    assert cli(["attend", "--checkpoint", str(ckpt), *images, "--out", str(out), "--json", "--maps"]) == 0
     records = json.loads(capsys.readouterr().out)
-    assert [r["image"] for r in records] == images and records[0]["predicted"] in "ABCDEFGHIJ"
-    names = sorted(p.name for p in out.iterdir())
-    assert names == ["boot_heads.png", "boot_rollout.png", "shirt_2_heads.png", "shirt_2_rollout.png",
-                     "shirt_heads.png", "shirt_rollout.png"]
-    assert Image.open(out / "shirt_rollout.png").size[0] > 3 * 28
+    assert [r["image"] for r in records] == images and records[0]["prediction"]["class_names"] == list("ABCDEFGHIJ")
+    assert [s["label"] for s in records[0]["steps"]] == ["layer 1", "layer 2", "rollout"]
+    assert sorted(p.name for p in out.iterdir()) == ["boot_attend.png", "shirt_2_attend.png", "shirt_attend.png"]
+    assert cli(["attend", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--json", "--maps",
+                "--record", "heads=true", "--record", "head_fusion=max"]) == 0
+    steps = json.loads(capsys.readouterr().out)[0]["steps"]
+    assert [s["label"] for s in steps] == ["layer 1", "layer 2", "head 1", "head 2", "rollout"]
+    assert steps[:2] == records[0]["steps"][:2] and steps[-1]["map"] != records[0]["steps"][-1]["map"]
 
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"nope")
-    assert cli(["attention", "--checkpoint", str(ckpt), images[0], str(bad), "--out", str(out)]) == 1
+    assert cli(["attend", "--checkpoint", str(ckpt), images[0], str(bad), "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "broken.png" in err and "Traceback" not in err
-    assert cli(["attention", "--checkpoint", str(ckpt), str(bad), "--out", str(out)]) == 2
-    assert cli(["attention", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--residual", "1.5"]) == 2
-    capsys.readouterr()
+    assert cli(["attend", "--checkpoint", str(ckpt), str(bad), "--out", str(out)]) == 2
+    assert cli(["attend", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--record", "residual=1.5"]) == 2
+    assert "residual in [0, 1)" in capsys.readouterr().err
 
 
-def test_cli_attention_refuses_unknown_names_other_families_and_odd_channels(tmp_path, capsys):
+def test_cli_attend_refuses_unknown_names_models_without_attention_and_odd_channels(tmp_path, capsys):
     images = _save_images(tmp_path)
-    assert cli(["attention", "--model", "vit_fmnst", images[0], "--out", str(tmp_path / "o")]) == 2
+    assert cli(["attend", "--model", "vit_fmnst", images[0], "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "did you mean vit_fmnist" in err and err.count("\n") == 1
 
@@ -328,14 +334,14 @@ def test_cli_attention_refuses_unknown_names_other_families_and_odd_channels(tmp
     other = Classifier(arch="mlp", hidden=[8])
     path = tmp_path / "mlp.safetensors"
     hub.save_release(other, other.zoo_config(), path)
-    assert cli(["attention", "--checkpoint", str(path), images[0], "--out", str(tmp_path / "o")]) == 2
-    assert "not a Vision Transformer" in capsys.readouterr().err
+    assert cli(["attend", "--checkpoint", str(path), images[0], "--out", str(tmp_path / "o")]) == 2
+    assert "has no attention to record" in capsys.readouterr().err
 
     four = tiny(in_chans=4)
     path4 = tmp_path / "four.safetensors"
     hub.save_release(four, four.zoo_config(), path4)
-    assert cli(["attention", "--checkpoint", str(path4), images[0], "--out", str(tmp_path / "o")]) == 2
-    assert "4-channel" in capsys.readouterr().err
+    assert cli(["attend", "--checkpoint", str(path4), images[0], "--out", str(tmp_path / "o")]) == 2
+    assert "expects 4" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- augmentation

@@ -30,7 +30,7 @@ import yaml
 
 from zoo import hub
 from zoo.hparams import current_config, current_init_args, current_spec
-from zoo.registry import REPO_ROOT, resolve_class
+from zoo.registry import REPO_ROOT, linked, resolve_class
 
 GOLDEN_BATCH = 2
 
@@ -55,9 +55,13 @@ def load_recipe(recipe: str | Path) -> dict:
 
 def current_recipe(recipe: dict) -> dict:
     """A recipe's model and data sections in current hyperparameter names (a recipe as it was at
-    an older commit may use old ones)."""
-    return {**recipe, **{section: current_spec(recipe[section]) for section in ("model", "data")
-                         if isinstance(recipe.get(section), dict)}}
+    an older commit may use old ones), the model with what its data decides filled in (image
+    size, channels, class names: zoo.registry.linked), as train.py trains it."""
+    out = {**recipe, **{section: current_spec(recipe[section]) for section in ("model", "data")
+                        if isinstance(recipe.get(section), dict)}}
+    if isinstance(out.get("model"), dict) and isinstance(out.get("data"), dict):
+        out["model"] = linked(out["model"], out["data"])
+    return out
 
 
 def current_arg(key: str, value: Any, recipe: dict) -> tuple[str, Any]:
@@ -97,8 +101,10 @@ def recipe_mismatches(config: dict, recipe: dict) -> list[str]:
             problems.append(f"{section}.class_path: weights {embedded.get('class_path')}, recipe {spec.get('class_path')}")
             continue
         defaults = _defaults(spec["class_path"], kind)
-        # filled in by training, not by the recipe (a captioner's vocabulary comes from its data)
-        filled = getattr(getattr(resolve_class(spec["class_path"], kind), "card", None), "filled_by_data", {})
+        # names the data fills in when training starts: a release trained before they were filled
+        # in (a baseline's class names) or with its own (a captioner's vocabulary) is its recipe's
+        filled = {"class_names", *getattr(getattr(resolve_class(spec["class_path"], kind), "card", None),
+                                          "filled_by_data", {})}
         ours, theirs = embedded.get("init_args") or {}, spec.get("init_args") or {}
         for key in sorted(set(ours) | set(theirs)):
             if key.startswith("_") or key in filled:
@@ -195,7 +201,7 @@ def recipe_drift(recipe: str, commit: str | None, train_args: list[str] | None =
     if then is None:
         return [f"recipe: {recipe} did not exist at the training commit {commit[:12]}"]
     then = current_recipe(then)
-    old, new = _flatten(_effective_blocks(then)), _flatten(_effective_blocks(load_recipe(recipe)))
+    old, new = _flatten(_effective_blocks(then)), _flatten(_effective_blocks(current_recipe(load_recipe(recipe))))
     args = list(train_args or [])
     for flag, value in zip(args[0::2], args[1::2]):
         key, parsed = current_arg(flag.lstrip("-"), yaml.safe_load(value), then)

@@ -106,13 +106,70 @@ def family_of(entry: Entry) -> str:
 
 
 def get_entry(name: str) -> Entry:
+    """The entry `name`; a recipe's model with what its data decides filled in (`linked`)."""
     entries = _entries()
     if name not in entries:
         close = difflib.get_close_matches(name, list(entries), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `zoo list` shows them all"
         raise UserError(f"unknown model '{name}'{hint}")
-    family_of(entries[name])
-    return entries[name]
+    entry = entries[name]
+    family_of(entry)
+    if entry.recipe is not None and entry.data:
+        entry.model = linked(entry.model, entry.data)
+    return entry
+
+
+def link_data(model_class: type, model_args, data_class: type, data_args) -> None:
+    """Give the model what its data decides, in `model_args` (a recipe's init_args, or
+    LightningCLI's, changed in place): the image size (`image_size_for`) and channels
+    (`image_chans_for`) the data serves, which a model left at its class default takes and one
+    set to another value refuses in one line (a captioner trained on 96 px scenes with
+    image_size 128 would be prepared at 128 px by `zoo caption`); and the label set
+    (`class_names_for`), its size as `num_classes` and its names as `class_names` where the model
+    takes them and its config names none. train.py links a run's config, the registry a recipe's
+    entry, tools/release a recipe it holds against a release: so no recipe restates them."""
+    import inspect
+
+    from zoo.data.base import as_size
+
+    params = inspect.signature(model_class).parameters
+
+    def given(key):
+        return model_args[key] if key in model_args else params[key].default
+
+    def take_or_refuse(key, served, data_says):
+        value, default = given(key), params[key].default
+        if value == default or (isinstance(default, (list, tuple)) and list(value) == list(default)):
+            return served
+        raise UserError(f"--model.init_args.{key} {value} disagrees with the data's images ({data_says}); "
+                        f"set one of them so they agree, or leave the model's out to take the data's")
+
+    size = data_class.image_size_for(**data_args)
+    if "image_size" in params and size is not None and given("image_size") is not None \
+            and as_size(given("image_size")) != size:
+        key = data_class.image_size_argument or "variant"
+        size = take_or_refuse("image_size", size, f"{key} {data_args.get(key)}: {size[0]}x{size[1]} px")
+        model_args["image_size"] = size[0] if isinstance(given("image_size"), int) and size[0] == size[1] else list(size)
+    chans = data_class.image_chans_for(**data_args)
+    if "in_chans" in params and chans is not None and given("in_chans") not in (None, chans):
+        model_args["in_chans"] = take_or_refuse("in_chans", chans, f"{data_class.__name__}: {chans} channel(s)")
+    names = data_class.class_names_for(**data_args)
+    if names and "num_classes" in params and given("num_classes") != len(names):
+        model_args["num_classes"] = len(names)
+    if names and "class_names" in params and given("class_names") is None:
+        model_args["class_names"] = list(names)
+
+
+def linked(model: dict, data: dict) -> dict:
+    """A recipe's model {class_path, init_args} in current names with what its data {class_path,
+    init_args} decides filled in (`link_data`); a class off the list as it is."""
+    model, data = current_spec(model), current_spec(data)
+    if not (is_allowed(model.get("class_path")) and is_allowed(data.get("class_path"), "data")):
+        return model
+    init_args = dict(model.get("init_args") or {})
+    link_data(resolve_class(model["class_path"]), init_args, resolve_class(data["class_path"], "data"),
+              dict(data.get("init_args") or {}))
+    return {**model, "init_args": init_args}
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:

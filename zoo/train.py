@@ -54,7 +54,7 @@ from zoo.io import check_writable
 from zoo.limits import check_tree, shorten
 from zoo.models.accel import MODES
 from zoo.models.base import ZooModule
-from zoo.registry import REPO_ROOT, is_allowed, resolve_class
+from zoo.registry import REPO_ROOT, is_allowed, link_data, resolve_class
 
 
 def _base_config() -> str:
@@ -368,44 +368,6 @@ class SaveConfigToRunDir(SaveConfigCallback):
         self.already_saved = trainer.strategy.broadcast(True)
 
 
-def _take_or_refuse(served, given, model_class, key: str, data_says: str) -> object:
-    """The model's value of a fact the data decides: `given` when it agrees with `served`, the
-    data's value when `given` is the class default (the recipe left it out), else one line."""
-    default = inspect.signature(model_class.__init__).parameters[key].default
-    if given == default or (isinstance(default, (list, tuple)) and list(given) == list(default)):
-        return served
-    raise UserError(f"--model.init_args.{key} {given} disagrees with the data's images ({data_says}); "
-                    f"set one of them so they agree, or leave the model's out to take the data's")
-
-
-def link_image_size(data_class, data_args, model_class, model_args) -> None:
-    """The data decides the image size: a model whose recipe leaves its size at the class default
-    takes the data's; one set to another size than the data serves is refused (a captioner
-    trained on 96 px scenes with image_size 128 would be prepared at 128 px by `zoo caption`)."""
-    served = data_class.image_size_for(**data_args) if hasattr(data_class, "image_size_for") else None
-    given = model_args.get("image_size")
-    if served is None or given is None:
-        return
-    from zoo.data.base import as_size
-
-    if as_size(given) == served:
-        return
-    data_key = getattr(data_class, "image_size_argument", None) or "variant"
-    size = _take_or_refuse(served, given, model_class, "image_size",
-                           f"{data_key} {data_args.get(data_key)}: {served[0]}x{served[1]} px")
-    model_args["image_size"] = size[0] if isinstance(given, int) and size[0] == size[1] else list(size)
-
-
-def link_in_chans(data_class, data_args, model_class, model_args) -> None:
-    """The data decides the channels, as it does the size: a model at its class default takes the
-    data's `in_chans`; one set to other channels than the data serves is refused."""
-    served = data_class.image_chans_for(**data_args) if hasattr(data_class, "image_chans_for") else None
-    if served is None or model_args.get("in_chans") in (None, served):
-        return
-    model_args["in_chans"] = _take_or_refuse(served, model_args["in_chans"], model_class, "in_chans",
-                                             f"{data_class.__name__}: {served} channel(s)")
-
-
 class ZooCLI(LightningCLI):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("parser_class", ZooArgumentParser)
@@ -428,24 +390,15 @@ class ZooCLI(LightningCLI):
                             help="speed, the run's choice (zoo.models.accel): auto | eager | compile | reduce-overhead")
 
     def before_instantiate_classes(self) -> None:
-        """The data decides the label set: a data module that knows its class names before it is
-        built (`class_names_for`, e.g. ImageFolder's folders) sets the model's num_classes and
-        class_names. A fine-tune recipe that would start from random weights says so."""
+        """The data decides the image size, channels and label set (zoo.registry.link_data). A
+        fine-tune recipe that would start from random weights says so."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         data, model = config.get("data"), config.get("model")
         if not hasattr(data, "class_path") or not hasattr(model, "init_args"):
             return
-        names_for = getattr(resolve_class(data.class_path, "data"), "class_names_for", None) \
-            if is_allowed(data.class_path, "data") else None
-        names = names_for(**data.init_args) if names_for else None
-        if names and "num_classes" in model.init_args:
-            model.init_args["num_classes"] = len(names)
-            if "class_names" in model.init_args:
-                model.init_args["class_names"] = list(names)
         if is_allowed(data.class_path, "data") and is_allowed(model.class_path, "model"):
-            data_class, model_class = resolve_class(data.class_path, "data"), resolve_class(model.class_path, "model")
-            link_image_size(data_class, data.init_args, model_class, model.init_args)
-            link_in_chans(data_class, data.init_args, model_class, model.init_args)
+            link_data(resolve_class(model.class_path, "model"), model.init_args,
+                      resolve_class(data.class_path, "data"), dict(data.init_args))
         if config.get("init_vocab") == "release" and config.get("init_from"):
             vocab = ((InitFrom.source_config(config["init_from"], config.get("sha256")) or {}).get("init_args") or {}).get("vocab")
             if not vocab or "vocab" not in model.init_args or "vocab" not in data.init_args:

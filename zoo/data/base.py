@@ -60,6 +60,15 @@ class SplitDataModule(L.LightningDataModule):
     #: channels of the images this module serves (None: it does not fix them)
     image_chans: int | None = None
 
+    #: the label set it serves, known before it is built (None: none, e.g. captions)
+    class_names: list[str] | None = None
+
+    @classmethod
+    def class_names_for(cls, **init_args) -> list[str] | None:
+        """The class names this module serves, from its arguments alone: the model's label set
+        (zoo.registry.link_data gives it `num_classes` and `class_names`; no recipe copies them)."""
+        return cls.class_names
+
     @classmethod
     def image_chans_for(cls, **init_args) -> int | None:
         """Channels of the images this module serves, from its arguments alone: the model's

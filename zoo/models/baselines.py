@@ -65,7 +65,7 @@ class Classifier(ClassifierModule):
     def __init__(self, arch: str = "cnn", image_size: int = 28, in_chans: int = 1, num_classes: int = 10,
                  hidden: list[int] = (256, 256), channels: list[int] = (32, 64, 128), kernel_size: int = 3,
                  cnn_hidden: int = 256, stride: int = 5, dropout: float = 0.1, lr: float = 1e-3, weight_decay: float = 0.0,
-                 lr_schedule: str = "cosine"):
+                 lr_schedule: str = "cosine", class_names: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters()
         optim.check_schedule(lr_schedule, "baseline")

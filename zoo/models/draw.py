@@ -361,7 +361,7 @@ class DRAWClassifier(ClassifierModule):
     def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,
                  read_n: int = 12, hidden_size: int = 256, glimpse_hidden: int = 256,
                  lr: float = 1e-3, weight_decay: float = 0.0, lr_schedule: str = "cosine",
-                 read_init: str = "whole_image", num_figures: int = 8):
+                 read_init: str = "whole_image", num_figures: int = 8, class_names: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters()
         optim.check_schedule(lr_schedule, "DRAWClassifier")

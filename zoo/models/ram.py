@@ -362,34 +362,28 @@ class RAM(ZooModule):
         metrics["acc_random"] = _accuracy(self.rollout(images, "random", noise=random_noise, std=std)["logits"], labels)
         return metrics
 
-    # ------------------------------------------------------------------ figures
+    # ------------------------------------------------------------------ where it looked
     @torch.no_grad()
-    def glimpse_trajectory(self, images: torch.Tensor, policy: str = "mean") -> dict[str, torch.Tensor]:
-        """For drawing: locations [B, T, 2], boxes [B, T, k, 4] (x0, y0, x1, y1 in pixels),
-        probs [B, classes], predictions [B]."""
-        self.check_images(images)
-        out = self.rollout(images, policy)
-        B, T = out["locations"].shape[:2]
-        boxes = self.retina.boxes(out["locations"].reshape(B * T, 2), *self.image_hw)
-        probs = out["logits"].softmax(-1)
-        return {"locations": out["locations"], "boxes": boxes.view(B, T, *boxes.shape[1:]),
-                "probs": probs, "predictions": probs.argmax(-1)}
-
-    @torch.no_grad()
-    def attention_record(self, images: torch.Tensor):
-        """The attention record of the evaluation policy's glimpses: one step per glimpse, a box per
-        retina scale, maps spread evenly over each scale's box (`record.maps_from_boxes`)."""
+    def attention_record(self, images: torch.Tensor, policy: str | None = None):
+        """The glimpses of images [B, C, H, W]: one step per glimpse, a box per retina scale (x0,
+        y0, x1, y1 in pixels), maps spread evenly over each scale's box (`record.maps_from_boxes`).
+        `policy`: "mean" (the deterministic path; the default, unless the model's policy is random)
+        or "sample" (one path drawn from the policy)."""
         from zoo.attention import record
 
-        traj = self.glimpse_trajectory(images, self._eval_policy())
-        boxes = traj["boxes"]  # [B, T, k, 4]
-        B, T, K = boxes.shape[:3]
+        if policy not in (None, "mean", "sample"):
+            raise ValueError(f"policy must be mean or sample, got {policy!r}")
+        self.check_images(images)
+        out = self.rollout(images, self._eval_policy() if policy is None else self._train_policy()
+                           if policy == "sample" else "mean")
+        B, T = out["locations"].shape[:2]
+        boxes = self.retina.boxes(out["locations"].reshape(B * T, 2), *self.image_hw).view(B, T, -1, 4)
+        probs = out["logits"].softmax(-1)
         return record.AttentionRecord(
             family=self.family, kind="glimpse", maps=record.maps_from_boxes(boxes, self.image_hw),
             labels=record.step_labels("glimpse", B, T), step_mask=record.full_mask(B, T, images.device),
-            boxes=boxes, box_labels=[f"scale {k + 1}" for k in range(K)],
-            prediction={"probs": traj["probs"], "label": traj["predictions"],
-                        "class_names": self.hparams.class_names})
+            boxes=boxes, box_labels=[f"scale {k + 1}" for k in range(boxes.shape[2])],
+            prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
 
     def example_batch(self, n: int = 2, seed: int = 0):
         return self.labelled_batch(n, seed)
@@ -398,10 +392,6 @@ class RAM(ZooModule):
         """images [B, C, H, W] -> (logits [B, classes], locations [B, T, 2]) with the mean policy."""
         out = self.rollout(images, "mean")
         return out["logits"], out["locations"]
-
-    def class_name(self, index: int) -> str:
-        names = self.hparams.class_names
-        return names[index] if names and 0 <= index < len(names) else str(index)
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):

@@ -183,31 +183,32 @@ class ViTClassifier(ZooModule):
                 "rollout": maps.rollout_map(joint, prefix, grid, cls_index)}
 
     @torch.no_grad()
-    def attention_record(self, images: torch.Tensor):
-        """One step per layer (the CLS token's attention to the patches, heads averaged) and a last
-        step with the rollout (Abnar & Zuidema 2020); each patch's mass is spread over its pixels.
-        The mass the CLS query puts on prefix tokens is left out, so each map sums to 1."""
+    def attention_record(self, images: torch.Tensor, heads: bool = False, head_fusion: str = "mean",
+                         residual: float = 0.5):
+        """One step per layer (the CLS token's attention to the patches, heads averaged), with
+        `heads` one more per head of the last layer, and a last step with the rollout (Abnar &
+        Zuidema 2020; `head_fusion` mean, max or min, `residual` the identity's weight in [0, 1));
+        each patch's mass is spread over its pixels. The mass the CLS query puts on prefix tokens is
+        left out, so each map sums to 1."""
         from zoo.attention import record
         from zoo.attention import rollout as maps
 
-        out = self.attention_maps(images)
+        if head_fusion not in ("mean", "max", "min") or not 0 <= residual < 1:
+            raise ValueError(f"head_fusion must be mean, max or min and residual in [0, 1), got {head_fusion!r}, "
+                             f"{residual!r}")
+        out = self.attention_maps(images, head_fusion, residual)
         vit, grid = self.vit, out["rollout"].shape[-2:]
         cls_index = 0 if getattr(vit, "cls_token", None) is not None else None
         layers = torch.stack([maps.cls_attention(a, vit.num_prefix_tokens, tuple(grid), cls_index).mean(1)
                               for a in out["attention"]], 1)  # [B, layers, h, w]
-        cells = torch.cat([layers, out["rollout"][:, None]], 1)
+        last = out["last"] if heads else layers[:, :0]  # [B, heads, h, w]
+        cells = torch.cat([layers, last, out["rollout"][:, None]], 1)
         cells = cells / cells.sum((-2, -1), keepdim=True).clamp_min(1e-30)
         B, T = cells.shape[:2]
-        labels = [[f"layer {t + 1}" for t in range(T - 1)] + ["rollout"] for _ in range(B)]
+        step_labels = ([f"layer {t + 1}" for t in range(layers.shape[1])]
+                       + [f"head {k + 1}" for k in range(last.shape[1])] + ["rollout"])
         probs = out["logits"].softmax(-1)
         return record.AttentionRecord(
             family=self.family, kind="rollout", maps=record.maps_from_cells(cells, tuple(images.shape[-2:])),
-            labels=labels, step_mask=record.full_mask(B, T, images.device), headline="last",
+            labels=[list(step_labels) for _ in range(B)], step_mask=record.full_mask(B, T, images.device), headline="last",
             prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
-
-    def class_name(self, index: int) -> str:
-        names = self.hparams.class_names
-        if not names:
-            datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-            names = getattr(datamodule, "class_names", None)
-        return str(names[index]) if names and index < len(names) else str(index)
