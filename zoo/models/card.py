@@ -70,6 +70,10 @@ class FamilyCard:
     #: metrics shown in the progress bar
     progress_bar: tuple[str, ...] = ("loss", "acc")
     compile: CompileHints = CompileHints()
+    #: the largest sane value of each of its size arguments (a list's elements each), checked before
+    #: a model is built from a file or a recipe (zoo.limits), beside the shared ones (image size,
+    #: classes, batch sizes)
+    dimensions: dict[str, float] = field(default_factory=dict)
     #: hyperparameters the data fills in when training starts (a captioner's vocabulary), with an
     #: example value: what builds a model of a recipe without its data (tests, benchmarks)
     filled_by_data: dict[str, Any] = field(default_factory=dict)
