@@ -60,7 +60,7 @@ def load_recipe(name: str) -> dict:
     """The registry entry `name` (a family card's `bench_recipes`): its model and its run's budget."""
     entry = registry.get_entry(name)
     config = yaml.safe_load(entry.recipe.read_text())
-    data = entry.data["init_args"]
+    data = registry.instantiate(entry.data, "data").hparams  # the recipe's and the class defaults
     return {"path": str(entry.recipe.relative_to(ROOT)), "model": {**entry.model, "data": entry.data},
             "batch_size": int(data["batch_size"]), "train_size": int(data.get("num_train") or TRAIN_SIZE),
             "clip": (config.get("trainer") or {}).get("gradient_clip_val"),
