@@ -5,6 +5,7 @@
     python scripts/attention_results.py --checkpoint runs/x/checkpoints/last.ckpt --out /tmp   # any checkpoint
     python scripts/attention_results.py vit_fmnist --data variant=cluttered60 \
         --model-arg "backbone={dynamic_img_size: true}" --tag cluttered60_probe   # a probe on other data
+    python scripts/attention_results.py --results-run ram_fmnist_cluttered60_dram --seeds 0 1 2   # a recipe's seeds
 
 For each release: its attention record on the first `--n` examples of its own data's test split
 (the data it was trained on, rebuilt from the release's data config, with the item boxes known),
@@ -12,10 +13,18 @@ scored by `zoo.metrics.attention.evaluate` (pointing game, mass in box, window o
 insertion, each with chance levels), then the same with the model's weights randomised (Adebayo et
 al. 2018: a faithful explanation must change when the model does). Writes
 results/attention_<name>.json with the release's recipe, seed, git commit, device and wall time.
+
+`--results-run NAME --seeds ...` scores every seed of a results run (`scripts/results_run.py`,
+whose results/NAME_seed<N>.json names each seed's best checkpoint) before any release exists:
+results/attention_NAME_seed<N>.json per seed, and results/attention_NAME.json with, for every
+headline number, its mean, spread and per-seed values over the seeds (`seeds_summary`), and each
+seed's margin over the centre prior.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -69,9 +78,11 @@ def _load(name: str, model_args: dict | None = None):
 
 
 def run(name: str, n: int, split: str, seed: int, out_dir: Path, data_args: dict | None = None,
-        model_args: dict | None = None, tag: str | None = None) -> Path:
+        model_args: dict | None = None, tag: str | None = None, json_name: str | None = None,
+        recipe: str | None = None) -> Path:
     """`data_args` / `model_args` make a probe: the release on other data than its own (e.g. the
-    centred ViT on cluttered canvases, with `dynamic_img_size`); `tag` names its JSON."""
+    centred ViT on cluttered canvases, with `dynamic_img_size`); `tag` names its JSON. For a
+    checkpoint, `json_name` (default: the file's stem) names it and `recipe` records where it came from."""
     started = time.perf_counter()
     model = _load(name, model_args)
     data = registry.build_datamodule(model, **(data_args or {}))
@@ -80,8 +91,9 @@ def run(name: str, n: int, split: str, seed: int, out_dir: Path, data_args: dict
     trained = evaluate(model, examples, seed=seed)
     randomised = evaluate(randomise(_load(name, model_args), seed), examples, seed=seed)
     release = Path(name).suffix not in (".ckpt", ".safetensors")
-    metadata = registry.get_entry(name).metadata if release else {}
-    name = name if release else Path(name).stem
+    metadata = registry.get_entry(name).metadata if release else {"recipe": recipe}
+    source = name
+    name = name if release else json_name or Path(name).stem
     def flow(value) -> str:  # a YAML value as the command line takes it
         return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("\n...").strip()
 
@@ -92,8 +104,57 @@ def run(name: str, n: int, split: str, seed: int, out_dir: Path, data_args: dict
                "probe": {"data": data_args, "model": model_args} if probe else None,
                "release_metrics": metadata.get("metrics"), "trained": trained, "randomised": randomised,
                "wall_time_s": round(time.perf_counter() - started, 1),
-               "command": f"python scripts/attention_results.py {name} --n {n} --split {split} --seed {seed}{probe}"}
+               "command": f"python scripts/attention_results.py {name if release else '--checkpoint ' + source} "
+                          f"--n {n} --split {split} --seed {seed}{probe}"}
     return write_json(out_dir / f"attention_{name}{'_' + tag if tag else ''}.json", payload)
+
+
+#: the headline numbers a multi-seed summary carries: name -> dotted path into one seed's JSON
+SUMMARISED = {"pointing": "trained.correctness.pointing", "pointing_uniform": "trained.correctness.pointing_uniform",
+              "pointing_centre": "trained.correctness.pointing_centre", "mass_in_box": "trained.correctness.mass_in_box",
+              "deletion_gap": "trained.faithfulness.deletion_gap",
+              "deletion_gap_centre": "trained.faithfulness.deletion_gap_centre",
+              "randomised_pointing": "randomised.correctness.pointing"}
+
+
+def _at(record, path: str):
+    for key in path.split("."):
+        record = record.get(key) if isinstance(record, dict) else None
+    return record
+
+
+def _spread(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "per_seed": values}
+
+
+def results_run(name: str, seeds: list[int], n: int, split: str, seed: int, out_dir: Path) -> Path:
+    """Score each seed's best checkpoint of the results run `name`, then summarise over seeds."""
+    started = time.perf_counter()
+    records = []
+    for s in seeds:
+        run_json = ROOT / "results" / f"{name}_seed{s}.json"
+        if not run_json.is_file():
+            raise UserError(f"{run_json.relative_to(ROOT)} does not exist: run scripts/results_run.py for seed {s} first")
+        trained = json.loads(run_json.read_text())
+        checkpoint = ROOT / trained["checkpoint"]
+        if not checkpoint.is_file():
+            raise UserError(f"{trained['checkpoint']} (seed {s} of {name}) is not on this machine")
+        path = run(str(checkpoint), n, split, seed, out_dir, json_name=f"{name}_seed{s}", recipe=trained["recipe"])
+        print(f"{name} seed {s}: {path}", flush=True)
+        records.append(json.loads(path.read_text()))
+    summary = {key: _spread([_at(r, path) for r in records]) for key, path in SUMMARISED.items()}
+    steps = [[step["pointing"] for step in r["trained"]["per_step"]] for r in records]
+    summary["per_glimpse_pointing"] = {"mean": [statistics.fmean(col) for col in zip(*steps)], "per_seed": steps}
+    margins = [p - c for p, c in zip(summary["pointing"]["per_seed"], summary["pointing_centre"]["per_seed"])]
+    summary["margin_over_centre"] = {**_spread(margins), "min": min(margins)}
+    payload = {"name": name, "family": records[0]["family"], "split": split, "examples": records[0]["examples"],
+               "seed": seed, "seeds": seeds, "recipe": records[0]["recipe"],
+               "per_seed_files": [f"results/attention_{name}_seed{s}.json" for s in seeds], "seeds_summary": summary,
+               "wall_time_s": round(time.perf_counter() - started, 1),
+               "command": f"python scripts/attention_results.py --results-run {name} --seeds {' '.join(map(str, seeds))} "
+                          f"--n {n} --split {split} --seed {seed}"}
+    return write_json(out_dir / f"attention_{name}.json", payload)
 
 
 def main(argv=None) -> int:
@@ -113,8 +174,16 @@ def main(argv=None) -> int:
                         help="a probe: a hyperparameter that does not change the weights, e.g. "
                              "'backbone={dynamic_img_size: true}'")
     parser.add_argument("--tag", help="suffix of the JSON's name (attention_<name>_<tag>.json); needed with a probe")
+    parser.add_argument("--results-run", metavar="NAME",
+                        help="instead: every seed of a results run (results/NAME_seed<N>.json), and their summary")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="with --results-run: which seeds")
     args = parser.parse_args(argv)
     try:
+        if args.results_run:
+            if args.names or args.checkpoint or args.data or args.model_arg or args.figures:
+                raise UserError("--results-run scores a results run's own checkpoints; give it alone")
+            print(results_run(args.results_run, args.seeds, args.n, args.split, args.seed, Path(args.out)))
+            return 0
         if args.figures:
             for name in args.names or attending_releases():
                 print(f"{name}: {figure(name, args.split, args.index, Path(args.figures))}", flush=True)

@@ -80,7 +80,7 @@ def main(argv=None) -> int:
             metrics.update(evaluated["metrics"])
         record = {"name": name, "recipe": str(config), "train_args": extra, "seed": seed,
                   "checkpoint": str(best[-1].relative_to(ROOT)), "metrics": metrics,
-                  "config": evaluated["config"],
+                  "config": evaluated["config"], "parameters": evaluated.get("parameters"),
                   "train_wall_time_s": None if train_wall is None else round(train_wall, 1),
                   "git_commit": trained_at}
         write_json(ROOT / "results" / f"{name}_seed{seed}.json", record)
@@ -94,6 +94,7 @@ def main(argv=None) -> int:
             runs.setdefault(record["seed"], record)
     per_seed = [runs[s] for s in sorted(runs)]
     keys = sorted(set().union(*(r["metrics"] for r in per_seed)))
+    times = [r["train_wall_time_s"] for r in per_seed if r.get("train_wall_time_s") is not None]
     summary = {k: {"mean": statistics.fmean(r["metrics"][k] for r in per_seed if k in r["metrics"]),
                    "std": statistics.stdev([r["metrics"][k] for r in per_seed if k in r["metrics"]])
                    if len(per_seed) > 1 else 0.0,
@@ -101,7 +102,9 @@ def main(argv=None) -> int:
     path = write_json(ROOT / "results" / f"{name}.json", {
         "name": name, "recipe": str(config), "train_args": extra, "seeds": sorted(runs),
         "selection": "best checkpoint on the recipe's validation metric", "metrics": summary,
-        "config": per_seed[-1]["config"], "wall_time_s": round(time.perf_counter() - started, 1),
+        "config": per_seed[-1]["config"], "parameters": per_seed[-1].get("parameters"),
+        "train_wall_time_s": {"mean": statistics.fmean(times), "per_seed": times} if times else None,
+        "wall_time_s": round(time.perf_counter() - started, 1),
         "git_commit": per_seed[-1].get("git_commit", commit)})
     print(f"wrote {path}")
     for k in keys:

@@ -12,7 +12,7 @@ to show from it:
     digits: 2               decimals
     values: [a.b.c, ...]    numbers at dotted paths in the file (a key may hold '/'), shown as
                             "first (second / third ...)": a measurement and its chance levels;
-                            a missing path shows as "-"
+                            a missing path shows as "-", a list of numbers as "a, b, c"
     field: seeds | params | epochs | wall_min | device
                             the seed count, the model's parameter count (built from the recorded
                             config), the epochs of the run (its recipe's when it trained, or its
@@ -115,8 +115,12 @@ def _at(record: dict, path: str):
 
 
 def values_cell(record: dict, paths: list[str], scale: float = 1.0, digits: int = 2) -> str:
-    shown = [_at(record, path) for path in paths]
-    text = ["-" if not isinstance(v, (int, float)) or v != v else f"{v * scale:.{digits}f}" for v in shown]
+    def number(v) -> str:
+        if isinstance(v, list) and v:  # per glimpse, per seed
+            return ", ".join(number(x) for x in v)
+        return "-" if not isinstance(v, (int, float)) or v != v else f"{v * scale:.{digits}f}"
+
+    text = [number(_at(record, path)) for path in paths]
     return text[0] + (f" ({' / '.join(text[1:])})" if len(text) > 1 else "")
 
 

@@ -388,3 +388,46 @@ def test_a_plateau_points_at_its_middle():
     flat = torch.full((1, 1, 9, 9), 1 / 81)
     assert record.AttentionRecord(family="x", kind="soft", maps=flat, labels=[["a"]],
                                   step_mask=torch.ones(1, 1, dtype=torch.bool)).peaks()[0, 0].tolist() == [4.5, 4.5]
+
+
+def test_ram_results_run_seeds_are_scored_one_by_one_and_summarised(tiny_data, tmp_path, monkeypatch, capsys):
+    """scripts/attention_results.py --results-run: each seed's best checkpoint (named by its
+    results_run JSON) gets its own JSON, and the summary's per-seed values are those files' numbers."""
+    import importlib.util
+
+    from zoo import hub
+    from zoo.models.ram import RAM
+
+    spec = importlib.util.spec_from_file_location("attention_results_script", REPO / "scripts" / "attention_results.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    (tmp_path / "results").mkdir()
+    data = {"class_path": "zoo.data.fashion_mnist.FashionMNISTDataModule",
+            "init_args": {"variant": "cluttered60", "val_size": 16, "limit_eval": 16}}
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = RAM(image_size=60, patch_size=12, num_scales=2, num_glimpses=2, glimpse_hidden=8, location_hidden=8,
+                    glimpse_dim=8, hidden_size=8, where_layer=True, where_hidden=8, context="conv",
+                    context_size=6, context_channels=[2])
+        model._zoo_data_config = data
+        checkpoint = tmp_path / f"runs/seed{seed}/best.safetensors"
+        checkpoint.parent.mkdir(parents=True)
+        hub.save_release(model, model.zoo_config(), checkpoint)
+        (tmp_path / f"results/ram_x_seed{seed}.json").write_text(json.dumps(
+            {"checkpoint": f"runs/seed{seed}/best.safetensors", "recipe": "configs/ram/x.yaml"}))
+    out = str(tmp_path / "results")
+    assert script.main(["--results-run", "ram_x", "--seeds", "0", "1", "--n", "6", "--out", out]) == 0
+    summary = json.loads((tmp_path / "results/attention_ram_x.json").read_text())
+    seeds = [json.loads((tmp_path / f"results/attention_ram_x_seed{s}.json").read_text()) for s in (0, 1)]
+    assert [s["recipe"] for s in seeds] == ["configs/ram/x.yaml"] * 2 and seeds[0]["examples"] == 6
+    pointing = summary["seeds_summary"]["pointing"]
+    assert pointing["per_seed"] == [s["trained"]["correctness"]["pointing"] for s in seeds]
+    margins = [s["trained"]["correctness"]["pointing"] - s["trained"]["correctness"]["pointing_centre"] for s in seeds]
+    assert summary["seeds_summary"]["margin_over_centre"]["min"] == pytest.approx(min(margins))
+    assert summary["seeds_summary"]["per_glimpse_pointing"]["per_seed"] == \
+        [[step["pointing"] for step in s["trained"]["per_step"]] for s in seeds]
+    assert len(summary["seeds_summary"]["per_glimpse_pointing"]["mean"]) == 2
+    capsys.readouterr()
+    assert script.main(["--results-run", "ram_y", "--seeds", "0", "--out", out]) == 2
+    assert "ram_y_seed0.json does not exist" in capsys.readouterr().err

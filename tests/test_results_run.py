@@ -35,7 +35,7 @@ def test_a_stale_checkpoint_is_never_evaluated_and_the_starting_commit_is_record
         else:
             split = cmd[cmd.index("--split") + 1]
             Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps(
-                {"metrics": {f"{split}/acc": 0.5}, "config": {"model": {}}}))
+                {"metrics": {f"{split}/acc": 0.5}, "config": {"model": {}}, "parameters": 1234}))
 
     monkeypatch.setattr(script, "run", fake_run)
     commits = iter(["commit-at-start", "commit-later"])
@@ -47,6 +47,8 @@ def test_a_stale_checkpoint_is_never_evaluated_and_the_starting_commit_is_record
     assert record["checkpoint"].endswith("best-epoch=002.ckpt") and record["train_args"] == ["--trainer.max_epochs", "1"]
     summary = json.loads((tmp_path / "results/fam_recipe.json").read_text())
     assert summary["metrics"]["test/acc"]["per_seed"] == [0.5]
+    assert record["parameters"] == summary["parameters"] == 1234  # eval.py counts them
+    assert summary["train_wall_time_s"]["per_seed"] == [record["train_wall_time_s"]]
     # provenance names the code the run was started with, not HEAD when it ended
     assert record["git_commit"] == summary["git_commit"] == "commit-at-start"
 
