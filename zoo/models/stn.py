@@ -40,8 +40,8 @@ from zoo.models.base import ClassifierModule
 from zoo.models.card import CompileHints, FamilyCard
 
 TRANSFORMS = {"affine": affine.IDENTITY, "attention": affine.ATTENTION_IDENTITY}
-TINY = dict(image_size=20, num_classes=4, patch_size=10, loc_channels=[4, 4], loc_kernel_size=3, loc_hidden=8, channels=[4, 8],
-            kernel_sizes=[3, 3], hidden=16)
+TINY = dict(image_size=20, num_classes=4, patch_size=10, loc_channels=[4, 4], loc_kernel_size=3, loc_hidden=8,
+            cnn_channels=[4, 8], cnn_kernel_sizes=[3, 3], cnn_hidden=16)
 
 
 def conv_stack(in_chans: int, channels: list[int], kernel_sizes: list[int]) -> nn.Sequential:
@@ -68,7 +68,7 @@ class STN(ClassifierModule):
         compile=CompileHints(cpu_min_steps=None), bench_recipes=("stn_fmnist_cluttered60",),
         tiny={"": TINY, "attention_recurrent": {**TINY, "transform": "attention", "num_glimpses": 2, "rnn_hidden": 8}},
         dimensions={"patch_size": 1024, "loc_channels": 16384, "loc_hidden": 16384, "rnn_hidden": 16384,
-                    "channels": 16384, "hidden": 16384, "num_glimpses": 64})
+                    "cnn_channels": 16384, "cnn_hidden": 16384, "num_glimpses": 64})
 
     def __init__(self, image_size: int = 60, in_chans: int = 1, num_classes: int = 10,
                  class_names: list[str] | None = None,
@@ -77,7 +77,7 @@ class STN(ClassifierModule):
                  loc_downsample: int = 2, loc_channels: list[int] = (20, 20), loc_kernel_size: int = 5,
                  loc_hidden: int = 20, rnn_hidden: int = 256,
                  # the classifier on the patch
-                 channels: list[int] = (32, 64), kernel_sizes: list[int] = (5, 3), hidden: int = 256,
+                 cnn_channels: list[int] = (32, 64), cnn_kernel_sizes: list[int] = (5, 3), cnn_hidden: int = 256,
                  dropout: float = 0.0,
                  # optimisation
                  lr: float = 1e-3, loc_lr_scale: float = 1.0, weight_decay: float = 0.0, lr_schedule: str = "cosine",
@@ -87,11 +87,11 @@ class STN(ClassifierModule):
         optim.check_schedule(lr_schedule, "STN")
         if transform not in TRANSFORMS:
             raise UserError(f"STN: transform must be one of {', '.join(TRANSFORMS)}, got {transform!r}")
-        if num_glimpses < 1 or loc_downsample < 1 or len(channels) != len(kernel_sizes):
-            raise UserError("STN: num_glimpses and loc_downsample are >= 1, and channels and kernel_sizes "
-                            f"of one length, got {num_glimpses}, {loc_downsample}, {channels}, {kernel_sizes}")
+        if num_glimpses < 1 or loc_downsample < 1 or len(cnn_channels) != len(cnn_kernel_sizes):
+            raise UserError("STN: num_glimpses and loc_downsample are >= 1, and cnn_channels and cnn_kernel_sizes "
+                            f"of one length, got {num_glimpses}, {loc_downsample}, {cnn_channels}, {cnn_kernel_sizes}")
         loc_convs = conv_stack(in_chans, list(loc_channels), [loc_kernel_size] * len(loc_channels))
-        trunk = conv_stack(in_chans, list(channels), list(kernel_sizes))
+        trunk = conv_stack(in_chans, list(cnn_channels), list(cnn_kernel_sizes))
         try:  # the paper's stacks: ST-CNN's localisation net on the input at 1 / loc_downsample
             loc_features = _flat_size(loc_convs, in_chans, image_size // loc_downsample)
             patch_features = _flat_size(trunk, in_chans, patch_size)
@@ -106,8 +106,9 @@ class STN(ClassifierModule):
         with torch.no_grad():
             self.where.bias.copy_(torch.tensor(TRANSFORMS[transform]))
         self.sampler = affine.AffineSampler(patch_size)
-        self.trunk = nn.Sequential(trunk, nn.Linear(patch_features, hidden), nn.ReLU(inplace=True), nn.Dropout(dropout))
-        self.head = nn.Linear(hidden, num_classes)
+        self.trunk = nn.Sequential(trunk, nn.Linear(patch_features, cnn_hidden), nn.ReLU(inplace=True),
+                                   nn.Dropout(dropout))
+        self.head = nn.Linear(cnn_hidden, num_classes)
 
     # ------------------------------------------------------------------ the model
     def transforms(self, images: torch.Tensor) -> torch.Tensor:
