@@ -517,7 +517,13 @@ class RAM(ZooModule):
             prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
 
     def example_batch(self, n: int = 2, seed: int = 0):
-        return self.labelled_batch(n, seed)
+        """(images, labels), and with `location_supervision` the item's box (its top-left quarter),
+        as FashionMNISTDataModule(with_boxes=true) serves them."""
+        images, labels = self.labelled_batch(n, seed)
+        if not self.hparams.location_supervision:
+            return images, labels
+        H, W = self.input_size
+        return images, labels, torch.tensor([[0.0, 0.0, W / 2, H / 2]]).expand(n, 4)
 
     def export_forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """images [B, C, H, W] -> (logits [B, classes], locations [B, T, 2]) with the mean policy."""
