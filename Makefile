@@ -38,8 +38,10 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q --timeout 900 $(XDIST) -m "not slow" tests
 
+# benchmarks/releases.py writes results/benchmark-{infer,train}-cpu.csv; the leaderboard is rebuilt from them
 bench: setup
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) scripts/results_tables.py
 
 # The results runs behind the README's tables (hours on 2 CPU cores; see scripts/results.sh).
 results: setup

@@ -61,7 +61,7 @@ def load_recipe(name: str) -> dict:
     entry = registry.get_entry(name)
     config = yaml.safe_load(entry.recipe.read_text())
     data = registry.instantiate(entry.data, "data").hparams  # the recipe's and the class defaults
-    return {"path": str(entry.recipe.relative_to(ROOT)), "model": {**entry.model, "data": entry.data},
+    return {"path": str(entry.recipe.relative_to(ROOT)), "model": entry.recipe_config(),
             "batch_size": int(data["batch_size"]), "train_size": int(data.get("num_train") or TRAIN_SIZE),
             "clip": (config.get("trainer") or {}).get("gradient_clip_val"),
             "max_epochs": int((config.get("trainer") or {}).get("max_epochs") or 10)}

@@ -100,7 +100,7 @@ def run(name: str, n: int, split: str, seed: int, out_dir: Path, data_args: dict
     probe = "".join(f" --data {k}={flow(v)}" for k, v in (data_args or {}).items()) + "".join(
         f" --model-arg '{k}={flow(v)}'" for k, v in (model_args or {}).items()) + (f" --tag {tag}" if tag else "")
     payload = {"name": name, "family": model.family, "split": split, "examples": len(examples["images"]),
-               "seed": seed, "recipe": metadata.get("recipe"), "data": registry.data_config(model),
+               "seed": seed, "recipe": metadata.get("recipe_file"), "data": registry.data_config(model),
                "probe": {"data": data_args, "model": model_args} if probe else None,
                "release_metrics": metadata.get("metrics"), "trained": trained, "randomised": randomised,
                "wall_time_s": round(time.perf_counter() - started, 1),

@@ -18,11 +18,24 @@ to show from it:
                             config), the epochs of the run (its recipe's when it trained, or its
                             command-line override), the training wall time per seed in minutes, the
                             device
+    optional: true          a results file that does not exist shows as "-" (a release without
+                            attention results)
+or a mapping naming a release (the manifest, zoo/model_index.json) or a benchmark CSV:
+    {release: NAME, field: headline | family | data | params | gmacs}
+                            its headline metric (the first of `zoo list`'s), family, data, its
+                            parameters, its GMACs per image (zoo/model_index.json)
+    {benchmark: infer-cpu, model: NAME, column: infer_samples_per_sec, batch: 256, mode: eager}
+                            a value of results/benchmark-<benchmark>.csv (benchmarks/releases.py);
+                            mode "default" takes the compiled row where there is one; with
+                            `optional: true` a CSV not measured yet shows "-"
+A table with `for_each: release` has one row per release: `row` is the template, "{name}" in it
+the release's name.
 A document holds a table between `<!-- table:NAME -->` and `<!-- /table -->`.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 import sys
@@ -35,7 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 LAYOUT = ROOT / "docs" / "tables.yaml"
-DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "draw.md", ROOT / "docs" / "attention.md"]
+DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "draw.md", ROOT / "docs" / "attention.md",
+             ROOT / "docs" / "leaderboard.md"]
 
 
 @lru_cache(maxsize=None)
@@ -106,28 +120,88 @@ def field_cell(name: str, field: str) -> str:
     raise SystemExit(f"results_tables: unknown field {field!r}")
 
 
-def _at(record: dict, path: str):
-    for key in path.split("."):
-        if not isinstance(record, dict) or key not in record:
-            return None
-        record = record[key]
-    return record
-
-
 def values_cell(record: dict, paths: list[str], scale: float = 1.0, digits: int = 2) -> str:
+    from tools.model_index import at
+
     def number(v) -> str:
         if isinstance(v, list) and v:  # per glimpse, per seed
             return ", ".join(number(x) for x in v)
         return "-" if not isinstance(v, (int, float)) or v != v else f"{v * scale:.{digits}f}"
 
-    text = [number(_at(record, path)) for path in paths]
+    text = [number(at(record, path)) for path in paths]
     return text[0] + (f" ({' / '.join(text[1:])})" if len(text) > 1 else "")
+
+
+@lru_cache(maxsize=None)
+def _manifest() -> dict:
+    return json.loads((ROOT / "weights" / "MANIFEST.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def _index() -> dict:
+    return json.loads((ROOT / "zoo" / "model_index.json").read_text())["entries"]
+
+
+def release_cell(name: str, field: str) -> str:
+    if name not in _manifest():
+        raise SystemExit(f"results_tables: no release named {name!r} (named in {LAYOUT.name})")
+    if field == "headline":
+        from zoo.commands.list_models import HEADLINE
+
+        metrics = _manifest()[name]["metadata"]["metrics"]
+        key = next((k for k in HEADLINE if k in metrics), None)
+        if key is None:
+            return "-"
+        value = metrics[key]
+        shown = f"{100 * value:.2f} %" if "acc" in key.split("/")[-1] else f"{value:.4g}"
+        return f"{key.removeprefix('test/')} {shown}"
+    facts = _index()[name]
+    if field == "family":
+        return facts["family"]
+    if field == "data":
+        return str(_manifest()[name]["metadata"].get("dataset", "-")).replace("DataModule", "")
+    if field == "params":
+        return f"{facts['num_params'] / 1e6:.2f} M"
+    if field == "gmacs":
+        return f"{facts['macs'] / 1e9:.3g}"
+    raise SystemExit(f"results_tables: unknown release field {field!r}")
+
+
+@lru_cache(maxsize=None)
+def _benchmark(name: str) -> tuple[dict, ...]:
+    path = ROOT / "results" / f"benchmark-{name}.csv"
+    if not path.is_file():
+        raise SystemExit(f"results_tables: {path.relative_to(ROOT)} does not exist (named in {LAYOUT.name}); "
+                         "run python benchmarks/releases.py")
+    with open(path, newline="") as f:
+        return tuple(csv.DictReader(f))
+
+
+def benchmark_cell(spec: dict) -> str:
+    if spec.get("optional") and not (ROOT / "results" / f"benchmark-{spec['benchmark']}.csv").is_file():
+        return "-"
+    kind = spec["column"].split("_")[0]
+    rows = [r for r in _benchmark(spec["benchmark"]) if r["model"] == spec["model"]
+            and int(r[f"{kind}_batch_size"]) == int(spec["batch"])]
+    modes = {r[f"{kind}_mode"]: r for r in rows}
+    mode = spec.get("mode", "eager")
+    row = modes.get("compile", modes.get("eager")) if mode == "default" else modes.get(mode)
+    if row is None:
+        return "-"
+    value = float(row[spec["column"]])
+    return f"{value:,.{spec.get('digits', 0)}f}" + (" (compiled)" if mode == "default" and row is modes.get("compile") else "")
 
 
 def cell(spec) -> str:
     if not isinstance(spec, dict):
         return str(spec)
+    if "release" in spec:
+        return release_cell(spec["release"], spec["field"])
+    if "benchmark" in spec:
+        return benchmark_cell(spec)
     name = spec["results"]
+    if spec.get("optional") and not (ROOT / "results" / f"{name}.json").is_file():
+        return "-"
     if "values" in spec:
         return values_cell(load(name), spec["values"], spec.get("scale", 1.0), spec.get("digits", 2))
     if "field" in spec:
@@ -135,10 +209,26 @@ def cell(spec) -> str:
     return metric_cell(load(name), spec["metric"], spec.get("scale", 1.0), spec.get("digits", 2))
 
 
+def _filled(template, name: str):
+    if isinstance(template, str):
+        return template.replace("{name}", name)
+    if isinstance(template, list):
+        return [_filled(t, name) for t in template]
+    if isinstance(template, dict):
+        return {k: _filled(v, name) for k, v in template.items()}
+    return template
+
+
+def rows_of(table: dict) -> list:
+    if table.get("for_each") == "release":
+        return [_filled(table["row"], name) for name in sorted(_manifest())]
+    return table["rows"]
+
+
 def render(table: dict) -> str:
     header = table["columns"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in table["rows"]:
+    for row in rows_of(table):
         cells = [cell(c) for c in row]
         if len(cells) != len(header):
             raise SystemExit(f"results_tables: a row of {len(cells)} cells under {len(header)} columns: {row[0]}")

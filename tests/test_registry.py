@@ -88,7 +88,7 @@ def test_every_recipe_builds(name):
     overrides = _offline_overrides(entry)
     # the architecture first, without memory or initialisation (ImageNet-sized encoders are big)
     # registry.build, as create_model does: its own `pretrained` keyword would take a ViT's timm flag
-    spec = {**entry.model, "data": entry.data}
+    spec = entry.recipe_config()
     with torch.device("meta"):
         model = registry.build(spec, **overrides)
     if sum(p.numel() for p in model.parameters()) < 5_000_000:
@@ -113,11 +113,11 @@ def test_every_recipe_trains_a_step(name):
     filled = registry.resolve_class(entry.model["class_path"]).card.filled_by_data  # e.g. a vocabulary
     overrides.update({k: v for k, v in filled.items() if entry.model["init_args"].get(k) is None})
     with torch.device("meta"):
-        size = sum(p.numel() for p in registry.build({**entry.model, "data": entry.data}, **overrides).parameters())
+        size = sum(p.numel() for p in registry.build(entry.recipe_config(), **overrides).parameters())
     if size >= 5_000_000:
         pytest.skip(f"{size / 1e6:.0f} M parameters: trained a step end to end in test_recipes_e2e.py")
     torch.manual_seed(0)
-    model = registry.build({**entry.model, "data": entry.data}, **overrides).train()
+    model = registry.build(entry.recipe_config(), **overrides).train()
     model.accel.force("eager")
     batch = model.example_batch()
     loss = model.train_loss(**model.train_inputs(batch))[0]

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from zoo.errors import UserError
-from zoo.io import atomic_write_bytes, sweep_stale, temp_path
+from zoo.io import atomic_write_bytes, swap_in_folder, sweep_stale, temp_path
 
 FORMATS = ("onnx", "torch")
 MAX_BATCH = 4096
@@ -224,7 +224,7 @@ def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | 
             files[path.name] = sha256_file(path)
             _test_hook(len(files))
         atomic_write_bytes(staging / MANIFEST, (json.dumps({**info, "files": files}, indent=2) + "\n").encode())
-        _swap_in(staging, out_dir)
+        swap_in_folder(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -237,35 +237,6 @@ def _test_hook(written: int) -> None:
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _swap_in(staging: Path, target: Path) -> None:
-    """Put the finished set `staging` at `target`: one atomic exchange of the two folders where the
-    kernel offers it (Linux renameat2), else two renames (the old set stays whole under a temporary
-    name until the new one is in place; the sweeper removes it if we are killed between)."""
-    if not target.exists():
-        os.rename(staging, target)
-        return
-    if _exchange(staging, target):
-        shutil.rmtree(staging, ignore_errors=True)  # it now holds the old set
-        return
-    old = temp_path(target, "old")
-    os.rename(target, old)
-    os.rename(staging, target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
 def load_export(out_dir: str | os.PathLike) -> dict:

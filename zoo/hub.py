@@ -141,8 +141,13 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
 
     sha256: the file's sha256 in hex, or a prefix of at least 8 digits. A local file is checked on
     every call; a download is verified before it enters the cache, and a cached copy is checked
-    before it is served."""
+    before it is served. A model card (`hf-hub:ORG/NAME` or a folder in the hub's layout) gives
+    its verified model.safetensors (zoo.hf)."""
     pin = _check_pin(sha256)
+    from zoo import hf
+
+    if hf.is_card(location):  # hf-hub:ORG/NAME, or a local folder in the hub's layout
+        return hf.fetch_card(location, pin)
     if not is_url(str(location)):
         path = Path(location)
         if not path.is_file():

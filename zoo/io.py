@@ -18,6 +18,9 @@ from zoo.errors import UserError
 Image.MAX_IMAGE_PIXELS = None
 MAX_SIDE = 4096
 MAX_PIXELS = 16384 * 16384
+#: the rules below in words, for the records that state them (`zoo info`, model cards)
+ALPHA_RULE = "transparent pixels are composited on black"
+INTERPOLATION = "bilinear"
 
 
 def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
@@ -58,7 +61,7 @@ def _to_8bit(img: Image.Image) -> Image.Image:
         return Image.fromarray(array.round().astype(np.uint8), mode="L")
     if img.mode == "P":
         img = img.convert("RGBA")
-    if img.mode in ("RGBA", "LA", "PA"):
+    if img.mode in ("RGBA", "LA", "PA"):  # ALPHA_RULE
         background = Image.new("RGBA", img.size, (0, 0, 0, 255))
         return Image.alpha_composite(background, img.convert("RGBA")).convert("RGB")
     if img.mode not in ("RGB", "L"):
@@ -71,7 +74,7 @@ def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> to
     import torch
 
     if size is not None and (img.height, img.width) != tuple(size):
-        img = img.resize((size[1], size[0]), Image.BILINEAR)
+        img = img.resize((size[1], size[0]), Image.Resampling[INTERPOLATION.upper()])
     array = np.asarray(img, dtype=np.float32) / 255.0
     if array.ndim == 2:
         array = array[None]
@@ -168,3 +171,33 @@ def atomic_save_image(img: Image.Image, path: str | os.PathLike, **save_kwargs) 
     fmt = save_kwargs.pop("format", None) or Path(path).suffix.lstrip(".").upper().replace("JPG", "JPEG")
     img.save(buffer, format=fmt, **save_kwargs)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def swap_in_folder(staging: Path, target: Path) -> None:
+    """Put the finished folder `staging` (files that belong together: an export, a model card) at
+    `target`: one atomic exchange of the two folders where the kernel offers it (Linux renameat2),
+    else two renames (the old set stays whole under a temporary name until the new one is in
+    place; the sweeper removes it if we are killed between)."""
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    if _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # it now holds the old set
+        return
+    old = temp_path(target, "old")
+    os.rename(target, old)
+    os.rename(staging, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 # the metrics `zoo list` shows first, when a release has them
-HEADLINE = ("test/acc", "test/acc_mc10", "test/CIDEr", "test/Bleu_4", "test/localization", "test/nelbo")
+HEADLINE = ("test/acc", "test/acc_mc10", "test/CIDEr", "test/Bleu_4", "test/localization", "test/nelbo", "test/item_acc")
 
 
 def add_arguments(parser) -> None:
@@ -27,10 +27,15 @@ def run(args) -> int:
         hint = f"; did you mean {', '.join(close)}?" if close else f" (`zoo list` shows all {len(every)})"
         raise UserError(f"no model matches '{args.pattern}'{hint}")
     if args.json:
-        for entry in entries.values():
-            family_of(entry)
-        print(json.dumps({n: {"pretrained": entries[n].weights is not None, **entries[n].metadata}
-                          for n in names}, indent=2, default=str))
+        from zoo.info import description, stored_facts
+
+        listing = {}
+        for n in names:
+            family_of(entries[n])
+            facts = stored_facts(entries[n]) or {}  # the model index: no model is built here
+            listing[n] = {"pretrained": entries[n].weights is not None, "description": description(entries[n]),
+                          "num_params": facts.get("num_params"), **entries[n].metadata}
+        print(json.dumps(listing, indent=2, default=str))
         return 0
     if names:
         print(f"{'name':32s} {'weights':10s} headline metrics of the release")

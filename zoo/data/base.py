@@ -2,6 +2,8 @@
 `test_dataloader()` serves, and length-bucketed training batches for captions."""
 from __future__ import annotations
 
+import inspect
+
 import lightning as L
 import torch
 from lightning.pytorch.utilities.parsing import AttributeDict
@@ -45,6 +47,15 @@ class SplitDataModule(L.LightningDataModule):
         and a model may both have an `image_size` (224 and [224, 224] in the COCO recipes), and
         Lightning refuses to merge equal keys with different values."""
         return AttributeDict({f"data.{k}": v for k, v in super().hparams_initial.items() if not k.startswith("_")})
+
+    @classmethod
+    def arguments(cls, **init_args) -> dict:
+        """`init_args` (a recipe's, a checkpoint's) with the class defaults filled in: what the facts
+        below (`image_size_for`, `eval_resize_for`, ...) are asked with, so that a recipe that
+        leaves an argument at its default states the same data as one that spells it out."""
+        defaults = {name: p.default for name, p in inspect.signature(cls).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+        return {**defaults, **init_args}
 
     @classmethod
     def image_size_for(cls, **init_args) -> tuple[int, int] | None:

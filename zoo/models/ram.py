@@ -422,6 +422,17 @@ class RAM(ZooModule):
         return "random" if self.hparams.location_policy == "random" else "mean"
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
+    def example_batch(self, n: int = 2, seed: int = 0):
+        """(images, labels), plus the item's box [n, 4] where the recipe supervises the location
+        (the batches of `FashionMNISTDataModule(with_boxes=true)`)."""
+        images, labels = self.labelled_batch(n, seed)
+        if self.hparams.location_supervision <= 0:
+            return images, labels
+        height, width = self.image_hw
+        corner = torch.rand(n, 2, generator=torch.Generator().manual_seed(seed + 1)) * 0.5
+        boxes = torch.cat([corner, corner + 0.5], 1) * torch.tensor([width, height, width, height])
+        return images, labels, boxes
+
     def item_centres(self, boxes: torch.Tensor) -> torch.Tensor:
         """boxes [B, 4] (x0, y0, x1, y1 in pixel edges) -> their centres [B, 2] as locations in [-1, 1]."""
         height, width = self.image_hw
@@ -515,15 +526,6 @@ class RAM(ZooModule):
             labels=record.step_labels("glimpse", B, T), step_mask=record.full_mask(B, T, images.device),
             boxes=boxes, box_labels=[f"scale {k + 1}" for k in range(boxes.shape[2])],
             prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
-
-    def example_batch(self, n: int = 2, seed: int = 0):
-        """(images, labels), and with `location_supervision` the item's box (its top-left quarter),
-        as FashionMNISTDataModule(with_boxes=true) serves them."""
-        images, labels = self.labelled_batch(n, seed)
-        if not self.hparams.location_supervision:
-            return images, labels
-        H, W = self.input_size
-        return images, labels, torch.tensor([[0.0, 0.0, W / 2, H / 2]]).expand(n, 4)
 
     def export_forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """images [B, C, H, W] -> (logits [B, classes], locations [B, T, 2]) with the mean policy."""
