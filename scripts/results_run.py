@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from zoo.runs import holder  # noqa: E402
 from zoo.hub import sha256_file  # noqa: E402
 from zoo.results import git_commit, write_json  # noqa: E402
 
@@ -55,7 +56,11 @@ def main(argv=None) -> int:
         root = f"runs/results/{name}/seed{seed}"
         t0 = time.perf_counter()
         if not args.eval_only:
-            # A checkpoint left by an earlier invocation must not be taken for this run's best.
+            # A checkpoint left by an earlier invocation must not be taken for this run's best; one
+            # of a run still training there is that run's, not ours to remove.
+            training = holder(ROOT / root)
+            if training:
+                raise SystemExit(f"{root} is in use by another training run (pid {training})")
             shutil.rmtree(ROOT / root / "checkpoints", ignore_errors=True)
             run([sys.executable, "train.py", "fit", "--config", str(config), "--seed_everything", str(seed),
                  "--trainer.default_root_dir", root, *extra])

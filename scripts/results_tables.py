@@ -1,5 +1,5 @@
-"""Build the results tables of README.md, docs/results.md and docs/draw.md from results/*.json: no number in
-them is typed by hand.
+"""Build the results tables of README.md, docs/results.md, docs/draw.md, docs/attention.md and
+docs/captioning.md from results/*.json: no number in them is typed by hand.
 
     python scripts/results_tables.py           # rewrite the tables in place
     python scripts/results_tables.py --check   # exit 1 when a committed table differs (the tests run this)
@@ -8,11 +8,18 @@ docs/tables.yaml lays the tables out: each row is a label and cells; a cell is a
 mapping naming a results file (results/<results>.json, a multi-seed summary or one seed) and what
 to show from it:
     metric: test/acc        the metric, as mean ± std over the seeds (or the single value)
+      per_seed: true        instead each seed's value with its bootstrap 95% interval, "v [lo, hi]"
+                            joined by " / " (a multi-seed attention summary's per_seed_ci95)
     scale: 100              multiply first (accuracies in percent)
     digits: 2               decimals
     values: [a.b.c, ...]    numbers at dotted paths in the file (a key may hold '/'), shown as
                             "first (second / third ...)": a measurement and its chance levels;
                             a missing path shows as "-", a list of numbers as "a, b, c"
+      interval: true        the first number with its bootstrap 95% interval, "v [lo, hi] (...)",
+                            read from the "ci95" mapping beside it (a.b.ci95.c)
+    verdict: a.b.c          a difference to a control with its interval and what the interval
+                            says: "+3.3 [+0.4, +6.1] above" (the interval clears 0), "below", or
+                            "unresolved" (it holds 0); the only way a table says "beats a control"
     field: seeds | params | epochs | wall_min | device
                             the seed count, the model's parameter count (built from the recorded
                             config), the epochs of the run (its recipe's when it trained, or its
@@ -47,9 +54,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tools.model_index import at as _at  # noqa: E402
+
 LAYOUT = ROOT / "docs" / "tables.yaml"
 DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "draw.md", ROOT / "docs" / "attention.md",
-             ROOT / "docs" / "leaderboard.md"]
+             ROOT / "docs" / "captioning.md", ROOT / "docs" / "leaderboard.md"]
 
 
 @lru_cache(maxsize=None)
@@ -69,7 +78,13 @@ def _values(record: dict, metric: str) -> list[float]:
     return [value]
 
 
-def metric_cell(record: dict, metric: str, scale: float = 1.0, digits: int = 2) -> str:
+def metric_cell(record: dict, metric: str, scale: float = 1.0, digits: int = 2, per_seed: bool = False) -> str:
+    if per_seed:
+        entry = (record.get("metrics") or {}).get(metric) or {}
+        values, intervals = entry.get("per_seed") or [], entry.get("per_seed_ci95") or []
+        if not values:
+            raise SystemExit(f"results_tables: {record.get('name')} has no per-seed metric {metric}")
+        return " / ".join(_with_interval(v, ci, scale, digits) for v, ci in zip(values, intervals))
     values = [v * scale for v in _values(record, metric)]
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
@@ -120,16 +135,44 @@ def field_cell(name: str, field: str) -> str:
     raise SystemExit(f"results_tables: unknown field {field!r}")
 
 
-def values_cell(record: dict, paths: list[str], scale: float = 1.0, digits: int = 2) -> str:
-    from tools.model_index import at
+def _interval_at(record: dict, path: str):
+    """The bootstrap interval stored beside the number at `path`: its parent's "ci95" entry."""
+    parent, _, key = path.rpartition(".")
+    intervals = _at(record, f"{parent}.ci95" if parent else "ci95")
+    return intervals.get(key) if isinstance(intervals, dict) else None
 
+
+def _with_interval(value, interval, scale: float, digits: int, sign: str = "") -> str:
+    if not isinstance(value, (int, float)) or value != value:
+        return "-"
+    text = f"{value * scale:{sign}.{digits}f}"
+    if interval:
+        text += f" [{interval[0] * scale:{sign}.{digits}f}, {interval[1] * scale:{sign}.{digits}f}]"
+    return text
+
+
+def values_cell(record: dict, paths: list[str], scale: float = 1.0, digits: int = 2, interval: bool = False) -> str:
     def number(v) -> str:
         if isinstance(v, list) and v:  # per glimpse, per seed
             return ", ".join(number(x) for x in v)
         return "-" if not isinstance(v, (int, float)) or v != v else f"{v * scale:.{digits}f}"
 
-    text = [number(at(record, path)) for path in paths]
+    shown = [_at(record, path) for path in paths]
+    text = [number(v) for v in shown]
+    if interval:
+        text[0] = _with_interval(shown[0], _interval_at(record, paths[0]), scale, digits)
     return text[0] + (f" ({' / '.join(text[1:])})" if len(text) > 1 else "")
+
+
+def verdict_cell(record: dict, path: str, scale: float = 1.0, digits: int = 2) -> str:
+    """A difference to a control, its interval, and the verdict the interval allows."""
+    value, interval = _at(record, path), _interval_at(record, path)
+    if not isinstance(value, (int, float)) or value != value:
+        return "-"
+    if not interval:
+        raise SystemExit(f"results_tables: {record.get('name')} has no interval for {path}: no verdict without one")
+    word = "above" if interval[0] > 0 else "below" if interval[1] < 0 else "unresolved"
+    return f"{_with_interval(value, interval, scale, digits, sign='+')} {word}"
 
 
 @lru_cache(maxsize=None)
@@ -203,10 +246,14 @@ def cell(spec) -> str:
     if spec.get("optional") and not (ROOT / "results" / f"{name}.json").is_file():
         return "-"
     if "values" in spec:
-        return values_cell(load(name), spec["values"], spec.get("scale", 1.0), spec.get("digits", 2))
+        return values_cell(load(name), spec["values"], spec.get("scale", 1.0), spec.get("digits", 2),
+                           spec.get("interval", False))
+    if "verdict" in spec:
+        return verdict_cell(load(name), spec["verdict"], spec.get("scale", 1.0), spec.get("digits", 2))
     if "field" in spec:
         return field_cell(name, spec["field"])
-    return metric_cell(load(name), spec["metric"], spec.get("scale", 1.0), spec.get("digits", 2))
+    return metric_cell(load(name), spec["metric"], spec.get("scale", 1.0), spec.get("digits", 2),
+                       spec.get("per_seed", False))
 
 
 def _filled(template, name: str):

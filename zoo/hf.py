@@ -259,22 +259,27 @@ def card_readme(record: dict, config: dict, repo_id: str) -> str:
     return "\n".join(lines)
 
 
+def earlier_card_problem(folder: Path) -> str | None:
+    """None when `folder` is an earlier card: exactly a card's files (no links), with a config.json
+    that reads as one; otherwise why not, in words."""
+    names = sorted(p.name for p in folder.iterdir())
+    if names != sorted(CARD_FILES) or any((folder / n).is_symlink() for n in names):
+        return "holds other files (not an earlier model card)"
+    try:
+        read_config(folder / CONFIG, str(folder))
+    except UserError:
+        return "holds other files (its config.json is not a model card's)"
+    return None
+
+
 def check_card_target(out_dir: Path) -> None:
-    """The card's folder is missing, empty, or an earlier card (exactly a card's files, with a
-    config.json that reads as one): anything else is someone's folder, refused before any work."""
+    """The card's folder is missing, empty, or an earlier card: anything else is someone's folder,
+    refused before any work."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir}: exists and is not a directory")
-    if not out_dir.is_dir() or not any(out_dir.iterdir()):
-        return
-    names = sorted(p.name for p in out_dir.iterdir())
-    earlier = names == sorted(CARD_FILES) and not any((out_dir / n).is_symlink() for n in names)
-    if earlier:
-        try:
-            read_config(out_dir / CONFIG, str(out_dir))
-        except UserError:
-            earlier = False
-    if not earlier:
-        raise UserError(f"--out {out_dir}: holds other files (not an earlier model card); give a new or empty folder")
+    problem = earlier_card_problem(out_dir) if out_dir.is_dir() and any(out_dir.iterdir()) else None
+    if problem:
+        raise UserError(f"--out {out_dir}: {problem}; give a new or empty folder")
 
 
 def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
@@ -282,7 +287,7 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
     model.safetensors), all at once: a staging folder beside it is swapped in at the end."""
     from zoo import hub
     from zoo.info import describe
-    from zoo.io import atomic_write_bytes, swap_in_folder, sweep_stale, temp_path
+    from zoo.io import atomic_write_bytes, sigterm_raises, swap_in_folder, writing
     from zoo.registry import get_entry, list_models
 
     entry = get_entry(name)
@@ -297,18 +302,14 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
     record = describe(name)
     source = hub.fetch_release(name)  # sha256-checked against the manifest
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale(out_dir.parent)
-    staging = temp_path(out_dir)
-    staging.mkdir()
-    try:
+    with sigterm_raises(), writing(out_dir) as staging:
+        staging.mkdir()
         shutil.copyfile(source, staging / WEIGHTS)
         config = card_config(record, entry.weights["config"], staging / WEIGHTS)
         if config["files"][WEIGHTS]["sha256"] != entry.weights["sha256"]:
             raise UserError(f"{source}: changed while it was copied; try again")
         atomic_write_bytes(staging / CONFIG, (json.dumps(config, indent=2) + "\n").encode())
         atomic_write_bytes(staging / README, card_readme(record, config, repo_id).encode())
-        swap_in_folder(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        check_card_target(out_dir)  # someone wrote there while we worked?
+        swap_in_folder(staging, out_dir, earlier_card_problem)
     return [out_dir / n for n in CARD_FILES]

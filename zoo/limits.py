@@ -51,6 +51,8 @@ DIMENSION_LIMITS: dict[str, float] = {
     "beam_size": 100, **dict.fromkeys(["decode_max_len", "max_len"], 1_000),
     "train_samples": 1_000,  # RAM's glimpse paths per training image (each one a whole rollout)
     "iwae_samples": 100_000, "iwae_chunk": 100_000, "eval_samples": 10_000,
+    # estimators: sample paths per caption (each multiplies the decoder's work), a temperature
+    "hard_samples": 256, "gumbel_temperature": 1_000,
     # data
     **dict.fromkeys(["num_train", "num_val", "num_test", "val_items", "val_size", "limit_train", "limit_eval",
                      "max_vocab"], 10_000_000),
