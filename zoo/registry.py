@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import fnmatch
+import json
 import logging
 import os
 import warnings
@@ -25,13 +26,16 @@ from pathlib import Path
 
 import yaml
 
-from zoo import hf, hub
+from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, is_allowed, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
 from zoo.limits import check_dimensions, check_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: the model index: facts that take torch to know, per entry, and each model class's family
+#: (written by scripts/model_index.py; zoo.info reads the facts)
+INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
 log = logging.getLogger("zoo")
 
 
@@ -107,14 +111,21 @@ def _entries() -> dict[str, Entry]:
     return entries
 
 
+@functools.lru_cache(maxsize=1)
+def index() -> dict:
+    """The model index ({"families": {class_path: family}, "entries": {name: facts}}); empty
+    when absent."""
+    if not INDEX_PATH.is_file():
+        return {"families": {}, "entries": {}}
+    return json.loads(INDEX_PATH.read_text())
+
+
 def family_of(entry: Entry) -> str:
     """The entry's model family (filled into its metadata on first use): the model index's
-    (zoo.info, no import), else the model class's."""
+    (no import), else the model class's."""
     if "family" not in entry.metadata:
-        from zoo.info import family
-
         folder = entry.recipe.parent.name if entry.recipe else "?"
-        entry.metadata["family"] = family(entry.model["class_path"]) or _family(entry.model["class_path"], folder)
+        entry.metadata["family"] = index()["families"].get(entry.model["class_path"]) or _family(entry.model["class_path"], folder)
     return entry.metadata["family"]
 
 
@@ -329,8 +340,8 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     checkpoint: load weights from this .ckpt/.safetensors (a path or URL) instead; it must be this
     model's kind. sha256 pins a checkpoint URL (or file).
     overrides: hyperparameters replacing the recipe's.
-    A name `hf-hub:ORG/NAME` loads that model card from the Hugging Face hub (zoo.hf)."""
-    if hf.is_hub_id(name):
+    A name `hf-hub:ORG/NAME` loads that model card from the Hugging Face hub (zoo.hub)."""
+    if hub.is_hub_id(name):
         if checkpoint is not None:
             raise UserError(f"{name} is a whole model with its weights; give it without checkpoint=...")
         return load_checkpoint(name, sha256, **overrides)
@@ -411,7 +422,7 @@ def get_weights(name: str) -> Weights:
 def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overrides):
     """Rebuild a model from a zoo checkpoint alone: a Lightning .ckpt (weights_only) or a
     .safetensors with its config in metadata or a sidecar .json; a path or a URL (`sha256` pins
-    it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.hf). The
+    it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.hub). The
     classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
     state, config = hub.load_fetched(path, sha256)
     if not isinstance(config, dict) or "class_path" not in config:
