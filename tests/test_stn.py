@@ -1,6 +1,6 @@
 """Spatial Transformer Networks: the sampler against the paper's equations written out (eqs. 1,
-5-7), the identity start (sec. 4.2), where it looked (the grid's outline, the exact sampling
-weights), a grid off the canvas, gradients to the transform, the attention form and the recurrent
+5-7), the identity start (sec. 4.2), where it looked (the grid's outline, the region's exact
+footprint), a grid off the canvas, gradients to the transform, the attention form and the recurrent
 variant. The registry-wide tests (steps, export, records, releases) cover it as every family."""
 from __future__ import annotations
 
@@ -57,11 +57,11 @@ def test_the_identity_start_reads_the_whole_image_pooled_2x2():
     torch.testing.assert_close(record.maps, torch.full((3, 1, 20, 20), 1 / 400))  # every pixel read alike
 
 
-def test_the_outline_and_the_sampling_weights_are_where_the_grid_reads():
-    """A zoom into the top-left quarter, rotated a little: the outline is theta applied to the
-    patch's corners, and each pixel's weight is its bilinear weight summed over the patch (the
-    same numbers the sampler multiplies: weights . image == sum of the patch)."""
-    theta = torch.tensor([[[0.5, 0.1, -0.5], [-0.1, 0.5, -0.5]]])
+def test_the_outline_is_where_the_grid_reads_and_the_footprint_fills_it_exactly():
+    """A zoom towards the top left, rotated a little: the outline is theta applied to the patch's
+    corners; the footprint is each pixel's area inside that parallelogram (against 64 x 64
+    points per pixel tested inside it), summing to its area |det A| H W."""
+    theta = torch.tensor([[[0.5, 0.1, -0.3], [-0.1, 0.5, -0.3]]])
     corners = affine.outline(theta, (20, 20))[0]
     for (xt, yt), (x, y) in zip([(-1, -1), (1, -1), (1, 1), (-1, 1)], corners.tolist()):
         xs, ys = (theta[0] @ torch.tensor([xt, yt, 1.0])).tolist()
@@ -69,13 +69,40 @@ def test_the_outline_and_the_sampling_weights_are_where_the_grid_reads():
     box = affine.bounding_box(corners)
     assert box.tolist() == pytest.approx([min(x for x, _ in corners.tolist()), min(y for _, y in corners.tolist()),
                                           max(x for x, _ in corners.tolist()), max(y for _, y in corners.tolist())])
-    sampler = affine.AffineSampler(6)
-    weights = affine.sampling_weights(sampler, theta, (20, 20))[0]
-    image = torch.rand(1, 1, 20, 20)
-    assert (weights * image[0, 0]).sum().item() == pytest.approx(sampler(image, theta).sum().item(), rel=1e-5)
-    inside = torch.zeros(20, 20, dtype=torch.bool)
-    inside[: int(box[3]) + 1, : int(box[2]) + 1] = True
-    assert weights[~inside].abs().max() == 0 and weights.sum() > 0
+    assert box.min() > 0 and box.max() < 20  # wholly on the canvas
+    cover = affine.footprint(theta, (20, 20))[0]
+    n = 64
+    points = (torch.arange(20 * n, dtype=torch.float64) + 0.5) / n / 10 - 1  # sub-pixel centres, normalised
+    grid = torch.stack(torch.meshgrid(points, points, indexing="xy"), -1)  # [20n, 20n, 2] (x, y)
+    source = torch.linalg.solve(theta[0, :, :2].double(), (grid - theta[0, :, 2].double()).reshape(-1, 2).T).T
+    inside = (source.abs() <= 1).all(-1).double().reshape(20, n, 20, n).mean((1, 3))
+    torch.testing.assert_close(cover.double(), inside, atol=2 / n, rtol=0)  # a pixel cut by an edge: error < 2/n
+    assert cover.sum().item() == pytest.approx(torch.det(theta[0, :, :2]).abs().item() * 400, rel=1e-5)
+    outside = torch.ones(20, 20, dtype=torch.bool)
+    x0, y0, x1, y1 = box.tolist()
+    outside[int(y0):int(y1) + 1, int(x0):int(x1) + 1] = False
+    assert cover.max() == 1 and cover[outside].max() == 0
+
+
+def test_an_axis_aligned_window_covers_its_box_and_the_map_peaks_where_the_window_is():
+    """The attention form's footprint is its box's pixel coverage (zoo.attention.record, as a RAM
+    glimpse's), partly off the canvas too; the record's map is that, normalised, and its peak (a
+    plateau: every pixel wholly inside) is the window's centre, wherever the grid's sub-pixel phase
+    puts the sampler's bilinear weights."""
+    from zoo.attention.record import box_coverage, peak_pixels
+
+    theta = affine.attention_theta(torch.tensor([[0.3, 0.2, -0.1], [0.5, 0.9, 0.0]]))  # the second: partly off
+    cover = affine.footprint(theta, (20, 20))
+    boxes = affine.bounding_box(affine.outline(theta, (20, 20)))
+    torch.testing.assert_close(cover, box_coverage(boxes, (20, 20)), atol=1e-6, rtol=0)
+    assert cover[1].sum().item() == pytest.approx(10 * 6)  # 10 px tall, 6 of its 10 px columns on the canvas
+    model = tiny(transform="attention")
+    with torch.no_grad():
+        model.where.bias.copy_(torch.tensor([0.33, 0.21, -0.13]))  # a 6.6 px window at (12.1, 8.7)
+    record = model.attention_record(torch.rand(1, 1, 20, 20))
+    peak = peak_pixels(record.maps[0, 0]).item()
+    assert (peak % 20 + 0.5, peak // 20 + 0.5) == pytest.approx((12.1, 8.7), abs=1.0)
+    assert record.maps.sum().item() == pytest.approx(1.0)
 
 
 def test_a_grid_wholly_off_the_canvas_is_a_degenerate_map_not_a_crash(tmp_path):

@@ -13,10 +13,16 @@ half the resolution it is exactly a 2 x 2 average pooling.
 
 Where it looks, in the input's pixels (x0, y0, x1, y1 pixel edges as zoo.attention.record):
 - `outline`: the corners of the sampled region (the patch's edges, x_t, y_t = +-1), a
-  quadrilateral for a general affine transform, and `bounding_box` around it;
-- `sampling_weights`: how much each input pixel contributes to the patch, the exact bilinear
-  weights summed over the patch (the sampler's adjoint applied to a patch of ones); zero where the
-  grid lies outside the image, all zero when it lies wholly outside.
+  quadrilateral (a parallelogram) for a general affine transform, and `bounding_box` around it;
+- `footprint`: the share of each input pixel that the sampled region covers, exactly (the area of
+  the pixel inside the parallelogram). Each output pixel stands for the source cell theta maps its
+  own square to; an affine map sends equal squares to equal parallelograms, so the patch's cells
+  tile the region evenly and the density of what the classifier sees is uniform over it. This,
+  not the bilinear weights the sampler happens to multiply, is the map: when the grid's spacing is
+  over a pixel (a patch smaller than the region it reads) those weights are a lattice of dots whose
+  places depend on the grid's sub-pixel phase, so their peak lands anywhere in the region and
+  moves under an arbitrarily small shift of the window; the footprint fills the outline, has no
+  lattice, and peaks (as a plateau) at the region's centre, where the window is.
 """
 from __future__ import annotations
 
@@ -69,11 +75,38 @@ def bounding_box(corners: torch.Tensor) -> torch.Tensor:
     return torch.cat([corners.amin(-2), corners.amax(-2)], -1)
 
 
-def sampling_weights(sampler: AffineSampler, theta: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
-    """[B, H, W]: each input pixel's total bilinear weight in the patch theta [B, 2, 3] samples,
-    exactly as grid_sample weighs it (the gradient of the patch's sum with respect to the input:
-    the sampler is linear in the image). Pixels no sample reaches weigh 0."""
-    image = theta.new_zeros(theta.shape[0], 1, *image_size, requires_grad=True)
-    with torch.enable_grad():
-        (weights,) = torch.autograd.grad(sampler(image, theta.detach()).sum(), image)
-    return weights[:, 0]
+def footprint(theta: torch.Tensor, image_size: tuple[int, int], chunk: int = 16) -> torch.Tensor:
+    """theta [B, 2, 3] -> [B, H, W]: the area of each input pixel inside the sampled region (1 for a
+    pixel wholly inside, 0 outside the region or the canvas), exact up to float64 rounding.
+
+    The area left of x and above y, A(x, y) = |region  [-inf, x] x [-inf, y]|, at the pixel
+    corners, and each pixel's area by inclusion-exclusion of its four corners' A. The region is
+    clipped to each half-plane by projecting what lies beyond onto its edge (`_clip`); the
+    shoelace formula gives the area. `chunk`: images at a time (a 100 x 100 canvas takes 3 MB each)."""
+    H, W = image_size
+    xs = torch.arange(W + 1, device=theta.device, dtype=torch.float64)
+    ys = torch.arange(H + 1, device=theta.device, dtype=torch.float64)
+    parts = []
+    for part in theta.detach().double().split(chunk):
+        left = _clip(outline(part, image_size)[:, None], xs[None, :], 0)  # [b, W + 1, 8, 2]
+        region = _clip(left[:, None], ys[None, :, None], 1)  # [b, H + 1, W + 1, 16, 2]
+        x, y = region.unbind(-1)
+        area = 0.5 * (x * y.roll(-1, -1) - x.roll(-1, -1) * y).sum(-1).abs()  # shoelace
+        parts.append(area[:, 1:, 1:] - area[:, :-1, 1:] - area[:, 1:, :-1] + area[:, :-1, :-1])
+    return torch.cat(parts).clamp_min(0).to(theta.dtype)
+
+
+def _clip(polygon: torch.Tensor, bound: torch.Tensor, axis: int) -> torch.Tensor:
+    """polygon [..., n, 2] -> [..., 2n, 2] of the same area as its part with coordinate `axis` <= `bound`
+    [...]: each vertex beyond the bound is projected onto it, and where an edge crosses it the crossing
+    is inserted. The projected vertices and crossings lie on the line coordinate = bound, where a path
+    adds to the shoelace sum what the straight chord between its ends does: the area is the clipped one."""
+    a, b = polygon, polygon.roll(-1, -2)
+    bound = bound[..., None]
+    ca, cb = a[..., axis], b[..., axis]
+    crosses = (ca - bound) * (cb - bound) < 0
+    t = (bound - ca) / torch.where(crosses, cb - ca, torch.ones_like(cb - ca))
+    crossing = a + t[..., None] * (b - a)
+    clamped, other = torch.broadcast_tensors(torch.minimum(ca, bound), a[..., 1 - axis])
+    kept = torch.stack([clamped, other] if axis == 0 else [other, clamped], -1)
+    return torch.stack([kept, torch.where(crosses[..., None], crossing, kept)], -2).flatten(-3, -2)

@@ -23,9 +23,10 @@ predicts itself and learns by plain backprop (the sampler is differentiable).
   short runs.
 
 Its attention record: one step per glimpse, the sampled region's outline (the quadrilateral's
-bounding box, in input pixels) as the box, and the exact bilinear sampling weights over the input
-as the map. A grid wholly off the canvas is a valid prediction: its map is all zero, reported
-degenerate and drawn grey.
+bounding box, in input pixels) as the box, and the region's footprint over the input as the map
+(zoo.attention.affine.footprint: uniform over the region, as what the classifier sees is; not the
+bilinear weights, a lattice whose peak says nothing about where the window is). A grid wholly off
+the canvas is a valid prediction: its map is all zero, reported degenerate and drawn grey.
 """
 from __future__ import annotations
 
@@ -142,17 +143,17 @@ class STN(ClassifierModule):
     # ------------------------------------------------------------------ where it looked
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
-        """One step per glimpse: the bilinear sampling weights over the input as the map, the
-        sampled region's bounding box (pixel edges) as the box."""
+        """One step per glimpse: the sampled region's footprint over the input as the map, its
+        bounding box (pixel edges) as the box."""
         from zoo.attention import record
 
         self.check_images(images)
         theta = self.transforms(images)  # [B, T, 2, 3]
         B, T = theta.shape[:2]
         size = self.input_size
-        weights = affine.sampling_weights(self.sampler, theta.flatten(0, 1).float(), size)  # [B T, H, W]
-        total = weights.flatten(1).sum(1).clamp_min(1e-30)[:, None, None]
-        maps = (weights / total).view(B, T, *size)  # a grid wholly off the canvas stays all zero: degenerate
+        cover = affine.footprint(theta.flatten(0, 1).float(), size)  # [B T, H, W]
+        total = cover.flatten(1).sum(1).clamp_min(1e-30)[:, None, None]
+        maps = (cover / total).view(B, T, *size)  # a grid wholly off the canvas stays all zero: degenerate
         boxes = affine.bounding_box(affine.outline(theta.flatten(0, 1).float(), size)).view(B, T, 1, 4)
         probs = self(images, theta).float().softmax(-1)
         return record.AttentionRecord(
