@@ -30,7 +30,7 @@ from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, is_allowed, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
-from zoo.limits import check_dimensions, check_tree
+from zoo.limits import check_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: the model index: facts that take torch to know, per entry, and each model class's family
@@ -220,7 +220,6 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
     # an override of a block (a backbone spec) changes the fields it gives, as a second config would
     init_args.update({k: {**init_args[k], **v} if isinstance(v, dict) and isinstance(init_args.get(k), dict) else v
                       for k, v in overrides.items()})
-    check_dimensions(init_args, f"{kind}.init_args")
     try:
         return cls(**init_args)
     except TypeError as exc:

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from zoo.classes import allow_class
 from zoo.data.sampling import BucketBatchSampler
 from zoo.errors import UserError
+from zoo.limits import check_arguments
 
 
 def as_size(size) -> tuple[int, int]:
@@ -37,6 +38,12 @@ class SplitDataModule(L.LightningDataModule):
         super().__init_subclass__(**kwargs)
         if not any(getattr(getattr(cls, name, None), "__isabstractmethod__", False) for name in dir(cls)):
             allow_class(cls, "data")
+
+    def __new__(cls, *args, **kwargs):
+        """Absurd sizes (a billion test images) are refused in one line before anything is built."""
+        check_arguments(cls, args, kwargs, "data.init_args")
+        return super().__new__(cls)
+
     #: arguments that name places on disk: a checkpoint's or release's data config never sets
     #: them (paths come from the user; zoo.registry.build_datamodule)
     path_arguments: tuple[str, ...] = ()

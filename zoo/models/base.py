@@ -28,6 +28,7 @@ from zoo.data.base import as_size
 from zoo.errors import UserError
 from zoo.hparams import current_init_args, current_spec
 from zoo.hub import read_checkpoint
+from zoo.limits import check_arguments
 from zoo.models import optim
 from zoo.models.accel import StepAccelerator
 from zoo.models.card import FamilyCard, register
@@ -49,6 +50,13 @@ class ZooModule(L.LightningModule):
         super().__init_subclass__(**kwargs)
         if "card" in cls.__dict__:
             register(cls, ZooModule)
+
+    def __new__(cls, *args, **kwargs):
+        """Absurd sizes (a 60,000-wide layer, a million glimpses) are refused in one line before
+        anything is built, whoever builds the model (a recipe, a file, Python): the family's own
+        limits are its card's `dimensions`, beside the shared ones of zoo.limits."""
+        check_arguments(cls, args, kwargs, "model.init_args", cls.card.dimensions)
+        return super().__new__(cls)
 
     @property
     def head_keys(self) -> tuple[str, ...]:

@@ -54,7 +54,7 @@ class Classifier(ClassifierModule):
     images [B, C, H, W] in [0, 1] -> logits [B, num_classes]."""
 
     card = FamilyCard(
-        "baseline", bench_recipes=("baseline_smallcnn_cluttered60",),
+        "baseline", bench_recipes=("baseline_smallcnn_cluttered60",), dimensions={"hidden": 16_384, "cnn_hidden": 16_384},
         tiny={"": dict(arch="mlp", image_size=16, hidden=[16, 16], dropout=0.0),
               "cnn": dict(arch="cnn", image_size=16, channels=[4, 8], cnn_hidden=8, dropout=0.0)})
 

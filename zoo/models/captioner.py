@@ -60,7 +60,6 @@ from zoo.backbones.spec import BackboneSpec
 from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
-from zoo.limits import check_dimensions
 from zoo.models import caption_losses
 from zoo.models import optim
 from zoo.models.base import ZooModule
@@ -96,6 +95,8 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         # length, up to 8 (FashionScenes' `pad_to_multiple` keeps the count small); others run eagerly.
         compile=CompileHints(max_shapes=8), bench_recipes=("sat_soft_scenes", "sat_hard_scenes"),
         filled_by_data={"vocab": [*SPECIALS, "a", "shirt"]},
+        # sample paths per caption multiply the decoder's work; a temperature
+        dimensions={"hidden_dim": 16_384, "attention_dim": 16_384, "hard_samples": 256, "gumbel_temperature": 1_000},
         tiny={"": TINY, "hard_supervised": {**TINY, "attention": "hard", "reinforce_cost": "word", "baseline": "learned",
                                             "supervised_attention": 1.0}},
         skip={"inductor": "auto never compiles it on CPU, where inductor takes minutes on its whole step: AOT "
@@ -152,7 +153,6 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         or cannot mean what it says (a million paths per caption, a temperature <= 0, VIMCO with
         one path)."""
         hp = self.hparams
-        check_dimensions({"hard_samples": hp.hard_samples, "gumbel_temperature": hp.gumbel_temperature}, "captioner")
         if int(hp.hard_samples) != hp.hard_samples or hp.hard_samples < 1:
             raise UserError(f"captioner: hard_samples (sample paths per caption) must be a whole number >= 1, "
                             f"got {hp.hard_samples}")

@@ -84,6 +84,8 @@ class DRAW(ZooModule):
         # compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays off after
         # ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
         compile=CompileHints(pieces=("_cell",), cpu_min_steps=1000),
+        dimensions={**dict.fromkeys(["enc_size", "dec_size", "z_size"], 16_384), "read_n": 1_024, "write_n": 1_024,
+                    "T": 1_000, "iwae_samples": 100_000, "iwae_chunk": 100_000},
         tiny={"": dict(image_size=12, T=2, enc_size=16, dec_size=16, z_size=3, read_n=3, write_n=4, iwae_samples=4,
                        iwae_chunk=2),
               "noattn": dict(image_size=12, T=2, enc_size=16, dec_size=16, z_size=3, attention="none",
@@ -356,6 +358,7 @@ class DRAWClassifier(ClassifierModule):
         # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
         # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
         compile=CompileHints(cpu_min_steps=4000), bench_recipes=("draw_cluttered100_classifier",),
+        dimensions={"hidden_size": 16_384, "glimpse_hidden": 16_384, "read_n": 1_024, "T": 1_000},
         tiny={"": dict(image_size=16, num_classes=3, T=2, read_n=4, hidden_size=16, glimpse_hidden=16)})
 
     def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,

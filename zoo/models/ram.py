@@ -76,7 +76,6 @@ from torch import nn
 
 from zoo.attention.glimpse import Retina
 from zoo.errors import UserError
-from zoo.limits import check_dimensions
 from zoo.models import optim
 from zoo.models.base import ZooModule
 from zoo.models.card import CompileHints, FamilyCard
@@ -140,6 +139,12 @@ class RAM(ZooModule):
         # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
         # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
         compile=CompileHints(cpu_min_steps=5000), bench_recipes=("ram_fmnist_cluttered60",),
+        # train_samples: glimpse paths per training image, each a whole rollout; context_size: the
+        # coarse view of the whole canvas
+        dimensions={**dict.fromkeys(["glimpse_hidden", "location_hidden", "glimpse_dim", "hidden_size", "where_hidden",
+                                     "context_channels"], 16_384),
+                    "num_scales": 16, "num_glimpses": 1_000, "train_samples": 1_000, "eval_samples": 10_000,
+                    "context_size": 4_096},
         tiny={"": TINY, "lstm_learnable_to_core": {**TINY, "core": "lstm", "std_mode": "learnable",
                                                     "reinforce_to_core": True, "retina_method": "filterbank"},
               "annealed_random": {**TINY, "std_mode": "annealed", "location_policy": "random"},
@@ -208,9 +213,6 @@ class RAM(ZooModule):
             if self.hparams[key] not in allowed:
                 raise UserError(f"RAM: {key} must be one of {', '.join(allowed)}, got '{self.hparams[key]}'")
         context_channels = CONTEXT_CHANNELS if context_channels is None else list(context_channels)
-        # absurd estimator settings (10^6 paths per image) are refused before anything is built
-        check_dimensions({"train_samples": train_samples, "where_hidden": where_hidden,
-                          "context_size": context_size, "context_channels": context_channels}, "RAM")
         if train_samples < 1:
             raise UserError(f"RAM: train_samples must be >= 1, got {train_samples}")
         if context != "none" and not where_layer:
