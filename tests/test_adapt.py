@@ -182,8 +182,8 @@ def test_a_plain_training_run_prints_no_noise_and_one_data_line(trained_run):
 @pytest.mark.slow
 @pytest.mark.parametrize("args, expected", [
     (["--model.init_args.backbone.modelname", "vit"],
-     "model.init_args.backbone: BackboneSpec has no field 'modelname'; did you mean model.init_args.backbone.model_name?"),
-    (["--model.init_args.hiden", "3"], "has no argument 'hiden'; did you mean model.init_args.hidden_dim?"),
+     "model.backbone (BackboneSpec): Option 'modelname' is not accepted; did you mean --model.init_args.backbone.model_name?"),
+    (["--model.init_args.hiden", "3"], "Option 'hiden' is not accepted; did you mean --model.init_args.hidden_dim?"),
     (["--trainer.max_epoch", "3"], "did you mean --trainer.max_epochs?"),
 ])
 def test_command_line_mistakes_name_the_field_with_a_did_you_mean(tmp_path, args, expected):
@@ -198,7 +198,7 @@ def test_a_folder_without_classes_is_one_line(tmp_path):
     for split in ("train", "val"):
         (tmp_path / "data" / split).mkdir(parents=True)
     code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/vit/imagenet_finetune.yaml",
-                              "--data.init_args.root", tmp_path / "data", "--model.init_args.pretrained", "false",
+                              "--data.init_args.root", tmp_path / "data", "--model.init_args.backbone.pretrained", "false",
                               f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
     errors = [line for line in err.splitlines() if "error" in line]
     assert code == 2 and len(errors) == 1 and "Couldn't find any class folder" in errors[0], err[-1500:]
@@ -237,7 +237,7 @@ def test_null_unsets_a_backbone_field_on_the_command_line(tmp_path, given):
 
 
 def test_nested_nulls_become_one_field_mappings():
-    from zoo.train import with_nested_nulls
+    from zoo.recipe_args import with_nested_nulls
 
     assert with_nested_nulls(["fit", "--model.init_args.backbone.level", "null", "--seed_everything", "1"]) == [
         "fit", "--model.init_args.backbone", '{"level": null}', "--seed_everything", "1"]

@@ -56,7 +56,7 @@ def test_zoo_train_and_eval_hand_their_arguments_over(capsys, tmp_path, monkeypa
 
 def test_a_registry_name_as_config_is_its_recipe(tmp_path, monkeypatch):
     from zoo import registry
-    from zoo.train import with_recipe_paths
+    from zoo.recipe_args import with_recipe_paths
 
     monkeypatch.chdir(tmp_path)
     recipe = str(registry.get_entry("ram_fmnist_centered").recipe)

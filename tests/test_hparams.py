@@ -296,7 +296,9 @@ def test_train_py_resumes_an_old_checkpoint_and_refuses_one_that_differs(trained
 @pytest.mark.slow
 def test_train_py_reads_an_old_recipe_in_current_names_after_one_warning(tmp_path):
     recipe = yaml.safe_load((REPO / "configs/vit/fmnist.yaml").read_text())
-    recipe["model"]["init_args"] = {**_old_names(recipe["model"]["init_args"], VIT), "accel": "compile"}
+    # the size written out (the recipe leaves it to the data), under its old name
+    recipe["model"]["init_args"] = {**_old_names({**recipe["model"]["init_args"], "image_size": 28}, VIT),
+                                    "accel": "compile"}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(recipe))
     code, out, err = run_cli(["train.py", "fit", "--config", tmp_path / "old.yaml", "--print_config",
                               f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
@@ -324,7 +326,7 @@ def test_speed_left_the_hyperparameters_and_old_files_still_load(caplog):
 
 
 def test_an_old_recipe_trains_with_its_accel_as_the_runs_option(tmp_path, caplog):
-    from zoo.train import with_current_names
+    from zoo.recipe_args import with_current_names
 
     recipe = yaml.safe_load((REPO / "configs/baseline/mlp_centered.yaml").read_text())
     recipe["model"]["init_args"].update(accel="compile", cosine_schedule=False)
