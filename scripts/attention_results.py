@@ -18,8 +18,9 @@ results/attention_<name>.json with the release's recipe, seed, git commit, devic
 
 `--run` scores the best checkpoint of one seed of a results run (results/<name>_seed<N>.json, from
 scripts/results_run.py) as results/attention_<name>_seed<N>.json, and summarises every seed of
-<name> scored so far as results/attention_<name>.json: each headline number's mean, std over the
-seeds, per-seed values and per-seed intervals (`SUMMARY`), and each step's pointing (glimpse, word)
+<name> scored so far as results/attention_<name>.json (attention_<name>_seeds.json where a release
+is called <name>: attention_<name>.json is then the release's own): each headline number's mean,
+std over the seeds, per-seed values and per-seed intervals (`SUMMARY`), and each step's pointing (glimpse, word)
 per seed with its mean over seeds. `--results-run NAME --seeds ...` is `--run results/NAME_seed<N>.json ...`.
 """
 from __future__ import annotations
@@ -147,10 +148,19 @@ def _interval(record: dict, path: str):
     return (node.get("ci95") or {}).get(key)
 
 
+def seeds_summary_name(name: str) -> str:
+    """Where the seeds of results run <name> are summarised: attention_<name>.json, except when a
+    release has that name (scripts/release.py --remake names the results run after the release):
+    that file is the release's own record (with its randomised control), so the seeds go beside it
+    in attention_<name>_seeds.json."""
+    return f"attention_{name}_seeds.json" if name in zoo.list_models(pretrained=True) else f"attention_{name}.json"
+
+
 def summarise_seeds(name: str, out_dir: Path) -> Path:
-    """results/attention_<name>.json from every attention_<name>_seed<N>.json of the recipe and
-    training arguments of the results run <name> (results/<name>.json; else of the highest seed): per
-    headline number its mean, std over the seeds, per-seed values and per-seed bootstrap intervals."""
+    """results/attention_<name>.json (`seeds_summary_name`) from every attention_<name>_seed<N>.json
+    of the seeds that the results run <name> summarises (results/<name>.json: its recipe, training
+    arguments and seeds; else the recipe and arguments of the highest seed): per headline number its
+    mean, std over the seeds, per-seed values and per-seed bootstrap intervals."""
     records = {}
     for path in sorted(out_dir.glob(f"attention_{name}_seed*.json")):
         record = json.loads(path.read_text())
@@ -160,8 +170,10 @@ def summarise_seeds(name: str, out_dir: Path) -> Path:
     # the recipe and arguments of the results run's own summary (results/<name>.json), else the last seed's
     run_summary = out_dir / f"{name}.json"
     latest = json.loads(run_summary.read_text()) if run_summary.is_file() else records[max(records)]
+    summarised = latest.get("seeds") if run_summary.is_file() else None  # the seeds results_run kept
     records = {s: r for s, r in sorted(records.items())
-               if r.get("recipe") == latest.get("recipe") and (r.get("train_args") or []) == (latest.get("train_args") or [])}
+               if r.get("recipe") == latest.get("recipe") and (r.get("train_args") or []) == (latest.get("train_args") or [])
+               and (summarised is None or s in summarised)}
     if not records:
         raise UserError(f"no attention_{name}_seed<N>.json of {latest.get('recipe')} with its training arguments")
 
@@ -182,7 +194,7 @@ def summarise_seeds(name: str, out_dir: Path) -> Path:
     if steps and all(steps) and len({len(row) for row in steps}) == 1:  # each step's pointing, per seed
         metrics["per_step_pointing"] = {"mean": [statistics.fmean(col) for col in zip(*steps)], "per_seed": steps}
     first = next(iter(records.values()))
-    return write_json(out_dir / f"attention_{name}.json", {
+    return write_json(out_dir / seeds_summary_name(name), {
         "name": name, "recipe": latest.get("recipe"), "train_args": latest.get("train_args"), "seeds": list(records),
         "runs": [f"results/attention_{name}_seed{s}.json" for s in records], "metrics": metrics,
         "examples": first.get("examples"), "split": first.get("split")})

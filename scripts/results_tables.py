@@ -20,6 +20,8 @@ to show from it:
     verdict: a.b.c          a difference to a control with its interval and what the interval
                             says: "+3.3 [+0.4, +6.1] above" (the interval clears 0), "below", or
                             "unresolved" (it holds 0); the only way a table says "beats a control"
+      per_seed: true        each seed's verdict, from a multi-seed attention summary's metric
+                            (per_seed and per_seed_ci95), joined by " / "
     field: seeds | params | epochs | wall_min | device
                             the seed count, the model's parameter count (built from the recorded
                             config), the epochs of the run (its recipe's when it trained, or its
@@ -164,15 +166,27 @@ def values_cell(record: dict, paths: list[str], scale: float = 1.0, digits: int 
     return text[0] + (f" ({' / '.join(text[1:])})" if len(text) > 1 else "")
 
 
-def verdict_cell(record: dict, path: str, scale: float = 1.0, digits: int = 2) -> str:
-    """A difference to a control, its interval, and the verdict the interval allows."""
+def _verdict(value, interval, scale: float, digits: int) -> str:
+    word = "above" if interval[0] > 0 else "below" if interval[1] < 0 else "unresolved"
+    return f"{_with_interval(value, interval, scale, digits, sign='+')} {word}"
+
+
+def verdict_cell(record: dict, path: str, scale: float = 1.0, digits: int = 2, per_seed: bool = False) -> str:
+    """A difference to a control, its interval, and the verdict the interval allows; `per_seed`:
+    each seed's, from a multi-seed attention summary's metric `path` (per_seed, per_seed_ci95)."""
+    if per_seed:
+        entry = (record.get("metrics") or {}).get(path) or {}
+        values, intervals = entry.get("per_seed") or [], entry.get("per_seed_ci95") or []
+        if not values or len(intervals) != len(values) or not all(intervals):
+            raise SystemExit(f"results_tables: {record.get('name')} has no per-seed intervals for {path}: "
+                             "no verdict without one")
+        return " / ".join(_verdict(v, ci, scale, digits) for v, ci in zip(values, intervals))
     value, interval = _at(record, path), _interval_at(record, path)
     if not isinstance(value, (int, float)) or value != value:
         return "-"
     if not interval:
         raise SystemExit(f"results_tables: {record.get('name')} has no interval for {path}: no verdict without one")
-    word = "above" if interval[0] > 0 else "below" if interval[1] < 0 else "unresolved"
-    return f"{_with_interval(value, interval, scale, digits, sign='+')} {word}"
+    return _verdict(value, interval, scale, digits)
 
 
 @lru_cache(maxsize=None)
@@ -249,7 +263,8 @@ def cell(spec) -> str:
         return values_cell(load(name), spec["values"], spec.get("scale", 1.0), spec.get("digits", 2),
                            spec.get("interval", False))
     if "verdict" in spec:
-        return verdict_cell(load(name), spec["verdict"], spec.get("scale", 1.0), spec.get("digits", 2))
+        return verdict_cell(load(name), spec["verdict"], spec.get("scale", 1.0), spec.get("digits", 2),
+                            spec.get("per_seed", False))
     if "field" in spec:
         return field_cell(name, spec["field"])
     return metric_cell(load(name), spec["metric"], spec.get("scale", 1.0), spec.get("digits", 2),

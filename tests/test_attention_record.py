@@ -341,6 +341,29 @@ def test_a_results_run_s_seeds_are_summarised_with_their_spread_and_intervals(tm
     assert "chair_i" not in summary["metrics"]  # not a number on every seed: no summary
 
 
+def test_seeds_follow_the_results_run_and_never_overwrite_a_release_s_own_record(tmp_path):
+    """A seed that results_run left out of its summary (its recipe then was another) is left out of
+    the attention summary too; a results run named like a release (release.py --remake) is
+    summarised beside the release's own attention_<name>.json, which keeps its randomised control."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from attention_results import summarise_seeds
+
+    release = "sat_soft_scenes"
+    for name in ("x", release):
+        for seed in (0, 1, 2):
+            (tmp_path / f"attention_{name}_seed{seed}.json").write_text(json.dumps(
+                {"recipe": "configs/sat/x.yaml", "train_args": [], "trained": {"correctness": {"pointing": 0.5 + seed / 10}}}))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"recipe": "configs/sat/x.yaml", "train_args": [], "seeds": [0, 2]}))
+    own = {"name": release, "trained": {"correctness": {"pointing": 0.6}}, "randomised": {}}
+    (tmp_path / f"attention_{release}.json").write_text(json.dumps(own))
+    assert json.loads(summarise_seeds("x", tmp_path).read_text())["metrics"]["pointing"]["per_seed"] == [0.5, 0.7]
+    path = summarise_seeds(release, tmp_path)
+    assert path.name == f"attention_{release}_seeds.json" and json.loads(path.read_text())["seeds"] == [0, 2]
+    assert json.loads((tmp_path / f"attention_{release}.json").read_text()) == own
+
+
 # ----------------------------------------------------------------------------- zoo attend
 @pytest.fixture(scope="module")
 def canvases(tmp_path_factory):

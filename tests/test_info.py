@@ -110,6 +110,28 @@ def test_zoo_list_json_has_a_command_a_description_and_parameters_for_every_entr
     assert listing["ram_fmnist_centered"]["recipe"].endswith("--seed_everything 0")
 
 
+def test_zoo_list_says_where_each_release_looks(capsys):
+    """A release's line carries its stored attention scores: pointing beside the centre prior's and
+    the deletion gap, so a user sees which releases look where they should; a release on centred
+    data (the target box is the whole image) says nothing, since every map points at it there."""
+    from zoo.commands.list_models import attention_brief
+    from zoo.info import stored_facts
+
+    assert cli.main(["list", "--pretrained"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    for name in MANIFEST:
+        scores = (stored_facts(registry.get_entry(name)) or {}).get("attention") or {}
+        if scores.get("pointing") is None or scores.get("pointing_uniform", 0) >= 1:
+            assert "pointing" not in lines[name], name
+            continue
+        shown = f"pointing {100 * scores['pointing']:.1f}% (centre prior {100 * scores['pointing_centre']:.1f}%)"
+        assert shown in lines[name], name
+        if scores.get("deletion_gap") is not None:  # a generator predicts nothing to delete from
+            assert f"deletion gap {scores['deletion_gap']:+.3f}" in lines[name], name
+    assert attention_brief({"pointing": 0.5, "pointing_uniform": 0.2}) == "pointing 50.0%"
+    assert attention_brief({"pointing": 1.0, "pointing_uniform": 1.0, "pointing_centre": 1.0}) == ""
+
+
 @pytest.mark.slow  # a fresh interpreter: the one place torch is not imported yet
 def test_zoo_info_and_zoo_list_do_not_import_torch(tmp_path):
     releases = sorted(MANIFEST)

@@ -551,3 +551,31 @@ def test_the_gpu_run_list_names_recipes_that_exist_and_refuses_an_unknown_tier()
     bad = subprocess.run(["bash", "scripts/gpu_runs_ram.sh", "list", "9"], cwd=repo, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_gpu_run_list_resumes_only_lines_a_time_limit_stopped(tmp_path):
+    """`gpu_runs_ram.sh resume`: a line whose results JSON exists is done; a line with a last.ckpt
+    continues from it (`--ckpt_path last`, same seed and run folder) and is then evaluated with
+    `results_run.py --eval-only`; a line never started is left alone."""
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts/gpu_runs_ram.sh").write_text((repo / "scripts/gpu_runs_ram.sh").read_text())
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results/ram_fmnist_cluttered60_dram_seed0.json").write_text("{}")
+    stopped = tmp_path / "runs/results/ram_fmnist_cluttered60_dram/seed1/checkpoints"
+    stopped.mkdir(parents=True)
+    (stopped / "last.ckpt").write_bytes(b"")
+    (stopped.parents[1] / "seed0/checkpoints").mkdir(parents=True)
+    (stopped.parents[1] / "seed0/checkpoints/last.ckpt").write_bytes(b"")  # finished: not resumed
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "fake_python"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\n')
+    fake.chmod(0o755)
+    result = subprocess.run(["bash", "scripts/gpu_runs_ram.sh", "resume", "1"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "PY": str(fake), "JOBS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert calls.read_text().splitlines() == [
+        "train.py fit --config configs/ram/fmnist_cluttered60_dram.yaml --seed_everything 1 "
+        "--trainer.default_root_dir runs/results/ram_fmnist_cluttered60_dram/seed1 --ckpt_path last",
+        "scripts/results_run.py configs/ram/fmnist_cluttered60_dram.yaml --seeds 1 --eval-only"]
+    assert "ram_fmnist_cluttered60_dram seed 0: done already" in result.stdout

@@ -37,13 +37,27 @@ def run(args) -> int:
                           "num_params": facts.get("num_params"), **entries[n].metadata}
         print(json.dumps(listing, indent=2, default=str))
         return 0
+    from zoo.info import stored_facts
+
     if names:
-        print(f"{'name':32s} {'weights':10s} headline metrics of the release")
+        print(f"{'name':32s} {'weights':10s} headline metrics of the release; where it looks (`zoo info NAME`)")
     for n in names:
         e = entries[n]
         metrics = e.metadata.get("metrics") or {}
         headline = [k for k in HEADLINE if k in metrics] or list(metrics)[:3]
         shown = ", ".join(f"{k}={metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k}={metrics[k]}"
                           for k in headline)
-        print(f"{n:32s} {'pretrained' if e.weights else '-':10s} {shown}")
+        looks = attention_brief(((stored_facts(e) or {}) if e.weights else {}).get("attention"))
+        print(f"{n:32s} {'pretrained' if e.weights else '-':10s} {shown}{'; ' + looks if looks else ''}")
     return 0
+
+
+def attention_brief(scores: dict | None) -> str:
+    """Whether a release's attention lands, from its stored attention scores (docs/attention.md):
+    the pointing game beside the centre prior's, and the deletion gap (above 0: faithful)."""
+    if not scores or scores.get("pointing") is None or scores.get("pointing_uniform", 0) >= 1:
+        return ""  # none, or the target is the whole image (centred data): every map points at it
+    centre = scores.get("pointing_centre")
+    gap = scores.get("deletion_gap")
+    return (f"pointing {100 * scores['pointing']:.1f}%" + (f" (centre prior {100 * centre:.1f}%)" if centre is not None else "")
+            + (f", deletion gap {gap:+.3f}" if gap is not None else ""))
