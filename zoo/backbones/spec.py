@@ -34,6 +34,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from zoo.backbones.kinds import BACKBONES, build_backbone
 from zoo.errors import UserError
 
 #: fields the user chooses freely when loading a zoo weight (the rest must agree with the weight)
@@ -103,8 +104,8 @@ class BackboneSpec:
         if unknown:
             raise UserError(f"backbone: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
         spec = cls(**value)
-        if spec.kind not in _classes():
-            raise UserError(f"unknown backbone kind '{spec.kind}'; choose one of {', '.join(_classes())}")
+        if spec.kind not in BACKBONES:
+            raise UserError(f"unknown backbone kind '{spec.kind}'; choose one of {', '.join(BACKBONES)}")
         return spec
 
     def to_dict(self) -> dict:
@@ -133,14 +134,14 @@ class BackboneSpec:
             if kwargs.get(name) is not None and _norm(kwargs[name]) != _norm(value):
                 raise UserError(f"backbone.{name} {kwargs[name]} disagrees with the model's {value}; leave it out")
             kwargs[name] = tuple(value) if isinstance(value, list) else value
-        module = _construct(self.kind, kwargs)
+        module = build_backbone(self.kind, **kwargs)
         if source is not None:
             _load_tensors(module, source)
         return module
 
     def kwargs(self) -> dict:
         """Constructor arguments of the kind's class: the set fields, refusing those that do not apply."""
-        cls = _classes()[self.kind]
+        cls = BACKBONES[self.kind]
         accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
         kwargs, refused = {}, []
         for name, value in self.to_dict().items():
@@ -228,7 +229,7 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
         raise UserError(f"{source}: a {config.get('family', '?')} model with no backbone inside")
     spec = BackboneSpec.coerce(dict(init_args["backbone"]))
     prefixes = ("backbone.", "encoder.")
-    accepted = set(inspect.signature(_classes()[spec.kind].__init__).parameters)
+    accepted = set(inspect.signature(BACKBONES[spec.kind].__init__).parameters)
     for field, model_fact in (("img_size", "image_size"), ("in_chans", "in_chans")):  # the model's facts it took
         if field in accepted and getattr(spec, field) is None and init_args.get(model_fact) is not None:
             setattr(spec, field, init_args[model_fact])
@@ -285,19 +286,3 @@ def _norm(value):
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
-
-
-def _classes() -> dict:
-    from zoo.backbones import BACKBONES
-
-    return BACKBONES
-
-
-def _construct(kind: str, kwargs: dict) -> nn.Module:
-    try:
-        return _classes()[kind](**kwargs)
-    except TypeError as exc:
-        raise UserError(f"backbone '{kind}': bad arguments ({exc})") from None
-    except ValueError as exc:
-        raise UserError(f"backbone '{kind}': {exc}") from None
-
