@@ -30,6 +30,7 @@ import yaml
 
 from zoo import hub
 from zoo.hparams import current_config, current_init_args, current_spec
+from zoo.recipe_args import in_current_names
 from zoo.registry import REPO_ROOT, linked, resolve_class
 
 GOLDEN_BATCH = 2
@@ -57,6 +58,7 @@ def current_recipe(recipe: dict) -> dict:
     """A recipe's model and data sections in current hyperparameter names (a recipe as it was at
     an older commit may use old ones), the model with what its data decides filled in (image
     size, channels, class names: zoo.registry.linked), as train.py trains it."""
+    recipe = in_current_names(recipe)  # an old model's accel: the run's
     out = {**recipe, **{section: current_spec(recipe[section]) for section in ("model", "data")
                         if isinstance(recipe.get(section), dict)}}
     if isinstance(out.get("model"), dict) and isinstance(out.get("data"), dict):

@@ -141,20 +141,27 @@ def with_current_names(argv: list[str]) -> list[str]:
     return out
 
 
-def _current_recipe(path: str) -> str:
-    recipe = yaml.safe_load(Path(path).read_text())
+def in_current_names(recipe: dict) -> dict:
+    """A parsed recipe with its model in current hyperparameter names (zoo.hparams); an old model's
+    `accel` (or ViT's `compile`) becomes the run's `accel`, where the recipe gives none of its own."""
     model = recipe.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("init_args"), dict):
-        return path
+        return recipe
     init_args = dict(model["init_args"])
-    accel = {name: init_args.pop(name) for name in RETIRED if name in init_args}
-    current = current_spec({**model, "init_args": init_args})
-    if not accel and current["init_args"] == model["init_args"]:
+    retired = {name: init_args.pop(name) for name in RETIRED if name in init_args}
+    out = {**recipe, "model": current_spec({**model, "init_args": init_args})}
+    mode = "compile" if retired.get("compile") is True else retired.get("accel", "auto")
+    if mode != "auto" and "accel" not in out:
+        out["accel"] = mode
+    return out
+
+
+def _current_recipe(path: str) -> str:
+    recipe = yaml.safe_load(Path(path).read_text())
+    current = in_current_names(recipe) if isinstance(recipe, dict) else recipe
+    if current == recipe:
         return path
-    recipe = {**recipe, "model": current}
-    mode = "compile" if accel.get("compile") is True else accel.get("accel", "auto")
-    if mode != "auto" and "accel" not in recipe:
-        recipe["accel"] = mode
+    moved = RETIRED.keys() & recipe["model"]["init_args"].keys()
     log.warning("%s: read in current hyperparameter names%s", path,
-                f" (its model's accel is the run's --accel {mode})" if accel else "")
-    return yaml.safe_dump(recipe, sort_keys=False)
+                f" (its model's accel is the run's --accel {current.get('accel', 'auto')})" if moved else "")
+    return yaml.safe_dump(current, sort_keys=False)
