@@ -10,8 +10,9 @@ inductor's own CUDA graphs), each as `accel` runs it. (Results from before the r
 whole-step CUDA-graph mode also hold "graph", and call reduce-overhead "compile-ro".) The JSON is rewritten after every family ("complete": false until the
 last), so a run cut short by a time limit keeps what it measured.
 
-Each family runs its recipe's model (configs/...) on random images of the recipe's size, with
-the recipe's optimizer and gradient clipping. Per batch size one model per mode is built from the
+Each family runs the recipes its card names (`bench_recipes`) on its own example batch at the
+batch size (`example_batch`: random images of the recipe's size; a captioner's captions are a few
+words), with the recipe's optimizer and gradient clipping. Per batch size one model per mode is built from the
 same seed; the first step of each non-eager mode is timed alone (it compiles or captures:
 `first_step_s`, and `compile_s` = first step minus a steady step), with torch.compile's on-disk
 caches off unless `--warm-cache` (a first run on a machine compiles from scratch). Then rounds
@@ -23,9 +24,6 @@ median step time, and each ratio to eager is the median over rounds of the per-r
 pays off after `break_even_steps` = compile_s / (eager step - compiled step) optimizer steps, to
 be compared with the recipe's own number of steps (`recipe_steps`).
 
-Families: ram (cluttered-60), draw (T=64), draw_classifier (cluttered-100), vit (fmnist),
-baseline (small CNN, cluttered-60), sat_soft / sat_hard (FashionScenes captioners), and beam
-(skipped with a note: batched beam search is not a training step).
 Writes results/bench_accel_<cpu|cuda>.json (device, torch version, commit).
 """
 from __future__ import annotations
@@ -44,18 +42,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from zoo import registry  # noqa: E402
+from zoo.models.card import families  # noqa: E402
 from zoo.registry import resolve_class  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
-RECIPES = {
-    "ram": "configs/ram/fmnist_cluttered60.yaml",
-    "draw": "configs/draw/fmnist.yaml",
-    "draw_classifier": "configs/draw/cluttered100_classifier.yaml",
-    "vit": "configs/vit/fmnist.yaml",
-    "baseline": "configs/baseline/smallcnn_cluttered60.yaml",
-    "sat_soft": "configs/sat/soft_scenes.yaml",
-    "sat_hard": "configs/sat/hard_scenes.yaml",
-}
 MODES = ("eager", "compile", "reduce-overhead")
 TRAIN_SIZE = 55000  # Fashion-MNIST train minus the recipes' 5000 validation images (FashionScenes: num_train)
 
@@ -66,32 +57,22 @@ def _sync(device: torch.device) -> None:
 
 
 def load_recipe(name: str) -> dict:
-    config = yaml.safe_load((ROOT / RECIPES[name]).read_text())
-    data = config["data"]["init_args"]
-    return {"path": RECIPES[name], "class_path": config["model"]["class_path"],
-            "init_args": dict(config["model"].get("init_args") or {}), "batch_size": int(data["batch_size"]),
-            "train_size": int(data.get("num_train") or TRAIN_SIZE),
+    """The registry entry `name` (a family card's `bench_recipes`): its model and its run's budget."""
+    entry = registry.get_entry(name)
+    config = yaml.safe_load(entry.recipe.read_text())
+    data = registry.instantiate(entry.data, "data").hparams  # the recipe's and the class defaults
+    return {"path": str(entry.recipe.relative_to(ROOT)), "model": entry.recipe_config(),
+            "batch_size": int(data["batch_size"]), "train_size": int(data.get("num_train") or TRAIN_SIZE),
             "clip": (config.get("trainer") or {}).get("gradient_clip_val"),
             "max_epochs": int((config.get("trainer") or {}).get("max_epochs") or 10)}
-
-
-def image_shape(model) -> tuple[int, int, int]:
-    return model.input_chans, *model.input_size
-
-
-CAPTION_LENGTH, VOCAB_WORDS = 16, 60  # SAT: captions padded to one length bucket; a synthetic vocabulary
 
 
 def build(recipe: dict, mode: str, device: torch.device):
     """The recipe's model in `mode`, seeded, on `device`, with the recipe's optimizer."""
     torch.manual_seed(0)
-    cls = resolve_class(recipe["class_path"], "model")
-    init_args = {**recipe["init_args"], "accel": "eager"}
-    if recipe["class_path"].endswith("Captioner"):
-        from zoo.data.vocab import SPECIALS
-
-        init_args["vocab"] = [*SPECIALS, *(f"w{i}" for i in range(VOCAB_WORDS))]
-    model = cls(**init_args).to(device).train()
+    cls = resolve_class(recipe["model"]["class_path"], "model")
+    filled = {k: v for k, v in cls.card.filled_by_data.items() if recipe["model"]["init_args"].get(k) is None}
+    model = registry.build(recipe["model"], **filled).to(device).train()
     model.accel.force(mode)
     configured = model.configure_optimizers()
     optimizer = configured["optimizer"] if isinstance(configured, dict) else configured
@@ -99,22 +80,10 @@ def build(recipe: dict, mode: str, device: torch.device):
 
 
 def make_batch(model, batch_size: int, device: torch.device):
-    g = torch.Generator().manual_seed(0)
-    if model.family == "captioner":  # <start> w w ... <end> <pad>..., lengths 4..CAPTION_LENGTH
-        from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID
-
-        h, w = model.hparams.image_size
-        lengths = torch.randint(4, CAPTION_LENGTH + 1, (batch_size,), generator=g)
-        words = torch.randint(len(SPECIALS), len(SPECIALS) + VOCAB_WORDS, (batch_size, CAPTION_LENGTH), generator=g)
-        position = torch.arange(CAPTION_LENGTH)[None]
-        captions = torch.where(position < lengths[:, None] - 1, words, torch.full_like(words, PAD_ID))
-        captions[torch.arange(batch_size), lengths - 1] = END_ID
-        captions = torch.cat([torch.full((batch_size, 1), START_ID), captions], 1)
-        return {"images": torch.rand(batch_size, 3, h, w, generator=g).to(device), "captions": captions.to(device)}
-    c, h, w = image_shape(model)
-    images = torch.rand(batch_size, c, h, w, generator=g).to(device)
-    labels = torch.randint(0, model.hparams.get("num_classes", 10), (batch_size,), generator=g).to(device)
-    return images, labels
+    """The family's example batch at this size, on `device`."""
+    batch = model.example_batch(batch_size)
+    move = (lambda t: t.to(device) if isinstance(t, torch.Tensor) else t)
+    return {k: move(v) for k, v in batch.items()} if isinstance(batch, dict) else tuple(map(move, batch))
 
 
 def bench(recipe: dict, batch_size: int, modes: list[str], device: torch.device, steps: int, rounds: int) -> dict:
@@ -180,7 +149,9 @@ def main(argv=None) -> int:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", nargs="+", default=[*RECIPES, "beam"], choices=[*RECIPES, "beam"])
+    timed = [name for name, cls in families().items() if cls.card.bench_recipes]
+    parser.add_argument("--families", nargs="+", default=timed, choices=timed,
+                        help="families whose card names recipes to time (default: all)")
     parser.add_argument("--batches", nargs="+", default=["recipe", "1000"], help="'recipe' and/or integers")
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     parser.add_argument("--modes", nargs="+", choices=MODES, help="default: eager compile (+ reduce-overhead on CUDA)")
@@ -209,14 +180,14 @@ def main(argv=None) -> int:
         if device.type != "cuda" and "reduce-overhead" in modes:
             print("accel benchmark: error: mode reduce-overhead needs --device cuda", file=sys.stderr)
             return 2
-        results, skipped = {}, {}
+        results = {}
         out = Path(args.out or ROOT / "results" / f"bench_accel_{name}.json")
         start = time.perf_counter()
 
         def save(complete: bool) -> None:  # after every family, so a run cut short keeps what it measured
             record = {"benchmark": "accel", "device_type": name, "threads": torch.get_num_threads(),
                       "compile_caches": "warm" if args.warm_cache else "disabled (cold compile times)",
-                      "torch": torch.__version__, "modes": modes, "families": results, "skipped": skipped,
+                      "torch": torch.__version__, "modes": modes, "families": results,
                       "complete": complete, "wall_s": round(time.perf_counter() - start, 1),
                       "load_average": list(os.getloadavg()),
                       "note": "ratios are medians of per-round ratios measured in one process, modes alternating; "
@@ -224,27 +195,22 @@ def main(argv=None) -> int:
             write_json(out, record)
 
         for family in args.families:
-            if family == "beam":
-                why = "batched beam search is not accelerated by this benchmark yet"
-                print(f"{family}: skipped: {why}", flush=True)
-                skipped[family] = why
-                continue
-            recipe = load_recipe(family)
-            cls = resolve_class(recipe["class_path"], "model")
-            steps = math.ceil(recipe["train_size"] / recipe["batch_size"]) * recipe["max_epochs"]
-            entry = {"recipe": recipe["path"], "recipe_batch_size": recipe["batch_size"],
-                     "recipe_steps": steps, "gradient_clip_val": recipe["clip"],
-                     "cpu_compile_min_steps": cls.accel_cpu_compile_min_steps,
-                     "cuda_default": "compile", "batches": []}
-            min_steps = cls.accel_cpu_compile_min_steps
-            entry["default"] = ("compile" if device.type == "cuda" else
-                                "compile" if min_steps is not None and steps >= min_steps else "eager")
-            for batch in args.batches:
-                size = recipe["batch_size"] if batch == "recipe" else int(batch)
-                print(f"{family} ({recipe['path']}) on {name}, batch {size}:", flush=True)
-                entry["batches"].append(bench(recipe, size, modes, device, args.steps, args.rounds))
-            results[family] = entry
-            save(complete=False)
+            cls = families()[family]
+            for name in cls.card.bench_recipes:
+                recipe = load_recipe(name)
+                steps = math.ceil(recipe["train_size"] / recipe["batch_size"]) * recipe["max_epochs"]
+                min_steps = cls.card.compile.cpu_min_steps
+                entry = {"family": family, "recipe": recipe["path"], "recipe_batch_size": recipe["batch_size"],
+                         "recipe_steps": steps, "gradient_clip_val": recipe["clip"],
+                         "cpu_compile_min_steps": min_steps, "cuda_default": "compile", "batches": [],
+                         "default": ("compile" if device.type == "cuda" else
+                                     "compile" if min_steps is not None and steps >= min_steps else "eager")}
+                for batch in args.batches:
+                    size = recipe["batch_size"] if batch == "recipe" else int(batch)
+                    print(f"{name} ({recipe['path']}) on {device.type}, batch {size}:", flush=True)
+                    entry["batches"].append(bench(recipe, size, modes, device, args.steps, args.rounds))
+                results[name] = entry
+                save(complete=False)
         save(complete=True)
         print(f"-> {out}")
     return 0

@@ -19,8 +19,8 @@ training rate is an upper bound). GMACs are counted by torch.utils.flop_counter.
 MACs = FLOPs / 2 (it counts a multiply-add as two FLOPs).
 
 Modes: an eager row always; a compiled row ("compile": torch.compile of the same function) where
-`accel: auto` compiles the release: on CUDA its training and evaluation, on CPU the training of
-families that compile long runs (`accel_cpu_compile_min_steps`: RAM and DRAW; their release recipes
+`--accel auto` compiles the release: on CUDA its training and evaluation, on CPU the training of
+families that compile long runs (their cards' `compile.cpu_min_steps`: RAM and DRAW; their release recipes
 run more steps than that threshold), never CPU inference.
 
 Timing: a first call (which compiles, for a compiled row; `first_call_s` in the JSON) and
@@ -70,14 +70,13 @@ def device_slug(device: torch.device) -> str:
 
 
 def default_modes(model, device: torch.device, kind: str) -> list[str]:
-    """eager, and "compile" where `accel: auto` (or the release's own accel) compiles `kind`
-    ("infer" or "train") steps of this release on this device (see the module docstring)."""
-    requested = model.accel_requested()
-    if requested == "eager" or compile_unavailable(device):
+    """eager, and "compile" where `--accel auto` compiles `kind` ("infer" or "train") steps of this
+    release on this device (see the module docstring)."""
+    if compile_unavailable(device):
         return ["eager"]
-    if requested in ("compile", "reduce-overhead") or device.type == "cuda":
+    if device.type == "cuda":
         return ["eager", "compile"]
-    compiles = kind == "train" and model.accel_cpu_compile_min_steps is not None
+    compiles = kind == "train" and model.card.compile.cpu_min_steps is not None
     return ["eager", "compile"] if compiles else ["eager"]
 
 
@@ -227,7 +226,7 @@ def main(argv=None) -> int:
                          "skipped": skipped})
 
     # every release's eager rows first, so a capped run has one row per release and batch; then the
-    # compiled rows, the large batch's training steps first (what `accel: auto` compiles)
+    # compiled rows, the large batch's training steps first (what `--accel auto` compiles)
     plan = [("eager", name, kind, batch) for name in names for kind in args.kinds for batch in args.batch_sizes]
     plan += sorted((("compile", name, kind, batch) for name in names for kind in args.kinds for batch in args.batch_sizes),
                    key=lambda p: (-p[3], p[2] != "train", p[1]))

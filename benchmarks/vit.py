@@ -42,11 +42,11 @@ from zoo.results import write_json  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "GH200": 989.0, "A100": 312.0}
 
-CPU_MODEL = dict(model_name="vit_tiny_patch16_224", image_size=28, patch_size=4, conv_stem=[32, 64],
-                 conv_stem_blocks=2, in_chans=1, num_classes=10, depth=6, embed_dim=96, num_heads=3,
-                 mlp_ratio=2.0, drop_path_rate=0.05, mean=[0.286], std=[0.353])
-GPU_MODEL = dict(model_name="vit_base_patch16_224", image_size=224, patch_size=16, in_chans=3, num_classes=1000,
-                 depth=None, embed_dim=None, num_heads=None, mlp_ratio=None, drop_path_rate=0.0)
+CPU_MODEL = dict(image_size=28, in_chans=1, num_classes=10, backbone=dict(
+    kind="timm_vit", model_name="vit_tiny_patch16_224", patch_size=4, conv_stem=[32, 64], conv_stem_blocks=2, depth=6,
+    embed_dim=96, num_heads=3, mlp_ratio=2.0, drop_path_rate=0.05, mean=[0.286], std=[0.353]))
+GPU_MODEL = dict(image_size=224, in_chans=3, num_classes=1000,
+                 backbone=dict(kind="timm_vit", model_name="vit_base_patch16_224", patch_size=16, drop_path_rate=0.0))
 TRAIN = dict(lr=1e-3, weight_decay=0.05, warmup_epochs=0.0, label_smoothing=0.1)
 
 
@@ -68,7 +68,9 @@ def build(cfg: dict, bf16: bool, compile: bool):
     from zoo.models.vit import ViTClassifier
 
     torch.manual_seed(0)
-    return ViTClassifier(**cfg, **TRAIN, bf16=bf16, accel="compile" if compile else "eager")
+    model = ViTClassifier(**cfg, **TRAIN, bf16=bf16)
+    model.accel.force("compile" if compile else "eager")  # the run's --accel, as a fit outside train.py sets it
+    return model
 
 
 # ----------------------------------------------------------------------------- the two sides

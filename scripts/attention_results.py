@@ -4,7 +4,7 @@
     python scripts/attention_results.py ram_fmnist_cluttered60 --n 200
     python scripts/attention_results.py --checkpoint runs/x/checkpoints/last.ckpt --out /tmp   # any checkpoint
     python scripts/attention_results.py vit_fmnist --data variant=cluttered60 \
-        --model-arg "model_kwargs={dynamic_img_size: true}" --tag cluttered60_probe   # a probe on other data
+        --model-arg "backbone={dynamic_img_size: true}" --tag cluttered60_probe   # a probe on other data
     python scripts/attention_results.py --run results/sat_hard_scenes_marginal_seed{0,1,2}.json   # seeds of a results run
     python scripts/attention_results.py --results-run ram_fmnist_cluttered60_dram --seeds 0 1 2   # the same, by name
 
@@ -42,13 +42,11 @@ import zoo  # noqa: E402
 from zoo import registry  # noqa: E402
 from zoo.errors import UserError  # noqa: E402
 from zoo.metrics.attention import evaluate  # noqa: E402
-from zoo.models.base import ZooModule  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 
 def attending_releases() -> list[str]:
-    return [name for name in zoo.list_models(pretrained=True)
-            if type(zoo.create_model(name)).attention_record is not ZooModule.attention_record]
+    return [name for name in zoo.list_models(pretrained=True) if zoo.create_model(name).card.attention]
 
 
 def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
@@ -225,7 +223,7 @@ def main(argv=None) -> int:
                         help="a probe: evaluate on other data (a data module argument, YAML value)")
     parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
                         help="a probe: a hyperparameter that does not change the weights, e.g. "
-                             "'model_kwargs={dynamic_img_size: true}'")
+                             "'backbone={dynamic_img_size: true}'")
     parser.add_argument("--tag", help="suffix of the JSON's name (attention_<name>_<tag>.json); needed with a probe")
     args = parser.parse_args(argv)
     try:

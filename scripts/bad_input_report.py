@@ -41,6 +41,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch
+    import yaml
     from PIL import Image
     from safetensors.torch import save_file
 
@@ -76,7 +77,8 @@ def main(argv=None) -> int:
     image = work / "scene.png"
     Image.new("RGB", (64, 64)).save(image)
     for name, text in {"empty": "", "list": "- a\n", "invalid": "model: [\n",
-                       "lots": Path(recipe).read_text().replace("batch_size: 128", "batch_size: lots"),
+                       "lots": yaml.safe_dump({**(r := yaml.safe_load(Path(recipe).read_text())), "data": {
+                           **r["data"], "init_args": {**(r["data"].get("init_args") or {}), "batch_size": "lots"}}}),
                        "typo_class": Path(recipe).read_text().replace("baselines.Classifier", "baselines.Clasifier")}.items():
         (work / f"{name}.yaml").write_text(text)
     class Quiet(SimpleHTTPRequestHandler):
@@ -149,8 +151,8 @@ def main(argv=None) -> int:
         ("eval.py --json unwritable", [py, str(ROOT / "eval.py"), "--checkpoint", str(trained / "checkpoints/last.ckpt"),
                                         "--json", "/sys/zoo/out.json"]),
         ("zoo caption --attention-dir under a file", zoo + ["caption", str(image), "--attention-dir", str(image / "x")]),
-        ("zoo glimpses --out under a file", zoo + ["glimpses", str(image), "--model", "ram_fmnist_centered", "--out",
-                                                   str(image / "x")]),
+        ("zoo attend --out under a file", zoo + ["attend", str(image), "--model", "ram_fmnist_centered", "--out",
+                                                 str(image / "x")]),
         ("HTML page as weights (unpinned URL)", zoo + ["caption", str(image), "--checkpoint", f"{url}/page.safetensors"]),
         ("HTML page as weights (pinned URL)", zoo + ["caption", str(image), "--checkpoint", f"{url}/page.safetensors",
                                                      "--sha256", "0" * 64]),

@@ -85,8 +85,8 @@ def main(argv=None) -> int:
             raise UserError(f"--num must be positive, got {args.num}")
         model = (zoo.load_checkpoint(args.checkpoint) if args.checkpoint
                  else zoo.create_model(args.model, pretrained=True)).eval()
-        if getattr(model, "family", None) != "draw":
-            raise UserError("not a DRAW generator (family 'draw')")
+        if model.card.output != "sample" or not model.card.attention:
+            raise UserError(f"a {model.family} model: this script reads a generator's read and write windows")
         datamodule = model_datamodule(model)
         images = datamodule.datasets[args.split].tensors[0][:args.num].float() / 255
         boxes = datamodule.boxes[args.split][:args.num].numpy().reshape(len(images), -1, 4)

@@ -6,7 +6,7 @@
 #      results/bench_accel_<device>.json, rewritten after every family;
 #   3. the ViT MFU benchmark (benchmarks/vit.py --gpu), into results/bench_vit_<device>.json.
 # Run it unchanged: bash scripts/gpu_check.sh. Commit the two JSON files; docs/acceleration.md says
-# what they decide (which mode `accel: auto` picks on CUDA). Each stage has its own time limit, and
+# what they decide (which mode `--accel auto` picks on CUDA). Each stage has its own time limit, and
 # together they fit in under 10 minutes (a short GPU lease): GPU_CHECK_SCALE=4 gives each stage four
 # times as long and the benchmark every family at two batch sizes. The exit code is the number of
 # stages that failed.
@@ -26,7 +26,6 @@ if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 device=$("$PY" -c "import re, torch; print(re.sub(r'[^a-z0-9]+', '_', torch.cuda.get_device_name(0).lower()).strip('_'))")
 "$PY" -c "import torch; print('torch', torch.__version__, 'on', torch.cuda.get_device_name(0))"
-families="ram draw_classifier baseline draw sat_soft vit sat_hard"
 batches="recipe"
 if [ "$SCALE" -gt 1 ]; then batches="recipe 1000"; fi
 logs=$(mktemp -d)
@@ -45,7 +44,7 @@ workers=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 6")  # compiling is CP
 # shellcheck disable=SC2086
 stage "CUDA tests" 180 "$PY" -m pytest -q -rs -p no:cacheprovider $workers tests/test_accel.py -k test_cuda
 # shellcheck disable=SC2086
-stage "accel benchmark" 250 "$PY" benchmarks/accel.py --device cuda --families $families --batches $batches \
+stage "accel benchmark" 250 "$PY" benchmarks/accel.py --device cuda --batches $batches \
   --rounds 3 --steps 10 --out "results/bench_accel_${device}.json"
 stage "ViT MFU benchmark" 150 "$PY" benchmarks/vit.py --gpu --out "results/bench_vit_${device}.json"
 if [ -n "${OUT:-}" ]; then

@@ -105,7 +105,7 @@ def main() -> None:
 
     try:
         model = zoo.load_checkpoint(args.checkpoint) if args.checkpoint else zoo.create_model(args.model, pretrained=True)
-        if getattr(model, "family", None) != "captioner" or model.hparams.attention != "hard":
+        if model.card.output != "caption" or model.hparams.get("attention") != "hard":
             raise UserError("this script analyses hard-attention captioners")
         data = (getattr(model, "_zoo_data_config", None) or {}).get("init_args") or {}
         dm = FashionScenesDataModule(**{**{k: v for k, v in data.items() if not k.startswith("_")},

@@ -30,7 +30,7 @@ def test_new_label_set_keeps_all_but_the_head():
 
 def test_an_unasked_shape_change_is_refused_in_one_line():
     with pytest.raises(UserError) as info:
-        zoo.create_model("vit_fmnist", pretrained=True, mlp_ratio=4.0)
+        zoo.create_model("vit_fmnist", pretrained=True, backbone={"mlp_ratio": 4.0})
     assert "shapes differ" in str(info.value) and "\n" not in str(info.value)
 
 
@@ -41,13 +41,13 @@ def test_a_new_vocabulary_keeps_the_rows_of_known_words():
     model = zoo.create_model("sat_soft_scenes", pretrained=True, vocab=new)
     assert list(model.hparams.vocab) == new
     before, after = release.state_dict(), model.state_dict()
-    for key in model.vocab_keys:
+    for key in model.card.vocab_keys:
         for i, word in enumerate(new):
             if word in old:
                 assert torch.equal(after[key][i], before[key][old.index(word)]), (key, word)
             else:
                 assert all(not torch.equal(after[key][i], row) for row in before[key]), (key, word)
-    for key in set(after) - set(model.vocab_keys):
+    for key in set(after) - set(model.card.vocab_keys):
         assert torch.equal(after[key], before[key]), key
 
 
@@ -76,7 +76,7 @@ def test_init_from_a_release_on_an_image_folder_stores_its_class_names(tmp_path)
     checkpoint = sorted((root / "checkpoints").glob("best*.ckpt"))[-1]
     model = zoo.load_checkpoint(checkpoint)
     assert model.hparams.num_classes == 2 and list(model.hparams.class_names) == ["cat", "dog"]
-    rc, out, err = run_cli(["-m", "zoo.cli", "attention", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
+    rc, out, err = run_cli(["-m", "zoo.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
                             data / "val" / "dog" / "0.png"], cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]
     predicted = out.split(": ", 1)[1].split(" (")[0]  # "IMAGE: NAME (P%) -> ..."
@@ -118,18 +118,19 @@ def test_zoo_caption_names_its_default_model_and_marks_a_cut_caption(tmp_path, c
     assert out.rstrip().endswith("[cut at 1 words]") and "model sat_soft_scenes (the default" in err
 
 
-def test_glimpse_json_names_its_axes(tmp_path, capsys):
+def test_glimpse_json_names_its_boxes(tmp_path, capsys):
     from zoo.cli import main
 
     image = tmp_path / "item.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)).save(image)
     capsys.readouterr()
-    assert main(["glimpses", "--model", "ram_fmnist_centered", str(image), "--out", str(tmp_path / "g"), "--json"]) == 0
+    assert main(["attend", "--model", "ram_fmnist_centered", str(image), "--out", str(tmp_path / "g"), "--json"]) == 0
     import json
 
-    record = json.loads(capsys.readouterr().out)
-    record = record[0] if isinstance(record, list) else (record.get("results") or record.get("records"))[0]
-    assert record["locations"] and set(record["locations"][0]) == {"x", "y"}
+    (record,) = json.loads(capsys.readouterr().out)
+    step = record["steps"][0]
+    assert step["label"] == "glimpse 1" and set(step["boxes"]) == {"scale 1"} and len(step["boxes"]["scale 1"]) == 4
+    assert len(step["peak"]) == 2  # (x, y)
 
 
 @pytest.mark.slow
@@ -181,8 +182,8 @@ def test_a_plain_training_run_prints_no_noise_and_one_data_line(trained_run):
 @pytest.mark.slow
 @pytest.mark.parametrize("args, expected", [
     (["--model.init_args.backbone.modelname", "vit"],
-     "model.init_args.backbone: BackboneSpec has no field 'modelname'; did you mean model.init_args.backbone.model_name?"),
-    (["--model.init_args.hiden", "3"], "has no argument 'hiden'; did you mean model.init_args.hidden_dim?"),
+     "model.backbone (BackboneSpec): Option 'modelname' is not accepted; did you mean --model.init_args.backbone.model_name?"),
+    (["--model.init_args.hiden", "3"], "Option 'hiden' is not accepted; did you mean --model.init_args.hidden_dim?"),
     (["--trainer.max_epoch", "3"], "did you mean --trainer.max_epochs?"),
 ])
 def test_command_line_mistakes_name_the_field_with_a_did_you_mean(tmp_path, args, expected):
@@ -197,7 +198,7 @@ def test_a_folder_without_classes_is_one_line(tmp_path):
     for split in ("train", "val"):
         (tmp_path / "data" / split).mkdir(parents=True)
     code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/vit/imagenet_finetune.yaml",
-                              "--data.init_args.root", tmp_path / "data", "--model.init_args.pretrained", "false",
+                              "--data.init_args.root", tmp_path / "data", "--model.init_args.backbone.pretrained", "false",
                               f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
     errors = [line for line in err.splitlines() if "error" in line]
     assert code == 2 and len(errors) == 1 and "Couldn't find any class folder" in errors[0], err[-1500:]
@@ -236,7 +237,7 @@ def test_null_unsets_a_backbone_field_on_the_command_line(tmp_path, given):
 
 
 def test_nested_nulls_become_one_field_mappings():
-    from zoo.train import with_nested_nulls
+    from zoo.recipe_args import with_nested_nulls
 
     assert with_nested_nulls(["fit", "--model.init_args.backbone.level", "null", "--seed_everything", "1"]) == [
         "fit", "--model.init_args.backbone", '{"level": null}', "--seed_everything", "1"]

@@ -10,11 +10,13 @@ import pytest
 import torch
 
 import zoo
+from zoo import registry
 from zoo.attention import filterbank as fb
 from zoo.attention import record
 from zoo.attention.glimpse import Retina
 from zoo.errors import UserError
 from zoo.metrics import attention as am
+from zoo.models.card import families
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -218,45 +220,60 @@ def test_faithfulness_prefers_the_map_the_score_uses():
 
 
 # ----------------------------------------------------------------------------- every family
-ATTENDING = {"ram_fmnist_cluttered60": "glimpse", "draw_cluttered100_classifier": "window",
-             "draw_two_items60": "window", "vit_fmnist": "rollout", "sat_soft_scenes": "soft",
-             "sat_hard_scenes": "hard"}
+#: every registered family whose card names an attention kind (exclusions as data: `card.skip`)
+ATTENDING = [name for name, cls in families().items() if cls.card.attention and "attention_record" not in cls.card.skip]
 
 
-@pytest.mark.parametrize("name", sorted(ATTENDING))
-def test_every_release_that_attends_gives_one_record(name):
-    model = zoo.create_model(name, pretrained=True).eval()
-    spec = zoo.preprocessing(model)
-    images = torch.rand(2, spec.in_chans, *spec.size, generator=torch.Generator().manual_seed(0))
-    rec = model.attention_record(images)
-    assert rec.kind == ATTENDING[name] and rec.image_size == spec.size
-    assert rec.maps.shape[:2] == rec.step_mask.shape and len(rec.labels) == 2
+def _tiny(family: str):
+    """The family's own tiny configuration (its card's first), seeded, in eval mode."""
+    cls = families()[family]
+    torch.manual_seed(0)
+    return cls(**next(iter(cls.card.tiny.values()))).eval()
+
+
+def _check_record(rec, spec, kind: str | None = None) -> None:
+    if kind is not None:
+        assert rec.kind == kind
+    assert rec.image_size == spec.size and rec.maps.shape[:2] == rec.step_mask.shape and len(rec.labels) == 2
     sums = rec.maps.flatten(2).sum(-1)[rec.step_mask]
     assert torch.allclose(sums, torch.ones_like(sums), atol=1e-4) and not rec.degenerate().any()
     assert rec.boxes is None or rec.boxes.shape[-1] == 4 and len(rec.box_labels) == rec.boxes.shape[2]
     json.loads(rec.to_json(maps=False))
 
 
-@pytest.mark.parametrize("name", ["ram_fmnist_cluttered60", "draw_cluttered100_classifier", "vit_fmnist",
-                                  "sat_soft_scenes"])
-def test_training_figures_are_drawn_from_the_attention_record(name):
-    """The W&B figures are the record's strips (the panels `zoo attend` writes), one per image,
-    captioned with the prediction and, where the batch has class labels, the true class. The DRAW
-    generator logs its reconstruction and samples instead (tests/test_draw.py)."""
-    from zoo.viz.record import prediction_text, strip
+@pytest.mark.parametrize("family", ATTENDING)
+def test_every_family_that_attends_gives_one_record(family):
+    model = _tiny(family)
+    spec = zoo.preprocessing(model)
+    images = torch.rand(2, spec.in_chans, *spec.size, generator=torch.Generator().manual_seed(0))
+    _check_record(model.attention_record(images), spec, model.card.attention)
 
+
+@pytest.mark.parametrize("name", [n for n in zoo.list_models(pretrained=True)
+                                  if families()[registry.get_entry(n).metadata["family"]].card.attention])
+def test_every_release_that_attends_gives_one_record(name):
     model = zoo.create_model(name, pretrained=True).eval()
     spec = zoo.preprocessing(model)
-    images = torch.rand(3, spec.in_chans, *spec.size, generator=torch.Generator().manual_seed(0))
-    labels = torch.tensor([0, 1, 9])
-    captioner = model.family == "captioner"
-    figures = model.attention_figures({"images": images} if captioner else (images, labels))
-    record = model.attention_record(images)
-    assert len(figures) == min(3, model.hparams.num_figures)
-    names = record.prediction.get("class_names") or []  # the DRAW classifier has none: indices
+    images = torch.rand(2, spec.in_chans, *spec.size, generator=torch.Generator().manual_seed(0))
+    _check_record(model.attention_record(images), spec)
+
+
+@pytest.mark.parametrize("family", [name for name in ATTENDING if "figures" not in families()[name].card.skip])
+def test_training_figures_are_drawn_from_the_attention_record(family):
+    """The W&B figures are the record's strips (the panels `zoo attend` writes), one per image,
+    captioned with the prediction and, where the batch has class labels, the true class. (A family
+    whose figures show more, the DRAW generator's canvases and samples, says so in its card.)"""
+    from zoo.viz.record import prediction_text, strip
+
+    model = _tiny(family)
+    batch = model.example_batch(3)
+    images, labels = (batch["images"], batch.get("labels")) if isinstance(batch, dict) else batch[:2]
+    figures = model.attention_figures(batch)
+    record = model.attention_record(images[:model.hparams.get("num_figures", 4)])
+    assert len(figures) == min(3, model.hparams.get("num_figures", 4))
+    names = record.prediction.get("class_names") or []  # without class names: indices
     for b, (caption, figure) in enumerate(figures.items()):
-        label = int(labels[b])
-        truth = "" if captioner else f" / true {names[label] if names else label}"
+        truth = "" if labels is None else f" / true {names[int(labels[b])] if names else int(labels[b])}"
         assert caption == f"#{b} pred {prediction_text(record, b)}{truth}"
         assert np.array_equal(np.asarray(figure), np.asarray(strip(record, b, images[b])))
 
@@ -482,7 +499,7 @@ def test_ram_results_run_seeds_are_scored_one_by_one_and_summarised(tiny_data, t
         torch.manual_seed(seed)
         model = RAM(image_size=60, patch_size=12, num_scales=2, num_glimpses=2, glimpse_hidden=8, location_hidden=8,
                     glimpse_dim=8, hidden_size=8, where_layer=True, where_hidden=8, context="conv",
-                    context_size=6, context_channels=[2], accel="eager")
+                    context_size=6, context_channels=[2])
         model._zoo_data_config = data
         checkpoint = tmp_path / f"runs/seed{seed}/best.safetensors"
         checkpoint.parent.mkdir(parents=True)

@@ -20,6 +20,7 @@ import zoo
 from conftest import REPO
 from tools import release
 from zoo import cli, hf
+from zoo import hub as zoo_hub
 from zoo.errors import UserError
 
 MANIFEST = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
@@ -267,7 +268,7 @@ def test_a_card_config_is_read_or_refused_in_one_line(tmp_path_factory, key, val
         target[last] = value
     (folder / "config.json").write_text(json.dumps(config))
     try:
-        read = hf.read_config(folder / "config.json", str(folder))
+        read = zoo_hub.read_card_config(folder / "config.json", str(folder))
     except UserError as exc:
         assert "\n" not in str(exc) and str(exc).startswith(str(folder))
         return
@@ -281,12 +282,12 @@ def test_a_weights_header_is_read_or_refused_in_one_line(tmp_path_factory, data)
     path = tmp_path_factory.mktemp("fuzz") / "model.safetensors"
     path.write_bytes(data)
     try:
-        assert isinstance(hf.safetensors_metadata(path, "card"), dict)
+        assert isinstance(zoo_hub.safetensors_metadata(path, "card"), dict)
     except UserError as exc:
         assert "\n" not in str(exc)
 
 
 #: a card's config.json as `zoo card` writes it (the fields the loader reads)
-CARD_CONFIG = {"library_name": hf.LIBRARY, "zoo_card": 1, "name": "x", "architecture": "zoo.models.ram.RAM",
+CARD_CONFIG = {"library_name": zoo_hub.LIBRARY, "zoo_card": 1, "name": "x", "architecture": "zoo.models.ram.RAM",
                "family": "ram", "files": {"model.safetensors": {"sha256": "ab" * 32, "size": 1}},
                "zoo_config": MANIFEST["ram_fmnist_centered"]["config"]}

@@ -56,7 +56,7 @@ def test_zoo_train_and_eval_hand_their_arguments_over(capsys, tmp_path, monkeypa
 
 def test_a_registry_name_as_config_is_its_recipe(tmp_path, monkeypatch):
     from zoo import registry
-    from zoo.train import with_recipe_paths
+    from zoo.recipe_args import with_recipe_paths
 
     monkeypatch.chdir(tmp_path)
     recipe = str(registry.get_entry("ram_fmnist_centered").recipe)
@@ -295,11 +295,11 @@ def test_a_command_says_when_it_resized_or_greyed_the_images(tmp_path, capsys):
     photo, fits = tmp_path / "photo.png", tmp_path / "fits.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(photo)
     Image.fromarray(np.full((28, 28), 128, dtype=np.uint8)).save(fits)
-    assert cli.main(["attention", "--model", "vit_fmnist", str(photo), str(fits), "--out", str(tmp_path / "maps")]) == 0
+    assert cli.main(["attend", "--model", "vit_fmnist", str(photo), str(fits), "--out", str(tmp_path / "maps")]) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
-    assert notes == ["zoo attention: note: images 1 of 2 resized to 28x28 px (squash); 1 of 2 made grey, "
+    assert notes == ["zoo attend: note: images 1 of 2 resized to 28x28 px (squash); 1 of 2 made grey, "
                      "by the model's input rule (README, 'Image sizes')"]
-    assert cli.main(["attention", "--model", "vit_fmnist", str(fits), "--out", str(tmp_path / "maps2")]) == 0
+    assert cli.main(["attend", "--model", "vit_fmnist", str(fits), "--out", str(tmp_path / "maps2")]) == 0
     assert "note:" not in capsys.readouterr().err
 
 

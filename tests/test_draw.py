@@ -343,19 +343,19 @@ def test_recipes_are_registered_and_compare_like_with_like():
         assert name in names
     recipes = {stem: yaml.safe_load((REPO_ROOT / "configs" / "draw" / f"{stem}.yaml").read_text())
                for stem in ("fmnist", "fmnist_noattn", "cluttered100_classifier", "cluttered100_classifier_t4")}
+    hparams = {stem: dict(zoo.create_model(f"draw_{stem}").hparams) for stem in recipes}
     # attention vs no attention: equal T, sizes, data, budget and seed; only the switch differs
     a, b = recipes["fmnist"], recipes["fmnist_noattn"]
-    assert a["model"]["init_args"].pop("attention") == "filterbank"
-    assert b["model"]["init_args"].pop("attention") == "none"
-    assert a["model"] == b["model"] and a["data"] == b["data"] and a.get("checkpoint") == b.get("checkpoint")
+    assert hparams["fmnist"].pop("attention") == "filterbank" and hparams["fmnist_noattn"].pop("attention") == "none"
+    assert hparams["fmnist"] == hparams["fmnist_noattn"] and a["data"] == b["data"] and a.get("checkpoint") == b.get("checkpoint")
     assert {k: v for k, v in a["trainer"].items() if k != "default_root_dir"} == \
         {k: v for k, v in b["trainer"].items() if k != "default_root_dir"}
-    assert a["model"]["init_args"]["T"] == 64 and a["model"]["init_args"]["read_n"] == 2
+    assert hparams["fmnist"]["T"] == 64 and hparams["fmnist"]["read_n"] == 2
     # the paper's classifier: 12x12 glimpses on cluttered 100x100, T=8 and T=4
-    c8, c4 = recipes["cluttered100_classifier"], recipes["cluttered100_classifier_t4"]
-    assert c8["model"]["init_args"]["read_n"] == 12 and c8["model"]["init_args"]["T"] == 8
-    assert c4["model"]["init_args"]["T"] == 4 and c8["data"] == c4["data"]
-    assert c8["data"]["init_args"]["variant"] == "cluttered100"
+    c8, c4 = hparams["cluttered100_classifier"], hparams["cluttered100_classifier_t4"]
+    assert c8["read_n"] == 12 and c8["T"] == 8 and c4["T"] == 4 and c8["image_size"] == 100
+    assert recipes["cluttered100_classifier"]["data"] == recipes["cluttered100_classifier_t4"]["data"]
+    assert recipes["cluttered100_classifier"]["data"]["init_args"]["variant"] == "cluttered100"
     model = zoo.create_model("draw_cluttered100_classifier")
     assert isinstance(model, DRAWClassifier) and model.family == "draw_classifier"
 
@@ -474,10 +474,11 @@ def test_two_items_recipes_equal_size_budget_and_data():
     assert {k: v for k, v in a["trainer"].items() if k != "default_root_dir"} == \
         {k: v for k, v in b["trainer"].items() if k != "default_root_dir"}
     sizes = ("enc_size", "dec_size", "attention", "read_n", "write_n")
-    assert {k: v for k, v in a["model"]["init_args"].items() if k not in sizes} == \
-        {k: v for k, v in b["model"]["init_args"].items() if k not in sizes}
-    assert a["model"]["init_args"]["attention"] == "filterbank" and b["model"]["init_args"]["attention"] == "none"
-    assert a["model"]["init_args"]["image_size"] == 60
+    hparams = {stem: dict(zoo.create_model(f"draw_{stem}").hparams) for stem in texts}
+    assert {k: v for k, v in hparams["two_items60"].items() if k not in sizes} == \
+        {k: v for k, v in hparams["two_items60_noattn"].items() if k not in sizes}
+    assert hparams["two_items60"]["attention"] == "filterbank" and hparams["two_items60_noattn"]["attention"] == "none"
+    assert hparams["two_items60"]["image_size"] == 60
     counts = {}
     for stem in texts:
         model = zoo.create_model(f"draw_{stem}")

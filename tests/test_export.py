@@ -7,29 +7,18 @@ import pytest
 import torch
 
 from zoo import cli
-from zoo.data.vocab import SPECIALS
 from zoo.export import export, programs
-from zoo.models.baselines import Classifier
-from zoo.models.captioner import Captioner
-from zoo.models.draw import DRAW, DRAWClassifier
-from zoo.models.ram import RAM
-from zoo.models.vit import ViTClassifier
+from zoo.models.card import families
 
-VOCAB = [*SPECIALS, "a", "red", "blue", "shirt", "bag"]
-CLASSIFIERS = {
-    "baseline": lambda: Classifier(arch="cnn", channels=[4, 8], cnn_hidden=8),
-    "ram": lambda: RAM(image_size=28, patch_size=4, num_scales=2, num_glimpses=2, glimpse_hidden=8,
-                       location_hidden=8, glimpse_dim=16, hidden_size=16),
-    "draw_classifier": lambda: DRAWClassifier(image_size=28, T=2, read_n=3, hidden_size=16, glimpse_hidden=8),
-    "vit": lambda: ViTClassifier(depth=1, embed_dim=16, num_heads=2, mlp_ratio=1.0, patch_size=7),
-}
+#: every registered family that answers an image with logits (one images -> outputs program)
+EXPORTING = [name for name, cls in families().items() if cls.card.output == "logits" and "export" not in cls.card.skip]
+CAPTIONING = [name for name, cls in families().items() if cls.card.output == "caption"]
 
 
-def _captioner(attention):
+def _tiny(family: str, variant: int = 0):
+    cls = families()[family]
     torch.manual_seed(0)
-    return Captioner(vocab=VOCAB, attention=attention, image_size=[32, 32], embed_dim=8, hidden_dim=16,
-                     attention_dim=8, backbone={"kind": "stem", "in_chans": 3, "channels": [8], "strides": [8]},
-                     decode_max_len=4).eval()
+    return cls(**list(cls.card.tiny.values())[variant]).eval()
 
 
 def _onnx_run(path, feeds: dict) -> list[np.ndarray]:
@@ -39,14 +28,15 @@ def _onnx_run(path, feeds: dict) -> list[np.ndarray]:
     return session.run(None, {k: v.numpy() for k, v in feeds.items()})
 
 
-@pytest.mark.parametrize("family", list(CLASSIFIERS))
-def test_classifiers_export_to_onnx_and_torch(family, tmp_path):
-    torch.manual_seed(0)
-    model = CLASSIFIERS[family]().eval()
-    images = torch.rand(3, 1, 28, 28)
+@pytest.mark.parametrize("family", EXPORTING)
+def test_every_family_exports_to_onnx_and_torch(family, tmp_path):
+    """Its card's `exports` (RAM: logits and where it looked), at a batch size other than traced."""
+    model = _tiny(family)
+    images, _ = model.example_images(3)
     with torch.no_grad():
-        expected = getattr(model, "export_forward", model)(images)
-    expected = expected if isinstance(expected, tuple) else (expected,)  # RAM: logits and locations
+        expected = model.export_forward(images)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(expected) == len(model.card.exports)
     (onnx_path,) = export(model, tmp_path / "onnx", "onnx")
     outputs = _onnx_run(onnx_path, {"images": images})
     assert len(outputs) == len(expected)
@@ -58,18 +48,20 @@ def test_classifiers_export_to_onnx_and_torch(family, tmp_path):
         np.testing.assert_allclose(got.detach().numpy(), want.numpy(), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("attention", ["soft", "hard"])
+@pytest.mark.parametrize("variant", [0, 1])
+@pytest.mark.parametrize("family", CAPTIONING)
 @pytest.mark.slow
-def test_captioner_programs_reproduce_greedy_captions(attention, tmp_path):
-    model = _captioner(attention)
-    images = torch.rand(3, 3, 32, 32)
+def test_captioner_programs_reproduce_greedy_captions(family, variant, tmp_path):
+    model = _tiny(family, variant)
+    images, _ = model.example_images(3)
+    vocab = model.itos
     paths = {p.stem: p for p in export(model, tmp_path, "onnx")}
     assert set(paths) == {"encoder", "decoder_step", "greedy"}
     tokens, alphas = _onnx_run(paths["greedy"], {"images": images})
-    reference = model.caption(images, beam_size=1, max_len=4)
+    reference = model.caption(images, beam_size=1)
     for row, ref, alpha in zip(tokens, reference, alphas):
         n = len(ref["words"])
-        assert [VOCAB[i] for i in row[:n]] == ref["words"]
+        assert [vocab[i] for i in row[:n]] == ref["words"]
         if ref["finished"]:
             assert row[n] == 2  # <end>
         np.testing.assert_allclose(alpha[:n], ref["alpha"].view(n, -1).numpy(), atol=1e-5)
@@ -79,20 +71,20 @@ def test_captioner_programs_reproduce_greedy_captions(attention, tmp_path):
     log_probs, *_ = _onnx_run(paths["decoder_step"], {"token": token, "h": torch.from_numpy(h),
                                                        "c": torch.from_numpy(c), "projected": torch.from_numpy(projected),
                                                        "annotations": torch.from_numpy(annotations)})
-    assert [VOCAB[i] for i in log_probs.argmax(-1)] == [r["words"][0] for r in reference]
+    assert [vocab[i] for i in log_probs.argmax(-1)] == [r["words"][0] for r in reference]
 
 
 def test_what_cannot_be_exported_is_one_line(tmp_path, capsys):
     from zoo.errors import UserError
 
-    with pytest.raises(UserError, match="DRAW generator"):
-        programs(DRAW(image_size=8, T=1, enc_size=4, dec_size=4, z_size=2, read_n=2, write_n=2))
+    with pytest.raises(UserError, match=r"DRAW \(draw\) is a generator"):
+        programs(_tiny("draw"))
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["export", "--model", "sat_soft_scenes", "--out", str(tmp_path), "--format", "tflite"])
     assert exit_info.value.code == 2 and "invalid choice" in capsys.readouterr().err
     assert cli.main(["export", "--model", "draw_fmnist_t16", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == ("zoo export: error: a DRAW generator has no images -> outputs program to "
-                                               "export (export the DRAW classifier, RAM, ViT, a baseline or a captioner)")
+    assert capsys.readouterr().err.strip() == ("zoo export: error: DRAW (draw) is a generator: it has no images -> "
+                                               "outputs program to export")
 
 
 @pytest.mark.slow

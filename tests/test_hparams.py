@@ -23,9 +23,9 @@ from conftest import REPO, cli_env, run_cli, tiny_fit_args
 from tools import release
 from zoo import hparams, hub, registry
 from zoo.callbacks import InitFrom
-from zoo.classes import ALLOWED_CLASSES, resolve_class
+from zoo.classes import registered, resolve_class
 from zoo.errors import UserError
-from zoo.hparams import RENAMED, RENAMED_VALUES, current_config, current_init_args
+from zoo.hparams import RENAMED, RENAMED_VALUES, current_config, current_init_args, current_spec
 from zoo.models.vit import ViTClassifier
 
 VIT = "zoo.models.vit.ViTClassifier"
@@ -34,14 +34,18 @@ FMNIST = {"class_path": "zoo.data.fashion_mnist.FashionMNISTDataModule",
           "init_args": {"variant": "centered", "val_size": 100, "batch_size": 50}}
 # a size other than the class default (28): a loader that dropped the old name would build another model
 SIZE = 42
-TINY = dict(model_name="vit_tiny_patch16_224", patch_size=7, in_chans=1, num_classes=10, depth=2, embed_dim=24,
-            num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0)
+TINY = dict(in_chans=1, num_classes=10, backbone={"kind": "timm_vit", "model_name": "vit_tiny_patch16_224",
+                                                  "patch_size": 7, "depth": 2, "embed_dim": 24, "num_heads": 2,
+                                                  "mlp_ratio": 2.0, "drop_path_rate": 0.0})
 #: a name that is old for one class and the current name of another fact elsewhere
 OTHER_FACT = {(BASELINE, "channels"): "the CNN's conv widths, not the images' channels"}
 
 
+MODELS, DATA = registered("model"), registered("data")
+
+
 def _arguments(class_path: str) -> set[str]:
-    kind = "model" if class_path in ALLOWED_CLASSES["model"] else "data"
+    kind = "model" if class_path in MODELS else "data"
     return set(inspect.signature(resolve_class(class_path, kind).__init__).parameters) - {"self"}
 
 
@@ -92,7 +96,7 @@ def _same_model(loaded, model) -> None:
 # ----------------------------------------------------------------------------- the vocabulary
 def test_the_table_renames_allow_listed_classes_to_arguments_they_take():
     for class_path, renames in RENAMED.items():
-        assert class_path in ALLOWED_CLASSES["model"] | ALLOWED_CLASSES["data"], class_path
+        assert class_path in MODELS | DATA, class_path
         arguments = _arguments(class_path)
         for old, new in renames.items():
             assert old.isidentifier() and new.isidentifier() and "class_path" not in (old, new)
@@ -102,11 +106,11 @@ def test_the_table_renames_allow_listed_classes_to_arguments_they_take():
 
 def test_a_shared_fact_has_one_name_in_every_family():
     old_names = {old for renames in RENAMED.values() for old in renames}
-    for class_path in sorted(ALLOWED_CLASSES["model"] | ALLOWED_CLASSES["data"]):
+    for class_path in sorted(MODELS | DATA):
         arguments = _arguments(class_path)
         for old in sorted(old_names & arguments):
             assert (class_path, old) in OTHER_FACT, f"{class_path} still takes '{old}'"
-        if class_path in ALLOWED_CLASSES["model"]:
+        if class_path in MODELS:
             assert "image_size" in arguments, class_path
 
 
@@ -225,14 +229,14 @@ def test_eval_py_evaluates_an_old_file_as_the_new_one(tmp_path, tiny_data, capsy
 def test_release_checks_read_old_recipes_and_command_lines_in_current_names(monkeypatch):
     recipe = "configs/vit/fmnist.yaml"
     now = release.load_recipe(recipe)
-    then = {**now, "model": {**now["model"], "init_args": _old_names(now["model"]["init_args"], VIT)}}
+    then = {**now, "model": {**now["model"], "init_args": _old_names({**now["model"]["init_args"], "image_size": 28}, VIT)}}
     assert then["model"]["init_args"]["img_size"] == 28
     monkeypatch.setattr(release, "recipe_at", lambda path, commit: then)
     assert release.recipe_drift(recipe, "f20d3c307959aece3e54212120a2e5e59fe3e0d9",
                                 ["--model.init_args.img_size", "28"]) == []
     assert release.recipe_drift(recipe, "f20d3c307959aece3e54212120a2e5e59fe3e0d9",
                                 ["--model.init_args.img_size", "32"]) == \
-        ["model.init_args.image_size: 32 when trained, 28 in the recipe now"]
+        ["model.init_args.image_size: 32 when trained, None in the recipe now"]
     assert release.override_problems(["--model.init_args.img_size", "28"], now) == []
     assert release.override_problems(["--model.init_args.img_size", "32"], now) == \
         ["trained with --model.init_args.img_size 32, which the recipe does not say"]
@@ -250,7 +254,8 @@ def test_the_shipped_manifest_and_recipes_use_current_names():
         assert current_config(record["config"]) == record["config"]
     for path in sorted((REPO / "configs").glob("*/*.yaml")):
         recipe = yaml.safe_load(path.read_text()) or {}
-        assert release.current_recipe(recipe) == recipe, path
+        for section in ("model", "data"):
+            assert current_spec(recipe.get(section)) == recipe.get(section), path
     path = REPO / "weights" / manifest["vit_fmnist"]["file"]
     with safe_open(str(path), framework="pt") as f:
         assert json.loads(f.metadata()[hub.CONFIG_KEY])["init_args"]["img_size"] == 28
@@ -289,12 +294,51 @@ def test_train_py_resumes_an_old_checkpoint_and_refuses_one_that_differs(trained
 
 
 @pytest.mark.slow
-def test_train_py_names_the_current_name_for_an_old_recipe(tmp_path):
+def test_train_py_reads_an_old_recipe_in_current_names_after_one_warning(tmp_path):
     recipe = yaml.safe_load((REPO / "configs/vit/fmnist.yaml").read_text())
-    recipe["model"]["init_args"] = _old_names(recipe["model"]["init_args"], VIT)
+    # the size written out (the recipe leaves it to the data), under its old name
+    recipe["model"]["init_args"] = {**_old_names({**recipe["model"]["init_args"], "image_size": 28}, VIT),
+                                    "accel": "compile"}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(recipe))
-    code, out, err = run_cli(["train.py", "fit", "--config", tmp_path / "old.yaml",
+    code, out, err = run_cli(["train.py", "fit", "--config", tmp_path / "old.yaml", "--print_config",
                               f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1, err[-2000:]
-    assert "zoo.models.vit.ViTClassifier has no argument 'img_size': its name is now 'image_size'" in lines[0]
+    assert code == 0 and len(lines) == 1, err[-2000:]
+    assert lines[0] == f"{tmp_path / 'old.yaml'}: read in current hyperparameter names (its model's accel is the run's --accel compile)"
+    printed = yaml.safe_load(out)
+    assert printed["accel"] == "compile" and printed["model"]["init_args"]["image_size"] == recipe["model"]["init_args"]["img_size"]
+    assert not {"img_size", "accel"} & set(printed["model"]["init_args"])
+
+
+# ----------------------------------------------------------------------------- retired arguments
+def test_speed_left_the_hyperparameters_and_old_files_still_load(caplog):
+    """`accel` (and ViT's older `compile`) is the run's option now: a file that carries it loses
+    it, silently where it asked for nothing ("auto", false), else after one warning."""
+    ram = "zoo.models.ram.RAM"
+    assert current_init_args(ram, {"accel": "auto", "lr": 0.1}) == {"lr": 0.1}
+    assert current_init_args(VIT, {"compile": False, "img_size": SIZE}) == {"image_size": SIZE}
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        for _ in range(3):
+            assert current_init_args(ram, {"accel": "reduce-overhead"}) == {}
+    warned = [r.getMessage() for r in caplog.records if "accel" in r.getMessage()]
+    assert warned == ["RAM: accel: reduce-overhead is not applied; speed is a run option now "
+                      "(zoo train fit --accel MODE)"]
+
+
+def test_an_old_recipe_trains_with_its_accel_as_the_runs_option(tmp_path, caplog):
+    from zoo.recipe_args import with_current_names
+
+    recipe = yaml.safe_load((REPO / "configs/baseline/mlp_centered.yaml").read_text())
+    recipe["model"]["init_args"].update(accel="compile", cosine_schedule=False)
+    recipe["model"]["init_args"].pop("lr_schedule", None)
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(recipe))
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        argv = with_current_names(["fit", "--config", str(old), "--model.init_args.accel=eager"])
+    assert argv[:2] == ["fit", "--config"] and argv[-2:] == ["--accel", "eager"]
+    current = yaml.safe_load(argv[2])
+    assert current["accel"] == "compile" and current["model"]["init_args"]["lr_schedule"] == "none"
+    assert not {"accel", "cosine_schedule"} & set(current["model"]["init_args"])
+    assert len(caplog.records) == 2  # one line for the recipe, one for the flag
+    unchanged = str(REPO / "configs/baseline/mlp_centered.yaml")
+    assert with_current_names(["fit", "--config", unchanged]) == ["fit", "--config", unchanged]

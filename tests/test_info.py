@@ -13,7 +13,7 @@ from conftest import REPO, cli_env, run_cli
 from tools import model_index
 from zoo import cli, hub, info, registry
 
-STORED = json.loads(info.INDEX_PATH.read_text())
+STORED = json.loads(registry.INDEX_PATH.read_text())
 MANIFEST = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
 
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from conftest import REPO
-from zoo import info
+from zoo import registry
 
 MANIFEST = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
-INDEX = json.loads(info.INDEX_PATH.read_text())["entries"]
+INDEX = json.loads(registry.INDEX_PATH.read_text())["entries"]
 
 
 def _load(path, name):
@@ -84,8 +84,6 @@ def test_compiled_rows_are_where_the_release_compiles_by_default(monkeypatch):
     assert bench.default_modes(ram, cpu, "infer") == ["eager"]  # evaluation stays eager on CPU
     assert bench.default_modes(vit, cpu, "train") == ["eager"]
     assert bench.default_modes(vit, cuda, "infer") == ["eager", "compile"]  # auto compiles everything on CUDA
-    vit.hparams.accel = "eager"
-    assert bench.default_modes(vit, cuda, "train") == ["eager"]
     monkeypatch.setattr(bench, "compile_unavailable", lambda device: "no compiler")
     assert bench.default_modes(ram, cpu, "train") == ["eager"]
 

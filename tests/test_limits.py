@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import inspect
 import json
 import resource
 import subprocess
@@ -22,6 +23,7 @@ from conftest import REPO, cli_env
 from zoo import hub
 from zoo.errors import UserError
 from zoo.limits import check_dimensions, check_tree, shorten
+from zoo.models.card import families
 from zoo.models.baselines import Classifier
 
 MEMORY_CAP = 8 * 2**30  # address space: importing torch alone maps about 3.6 GB
@@ -77,6 +79,28 @@ def test_dimension_limits_name_the_field_and_can_be_raised(monkeypatch):
     monkeypatch.setenv("ZOO_LIMITS", "image_size=100000")
     check_dimensions({"backbone": {"image_size": [60000, 60000]}}, "model.init_args")
     assert shorten("x" * 10_000).endswith("...") and len(shorten("x" * 10_000)) == 200
+
+
+@pytest.mark.parametrize("family", sorted(name for name, cls in families().items() if cls.card.dimensions))
+def test_every_family_refuses_its_own_absurd_sizes_before_anything_is_built(family, monkeypatch):
+    """Each size a family's card declares (`dimensions`) is refused above its limit in one line naming
+    it, however the model is built (here: the class itself), before any layer exists; ZOO_LIMITS
+    raises it."""
+    from zoo.models.card import tiny_models
+
+    cls, hparams = next((c, h) for name, c, h in tiny_models() if name == family)
+    monkeypatch.setattr(torch.nn.Module, "__init__", _nothing_may_be_built)
+    for name, top in cls.card.dimensions.items():
+        default = inspect.signature(cls).parameters[name].default
+        value = [int(top) + 1] if isinstance(default, (list, tuple)) or default is None and "channels" in name \
+            else int(top) + 1
+        with pytest.raises(UserError, match=rf"^model.init_args.{name}: .* sane range 0..{top:,.0f} ") as info:
+            cls(**{**hparams, name: value})
+        assert "\n" not in str(info.value)
+
+
+def _nothing_may_be_built(self, *args, **kwargs):
+    raise AssertionError("a module was built before its sizes were checked")
 
 
 # ----------------------------------------------------------------------------- bombs in files

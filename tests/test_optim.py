@@ -106,8 +106,9 @@ def test_cosine_stretches_when_the_run_gets_longer():
 def test_warmup_cosine_reads_the_horizon_when_it_steps():
     from zoo.models.vit import ViTClassifier
 
-    model = ViTClassifier(model_name="vit_tiny_patch16_224", image_size=28, patch_size=7, in_chans=1, depth=1,
-                          embed_dim=16, num_heads=2, mlp_ratio=2.0, lr=1e-2, min_lr=1e-4, warmup_epochs=1)
+    model = ViTClassifier(backbone={"kind": "timm_vit", "model_name": "vit_tiny_patch16_224", "patch_size": 7, "depth": 1,
+                                    "embed_dim": 16, "num_heads": 2, "mlp_ratio": 2.0},
+                          lr=1e-2, min_lr=1e-4, warmup_epochs=1)
     _attach(model, max_epochs=2, steps=20, batches=10)
     configured = model.configure_optimizers()
     opt, sched = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
@@ -122,45 +123,20 @@ def test_warmup_cosine_reads_the_horizon_when_it_steps():
         torch.tensor(torch.pi * 11 / 30)).item()))
 
 
-# ----------------------------------------------------------------------------- implementations
-def test_fused_implementation():
-    fused = optim.build_optimizer([torch.zeros(3, requires_grad=True)], "adam", lr=1e-3, impl="fused")
-    assert fused.param_groups[0]["fused"] is True and not fused.param_groups[0]["capturable"]
-    default = optim.build_optimizer([torch.zeros(3, requires_grad=True)], "adam", lr=1e-3)
-    assert not default.param_groups[0]["fused"]
-    with pytest.raises(ValueError, match="impl must be one of"):
-        optim.build_optimizer([torch.zeros(3, requires_grad=True)], "adam", lr=1e-3, impl="graph")
+# ----------------------------------------------------------------------------- kernels
+def test_the_kernel_follows_the_device(monkeypatch):
+    """CPU: torch's default kernels (what the CPU releases trained with); an accelerator with fused
+    kernels: the fused one, for the optimizers torch has it for."""
+    cpu = optim.build_optimizer([torch.zeros(3, requires_grad=True)], "adam", lr=1e-3)
+    assert not cpu.param_groups[0]["fused"] and not cpu.param_groups[0]["capturable"]
+    assert not optim.fused_kernel([torch.zeros(3)], "adam")
+    cuda = torch.zeros(3, device="meta")
+    import torch.optim.optimizer as kernels
 
-
-def test_reconcile_after_a_checkpoint_of_another_mode():
-    p = torch.nn.Parameter(torch.ones(4))
-    fused = optim.build_optimizer([p], "adam", lr=1e-2, impl="fused")
-    p.grad = torch.ones(4)
-    fused.step()
-    state = fused.state_dict()
-    eager = optim.build_optimizer([p], "adam", lr=1e-2, impl="default")
-    eager.load_state_dict(state)
-    assert eager.param_groups[0]["fused"] is True  # torch takes the saved flags
-    optim.reconcile(eager)
-    assert not eager.param_groups[0]["fused"]
-    step = eager.state[p]["step"]
-    assert step.device.type == "cpu" and float(step) == 1
-    eager.step()  # runs with the default implementation
-    assert float(eager.state[p]["step"]) == 2
-
-
-def test_reconcile_a_capturable_optimizer_of_an_old_checkpoint():
-    """The removed CUDA-graph mode saved capturable Adam states; they resume on the CPU kernels."""
-    p = torch.nn.Parameter(torch.ones(4))
-    old = torch.optim.Adam([p], lr=1e-2, capturable=True)
-    old.state[p] = {"step": torch.tensor(3.0), "exp_avg": torch.zeros(4), "exp_avg_sq": torch.zeros(4)}
-    eager = optim.build_optimizer([p], "adam", lr=1e-2, impl="default")
-    eager.load_state_dict(old.state_dict())
-    optim.reconcile(eager)
-    assert not eager.param_groups[0]["capturable"] and eager.state[p]["step"].device.type == "cpu"
-    p.grad = torch.ones(4)
-    eager.step()
-    assert float(eager.state[p]["step"]) == 4
+    monkeypatch.setattr(kernels, "_get_fused_kernels_supported_devices", lambda: ["cpu", "meta"])
+    assert optim.fused_kernel([cuda], "adamw") and not optim.fused_kernel([cuda], "rmsprop")
+    assert not optim.fused_kernel([cuda, torch.zeros(3)], "adam")  # every parameter on the device
+    assert not optim.fused_kernel([torch.zeros(3, dtype=torch.long, device="meta")], "adam")
 
 
 # ----------------------------------------------------------------------------- end to end

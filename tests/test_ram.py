@@ -1,5 +1,5 @@
 """RAM: gradients flow exactly where the hybrid loss says, the policy's log-probability is taken
-before clamping, evaluation metrics, a tiny fit, checkpoint round-trips and the `zoo glimpses` CLI."""
+before clamping, evaluation metrics, a tiny fit, checkpoint round-trips and `zoo attend` on RAM."""
 import math
 import os
 import subprocess
@@ -18,7 +18,6 @@ from zoo import hub
 from zoo.cli import main as zoo_main
 from zoo.errors import UserError
 from zoo.models.ram import RAM
-from zoo.viz.glimpses import draw_glimpses, step_colours
 
 TINY = dict(image_size=20, in_chans=1, num_classes=4, patch_size=4, num_scales=2, num_glimpses=3,
             glimpse_hidden=16, location_hidden=8, glimpse_dim=24, hidden_size=32,
@@ -153,7 +152,7 @@ def test_bad_hyperparameters_and_images():
 
 @pytest.mark.parametrize("scale", [1.0, 0.1])
 def test_location_network_learns_at_its_own_rate(scale):
-    model = tiny(lr=0.01, location_lr_scale=scale, accel="eager")
+    model = tiny(lr=0.01, location_lr_scale=scale)
     optimizer = model.configure_optimizers()
     optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
     rates = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
@@ -239,16 +238,22 @@ def test_checkpoint_round_trip(trained, tmp_path):
         torch.testing.assert_close(released(images), model(images), rtol=0, atol=0)
 
 
-def test_glimpse_figure_draws_every_glimpse_in_its_own_colour(trained):
+def test_the_attention_record_follows_the_policy_asked_for(trained):
+    """`zoo attend --record policy=sample` draws one sampled path (what `zoo glimpses --policy
+    sample` drew); the default is the deterministic path that `zoo export` returns."""
     model, _, _, _ = trained
     images, _ = batch(3)
-    traj = model.eval().glimpse_trajectory(images)
-    for i in range(len(images)):  # what `zoo glimpses` draws
-        image = draw_glimpses(images[i], traj["boxes"][i], "x", confidence=0.5)
-        assert isinstance(image, Image.Image) and image.mode == "RGB"
-        pixels = {tuple(p) for p in np.asarray(image).reshape(-1, 3).tolist()}
-        for colour in step_colours(TINY["num_glimpses"]):
-            assert colour in pixels, colour
+    model.eval()
+    mean = model.attention_record(images)
+    locations = model.export_forward(images)[1]  # [B, T, 2] in [-1, 1]
+    centres = (mean.boxes[:, :, 0, :2] + mean.boxes[:, :, 0, 2:]) / 2  # the finest scale's box centre
+    H, W = model.input_size
+    torch.testing.assert_close(centres, (locations + 1) / 2 * torch.tensor([W, H]), atol=1e-4, rtol=0)
+    torch.manual_seed(0)
+    sampled = model.attention_record(images, policy="sample")
+    assert sampled.boxes.shape == mean.boxes.shape and not torch.allclose(sampled.boxes, mean.boxes)
+    with pytest.raises(ValueError, match="policy must be mean or sample"):
+        model.attention_record(images, policy="random")
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -270,7 +275,7 @@ def images_dir(tmp_path):
 
 
 def run_cli(args, capsys):
-    code = zoo_main(["glimpses", *map(str, args)])
+    code = zoo_main(["attend", *map(str, args)])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -282,8 +287,8 @@ def test_cli_draws_figures(trained, images_dir, tmp_path, capsys):
     code, stdout, err = run_cli([images_dir["good"], images_dir["grey_rgb"], "--checkpoint", ckpt, "--out", out],
                                 capsys)
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["good_glimpses.png", "grey_rgb_glimpses.png"]
-    assert Image.open(out / "good_glimpses.png").size[0] > 100
+    assert sorted(p.name for p in out.iterdir()) == ["good_attend.png", "grey_rgb_attend.png"]
+    assert Image.open(out / "good_attend.png").size[0] > 100
     assert len(stdout.strip().splitlines()) == 2 and "good.png" in stdout
     assert err == ""
 
@@ -296,38 +301,32 @@ def test_cli_bad_images(trained, images_dir, tmp_path, capsys, which, message):
     code, _, err = run_cli([images_dir[which], "--checkpoint", ckpt, "--out", tmp_path / "o"], capsys)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and message in err
-    assert not (tmp_path / "o").exists()
+    assert not list((tmp_path / "o").glob("*"))
 
 
 @pytest.mark.slow
-def test_cli_partly_bad_batch(trained, images_dir, tmp_path, capsys):
+def test_cli_partly_bad_batch_and_a_sampled_path(trained, images_dir, tmp_path, capsys):
     _, _, ckpt, _ = trained
     code, stdout, err = run_cli([images_dir["good"], images_dir["big"], "--checkpoint", ckpt,
-                                 "--out", tmp_path / "o", "--json"], capsys)
+                                 "--out", tmp_path / "o", "--json", "--record", "policy=sample"], capsys)
     assert code == 1
     assert len(err.strip().splitlines()) == 1
     import json
     records = json.loads(stdout)
-    assert len(records) == 1 and len(records[0]["locations"]) == TINY["num_glimpses"]
-
-
-@pytest.mark.slow
-def test_cli_refuses_other_family(images_dir, tmp_path, capsys):
-    from zoo.models.draw import DRAWClassifier
-
-    other = DRAWClassifier(image_size=28, T=1, read_n=2, hidden_size=8, glimpse_hidden=0)
-    path = tmp_path / "other.safetensors"
-    hub.save_release(other, other.zoo_config(), path)
-    code, _, err = run_cli([images_dir["good"], "--checkpoint", path, "--out", tmp_path / "o"], capsys)
-    assert code == 2
-    assert len(err.strip().splitlines()) == 1 and "is a draw_classifier model, not a RAM model" in err
+    assert len(records) == 1 and len(records[0]["steps"]) == TINY["num_glimpses"]
+    code, _, err = run_cli([images_dir["good"], "--checkpoint", ckpt, "--out", tmp_path / "o",
+                            "--record", "policy=random"], capsys)
+    assert code == 2 and err.strip() == "zoo attend: error: --record: policy must be mean or sample, got 'random'"
+    code, _, err = run_cli([images_dir["good"], "--checkpoint", ckpt, "--out", tmp_path / "o",
+                            "--record", "heads=true"], capsys)
+    assert code == 2 and err.strip() == "zoo attend: error: --record heads: RAM's attention record takes policy"
 
 
 @pytest.mark.slow
 def test_cli_missing_checkpoint_and_console_entry(images_dir, tmp_path):
     """The installed entry point, in a real process: a missing file is one line and exit 2."""
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    result = subprocess.run([sys.executable, "-m", "zoo.cli", "glimpses", images_dir["good"], "--checkpoint",
+    result = subprocess.run([sys.executable, "-m", "zoo.cli", "attend", images_dir["good"], "--checkpoint",
                              str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "o")],
                             capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2
@@ -335,7 +334,7 @@ def test_cli_missing_checkpoint_and_console_entry(images_dir, tmp_path):
 
 
 def test_several_paths_per_image_baseline_each_other_leave_one_out():
-    model = tiny(train_samples=3, accel="eager")
+    model = tiny(train_samples=3)
     images, labels = batch(n=4)
     inputs = model.train_inputs((images, labels))
     assert inputs["images"].shape[0] == 12 and torch.equal(inputs["labels"], labels.repeat_interleave(3))
@@ -359,7 +358,7 @@ def test_the_annealed_sigma_as_a_float64_step_input_equals_the_python_float():
     """The released recipes were trained eagerly with sigma as a Python float; the step input is a
     0-d float64 tensor (so a compiled step does not bake it in), and eager rollouts, losses and
     gradients must not move by a bit."""
-    model = tiny(std_mode="annealed", std=0.17, std_final=0.03, accel="eager")
+    model = tiny(std_mode="annealed", std=0.17, std_final=0.03)
     images, labels = batch(n=8)
     noise = model.policy_noise("sample", 8, images)
     for std in (0.17, 0.1234567, 0.0712345678):
@@ -433,7 +432,7 @@ def test_returns_equal_a_slow_reference(reward, reward_at):
 
 
 def test_leave_one_out_baselines_per_glimpse_return():
-    model = tiny(train_samples=3, reward="log_prob", reward_at="every_glimpse", accel="eager")
+    model = tiny(train_samples=3, reward="log_prob", reward_at="every_glimpse")
     images, labels = batch(n=4)
     inputs = model.train_inputs((images, labels))
     out = model.rollout(inputs["images"], "sample", noise=inputs["noise"])
@@ -495,7 +494,7 @@ def test_dram_batched_rollout_equals_one_image_at_a_time(options):
 
 
 def test_location_supervision_trains_only_the_location_network_and_needs_boxes():
-    model = tiny(location_supervision=1.0, **DRAM, accel="eager")
+    model = tiny(location_supervision=1.0, **DRAM)
     images, labels = batch(4)
     boxes = torch.tensor([[0.0, 0.0, 20.0, 20.0], [0, 0, 10, 10], [10, 10, 20, 20], [5, 0, 15, 10]])
     torch.testing.assert_close(model.item_centres(boxes), torch.tensor([[0.0, 0.0], [-0.5, -0.5], [0.5, 0.5], [0.0, -0.5]]))

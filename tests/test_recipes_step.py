@@ -29,7 +29,7 @@ TINY_DATA = {
 
 #: model settings that only shrink the run's cost (never what is trained): evaluation extras
 TINY_MODEL = {"iwae_samples": 2, "iwae_chunk": 2, "iwae_batches": 1, "eval_samples": 2, "beam_size": 1,
-              "decode_max_len": 6, "accel": "eager"}
+              "decode_max_len": 6}
 
 
 def _offline(init_args: dict) -> dict:

@@ -18,6 +18,7 @@ from zoo import hub, registry
 from zoo.errors import UserError
 from zoo.models.base import ZooModule
 from zoo.models.baselines import Classifier
+from zoo.models.card import families
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +88,7 @@ def test_every_recipe_builds(name):
     overrides = _offline_overrides(entry)
     # the architecture first, without memory or initialisation (ImageNet-sized encoders are big)
     # registry.build, as create_model does: its own `pretrained` keyword would take a ViT's timm flag
-    spec = {**entry.model, "data": entry.data}
+    spec = entry.recipe_config()
     with torch.device("meta"):
         model = registry.build(spec, **overrides)
     if sum(p.numel() for p in model.parameters()) < 5_000_000:
@@ -109,14 +110,14 @@ def test_every_recipe_trains_a_step(name):
     tiny batch: the loss is finite, trainable parameters get gradients, frozen ones none."""
     entry = registry.get_entry(name)
     overrides = _offline_overrides(entry)
-    if entry.model.get("class_path", "").endswith("Captioner"):
-        overrides["vocab"] = ["<pad>", "<start>", "<end>", "<unk>", "a", "shirt"]
+    filled = registry.resolve_class(entry.model["class_path"]).card.filled_by_data  # e.g. a vocabulary
+    overrides.update({k: v for k, v in filled.items() if entry.model["init_args"].get(k) is None})
     with torch.device("meta"):
-        size = sum(p.numel() for p in registry.build({**entry.model, "data": entry.data}, **overrides).parameters())
+        size = sum(p.numel() for p in registry.build(entry.recipe_config(), **overrides).parameters())
     if size >= 5_000_000:
         pytest.skip(f"{size / 1e6:.0f} M parameters: trained a step end to end in test_recipes_e2e.py")
     torch.manual_seed(0)
-    model = registry.build({**entry.model, "data": entry.data}, **overrides).train()
+    model = registry.build(entry.recipe_config(), **overrides).train()
     model.accel.force("eager")
     batch = model.example_batch()
     loss = model.train_loss(**model.train_inputs(batch))[0]
@@ -357,3 +358,83 @@ def test_pretrained_from_url(released, http_server, tmp_path):
     with pytest.raises(UserError, match="sha256"):
         zoo.create_model("baseline_cnn_centered", pretrained=True)
     assert _cache_files(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- family cards
+def test_a_family_without_its_hooks_is_refused_when_the_class_is_defined():
+    from zoo.models.card import FamilyCard
+
+    known = families()
+    with pytest.raises(TypeError, match=r"Nameless \(family 'nameless'\) must write train_loss, eval_metrics, "
+                                        r"example_batch: the family contract"):
+        class Nameless(ZooModule):
+            card = FamilyCard("nameless")
+    with pytest.raises(TypeError, match="must write attention_record"):
+        class Blind(Classifier):
+            card = FamilyCard("blind", attention="soft")
+    with pytest.raises(TypeError, match="family name 'ram' is taken by zoo.models.ram.RAM"):
+        class Impostor(Classifier):
+            card = FamilyCard("ram")
+    assert families() == known
+
+
+def test_a_family_registers_by_its_card_and_files_may_name_it(tmp_path, monkeypatch):
+    """Declaring a card is the one registration: the allow-list, the registry-wide tests and the
+    commands find the class; a subclass without a card of its own is no new family."""
+    from zoo.models.card import FamilyCard, _FAMILIES
+
+    monkeypatch.setattr("zoo.models.card._FAMILIES", dict(_FAMILIES))
+    monkeypatch.setitem(registry.ALLOWED_CLASSES, "model", set(registry.ALLOWED_CLASSES["model"]))
+
+    class Wider(Classifier):
+        card = FamilyCard("wider", tiny={"": {"arch": "mlp", "hidden": [8]}})
+
+    class Instrumented(Wider):
+        pass
+
+    assert families()["wider"] is Wider and Wider.family == "wider" and Instrumented.family == "wider"
+    assert f"{__name__}.{Wider.__qualname__}" in registry.ALLOWED_CLASSES["model"]
+    assert not any("Instrumented" in path for path in registry.ALLOWED_CLASSES["model"])
+
+
+@pytest.mark.parametrize("path, why", [("os.system", "not a zoo module"), ("zoo.models.optim.build_optimizer", "no family"),
+                                       ("zoo.models.nosuchfile.Model", "no such file"), ("zoo.models.base.ZooModule", "no card"),
+                                       ("zoo.models..ram.RAM", "not a module path")])
+def test_a_file_names_only_registered_classes(path, why):
+    with pytest.raises(UserError, match="refused: the file names model class"):
+        registry.resolve_class(path)
+
+
+def test_every_zoo_class_a_file_may_name_is_registered_by_its_own_module():
+    from zoo.classes import registered
+
+    models, data = registered("model"), registered("data")
+    assert {cls.__module__ + "." + cls.__qualname__ for cls in families().values()} <= models
+    own = {path for path in data if path.startswith("zoo.")}
+    assert own and all(path.startswith("zoo.data.") and path.endswith("DataModule") for path in own)
+    assert not own & {"zoo.data.base.SplitDataModule", "zoo.data.caption_base.CaptionDataModule"}  # abstract
+
+
+#: files that must not name a family (its card's name) as a string: what reads the families reads the cards
+FAMILY_FREE = ["zoo/commands/*.py", "zoo/*.py", "benchmarks/*.py", "scripts/*.py", "tests/helpers.py",
+               "tests/conftest.py", "tools/*.py"]
+#: files that may, and why
+MAY_NAME = {"scripts/ram_policy_probe.py": "the RAM-only policy probe says it is RAM-only",
+            "benchmarks/draw.py": "DRAW's own speed benchmark (the paper's MNIST model) names itself"}
+#: family names that are also another fact's name
+ALSO = {"backbone": "a model's backbone block (a hyperparameter)"}
+
+
+def test_no_family_is_named_outside_its_own_file_and_recipes():
+    from conftest import REPO
+
+    names = set(families()) - set(ALSO)
+    offenders = []
+    for pattern in FAMILY_FREE:
+        for path in sorted(REPO.glob(pattern)):
+            if str(path.relative_to(REPO)) in MAY_NAME:
+                continue
+            text = path.read_text()
+            offenders += [f"{path.relative_to(REPO)}: {name!r}" for name in names
+                          if f'"{name}"' in text or f"'{name}'" in text]
+    assert not offenders, offenders

@@ -118,3 +118,67 @@ def test_a_results_run_leaves_the_checkpoints_of_a_run_training_there(tmp_path, 
     finally:
         runs.release()
     assert (root / "checkpoints" / "last.ckpt").read_bytes() == b"a live run's"
+
+
+# ----------------------------------------------------------------------------- check_resume, without LightningCLI
+CLASSIFIER, FMNIST = "zoo.models.baselines.Classifier", "zoo.data.fashion_mnist.FashionMNISTDataModule"
+GIVEN = ["fit", "--ckpt_path", "last"]  # the command line: a resume is asked for there, never inherited
+
+
+def _resume_config(root, ckpt_path="last", lr=0.001, variant="centered", batch_size=64) -> Namespace:
+    """A parsed `fit` config as LightningCLI hands it over (only the keys check_resume reads)."""
+    logger = Namespace(class_path="zoo.callbacks.ZooWandbLogger", init_args=Namespace(project="attention-zoo", id=None))
+    return Namespace(ckpt_path=ckpt_path, init_from=None, sha256=None, weights_only=True,
+                     model=Namespace(class_path=CLASSIFIER, init_args=Namespace(arch="mlp", lr=lr)),
+                     data=Namespace(class_path=FMNIST, init_args=Namespace(variant=variant, batch_size=batch_size)),
+                     trainer=Namespace(default_root_dir=str(root), logger=logger),
+                     checkpoint=Namespace(dirpath=str(root / "checkpoints")))
+
+
+def _saved_run(root, step=3) -> None:
+    (root / "checkpoints").mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": {}, "global_step": step,
+                "hyper_parameters": {"_class_path": CLASSIFIER, "arch": "mlp", "lr": 0.001},
+                "datamodule_hyper_parameters": {"variant": "centered", "batch_size": 64},
+                "zoo_run": {"run_dir": str(root), "wandb_id": "w4nd8id"}}, root / "checkpoints" / runs.LAST)
+
+
+def test_check_resume_continues_the_run_and_its_wandb_run(tmp_path, recwarn):
+    root = tmp_path / "run"
+    _saved_run(root)
+    config = _resume_config(root, batch_size=128)  # how the data is served may change, with one warning
+    runs.check_resume(config, GIVEN, fitting=True)
+    assert config.ckpt_path == str(root / "checkpoints" / runs.LAST)
+    logger = config.trainer.logger.init_args
+    assert (logger.id, logger.resume) == ("w4nd8id", "allow")
+    assert [str(w.message) for w in recwarn if "batch_size" in str(w.message)] == [
+        "resuming with data.init_args.batch_size 128 (the checkpoint's run used 64): the schedule and the epoch "
+        "length change"]
+
+
+@pytest.mark.parametrize("change, expected", [
+    (dict(lr=0.01), "model.init_args.lr differs (0.01 here, 0.001 in the checkpoint)"),
+    (dict(variant="cluttered60"), "data.init_args.variant differs (cluttered60 here, centered in the checkpoint)"),
+])
+def test_check_resume_refuses_another_model_or_other_data(tmp_path, change, expected):
+    root = tmp_path / "run"
+    _saved_run(root)
+    with pytest.raises(runs.UserError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        runs.check_resume(_resume_config(root, **change), GIVEN, fitting=True)
+
+
+def test_check_resume_names_the_newest_readable_checkpoint_beside_a_damaged_one(tmp_path):
+    root = tmp_path / "run"
+    with pytest.raises(runs.UserError, match=f"no {runs.LAST} in {root / 'checkpoints'}"):
+        runs.check_resume(_resume_config(root), GIVEN, fitting=True)
+    _saved_run(root, step=7)
+    (root / "checkpoints" / runs.LAST).rename(root / "checkpoints" / "epoch=6.ckpt")
+    _saved_run(root, step=2)
+    (root / "checkpoints" / "epoch=1.ckpt").write_bytes((root / "checkpoints" / runs.LAST).read_bytes())
+    (root / "checkpoints" / runs.LAST).write_bytes(b"PK\x03\x04 cut off")
+    with pytest.raises(runs.UserError, match=r"the newest readable checkpoint is .*epoch=6\.ckpt"):
+        runs.check_resume(_resume_config(root), GIVEN, fitting=True)
+    with pytest.raises(runs.UserError, match="would let a checkpoint run code"):
+        config = _resume_config(root)
+        config.weights_only = False
+        runs.check_resume(config, GIVEN, fitting=True)

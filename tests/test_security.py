@@ -150,7 +150,9 @@ def _fit(tmp_path, *extra: str, config: str = "configs/baseline/mlp_centered.yam
 def _files(tmp_path) -> dict[str, Path]:
     C = REPO / "configs/baseline/mlp_centered.yaml"
     files = {"empty": "", "list": "- a\n", "scalar": "3\n", "invalid": "model: [\n",
-             "lots": C.read_text().replace("batch_size: 128", "batch_size: lots"),
+             "lots": C.read_text().replace("  class_path: zoo.data.fashion_mnist.FashionMNISTDataModule",
+                                           "  class_path: zoo.data.fashion_mnist.FashionMNISTDataModule\n"
+                                           "  init_args:\n    batch_size: lots"),
              "typo_class": C.read_text().replace("baselines.Classifier", "baselines.Clasifier")}
     out = {}
     for name, text in files.items():
@@ -162,16 +164,17 @@ def _files(tmp_path) -> dict[str, Path]:
 CONFIG_MISTAKES = {
     "typo'd key": (["--trainer.max_epoch", "1"], "unrecognized arguments: --trainer.max_epoch"),
     "missing config": (["--config", "{tmp}/nope.yaml"], "nope.yaml: no such file"),
-    "wrong type": (["--config", "{lots}"], "batch_size: expected int, got 'lots'"),
+    "wrong type": (["--config", "{lots}"], "data.batch_size (FashionMNISTDataModule): Expected a <class 'int'>. Got value: lots"),
     "unknown class": (["--config", "{typo_class}"], "did you mean zoo.models.baselines.Classifier"),
     "empty yaml": (["--config", "{empty}"], "the file is empty"),
     "list yaml": (["--config", "{list}"], "got a list"),
     "scalar yaml": (["--config", "{scalar}"], "got a int"),
     "invalid yaml": (["--config", "{invalid}"], "not valid YAML at line 2"),
-    "negative batch": (["--data.init_args.batch_size", "-5"], "batch_size must be a positive integer, got -5"),
+    "negative batch": (["--data.init_args.batch_size", "-5"], "data.init_args.batch_size: -5 is outside the sane range"),
+    "zero batch": (["--data.init_args.batch_size", "0"], "batch_size must be a positive integer, got 0"),
     "unwritable root": (["--trainer.default_root_dir", "/sys/zoo-run"], "cannot write in /sys"),
     "bad devices": (["--trainer.devices", "-3"], "devices"),
-    "not an option": (["--model.init_args.bogus", "3"], "Classifier has no argument 'bogus'"),
+    "not an option": (["--model.init_args.bogus", "3"], "model (Classifier): Option 'bogus' is not accepted"),
 }
 
 

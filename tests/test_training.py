@@ -185,7 +185,7 @@ def test_attention_figures_saved_as_png_without_wandb(tmp_path):
 
 def test_config_mistake_is_one_line_and_exit_2(tmp_path, tiny_data_dir):
     recipe = yaml.safe_load((REPO / "configs/baseline/cnn_centered.yaml").read_text())
-    recipe["data"]["init_args"]["variant"] = "rotated"
+    recipe["data"].setdefault("init_args", {})["variant"] = "rotated"
     config = tmp_path / "bad.yaml"
     config.write_text(yaml.safe_dump(recipe))
     rc, out, err = run_cli(["train.py", "fit", "--config", config, f"--trainer.default_root_dir={tmp_path / 'r'}"],

@@ -1,6 +1,7 @@
 """ViT family: forward shapes, pretrained loading from a local timm file (head, in_chans and
 position-embedding adaptation), attention extraction against a slow reference, rollout, the
-`zoo attention` CLI, checkpoint round-trips, the LR schedule and the batch augmentation."""
+`zoo attend` CLI, checkpoint round-trips, the LR schedule and the batch augmentation."""
+import dataclasses
 import json
 
 import lightning as L
@@ -17,16 +18,19 @@ from zoo import hub
 from zoo.cli import main as cli
 from zoo.data.augment import BatchAugment, mixup, random_erase, random_hflip, random_translate
 from zoo.errors import UserError
+from zoo.backbones.spec import BackboneSpec
 from zoo.models.vit import ViTClassifier
 from zoo.attention import rollout as rollout_maps
 
-TINY = dict(model_name="vit_tiny_patch16_224", image_size=28, patch_size=7, in_chans=1, num_classes=10, depth=2,
-            embed_dim=24, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0)
+TINY = ViTClassifier.card.tiny[""]  # image_size 28, in_chans 1: the class defaults
+TRUNK = {f.name for f in dataclasses.fields(BackboneSpec)}
 
 
 def tiny(**overrides) -> ViTClassifier:
+    """The card's tiny ViT with `overrides`, the trunk's fields (patch_size, pretrained_file, ...) in its backbone."""
     torch.manual_seed(0)
-    return ViTClassifier(**{**TINY, **overrides})
+    trunk = {k: overrides.pop(k) for k in list(overrides) if k in TRUNK and k != "in_chans"}
+    return ViTClassifier(**{**TINY, **overrides, "backbone": {**TINY["backbone"], **trunk}})
 
 
 # ----------------------------------------------------------------------------- forward
@@ -70,7 +74,7 @@ def test_conv_stem_replaces_patchify_with_the_same_token_grid():
     # a coarser grid: the stem's x4 then a 2x2 projection kernel (total stride 8)
     coarse = tiny(image_size=32, patch_size=8, conv_stem=[8, 16]).eval()
     assert coarse.backbone.grid_for(32, 32) == (4, 4) and coarse.vit.patch_embed.proj.kernel_size == (2, 2)
-    with pytest.raises(ValueError, match="multiple of 4"):
+    with pytest.raises(UserError, match="multiple of 4"):
         tiny(patch_size=6, conv_stem=[8, 16])
 
 
@@ -232,7 +236,7 @@ def test_lightning_checkpoint_round_trip_without_the_pretrained_file(tmp_path):
     source_path.unlink()  # the user's pretrained file is not needed to rebuild the checkpoint
     loaded = zoo.load_checkpoint(ckpt).eval()
     x = torch.rand(2, 1, 28, 28)
-    assert loaded.family == "vit" and loaded.hparams.pretrained_file is None
+    assert loaded.family == "vit" and "pretrained_file" not in loaded.hparams.backbone
     assert torch.allclose(loaded(x), model.eval()(x), atol=1e-6)
     plain = torch.load(ckpt, map_location="cpu", weights_only=True)  # hparams are plain values
     assert plain["hyper_parameters"]["translate"] == 2
@@ -289,33 +293,39 @@ def _save_images(tmp_path):
     return [str(gray), str(colour), str(rgba)]
 
 
-def test_cli_attention_writes_maps_and_exit_codes(tmp_path, capsys):
+def test_cli_attend_draws_layers_heads_and_rollout_with_exit_codes(tmp_path, capsys):
+    """`zoo attend` on a ViT: a step per layer and the rollout; `--record heads=true` adds each head
+    of the last layer and `--record head_fusion=max` fuses the rollout's heads otherwise (what the
+    old `zoo attention` drew)."""
     model = tiny(class_names=list("ABCDEFGHIJ"))
     ckpt = tmp_path / "vit.safetensors"
     hub.save_release(model, model.zoo_config(), ckpt)
     images = _save_images(tmp_path)
     out = tmp_path / "out"
-    assert cli(["attention", "--checkpoint", str(ckpt), *images, "--out", str(out), "--json"]) == 0
+    assert cli(["attend", "--checkpoint", str(ckpt), *images, "--out", str(out), "--json", "--maps"]) == 0
     records = json.loads(capsys.readouterr().out)
-    assert [r["image"] for r in records] == images and records[0]["predicted"] in "ABCDEFGHIJ"
-    names = sorted(p.name for p in out.iterdir())
-    assert names == ["boot_heads.png", "boot_rollout.png", "shirt_2_heads.png", "shirt_2_rollout.png",
-                     "shirt_heads.png", "shirt_rollout.png"]
-    assert Image.open(out / "shirt_rollout.png").size[0] > 3 * 28
+    assert [r["image"] for r in records] == images and records[0]["prediction"]["class_names"] == list("ABCDEFGHIJ")
+    assert [s["label"] for s in records[0]["steps"]] == ["layer 1", "layer 2", "rollout"]
+    assert sorted(p.name for p in out.iterdir()) == ["boot_attend.png", "shirt_2_attend.png", "shirt_attend.png"]
+    assert cli(["attend", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--json", "--maps",
+                "--record", "heads=true", "--record", "head_fusion=max"]) == 0
+    steps = json.loads(capsys.readouterr().out)[0]["steps"]
+    assert [s["label"] for s in steps] == ["layer 1", "layer 2", "head 1", "head 2", "rollout"]
+    assert steps[:2] == records[0]["steps"][:2] and steps[-1]["map"] != records[0]["steps"][-1]["map"]
 
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"nope")
-    assert cli(["attention", "--checkpoint", str(ckpt), images[0], str(bad), "--out", str(out)]) == 1
+    assert cli(["attend", "--checkpoint", str(ckpt), images[0], str(bad), "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "broken.png" in err and "Traceback" not in err
-    assert cli(["attention", "--checkpoint", str(ckpt), str(bad), "--out", str(out)]) == 2
-    assert cli(["attention", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--residual", "1.5"]) == 2
-    capsys.readouterr()
+    assert cli(["attend", "--checkpoint", str(ckpt), str(bad), "--out", str(out)]) == 2
+    assert cli(["attend", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--record", "residual=1.5"]) == 2
+    assert "residual in [0, 1)" in capsys.readouterr().err
 
 
-def test_cli_attention_refuses_unknown_names_other_families_and_odd_channels(tmp_path, capsys):
+def test_cli_attend_refuses_unknown_names_models_without_attention_and_odd_channels(tmp_path, capsys):
     images = _save_images(tmp_path)
-    assert cli(["attention", "--model", "vit_fmnst", images[0], "--out", str(tmp_path / "o")]) == 2
+    assert cli(["attend", "--model", "vit_fmnst", images[0], "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "did you mean vit_fmnist" in err and err.count("\n") == 1
 
@@ -324,14 +334,14 @@ def test_cli_attention_refuses_unknown_names_other_families_and_odd_channels(tmp
     other = Classifier(arch="mlp", hidden=[8])
     path = tmp_path / "mlp.safetensors"
     hub.save_release(other, other.zoo_config(), path)
-    assert cli(["attention", "--checkpoint", str(path), images[0], "--out", str(tmp_path / "o")]) == 2
-    assert "not a ViT" in capsys.readouterr().err
+    assert cli(["attend", "--checkpoint", str(path), images[0], "--out", str(tmp_path / "o")]) == 2
+    assert "has no attention to record" in capsys.readouterr().err
 
     four = tiny(in_chans=4)
     path4 = tmp_path / "four.safetensors"
     hub.save_release(four, four.zoo_config(), path4)
-    assert cli(["attention", "--checkpoint", str(path4), images[0], "--out", str(tmp_path / "o")]) == 2
-    assert "4-channel" in capsys.readouterr().err
+    assert cli(["attend", "--checkpoint", str(path4), images[0], "--out", str(tmp_path / "o")]) == 2
+    assert "expects 4" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- augmentation
@@ -362,12 +372,12 @@ def test_flip_erase_mixup_and_eval_identity():
 def test_recipes_build_the_documented_models():
     small = zoo.create_model("vit_fmnist")
     assert small.family == "vit" and 500_000 < sum(p.numel() for p in small.parameters()) < 550_000
-    assert small.backbone.grid_for(28, 28) == (7, 7) and small.hparams.conv_stem == [32, 64]
+    assert small.backbone.grid_for(28, 28) == (7, 7) and small.hparams.backbone["conv_stem"] == [32, 64]
     strides = [m.stride for m in small.vit.patch_embed.backbone if isinstance(m, torch.nn.Conv2d)]
     assert strides == [(2, 2), (1, 1), (2, 2), (1, 1)]  # two convs per stage, the first strided
     cluttered = zoo.create_model("vit_fmnist_cluttered60").eval()
     assert cluttered(torch.rand(1, 1, 60, 60)).shape == (1, 10)
-    assert not any([small.hparams.bf16, small.hparams.compile, small.hparams.channels_last])
+    assert not any([small.hparams.bf16, small.hparams.channels_last])
 
 
 def test_imagefolder_datamodule_reads_the_torchvision_layout(tmp_path):

@@ -30,10 +30,9 @@ import yaml
 
 from zoo import hub
 from zoo.hparams import current_config, current_init_args, current_spec
-from zoo.registry import REPO_ROOT, resolve_class
+from zoo.recipe_args import in_current_names
+from zoo.registry import REPO_ROOT, linked, resolve_class
 
-# filled in by training (the captioner's vocabulary comes from its data), not by the recipe
-FILLED_BY_TRAINING = {"vocab"}
 GOLDEN_BATCH = 2
 
 
@@ -57,9 +56,14 @@ def load_recipe(recipe: str | Path) -> dict:
 
 def current_recipe(recipe: dict) -> dict:
     """A recipe's model and data sections in current hyperparameter names (a recipe as it was at
-    an older commit may use old ones)."""
-    return {**recipe, **{section: current_spec(recipe[section]) for section in ("model", "data")
-                         if isinstance(recipe.get(section), dict)}}
+    an older commit may use old ones), the model with what its data decides filled in (image
+    size, channels, class names: zoo.registry.linked), as train.py trains it."""
+    recipe = in_current_names(recipe)  # an old model's accel: the run's
+    out = {**recipe, **{section: current_spec(recipe[section]) for section in ("model", "data")
+                        if isinstance(recipe.get(section), dict)}}
+    if isinstance(out.get("model"), dict) and isinstance(out.get("data"), dict):
+        out["model"] = linked(out["model"], out["data"])
+    return out
 
 
 def current_arg(key: str, value: Any, recipe: dict) -> tuple[str, Any]:
@@ -99,9 +103,13 @@ def recipe_mismatches(config: dict, recipe: dict) -> list[str]:
             problems.append(f"{section}.class_path: weights {embedded.get('class_path')}, recipe {spec.get('class_path')}")
             continue
         defaults = _defaults(spec["class_path"], kind)
+        # names the data fills in when training starts: a release trained before they were filled
+        # in (a baseline's class names) or with its own (a captioner's vocabulary) is its recipe's
+        filled = {"class_names", *getattr(getattr(resolve_class(spec["class_path"], kind), "card", None),
+                                          "filled_by_data", {})}
         ours, theirs = embedded.get("init_args") or {}, spec.get("init_args") or {}
         for key in sorted(set(ours) | set(theirs)):
-            if key.startswith("_") or key in FILLED_BY_TRAINING:
+            if key.startswith("_") or key in filled:
                 continue
             want, got = theirs.get(key, defaults.get(key)), ours.get(key, defaults.get(key))
             if key == "backbone" and isinstance(want, dict) and isinstance(got, dict):
@@ -126,8 +134,9 @@ def _backbone_mismatches(weights: dict, recipe: dict, where: str) -> list[str]:
 
 def override_problems(train_args: list[str], recipe: dict) -> list[str]:
     """Command-line arguments a results run gave train.py beyond the recipe. Only `--model.init_args.K V`
-    or `--data.init_args.K V` that repeat the recipe's own value are harmless (runs from before a
-    recipe adopted the value); anything else means the weights are not the recipe's."""
+    or `--data.init_args.K V` that repeat the recipe's own value (or the class default it leaves
+    in place) are harmless (runs from before a recipe adopted the value); anything else means the
+    weights are not the recipe's."""
     problems, args, recipe = [], list(train_args or []), current_recipe(recipe)
     pairs = list(zip(args[0::2], args[1::2])) if len(args) % 2 == 0 else [(a, None) for a in args]
     for flag, value in pairs:
@@ -136,8 +145,9 @@ def override_problems(train_args: list[str], recipe: dict) -> list[str]:
             continue
         key, given = current_arg(flag.lstrip("-"), yaml.safe_load(value), recipe)
         section, _, name = key.partition(".init_args.")
-        current = ((recipe.get(section) or {}).get("init_args") or {}).get(name, object()) \
-            if section in ("model", "data") and name else object()
+        spec = (recipe.get(section) or {}) if section in ("model", "data") and name else {}
+        default = _defaults(spec["class_path"], section).get(name, object()) if spec.get("class_path") else object()
+        current = (spec.get("init_args") or {}).get(name, default)  # what the recipe says, or leaves to the class
         if not _same(given, current):
             problems.append(f"trained with {flag} {value}, which the recipe does not say")
     return problems
@@ -151,6 +161,23 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def _effective_blocks(recipe: dict) -> dict:
+    """The recipe with its model's backbone block as the backbone it builds: every argument of
+    its kind, the block's value or the kind's default (a block that leaves out a default, or
+    an old recipe's block written out in full by zoo.hparams, is the same backbone)."""
+    model = recipe.get("model") or {}
+    block = (model.get("init_args") or {}).get("backbone")
+    if not isinstance(block, dict):
+        return recipe
+    from zoo.backbones import BACKBONES
+
+    kind = BACKBONES.get(block.get("kind", "stem"))
+    defaults = {k: p.default for k, p in inspect.signature(kind).parameters.items()
+                if p.default is not inspect.Parameter.empty} if kind else {}
+    effective = {**{k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}, **block}
+    return {**recipe, "model": {**model, "init_args": {**model["init_args"], "backbone": effective}}}
 
 
 def recipe_at(recipe: str, commit: str | None) -> dict | None:
@@ -176,7 +203,7 @@ def recipe_drift(recipe: str, commit: str | None, train_args: list[str] | None =
     if then is None:
         return [f"recipe: {recipe} did not exist at the training commit {commit[:12]}"]
     then = current_recipe(then)
-    old, new = _flatten(then), _flatten(load_recipe(recipe))
+    old, new = _flatten(_effective_blocks(then)), _flatten(_effective_blocks(current_recipe(load_recipe(recipe))))
     args = list(train_args or [])
     for flag, value in zip(args[0::2], args[1::2]):
         key, parsed = current_arg(flag.lstrip("-"), yaml.safe_load(value), then)
@@ -279,7 +306,7 @@ def golden_output(model) -> dict[str, Any]:
     """What the release answers on `golden_input`: logits (classifiers), the greedy caption and its
     attention maps (captioners), or a seeded sample (DRAW generators); rounded to 1e-5."""
     model = model.eval()
-    kind = getattr(model, "output_kind", "logits")
+    kind = model.card.output
 
     def values(t: torch.Tensor) -> list:
         return [round(float(v), 5) for v in t.detach().float().flatten()]

@@ -217,6 +217,20 @@ class InitFrom(L.Callback):
         self.state = {}
 
 
+class Accelerate(L.Callback):
+    """The run's acceleration mode (zoo.models.accel: auto | eager | compile | reduce-overhead),
+    given to the model when the run sets up: speed is the run's option, not the model's, so it
+    never travels inside a checkpoint. train.py's and eval.py's `--accel`."""
+
+    def __init__(self, mode: str = "auto"):
+        from zoo.models.accel import check_mode
+
+        self.mode = check_mode(mode)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        pl_module.accel.request(self.mode)
+
+
 class EpochSummary(L.Callback):
     """One line per epoch on stdout (epoch, step, the epoch's metrics, elapsed time): train.py's
     progress report where no terminal shows a live progress bar (a log file, CI, a pipe)."""

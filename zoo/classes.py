@@ -1,33 +1,24 @@
 """The allow-list: the only model and data classes a file may name. A weights file, checkpoint,
 manifest or downloaded config is data, not code: each class_path it carries is looked up here
-BEFORE anything is imported, and anything else is refused. (zoo.registry re-exports these names.)"""
+BEFORE anything it names is imported, and anything else is refused. (zoo.registry re-exports these names.)
+
+A class is on the list because it registered itself: a model family by declaring its card
+(zoo.models.card), a data module by subclassing zoo.data.base.SplitDataModule; classes of your
+own, from Python code (never from a file), with `allow_class`. The one import a file's class_path
+can cause is of one of the zoo's own modules in the kind's package (zoo/models/<name>.py,
+zoo/data/<name>.py), found as a file there: importing it registers the classes it defines."""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from zoo.errors import UserError
 from zoo.limits import shorten
 
 # (A recipe a user passes to train.py on the command line is their own code and stays free;
 # train.py never instantiates a class named by a checkpoint.)
-ALLOWED_CLASSES: dict[str, set[str]] = {
-    "model": {
-        "zoo.models.baselines.Classifier",
-        "zoo.models.ram.RAM",
-        "zoo.models.draw.DRAW",
-        "zoo.models.draw.DRAWClassifier",
-        "zoo.models.vit.ViTClassifier",
-        "zoo.models.captioner.Captioner",
-        "zoo.models.item_grid.ItemGridClassifier",
-    },
-    "data": {
-        "zoo.data.fashion_mnist.FashionMNISTDataModule",
-        "zoo.data.scenes.FashionScenesDataModule",
-        "zoo.data.captions.CaptionsDataModule",
-        "zoo.data.imagefolder.ImageFolderDataModule",
-        "zoo.data.item_canvases.ItemCanvasesDataModule",
-    },
-}
+PACKAGES = {"model": "zoo.models", "data": "zoo.data"}
+ALLOWED_CLASSES: dict[str, set[str]] = {"model": set(), "data": set()}
 
 
 def allow_class(cls: type, kind: str = "model") -> type:
@@ -37,9 +28,29 @@ def allow_class(cls: type, kind: str = "model") -> type:
     return cls
 
 
+def _own_module(path: str, kind: str) -> str | None:
+    """The zoo module `path` lives in when it is a file of the kind's package, else None."""
+    module = path.rpartition(".")[0]
+    package, _, name = module.rpartition(".")
+    folder = Path(__file__).resolve().parent / PACKAGES[kind].split(".", 1)[1]
+    if package != PACKAGES[kind] or not name.isidentifier() or not (folder / f"{name}.py").is_file():
+        return None
+    return module
+
+
+def is_allowed(path, kind: str = "model") -> bool:
+    """Whether files may name the class `path` (importing at most the zoo module it would be in)."""
+    if not isinstance(path, str):
+        return False
+    if path not in ALLOWED_CLASSES[kind] and _own_module(path, kind):
+        importlib.import_module(_own_module(path, kind))  # the zoo's own file: it registers its classes
+    return path in ALLOWED_CLASSES[kind]
+
+
 def check_allowed(path, kind: str = "model") -> str:
-    """`path` when it names an allow-listed class (nothing is imported); else one refusing line."""
-    if not isinstance(path, str) or path not in ALLOWED_CLASSES[kind]:
+    """`path` when it names an allow-listed class (at most the zoo's own module imported); else one
+    refusing line."""
+    if not is_allowed(path, kind):
         raise UserError(f"refused: the file names {kind} class {shorten(path)!r}, which is not one of the zoo's "
                         f"{kind} classes; a file may not choose code to run")
     return path
@@ -49,3 +60,12 @@ def resolve_class(path: str, kind: str = "model") -> type:
     """The allow-listed class `path` names, imported only after the check."""
     module, _, name = check_allowed(path, kind).rpartition(".")
     return getattr(importlib.import_module(module), name)
+
+
+def registered(kind: str) -> set[str]:
+    """Every class of `kind` on the list, once each module of the kind's package has registered its own."""
+    folder = Path(__file__).resolve().parent / PACKAGES[kind].split(".", 1)[1]
+    for file in sorted(folder.glob("*.py")):
+        if file.stem != "__init__":
+            importlib.import_module(f"{PACKAGES[kind]}.{file.stem}")
+    return set(ALLOWED_CLASSES[kind])

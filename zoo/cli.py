@@ -14,9 +14,7 @@ from zoo.errors import OneLineParser, report_user_errors
 SUBCOMMANDS = {
     "list": ("zoo.commands.list_models", "list registered models and released weights"),
     "caption": ("zoo.commands.caption", "caption images with a Show-Attend-Tell model"),
-    "glimpses": ("zoo.commands.glimpses", "draw a RAM model's glimpse trajectories"),
     "sample": ("zoo.commands.sample", "sample images (and canvas animations) from DRAW"),
-    "attention": ("zoo.commands.attention", "ViT attention maps and rollout"),
     "attend": ("zoo.commands.attend", "where any model looked: overlays, JSON and an HTML report"),
     "export": ("zoo.commands.export", "export a model as ONNX or a torch.export program"),
     "info": ("zoo.commands.info", "what a model is: input, classes, parameters, GMACs, file, metrics (no torch)"),

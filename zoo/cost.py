@@ -49,7 +49,7 @@ def inference(model) -> Inference:
 
     model = model.eval()
     size = for_model(model).size
-    if model.output_kind == "sample":
+    if model.card.output == "sample":
         return Inference(f"sample {size[0]}x{size[1]} images from the prior", _Sample(model),
                          lambda n, device: (n,), size[-1])
     found = programs(model)
@@ -94,10 +94,10 @@ def facts(model) -> dict:
     vocab = model.hparams.get("vocab")
     if vocab:
         record["vocab_size"] = len(vocab)
-    elif model.vocab_keys:
-        record["num_params_note"] = (f"without the vocabulary-sized layers ({', '.join(model.vocab_keys)}), "
+    elif model.card.vocab_keys:
+        record["num_params_note"] = (f"without the vocabulary-sized layers ({', '.join(model.card.vocab_keys)}), "
                                      "which training sizes from the data")
-    if model.vocab_keys and not vocab:
+    if model.card.vocab_keys and not vocab:
         record["inference"] = record["macs"] = None
         record["gmacs_note"] = "depends on the vocabulary, which training takes from the data"
     else:

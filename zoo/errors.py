@@ -31,12 +31,13 @@ def one_line_warnings() -> None:
 
 class _NoAdverts(logging.Filter):
     """Lines of Lightning's info log that are noise here: an advert for cloud products ("💡 Tip:
-    ... litlogger") at every start; a Ctrl-C that train.py reports in its own one line; and, at
+    ... litlogger") at every start; a Ctrl-C that train.py reports in its own one line; the seed
+    (the run's config.yaml holds it); and, at
     every checkpoint save, "`weights_only` was not set, defaulting to `False`", which is about
     what a SAVE keeps (the optimizer state, for resuming) but reads like an unsafe load right under
     our promise that every load is weights_only=True."""
 
-    QUIET = ("💡", "Detected KeyboardInterrupt", "`weights_only` was not set")
+    QUIET = ("💡", "Detected KeyboardInterrupt", "`weights_only` was not set", "Seed set to")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
@@ -50,7 +51,8 @@ def quiet_lightning() -> None:
     for name in ("lightning.pytorch", "pytorch_lightning", "lightning.pytorch.utilities.rank_zero",
                  "lightning.pytorch.trainer.connectors.checkpoint_connector",
                  "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
-                 "lightning.pytorch.trainer.connectors.callback_connector", "lightning.pytorch.trainer.call"):
+                 "lightning.pytorch.trainer.connectors.callback_connector", "lightning.pytorch.trainer.call",
+                 "lightning.fabric.utilities.seed"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _NoAdverts) for f in logger.filters):
             logger.addFilter(_NoAdverts())  # a filter acts on its own logger's records only

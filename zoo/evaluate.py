@@ -28,6 +28,8 @@ def parse_args(argv=None, prog: str = "eval.py"):
     parser.add_argument("--batch-size", type=int, help="override the data module's batch size")
     parser.add_argument("--limit", type=int, help="evaluate only the first N examples")
     parser.add_argument("--accelerator", default="auto")
+    parser.add_argument("--accel", choices=["auto", "eager", "compile", "reduce-overhead"], default="auto",
+                        help="speed (zoo.models.accel): compile the evaluation step, or not")
     parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                         help="override a data module argument (YAML value), e.g. --data num_workers=2")
     parser.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -82,7 +84,9 @@ def evaluate(args) -> int:
         data_args["limit_eval"] = args.limit
     datamodule = zoo.build_datamodule(model, **data_args)
     datamodule.test_split = args.split
-    trainer = L.Trainer(accelerator=args.accelerator, devices=1, logger=False,
+    from zoo.callbacks import Accelerate
+
+    trainer = L.Trainer(accelerator=args.accelerator, devices=1, logger=False, callbacks=[Accelerate(args.accel)],
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     metrics = trainer.test(model, datamodule=datamodule, verbose=False)[0]
     wall = time.perf_counter() - started

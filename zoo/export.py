@@ -62,8 +62,8 @@ class _Classifier(nn.Module):
         self.model = model
 
     def forward(self, images):
-        # a family that has more to say than its logits (RAM: where it looked) names it itself
-        return getattr(self.model, "export_forward", self.model)(images)
+        # a family that has more to say than its logits (RAM: where it looked) says it in its card
+        return self.model.export_forward(images)
 
 
 class _Encoder(nn.Module):
@@ -108,15 +108,15 @@ def programs(model, max_len: int | None = None) -> dict[str, Program]:
     """The programs to export for `model`, each with example inputs (batch 2)."""
     from zoo.preprocess import for_model
 
-    kind = getattr(model, "output_kind", "logits")
+    kind = model.card.output
     model = model.eval()
     if kind == "sample":
-        raise UserError("a DRAW generator has no images -> outputs program to export (export the "
-                        "DRAW classifier, RAM, ViT, a baseline or a captioner)")
+        raise UserError(f"{type(model).__name__} ({model.family}) is a generator: it has no images -> outputs "
+                        "program to export")
     spec = for_model(model)
     images = torch.rand(2, spec.in_chans, *spec.size)
     if kind != "caption":
-        outputs = list(getattr(model, "export_output_names", ("logits",)))
+        outputs = list(model.card.exports)
         return {"model": Program(_Classifier(model), (images,), ["images"], outputs)}
     if getattr(model, "embed", None) is None:
         raise UserError("the captioner has no vocabulary yet (train it, or load a trained checkpoint)")

@@ -14,7 +14,9 @@ A family's own symbol stays where it names that family's own quantity (DRAW's `T
 `num_glimpses`), and timm's names stay where we call timm (zoo.backbones: `img_size`, `drop_rate`).
 
 Checkpoints, released weights, the release manifest and recipes written before a rename keep the
-old name. `RENAMED` is the one table of old names, and `current_spec` / `current_config` apply it;
+old name. `RENAMED` is the one table of old names (`MOVED` of arguments that moved into a block,
+`RETIRED` of arguments that went: `accel`, now the run's option), and `current_spec` /
+`current_config` apply them;
 every reader of hyperparameters from a file goes through them (zoo.hub.load_weights and
 manifest, zoo.registry.instantiate, ZooModule.load_from_checkpoint and on_load_checkpoint,
 train.py's resume checks, tools/release), so an old file loads to the same model. Only argument
@@ -46,7 +48,25 @@ RENAMED_VALUES: dict[str, dict[Any, Any]] = {
     "cosine_schedule": {True: "cosine", False: "none"},
 }
 
-_noted: set[tuple[str, tuple[str, ...]]] = set()
+#: class path -> (block, {argument: its default then}): arguments that moved from the model into
+#: one of its blocks (ViT's trunk into its `backbone:` spec); a config that gives any of them is
+#: from before the move, and one it left out meant that default
+MOVED: dict[str, tuple[str, dict[str, Any]]] = {
+    "zoo.models.vit.ViTClassifier": ("backbone", {
+        "kind": "timm_vit", "model_name": "vit_tiny_patch16_224", "patch_size": 4, "depth": 6, "embed_dim": 96,
+        "num_heads": 3, "mlp_ratio": 2.0, "global_pool": None, "drop_rate": 0.0, "drop_path_rate": 0.1,
+        "attn_drop_rate": 0.0, "mean": None, "std": None, "conv_stem": None, "conv_stem_blocks": 1,
+        "pretrained": False, "pretrained_file": None, "model_kwargs": None}),
+}
+
+#: arguments no class takes any more -> (the value that asked for nothing, what took their place):
+#: a file that gives that value loses the argument silently, any other value after one warning
+RETIRED: dict[str, tuple[Any, str]] = {
+    "accel": ("auto", "speed is a run option now (zoo train fit --accel MODE)"),
+    "compile": (False, "speed is a run option now (zoo train fit --accel compile)"),  # ViT's older spelling
+}
+
+_noted: set[tuple] = set()
 
 
 def renamed_for(class_path: Any) -> dict[str, str]:
@@ -59,9 +79,15 @@ def current_init_args(class_path: Any, init_args: Any) -> Any:
     nothing is renamed, or when it is not a mapping). An old and a current name that disagree are
     refused in one line: the file does not say which it means."""
     renames = renamed_for(class_path)
-    if not isinstance(init_args, Mapping) or not renames.keys() & init_args.keys():
+    block, then = MOVED.get(class_path, (None, {})) if isinstance(class_path, str) else (None, {})
+    if not isinstance(init_args, Mapping) or not (renames.keys() | RETIRED.keys() | then.keys()) & init_args.keys():
         return init_args
     out, done = dict(init_args), []
+    for name in RETIRED.keys() & out.keys():
+        value, (nothing, why) = out.pop(name), RETIRED[name]
+        if value != nothing and (class_path, name, str(value)) not in _noted:
+            _noted.add((class_path, name, str(value)))
+            log.warning("%s: %s: %s is not applied; %s", str(class_path).rsplit(".", 1)[-1], name, value, why)
     for old, new in renames.items():
         if old not in out:
             continue
@@ -71,7 +97,16 @@ def current_init_args(class_path: Any, init_args: Any) -> Any:
                             f"different values ({value!r}, {out[new]!r}); keep {new} only")
         out[new] = value
         done.append(f"{old} -> {new}")
-    _note(class_path, tuple(done))
+    moved = [name for name in then if name in out]
+    if moved:
+        if block in out:
+            raise UserError(f"{class_path}: the config gives {moved[0]} (now a field of {block}) and a {block} "
+                            f"block; keep the {block} block only")
+        fields = {name: out.pop(name, default) for name, default in then.items()}
+        out[block] = {name: value for name, value in fields.items() if value is not None}
+        done.append(f"{', '.join(moved)} -> {block}")
+    if done:
+        _note(class_path, tuple(done))
     return out
 
 

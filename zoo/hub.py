@@ -120,6 +120,165 @@ def max_download_bytes() -> int:
         raise UserError(f"ZOO_MAX_DOWNLOAD_MB={shorten(raw, 40)!r} is not a number of megabytes") from None
 
 
+# ----------------------------------------------------------------------------- model cards
+# A release as a Hugging Face hub repository (zoo.hf writes one): model.safetensors, config.json
+# (the zoo config, the sha256 of the weights) and README.md. Loading one is as safe as loading a
+# release: the class config.json names is checked against the allow-list before the weights are
+# downloaded, model.safetensors must have the sha256 config.json records (and the user's
+# --sha256), and its embedded config must be config.json's. Downloads go through huggingface_hub
+# into its cache ($HF_HOME; HF_ENDPOINT picks the server, HF_HUB_OFFLINE=1 uses the cache alone);
+# a repository that is refused leaves nothing of itself in the cache.
+HUB_PREFIX = "hf-hub:"
+CARD_CONFIG = "config.json"
+CARD_WEIGHTS = "model.safetensors"
+LIBRARY = "attention-zoo"
+HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
+
+
+def is_hub_id(location) -> bool:
+    return isinstance(location, str) and location.startswith(HUB_PREFIX)
+
+
+def is_card(location) -> bool:
+    """An `hf-hub:ORG/NAME` repository, or a local folder in the hub layout."""
+    if is_hub_id(location):
+        return True
+    try:
+        return Path(location).is_dir() and (Path(location) / CARD_CONFIG).is_file()
+    except (TypeError, OSError):
+        return False
+
+
+def fetch_card(location, pin: str | None = None) -> Path:
+    """The verified local `model.safetensors` of a card: downloaded from the hub for
+    `hf-hub:ORG/NAME[@REVISION]`, else in the local folder `location`; `pin`: a sha256 (prefix,
+    lowercase hex) it must also match. One-line UserErrors for a refused class, a missing file, a
+    sha256 mismatch or an unreachable hub."""
+    if is_hub_id(location):
+        repo_id, _, revision = location[len(HUB_PREFIX):].partition("@")
+        if not HUB_REPO_ID.fullmatch(repo_id):
+            raise UserError(f"{shorten(location)}: give a hub repository as hf-hub:ORG/NAME")
+        fetched = []
+        try:
+            config_path = _download_from_hub(location, repo_id, CARD_CONFIG, revision or None, fetched)
+            config = read_card_config(config_path, location)
+            weights = _download_from_hub(location, repo_id, CARD_WEIGHTS, revision or None, fetched)
+            _verify_card(weights, config, pin, location)
+        except UserError:
+            for path in fetched:  # a refused repository leaves nothing in the cache
+                _evict_cached(path)
+            raise
+        return weights
+    folder = Path(location)
+    config = read_card_config(folder / CARD_CONFIG, str(folder))
+    weights = folder / CARD_WEIGHTS
+    if not weights.is_file():
+        raise UserError(f"{folder}: no {CARD_WEIGHTS} beside its {CARD_CONFIG}")
+    _verify_card(weights, config, pin, str(folder))
+    return weights
+
+
+def read_card_config(path: Path, source: str) -> dict:
+    """A card's config.json, checked: a zoo card whose model (and data) classes are the zoo's own."""
+    from zoo.classes import check_allowed
+
+    if not path.is_file():
+        raise UserError(f"{source}: no {CARD_CONFIG}")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise UserError(f"{source}: refused, its {CARD_CONFIG} is more than {MAX_CONFIG_BYTES:,} bytes")
+    try:
+        config = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise UserError(f"{source}: its {CARD_CONFIG} is not readable JSON ({shorten(exc, 80)})") from None
+    check_tree(config, f"{source}: its {CARD_CONFIG}")
+    zoo_config = config.get("zoo_config") if isinstance(config, dict) else None
+    if not isinstance(zoo_config, dict) or config.get("library_name") != LIBRARY:
+        raise UserError(f"{source}: its {CARD_CONFIG} is not an {LIBRARY} card (no zoo_config)")
+    try:  # before anything else is downloaded or imported
+        check_allowed(zoo_config.get("class_path"), "model")
+        if isinstance(zoo_config.get("data"), dict):
+            check_allowed(zoo_config["data"].get("class_path"), "data")
+    except UserError as exc:
+        raise UserError(f"{source}: {exc}") from None
+    files = config.get("files")
+    pinned = files.get(CARD_WEIGHTS) if isinstance(files, dict) else None
+    digest = pinned.get("sha256") if isinstance(pinned, dict) else None
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise UserError(f"{source}: its {CARD_CONFIG} records no sha256 of {CARD_WEIGHTS}; refusing unverifiable weights")
+    return config
+
+
+def _verify_card(weights: Path, config: dict, pin: str | None, source: str) -> None:
+
+    digest = sha256_file(weights)
+    expected = config["files"][CARD_WEIGHTS]["sha256"]
+    if digest != expected:
+        raise UserError(f"{source}: {CARD_WEIGHTS} fails its sha256 check (config.json says {expected[:12]}…, "
+                        f"the file is {digest[:12]}…); refusing it")
+    if pin and not digest.startswith(pin):
+        raise UserError(f"{source}: {CARD_WEIGHTS} is not the pinned file (--sha256 {pin[:12]}…, the file is {digest[:12]}…)")
+    embedded = safetensors_metadata(weights, source).get(CONFIG_KEY)
+    try:
+        embedded = json.loads(embedded) if embedded else None
+    except ValueError:
+        embedded = None
+    if not isinstance(embedded, dict) or current_config(embedded) != current_config(config["zoo_config"]):
+        raise UserError(f"{source}: {CARD_CONFIG} does not describe the model in {CARD_WEIGHTS} (their zoo configs differ)")
+
+
+def safetensors_metadata(path: Path, source: str) -> dict:
+    """The `__metadata__` of a safetensors file's header, read without torch."""
+
+    with open(path, "rb") as f:
+        head = f.read(8)
+        size = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 2 <= size <= 4 * MAX_CONFIG_BYTES:
+            raise UserError(f"{source}: {CARD_WEIGHTS} is not a safetensors file")
+        try:
+            header = json.loads(f.read(size))
+        except (ValueError, UnicodeDecodeError):
+            raise UserError(f"{source}: {CARD_WEIGHTS} has an unreadable header") from None
+    metadata = header.get("__metadata__") if isinstance(header, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _download_from_hub(location: str, repo_id: str, filename: str, revision: str | None, fetched: list) -> Path:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError,
+                                        RepositoryNotFoundError, RevisionNotFoundError)
+
+    # the hub's settings as they are now, not as they were when huggingface_hub was imported (timm
+    # imports it early): the server, the cache, offline mode
+    home = os.environ.get("HF_HOME")
+    cache = os.environ.get("HF_HUB_CACHE") or (os.path.join(home, "hub") if home else None)
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    try:
+        path = Path(hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache, local_files_only=offline,
+                                    endpoint=os.environ.get("HF_ENDPOINT")))
+    except LocalEntryNotFoundError:
+        raise UserError(f"{location}: cannot reach the hub for {filename}, and it is not in the cache "
+                        "(offline? HF_ENDPOINT points elsewhere?)") from None
+    except EntryNotFoundError:
+        raise UserError(f"{location}: the repository has no {filename}") from None
+    except RevisionNotFoundError:
+        raise UserError(f"{location}: no such revision") from None
+    except RepositoryNotFoundError:
+        raise UserError(f"{location}: no such repository on the hub (or it is private)") from None
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{location}: could not download {filename} ({shorten(reason, 120)})") from None
+    fetched.append(path)
+    return path
+
+
+def _evict_cached(path: Path) -> None:
+    """Remove a file huggingface_hub cached: its snapshot link and the blob it points at."""
+    blob = path.resolve()
+    path.unlink(missing_ok=True)
+    if blob != path:
+        blob.unlink(missing_ok=True)
+
+
 def _check_pin(sha256: str | None) -> str | None:
     if sha256 is None:
         return None
@@ -139,12 +298,10 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
     sha256: the file's sha256 in hex, or a prefix of at least 8 digits. A local file is checked on
     every call; a download is verified before it enters the cache, and a cached copy is checked
     before it is served. A model card (`hf-hub:ORG/NAME` or a folder in the hub's layout) gives
-    its verified model.safetensors (zoo.hf)."""
+    its verified model.safetensors."""
     pin = _check_pin(sha256)
-    from zoo import hf
-
-    if hf.is_card(location):  # hf-hub:ORG/NAME, or a local folder in the hub's layout
-        return hf.fetch_card(location, pin)
+    if is_card(location):  # hf-hub:ORG/NAME, or a local folder in the hub's layout
+        return fetch_card(location, pin)
     if not is_url(str(location)):
         path = Path(location)
         if not path.is_file():

@@ -22,19 +22,10 @@ import re
 from pathlib import Path
 
 from zoo.errors import UserError
+from zoo.registry import index
 from zoo.io import ALPHA_RULE, INTERPOLATION
 
-INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
 REGENERATE = "python scripts/model_index.py"
-
-
-@functools.lru_cache(maxsize=1)
-def index() -> dict:
-    """The model index ({"families": {class_path: family}, "entries": {name: facts}}); empty
-    when absent."""
-    if not INDEX_PATH.is_file():
-        return {"families": {}, "entries": {}}
-    return json.loads(INDEX_PATH.read_text())
 
 
 def config_of(entry) -> dict:
@@ -60,8 +51,9 @@ def computed_facts(entry) -> dict:
     from zoo import cost
     from zoo.registry import build
 
-    model = build(architecture(config_of(entry)))
-    return {"config_digest": digest(config_of(entry)), "family": model.family, "output_kind": model.output_kind,
+    # a recipe's model with what its data decides (image size, classes), as train.py builds it
+    model = build(architecture(config_of(entry) if entry.weights is not None else entry.recipe_config()))
+    return {"config_digest": digest(config_of(entry)), "family": model.family, "output_kind": model.card.output,
             **cost.facts(model)}
 
 
@@ -91,11 +83,6 @@ def timm_weights(config: dict) -> bool:
     """Whether the config starts from timm's pretrained weights (whose mean/std the model then
     applies: timm's pretrained_cfg, not known without them)."""
     return any(block.get("pretrained") is True or block.get("pretrained_file") for block in _pretrained_sources(config))
-
-
-def family(class_path: str) -> str | None:
-    """A model class's family as the index knows it (None: not indexed; import the class)."""
-    return index()["families"].get(class_path)
 
 
 def description(entry) -> str | None:

@@ -11,16 +11,18 @@ field and the limit, in well under a second.
   counted WITHOUT expanding them (each distinct object is sized once and its size reused), and a
   cycle is refused;
 - depth of nesting; the length of any string;
-- the dimensions families and data modules declare (`DIMENSION_LIMITS`, by argument name).
+- the dimensions of models and data modules, by argument name: the shared ones (`DIMENSION_LIMITS`)
+  and each family's own (its card's `dimensions`).
 
 The defaults are far above every recipe here; `ZOO_LIMITS="hidden_size=32768,tree_nodes=1000000"`
-raises any of them (a name of `DIMENSION_LIMITS`, or `tree_nodes`, `tree_depth`, `string_length`).
+raises any of them (a dimension's name, or `tree_nodes`, `tree_depth`, `string_length`).
 """
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import is_dataclass
 from typing import Any
 
 
@@ -33,26 +35,18 @@ MAX_STRING = 100_000
 #: characters of a file-provided value an error message quotes
 QUOTE = 200
 
-#: argument name -> the largest value a family or data module may be asked for (a list of ints, an
-#: image size [H, W], is checked element by element)
+#: argument name -> the largest value a model or data module may be asked for (a list of ints, an
+#: image size [H, W], is checked element by element): the names several share (backbone blocks, data
+#: modules, decoding); a family states its own in its card (zoo.models.card.FamilyCard.dimensions)
 DIMENSION_LIMITS: dict[str, float] = {
-    # widths of layers
-    **dict.fromkeys(["hidden_size", "hidden_dim", "embed_dim", "enc_size", "dec_size", "z_size", "glimpse_dim",
-                     "glimpse_hidden", "location_hidden", "attention_dim", "decoder_dim", "encoder_dim",
-                     "lstm_size", "init_hidden", "hidden", "dim", "embed_size", "channels", "filters"], 16_384),
-    **dict.fromkeys(["where_hidden", "context_channels"], 16_384),  # RAM's where layer, context network
-    **dict.fromkeys(["depth", "num_layers", "num_heads", "heads", "num_blocks"], 256),
+    # widths of layers (of a backbone block too: timm's names)
+    **dict.fromkeys(["embed_dim", "channels"], 16_384),
+    **dict.fromkeys(["depth", "num_heads"], 256),
     # images (`img_size`: timm's name, a field of a backbone block; a model's is `image_size`)
     **dict.fromkeys(["image_size", "img_size", "resize_size", "crop_size"], 4_096),
-    "canvas_size": 1_024, "patch_size": 1_024, "num_scales": 16, "read_n": 1_024, "write_n": 1_024,
-    "context_size": 4_096,  # RAM's coarse view of the whole canvas
-    # steps and decoding
-    **dict.fromkeys(["T", "num_glimpses", "num_steps"], 1_000),
+    "canvas_size": 1_024, "patch_size": 1_024,
+    # decoding (a captioner's defaults, and the commands' flags)
     "beam_size": 100, **dict.fromkeys(["decode_max_len", "max_len"], 1_000),
-    "train_samples": 1_000,  # RAM's glimpse paths per training image (each one a whole rollout)
-    "iwae_samples": 100_000, "iwae_chunk": 100_000, "eval_samples": 10_000,
-    # estimators: sample paths per caption (each multiplies the decoder's work), a temperature
-    "hard_samples": 256, "gumbel_temperature": 1_000,
     # data
     **dict.fromkeys(["num_train", "num_val", "num_test", "val_items", "val_size", "limit_train", "limit_eval",
                      "max_vocab"], 10_000_000),
@@ -73,8 +67,10 @@ def _overrides() -> dict[str, float]:
     return out
 
 
-def limit(name: str) -> float:
-    defaults = {**DIMENSION_LIMITS, "tree_nodes": MAX_NODES, "tree_depth": MAX_DEPTH, "string_length": MAX_STRING}
+def limit(name: str, own: Mapping[str, float] | None = None) -> float:
+    """The limit of `name`: ZOO_LIMITS's, else `own` (a family's card), else the shared one."""
+    defaults = {**DIMENSION_LIMITS, **(own or {}), "tree_nodes": MAX_NODES, "tree_depth": MAX_DEPTH,
+                "string_length": MAX_STRING}
     return _overrides().get(name, defaults.get(name, float("inf")))
 
 
@@ -156,26 +152,38 @@ def _too_big(what: str, max_nodes: float):
                     "resolved (a small file that expands to gigabytes)")
 
 
-def check_dimensions(init_args: Any, where: str) -> None:
-    """Refuse an argument above its `DIMENSION_LIMITS` entry (or below 0), anywhere in `init_args`
-    (nested mappings included: a backbone spec), before the class is built."""
+def check_dimensions(init_args: Any, where: str, own: Mapping[str, float] | None = None) -> None:
+    """Refuse an argument above its limit (or below 0), anywhere in `init_args` (nested mappings and
+    dataclasses included: a backbone spec), before the class is built. `own`: the family's limits
+    (its card's `dimensions`) beside the shared `DIMENSION_LIMITS`."""
+    if is_dataclass(init_args) and not isinstance(init_args, type):
+        init_args = vars(init_args)
     if not isinstance(init_args, Mapping):
         return
     for key, value in init_args.items():
         name = str(key)
-        if isinstance(value, Mapping):
-            check_dimensions(value, f"{where}.{name}")
+        if isinstance(value, Mapping) or (is_dataclass(value) and not isinstance(value, type)):
+            check_dimensions(value, f"{where}.{name}", own)
             continue
-        if name not in DIMENSION_LIMITS:
+        if name not in DIMENSION_LIMITS and name not in (own or {}):
             continue
         numbers = value if isinstance(value, (list, tuple)) else [value]
-        top = limit(name)
+        top = limit(name, own)
         for number in numbers:
             if isinstance(number, bool) or not isinstance(number, (int, float)):
                 continue
             if number != number or number > top or number < 0:
                 raise UserError(f"{where}.{name}: {shorten(value, 60)} is outside the sane range 0..{top:,.0f} "
                                 f"(raise it with ZOO_LIMITS={name}=N if you mean it)")
+
+
+def check_arguments(cls: type, args: tuple, kwargs: dict, where: str, own: Mapping[str, float] | None = None) -> None:
+    """`check_dimensions` on the arguments a call of `cls(*args, **kwargs)` binds (from `__new__`:
+    before anything is built, whoever builds it)."""
+    import inspect
+
+    given = inspect.signature(cls.__init__).bind_partial(None, *args, **kwargs).arguments
+    check_dimensions({k: v for k, v in list(given.items())[1:]}, where, own)
 
 
 def _is_tensor(node) -> bool:

@@ -169,17 +169,17 @@ def _normalisation(model) -> tuple[tuple | None, tuple | None]:
 
 def for_model(model) -> Preprocessing:
     """How images are prepared for `model`: the family's input facts (`input_size`, `input_chans`,
-    `resize_rule`), and the evaluation crop of the data module it was trained with, if it has one."""
-    from zoo.classes import ALLOWED_CLASSES, resolve_class
+    `card.resize`), and the evaluation crop of the data module it was trained with, if it has one."""
+    from zoo.classes import is_allowed, resolve_class
 
     data = (data_config(model) or {}).get("init_args") or {}
     data_class = str((data_config(model) or {}).get("class_path", ""))
     mean, std = _normalisation(model)
-    data_module = resolve_class(data_class, "data") if data_class in ALLOWED_CLASSES["data"] else None
+    data_module = resolve_class(data_class, "data") if is_allowed(data_class, "data") else None
     names = model.hparams.get("class_names") or getattr(data_module, "class_names", None)
     names = tuple(names) if names else None
     size = tuple(model.input_size)
-    crop = data_module.eval_resize_for(size, **data) if data_module is not None else None
+    crop = data_module.eval_resize_for(size, **data_module.arguments(**data)) if data_module is not None else None
     if crop is not None:
         return Preprocessing(model.input_chans, size, "crop", crop, mean, std, names)
-    return Preprocessing(model.input_chans, size, model.resize_rule, None, mean, std, names)
+    return Preprocessing(model.input_chans, size, model.card.resize, None, mean, std, names)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import fnmatch
+import json
 import logging
 import os
 import warnings
@@ -25,13 +26,16 @@ from pathlib import Path
 
 import yaml
 
-from zoo import hf, hub
-from zoo.classes import ALLOWED_CLASSES, allow_class, resolve_class  # noqa: F401 (the public names)
+from zoo import hub
+from zoo.classes import ALLOWED_CLASSES, allow_class, is_allowed, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
-from zoo.limits import check_dimensions, check_tree
+from zoo.limits import check_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: the model index: facts that take torch to know, per entry, and each model class's family
+#: (written by scripts/model_index.py; zoo.info reads the facts)
+INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
 log = logging.getLogger("zoo")
 
 
@@ -56,11 +60,16 @@ class Entry:
     weights: dict | None = None  # the manifest record, when weights are released
     metadata: dict = field(default_factory=dict)
 
+    def recipe_config(self) -> dict:
+        """The recipe's model config as train.py trains it, with what its data decides filled in
+        (image size, channels, label set: `linked`), and the data config beside it."""
+        return {**(linked(self.model, self.data) if self.data else self.model), "data": self.data}
+
 
 def _family(class_path: str, folder: str) -> str:
-    """A recipe's family is its model class's (`family`: "captioner" for the recipes under
-    configs/sat/, "draw_classifier" for DRAW's classifier); the folder for a class off the list."""
-    if class_path not in ALLOWED_CLASSES["model"]:
+    """A recipe's family is its model class's card's name (which need not be its folder's); the
+    folder for a class off the list."""
+    if not is_allowed(class_path):
         return folder
     return getattr(resolve_class(class_path), "family", folder)
 
@@ -102,14 +111,21 @@ def _entries() -> dict[str, Entry]:
     return entries
 
 
+@functools.lru_cache(maxsize=1)
+def index() -> dict:
+    """The model index ({"families": {class_path: family}, "entries": {name: facts}}); empty
+    when absent."""
+    if not INDEX_PATH.is_file():
+        return {"families": {}, "entries": {}}
+    return json.loads(INDEX_PATH.read_text())
+
+
 def family_of(entry: Entry) -> str:
     """The entry's model family (filled into its metadata on first use): the model index's
-    (zoo.info, no import), else the model class's."""
+    (no import), else the model class's."""
     if "family" not in entry.metadata:
-        from zoo.info import family
-
         folder = entry.recipe.parent.name if entry.recipe else "?"
-        entry.metadata["family"] = family(entry.model["class_path"]) or _family(entry.model["class_path"], folder)
+        entry.metadata["family"] = index()["families"].get(entry.model["class_path"]) or _family(entry.model["class_path"], folder)
     return entry.metadata["family"]
 
 
@@ -121,6 +137,60 @@ def get_entry(name: str) -> Entry:
         raise UserError(f"unknown model '{name}'{hint}")
     family_of(entries[name])
     return entries[name]
+
+
+def link_data(model_class: type, model_args, data_class: type, data_args) -> None:
+    """Give the model what its data decides, in `model_args` (a recipe's init_args, or
+    LightningCLI's, changed in place): the image size (`image_size_for`) and channels
+    (`image_chans_for`) the data serves, which a model left at its class default takes and one
+    set to another value refuses in one line (a captioner trained on 96 px scenes with
+    image_size 128 would be prepared at 128 px by `zoo caption`); and the label set
+    (`class_names_for`), its size as `num_classes` and its names as `class_names` where the model
+    takes them and its config names none. train.py links a run's config, the registry a recipe's
+    entry, tools/release a recipe it holds against a release: so no recipe restates them."""
+    import inspect
+
+    from zoo.data.base import as_size
+
+    params = inspect.signature(model_class).parameters
+    data_args = data_class.arguments(**data_args) if hasattr(data_class, "arguments") else data_args
+
+    def given(key):
+        return model_args[key] if key in model_args else params[key].default
+
+    def take_or_refuse(key, served, data_says):
+        value, default = given(key), params[key].default
+        if value == default or (isinstance(default, (list, tuple)) and list(value) == list(default)):
+            return served
+        raise UserError(f"--model.init_args.{key} {value} disagrees with the data's images ({data_says}); "
+                        f"set one of them so they agree, or leave the model's out to take the data's")
+
+    size = data_class.image_size_for(**data_args)
+    if "image_size" in params and size is not None and given("image_size") is not None \
+            and as_size(given("image_size")) != size:
+        key = data_class.image_size_argument or "variant"
+        size = take_or_refuse("image_size", size, f"{key} {data_args.get(key)}: {size[0]}x{size[1]} px")
+        model_args["image_size"] = size[0] if isinstance(given("image_size"), int) and size[0] == size[1] else list(size)
+    chans = data_class.image_chans_for(**data_args)
+    if "in_chans" in params and chans is not None and given("in_chans") not in (None, chans):
+        model_args["in_chans"] = take_or_refuse("in_chans", chans, f"{data_class.__name__}: {chans} channel(s)")
+    names = data_class.class_names_for(**data_args)
+    if names and "num_classes" in params and given("num_classes") != len(names):
+        model_args["num_classes"] = len(names)
+    if names and "class_names" in params and given("class_names") is None:
+        model_args["class_names"] = list(names)
+
+
+def linked(model: dict, data: dict) -> dict:
+    """A recipe's model {class_path, init_args} in current names with what its data {class_path,
+    init_args} decides filled in (`link_data`); a class off the list as it is."""
+    model, data = current_spec(model), current_spec(data)
+    if not (is_allowed(model.get("class_path")) and is_allowed(data.get("class_path"), "data")):
+        return model
+    init_args = dict(model.get("init_args") or {})
+    link_data(resolve_class(model["class_path"]), init_args, resolve_class(data["class_path"], "data"),
+              dict(data.get("init_args") or {}))
+    return {**model, "init_args": init_args}
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
@@ -136,8 +206,9 @@ def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entr
 
 
 def instantiate(spec: dict, kind: str = "model", **overrides):
-    """Instantiate an allow-listed {class_path, init_args} with overrides on top; init_args saved
-    under an old hyperparameter name are given under the current one (zoo.hparams)."""
+    """Instantiate an allow-listed {class_path, init_args} with overrides on top (a mapping
+    updates a block field by field); init_args saved under an old hyperparameter name are given
+    under the current one (zoo.hparams)."""
     if not isinstance(spec, dict):
         raise UserError(f"refused: a {kind} config must be a mapping with class_path, got {type(spec).__name__}")
     check_tree(spec, f"the {kind} config")
@@ -146,9 +217,11 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
     if not isinstance(init_args, dict):
         raise UserError(f"{spec['class_path']}: init_args must be a mapping")
     init_args = {k: v for k, v in init_args.items() if not str(k).startswith("_")}
-    check_dimensions({**init_args, **overrides}, f"{kind}.init_args")
+    # an override of a block (a backbone spec) changes the fields it gives, as a second config would
+    init_args.update({k: {**init_args[k], **v} if isinstance(v, dict) and isinstance(init_args.get(k), dict) else v
+                      for k, v in overrides.items()})
     try:
-        return cls(**{**init_args, **overrides})
+        return cls(**init_args)
     except TypeError as exc:
         raise UserError(f"{spec['class_path']}: bad arguments ({exc})") from None
 
@@ -213,7 +286,7 @@ def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_h
     """`state` made to fit `model` where the user changed its task: with `new_head`, the family's
     head parameters (`model.head_keys`) whose shape differs keep the model's fresh ones; when the
     model's vocabulary differs from the one `config` was trained with, the rows of
-    `model.vocab_keys` for words both know are copied and new words keep fresh rows. Anything else
+    `model.card.vocab_keys` for words both know are copied and new words keep fresh rows. Anything else
     that does not fit is refused (`check_state_dict`)."""
     state, own = dict(state), model.state_dict()
     fresh = [k for k in own if new_head and k.startswith(tuple(model.head_keys)) and k in state
@@ -224,14 +297,14 @@ def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_h
         log.warning("%s: new classifier head %s starts fresh; every other weight is the release's",
                  source, ", ".join(f"{k} {tuple(own[k].shape)}" for k in fresh))
     old = ((config or {}).get("init_args") or {}).get("vocab")
-    new = model.hparams.get("vocab") if model.vocab_keys else None
-    if old and new and list(old) != list(new) and all(k in state for k in model.vocab_keys):
+    new = model.hparams.get("vocab") if model.card.vocab_keys else None
+    if old and new and list(old) != list(new) and all(k in state for k in model.card.vocab_keys):
         index = {word: i for i, word in enumerate(old)}
         pairs = [(i, index[w]) for i, w in enumerate(new) if w in index]
         import torch
 
         dst, src = (torch.tensor(p) for p in zip(*pairs))
-        for key in model.vocab_keys:
+        for key in model.card.vocab_keys:
             rows = own[key].clone()
             rows[dst] = state[key][src].to(rows.dtype)
             state[key] = rows
@@ -266,8 +339,8 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     checkpoint: load weights from this .ckpt/.safetensors (a path or URL) instead; it must be this
     model's kind. sha256 pins a checkpoint URL (or file).
     overrides: hyperparameters replacing the recipe's.
-    A name `hf-hub:ORG/NAME` loads that model card from the Hugging Face hub (zoo.hf)."""
-    if hf.is_hub_id(name):
+    A name `hf-hub:ORG/NAME` loads that model card from the Hugging Face hub (zoo.hub)."""
+    if hub.is_hub_id(name):
         if checkpoint is not None:
             raise UserError(f"{name} is a whole model with its weights; give it without checkpoint=...")
         return load_checkpoint(name, sha256, **overrides)
@@ -284,7 +357,7 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
         if new_head and released.get("class_names") and "class_names" not in overrides:
             overrides["class_names"] = None  # the release's names are not this label set's
         return load_into(build(config, **overrides), hub.fetch_release(name), new_head=new_head)
-    model = build({**entry.model, "data": entry.data}, **overrides)
+    model = build(entry.recipe_config(), **overrides)
     if checkpoint is not None:
         load_into(model, checkpoint, sha256, new_head="num_classes" in overrides)
     return model
@@ -348,7 +421,7 @@ def get_weights(name: str) -> Weights:
 def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overrides):
     """Rebuild a model from a zoo checkpoint alone: a Lightning .ckpt (weights_only) or a
     .safetensors with its config in metadata or a sidecar .json; a path or a URL (`sha256` pins
-    it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.hf). The
+    it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.hub). The
     classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
     state, config = hub.load_fetched(path, sha256)
     if not isinstance(config, dict) or "class_path" not in config:

@@ -12,6 +12,9 @@
   identity (`id`, `version`, `resume`); those live in the checkpoints. A --config file that holds
   them anyway (one saved by an older zoo) has them dropped with one warning: resuming is asked for
   on the command line (`--ckpt_path`), never inherited from a file.
+- Resuming continues the run that wrote the checkpoint (`check_resume`): its model hyperparameters
+  and its data must be this command's (how the data is served may change, with one warning), and
+  its W&B run goes on. A checkpoint is read with weights_only=True; the classes come from the recipe.
 """
 from __future__ import annotations
 
@@ -21,10 +24,16 @@ import socket
 import warnings
 from pathlib import Path
 
+from zoo import hub
 from zoo.errors import UserError
+from zoo.hparams import current_init_args
 from zoo.io import check_writable
+from zoo.limits import shorten
 
 RUN_LOCK = ".run.lock"
+LAST = "last.ckpt"  # zoo.callbacks.ZooCheckpoint's, rewritten every epoch
+#: data settings a resumed run may change (with one warning): how the data is served, not which
+RESUME_MAY_CHANGE = ("batch_size", "eval_batch_size", "num_workers")
 WANDB_IDENTITY = ("id", "version", "resume")  # which W&B run a logger writes: a run's, never a recipe's
 _held: list = []  # the lock files of the run folders this process holds
 
@@ -147,3 +156,136 @@ def drop_inherited_identity(config, argv: list[str]) -> None:
     if dropped:
         warnings.warn(f"--config gives {', '.join(dropped)} (a run's saved config, not a recipe): ignored, this "
                       "is a new run; resume a run with --ckpt_path", UserWarning)
+
+
+# ----------------------------------------------------------------------------- resuming
+def check_resume(config, argv: list[str], fitting: bool) -> None:
+    """`--ckpt_path` of a parsed training config (a jsonargparse Namespace: `ckpt_path`, `model`,
+    `data`, `trainer`, `checkpoint.dirpath`), checked before anything is built or written: the file
+    fetched and verified, its model and data the config's, its run not training elsewhere; then the
+    config resumes it (the verified local path, the run's W&B id). `argv`: the command line."""
+    drop_inherited_identity(config, argv)  # a resume is asked for, never inherited from a file
+    if config.get("weights_only") is False:
+        raise UserError("--weights_only false would let a checkpoint run code when it loads; refused")
+    if "weights_only" in config:
+        config["weights_only"] = True
+    if config.get("ckpt_path") and config.get("init_from"):
+        raise UserError("give --ckpt_path (resume a run) or --init_from (start a new run from weights), not both")
+    if not config.get("ckpt_path"):
+        return
+    path = resume_path(str(config["ckpt_path"]), Path(config["checkpoint"]["dirpath"]), config.get("sha256"))
+    checkpoint = read_resume_checkpoint(path)
+    config["ckpt_path"] = str(path)
+    model, data = config["model"], config.get("data")
+    check_resume_model(checkpoint, model["class_path"], model["init_args"], path)
+    if data is not None and data.get("init_args") is not None:
+        check_resume_data(checkpoint, data["class_path"], data["init_args"], path)
+    if fitting:
+        check_resume_owner(path, checkpoint, Path(config["trainer"].get("default_root_dir") or os.getcwd()))
+    run = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
+    for init_args in _wandb_logger_args(config) if isinstance(run.get("wandb_id"), str) else []:
+        if init_args.get("id") is None:  # the same W&B run goes on
+            init_args["id"], init_args["resume"] = run["wandb_id"], "allow"
+
+
+def resume_path(ckpt: str, checkpoint_dir: Path, sha256: str | None = None) -> Path:
+    """The local, verified file `--ckpt_path` names: 'last' (the run's last.ckpt), a path or a URL."""
+    if ckpt in ("best", "hpc", "registry"):
+        raise UserError(f"--ckpt_path {ckpt}: give a checkpoint file, a URL, or 'last'")
+    if ckpt == "last":
+        path = checkpoint_dir / LAST
+        if not path.is_file():
+            raise UserError(f"--ckpt_path last: no {LAST} in {checkpoint_dir} (is --trainer.default_root_dir the "
+                            "run's folder?); leave --ckpt_path out to start a new run")
+        return path
+    if ckpt.endswith(".safetensors"):
+        raise UserError(f"--ckpt_path {ckpt}: released weights are not a training checkpoint (no optimizer or "
+                        "epoch to resume); start a new run from them with --init_from instead")
+    if not hub.is_url(ckpt) and not Path(ckpt).is_file():
+        raise UserError(f"--ckpt_path {ckpt}: no such checkpoint file")
+    return hub.fetch(ckpt, sha256)
+
+
+def newest_readable(directory: Path, skip: Path | None = None) -> Path | None:
+    """The readable checkpoint in `directory` that got furthest (most optimizer steps): what the
+    run itself recorded, not file times, which are coarser than a run's saves."""
+    furthest, best = None, -1
+    for path in sorted(Path(directory).glob("*.ckpt")):
+        if skip is not None and path.resolve() == Path(skip).resolve():
+            continue
+        try:
+            step = int(hub.read_checkpoint(path).get("global_step", 0))
+        except (UserError, TypeError, ValueError):
+            continue
+        if step > best:
+            furthest, best = path, step
+    return furthest
+
+
+def read_resume_checkpoint(path: Path) -> dict:
+    """The checkpoint to resume; an unreadable one (cut off, corrupted) names the newest readable
+    checkpoint beside it."""
+    try:
+        return hub.read_checkpoint(path)
+    except UserError as exc:
+        if "refused" in str(exc):
+            raise
+        fallback = newest_readable(path.parent, skip=path)
+        hint = (f"; the newest readable checkpoint is {fallback}: resume with --ckpt_path {fallback}"
+                if fallback else "; no other readable checkpoint in that folder")
+        raise UserError(f"cannot resume: {exc}{hint}") from None
+
+
+def check_resume_model(checkpoint: dict, class_path: str, init_args, path: Path) -> None:
+    """The checkpoint's model must be `class_path` with these `init_args` (its hyperparameters under
+    old names too, zoo.hparams); one the data filled in during training (a captioner's vocabulary)
+    is taken from it."""
+    saved = checkpoint.get("zoo") if isinstance(checkpoint.get("zoo"), dict) else {}
+    hparams = checkpoint.get("hyper_parameters") or {}
+    saved_class = saved.get("class_path") or hparams.get("_class_path")
+    if saved_class and saved_class != class_path:
+        raise UserError(f"--ckpt_path {path}: the checkpoint is a {saved_class}, but this config trains {class_path}")
+    for key, value in current_init_args(class_path, hparams).items():
+        if key.startswith("_") or key not in init_args:
+            continue
+        if init_args[key] is None and value is not None:
+            init_args[key] = value
+        elif _plain(init_args[key]) != _plain(value):
+            raise UserError(f"--ckpt_path resumes the run it was saved from, but model.init_args.{key} differs "
+                            f"({_plain(init_args[key])!r} here, {_plain(value)!r} in the checkpoint); to train with "
+                            f"new hyperparameters start a new run with --init_from {path}")
+
+
+def check_resume_data(checkpoint: dict, class_path: str, init_args, path: Path) -> None:
+    """The data the run trains and validates on must be the checkpoint's: a changed split size, seed,
+    variant, image size or vocabulary would validate on images it trained on. Where the data lives
+    (a path argument) may move; how it is served (`RESUME_MAY_CHANGE`) may change with one warning."""
+    from zoo.registry import resolve_class
+
+    zoo_data = (checkpoint.get("zoo") or {}).get("data") if isinstance(checkpoint.get("zoo"), dict) else None
+    saved = checkpoint.get("datamodule_hyper_parameters") or (zoo_data or {}).get("init_args") or {}
+    if not isinstance(saved, dict) or not saved:
+        return
+    movable = set(resolve_class(class_path, "data").path_arguments) | {"cache"}
+    for key, value in current_init_args(class_path, saved).items():  # saved under old names too
+        if str(key).startswith("_") or key not in init_args or key in movable:
+            continue
+        current = init_args[key]
+        if _plain(current) == _plain(value):
+            continue
+        if key in RESUME_MAY_CHANGE:
+            warnings.warn(f"resuming with data.init_args.{key} {_plain(current)!r} (the checkpoint's run used "
+                          f"{_plain(value)!r}): the schedule and the epoch length change", UserWarning)
+            continue
+        raise UserError(f"--ckpt_path resumes the run it was saved from, but data.init_args.{key} differs "
+                        f"({shorten(_plain(current), 60)} here, {shorten(_plain(value), 60)} in the checkpoint): "
+                        f"the run would train or validate on other data; start a new run with --init_from {path}")
+
+
+def _plain(value):
+    """A config value with tuples as lists, to compare with a checkpoint's."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -19,24 +19,11 @@ fields plus `kind`, and `pretrained: NAME` to load a released zoo backbone by na
 from __future__ import annotations
 
 from zoo.backbones.common import PatchFeatures, freeze
+from zoo.backbones.kinds import BACKBONES, build_backbone
 from zoo.backbones.spec import BackboneSpec, check_input, load_zoo_backbone
 from zoo.backbones.stem import ConvStem
 from zoo.backbones.timm_cnn import TimmCNN
 from zoo.backbones.timm_vit import TimmViT
-from zoo.errors import UserError
-
-BACKBONES = {"stem": ConvStem, "timm_cnn": TimmCNN, "timm_vit": TimmViT}
-
-
-def build_backbone(kind: str, **kwargs):
-    """Instantiate the backbone `kind` ("stem", "timm_cnn" or "timm_vit") with plain kwargs."""
-    if kind not in BACKBONES:
-        raise UserError(f"unknown backbone kind '{kind}'; choose one of {', '.join(BACKBONES)}")
-    try:
-        return BACKBONES[kind](**kwargs)
-    except TypeError as exc:
-        raise UserError(f"backbone '{kind}': bad arguments ({exc})") from None
-
 
 __all__ = ["PatchFeatures", "build_backbone", "freeze", "ConvStem", "TimmCNN", "TimmViT", "BACKBONES",
            "BackboneSpec", "check_input", "load_zoo_backbone"]

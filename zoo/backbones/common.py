@@ -3,8 +3,6 @@ errors for the mistakes users make (unknown names, missing or ill-fitting weight
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import difflib
 import os
 import re
@@ -25,18 +23,37 @@ class PatchFeatures(NamedTuple):
 
 
 def freeze(module: nn.Module) -> nn.Module:
-    """No gradients for `module`'s parameters (BatchNorm statistics are kept fixed by `Frozen`)."""
+    """No gradients for `module`'s parameters (a frozen Backbone also keeps its BatchNorm statistics)."""
     for p in module.parameters():
         p.requires_grad_(False)
     return module
 
 
-class Frozen(nn.Module):
-    """Mixin for backbones with a `trainable` switch: a frozen backbone stays in eval mode (fixed
-    BatchNorm statistics, no dropout) even while the model around it trains, and runs without
-    autograd bookkeeping."""
+class Backbone(nn.Module):
+    """What every backbone shares: images [B, C, H, W] in [0, 1] -> PatchFeatures, after matching
+    the channels (a grayscale image into a 3-channel network repeats its channel) and the input
+    normalisation `(x - mean) / std` (`normalize`: None means when pretrained or when mean/std are
+    given); `trainable=False` freezes the weights, keeps the backbone in eval mode (fixed BatchNorm
+    statistics, no dropout) while the model around it trains, and runs it without autograd.
 
-    trainable: bool = True
+    A subclass builds its network, calls `finish(...)` with its own default statistics, and defines
+    `features(x) -> [B, D, h, w]` (or its own forward)."""
+
+    def __init__(self, in_chans: int, trainable: bool = True):
+        super().__init__()
+        self.in_chans, self.trainable = in_chans, trainable
+
+    def finish(self, normalize: bool | None, mean, std, default_mean, default_std, pretrained: bool = False) -> None:
+        self.normalize = bool((pretrained or mean is not None or std is not None) if normalize is None else normalize)
+        mean = torch.tensor(mean if mean is not None else default_mean, dtype=torch.float32)
+        std = torch.tensor(std if std is not None else default_std, dtype=torch.float32)
+        if mean.numel() != self.in_chans:  # ImageNet's 3 statistics for a grayscale model: their average
+            mean, std = mean.mean().repeat(self.in_chans), std.mean().repeat(self.in_chans)
+        self.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", std.view(1, -1, 1, 1), persistent=False)
+        if not self.trainable:
+            freeze(self)
+            self.eval()
 
     def train(self, mode: bool = True):
         return super().train(mode and self.trainable)
@@ -44,47 +61,24 @@ class Frozen(nn.Module):
     def _grad_context(self):
         return torch.enable_grad() if self.trainable and torch.is_grad_enabled() else torch.no_grad()
 
+    def prepare(self, images: torch.Tensor) -> torch.Tensor:
+        """images [B, C, H, W] -> the network's input (channels matched, normalised)."""
+        c = images.shape[1]
+        if c != self.in_chans and not (c == 1 and self.in_chans == 3):
+            raise UserError(f"images have {c} channels, the backbone expects {self.in_chans}")
+        x = images.expand(-1, self.in_chans, -1, -1) if c != self.in_chans else images
+        return (x - self.mean) / self.std if self.normalize else x
 
-def register_normalization(module: nn.Module, mean, std, in_chans: int) -> None:
-    """Non-persistent `mean` / `std` buffers [1, in_chans, 1, 1] for input normalisation. Statistics
-    given for another channel count (ImageNet's 3 for a grayscale model) become their average,
-    repeated per channel."""
-    mean = torch.tensor(mean, dtype=torch.float32)
-    std = torch.tensor(std, dtype=torch.float32)
-    if mean.numel() != in_chans:
-        mean, std = mean.mean().repeat(in_chans), std.mean().repeat(in_chans)
-    module.register_buffer("mean", mean.view(1, -1, 1, 1), persistent=False)
-    module.register_buffer("std", std.view(1, -1, 1, 1), persistent=False)
-
-
-def match_channels(images: torch.Tensor, in_chans: int) -> torch.Tensor:
-    """Grayscale into a 3-channel backbone repeats the channel; other mismatches are refused."""
-    c = images.shape[1]
-    if c == in_chans:
-        return images
-    if c == 1 and in_chans == 3:
-        return images.expand(-1, 3, -1, -1)
-    raise UserError(f"images have {c} channels, the backbone expects {in_chans}")
-
-
-# ---------------------------------------------------------------------------- error messages
-# Where the backbone's fields live on the command line, so that an error names a flag that
-# exists: a ViT classifier takes them flat (--model.init_args.pretrained_file), a model with a
-# `backbone:` block under it (--model.init_args.backbone.pretrained_file; BackboneSpec.build sets it).
-_OPTION_PREFIX = contextvars.ContextVar("zoo_backbone_option_prefix", default="--model.init_args.")
-
-
-@contextlib.contextmanager
-def option_prefix(prefix: str):
-    token = _OPTION_PREFIX.set(prefix)
-    try:
-        yield
-    finally:
-        _OPTION_PREFIX.reset(token)
+    def forward(self, images: torch.Tensor) -> PatchFeatures:
+        # images [B, C, H, W] -> tokens [B, h*w, D], grid (h, w)
+        x = self.prepare(images)
+        with self._grad_context():
+            feats = self.features(x)  # [B, D, h, w]
+        return PatchFeatures(feats.flatten(2).transpose(1, 2), tuple(feats.shape[-2:]))
 
 
 def _file_hint() -> str:
-    return f"pass it as pretrained_file=PATH ({_OPTION_PREFIX.get()}pretrained_file PATH)"
+    return "pass it as pretrained_file=PATH (--model.init_args.backbone.pretrained_file PATH)"
 
 
 # ---------------------------------------------------------------------------- timm creation

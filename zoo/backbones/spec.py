@@ -34,6 +34,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from zoo.backbones.kinds import BACKBONES, build_backbone
 from zoo.errors import UserError
 
 #: fields the user chooses freely when loading a zoo weight (the rest must agree with the weight)
@@ -103,8 +104,8 @@ class BackboneSpec:
         if unknown:
             raise UserError(f"backbone: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
         spec = cls(**value)
-        if spec.kind not in _classes():
-            raise UserError(f"unknown backbone kind '{spec.kind}'; choose one of {', '.join(_classes())}")
+        if spec.kind not in BACKBONES:
+            raise UserError(f"unknown backbone kind '{spec.kind}'; choose one of {', '.join(BACKBONES)}")
         return spec
 
     def to_dict(self) -> dict:
@@ -117,12 +118,11 @@ class BackboneSpec:
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
-    def build(self, option: str = "--model.init_args.backbone.") -> nn.Module:
+    def build(self, **given) -> nn.Module:
         """Instantiate the backbone (loading a zoo weight when `pretrained` names one). The spec
-        is updated in place with the architecture a zoo weight recorded. `option` is where this
-        block lives on the command line, for error messages."""
-        from zoo.backbones.common import option_prefix
-
+        is updated in place with the architecture a zoo weight recorded. `given`: the model's own
+        facts the backbone must take (a ViT classifier's `img_size`, `in_chans`, `num_classes`),
+        which fill fields the block leaves out; a field the block sets otherwise is refused."""
         source = None
         if isinstance(self.pretrained, str):
             source = load_zoo_backbone(self.pretrained)
@@ -130,15 +130,18 @@ class BackboneSpec:
         kwargs = self.kwargs()
         if isinstance(self.pretrained, str):
             kwargs.pop("pretrained", None)
-        with option_prefix(option):
-            module = _construct(self.kind, kwargs)
+        for name, value in given.items():
+            if kwargs.get(name) is not None and _norm(kwargs[name]) != _norm(value):
+                raise UserError(f"backbone.{name} {kwargs[name]} disagrees with the model's {value}; leave it out")
+            kwargs[name] = tuple(value) if isinstance(value, list) else value
+        module = build_backbone(self.kind, **kwargs)
         if source is not None:
             _load_tensors(module, source)
         return module
 
     def kwargs(self) -> dict:
         """Constructor arguments of the kind's class: the set fields, refusing those that do not apply."""
-        cls = _classes()[self.kind]
+        cls = BACKBONES[self.kind]
         accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
         kwargs, refused = {}, []
         for name, value in self.to_dict().items():
@@ -222,22 +225,14 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
     if not config or "init_args" not in config:
         raise UserError(f"{source}: no zoo config inside, so its backbone cannot be found")
     init_args = config["init_args"]
-    if isinstance(init_args.get("backbone"), dict):
-        spec = BackboneSpec.coerce({k: v for k, v in init_args["backbone"].items()})
-        prefixes = ("backbone.", "encoder.")
-    elif init_args.get("model_name") and init_args.get("patch_size"):
-        # a model whose own arguments are a timm ViT's (the ViT classifier): they describe the trunk
-        from zoo.backbones.timm_vit import TimmViT
-
-        accepted = set(inspect.signature(TimmViT.__init__).parameters)
-        fields = {f.name for f in dataclasses.fields(BackboneSpec)}
-        vit_args = {**init_args, "img_size": init_args.get("image_size")}  # the ViT's image_size is timm's img_size
-        spec = BackboneSpec.coerce({"kind": "timm_vit", **{k: v for k, v in vit_args.items()
-                                                             if k in accepted and k in fields and v is not None}})
-        spec.pretrained, spec.pretrained_file = False, None
-        prefixes = ("backbone.",)
-    else:
+    if not isinstance(init_args.get("backbone"), dict):
         raise UserError(f"{source}: a {config.get('family', '?')} model with no backbone inside")
+    spec = BackboneSpec.coerce(dict(init_args["backbone"]))
+    prefixes = ("backbone.", "encoder.")
+    accepted = set(inspect.signature(BACKBONES[spec.kind].__init__).parameters)
+    for field, model_fact in (("img_size", "image_size"), ("in_chans", "in_chans")):  # the model's facts it took
+        if field in accepted and getattr(spec, field) is None and init_args.get(model_fact) is not None:
+            setattr(spec, field, init_args[model_fact])
     spec.pretrained, spec.pretrained_file, spec.trainable = False, None, None
     prefix = next((p for p in prefixes if any(k.startswith(p) for k in state)), None)
     if prefix is None:
@@ -291,19 +286,3 @@ def _norm(value):
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
-
-
-def _classes() -> dict:
-    from zoo.backbones import BACKBONES
-
-    return BACKBONES
-
-
-def _construct(kind: str, kwargs: dict) -> nn.Module:
-    try:
-        return _classes()[kind](**kwargs)
-    except TypeError as exc:
-        raise UserError(f"backbone '{kind}': bad arguments ({exc})") from None
-    except ValueError as exc:
-        raise UserError(f"backbone '{kind}': {exc}") from None
-

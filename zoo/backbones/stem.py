@@ -6,10 +6,10 @@ import math
 
 from torch import nn
 
-from zoo.backbones.common import Frozen, PatchFeatures, freeze, match_channels, register_normalization
+from zoo.backbones.common import Backbone
 
 
-class ConvStem(Frozen):
+class ConvStem(Backbone):
     """Stages of [conv k x k (stride s) -> BatchNorm -> ReLU] x blocks_per_stage; the first conv of
     stage i has stride strides[i]. The grid is the last stage's feature map, so its stride is
     prod(strides) (28 px with strides [2, 2] -> 7x7 tokens of width channels[-1]).
@@ -20,7 +20,7 @@ class ConvStem(Frozen):
     def __init__(self, in_chans: int = 1, channels: list[int] = (32, 64), strides: list[int] = (2, 2),
                  blocks_per_stage: int = 1, kernel_size: int = 3, trainable: bool = True,
                  normalize: bool | None = None, mean: list[float] | None = None, std: list[float] | None = None):
-        super().__init__()
+        super().__init__(in_chans, trainable)
         if len(channels) != len(strides) or not channels:
             raise ValueError("channels and strides need the same, non-zero length")
         layers, prev = [], in_chans
@@ -31,7 +31,6 @@ class ConvStem(Frozen):
                            nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
                 prev = width
         self.body = nn.Sequential(*layers)
-        self.in_chans = in_chans
         self.out_dim = prev
         self.stride = math.prod(strides)
         # pixels one output cell sees: each conv adds (k - 1) x the stride of its input
@@ -40,19 +39,7 @@ class ConvStem(Frozen):
             for b in range(blocks_per_stage):
                 self.receptive_field += (kernel_size - 1) * jump
                 jump *= stride if b == 0 else 1
-        self.normalize = bool(normalize if normalize is not None else (mean is not None or std is not None))
-        register_normalization(self, mean if mean is not None else (0.0,) * in_chans,
-                               std if std is not None else (1.0,) * in_chans, in_chans)
-        self.trainable = trainable
-        if not trainable:
-            freeze(self)
-            self.eval()
+        self.finish(normalize, mean, std, (0.0,) * in_chans, (1.0,) * in_chans)
 
-    def forward(self, images):
-        # images [B, C, H, W] -> tokens [B, h*w, D], grid (h, w)
-        x = match_channels(images, self.in_chans)
-        if self.normalize:
-            x = (x - self.mean) / self.std
-        with self._grad_context():
-            feats = self.body(x)  # [B, D, h, w]
-        return PatchFeatures(feats.flatten(2).transpose(1, 2), tuple(feats.shape[-2:]))
+    def features(self, x):
+        return self.body(x)  # [B, D, h, w]

@@ -7,11 +7,11 @@ from functools import partial
 import torch
 from timm.layers import HybridEmbed
 
-from zoo.backbones.common import Frozen, PatchFeatures, create_timm, freeze, match_channels, register_normalization
+from zoo.backbones.common import Backbone, PatchFeatures, create_timm
 from zoo.backbones.stem import ConvStem
 
 
-class TimmViT(Frozen):
+class TimmViT(Backbone):
     """Any timm VisionTransformer variant by name; `img_size`, `patch_size`, `in_chans`, `depth`,
     `embed_dim`, `num_heads`, `mlp_ratio` override the variant's defaults when given (None keeps
     them). `num_classes=0` (an encoder) leaves the head out; a classifier sets it and calls
@@ -22,8 +22,8 @@ class TimmViT(Frozen):
 
     pretrained / pretrained_file: timm hub weights, or a local checkpoint through timm's
     `pretrained_cfg_overlay=dict(file=...)` (position embeddings resampled, patch embedding,
-    `in_chans` and the head adapted). normalize: subtract `mean`, divide by `std` (given, or the
-    pretrained weights' own); None means "when pretrained or when mean/std are given".
+    `in_chans` and the head adapted); normalisation and freezing as every Backbone (the pretrained
+    weights' own statistics).
 
     conv_stem: channel widths of 3x3 stride-2 conv -> BatchNorm -> ReLU layers that replace the
     patchify convolution (Xiao et al. 2021, "Early convolutions help transformers see better"),
@@ -42,7 +42,7 @@ class TimmViT(Frozen):
                  std: list[float] | None = None, dynamic_img_size: bool = False,
                  conv_stem: list[int] | None = None, conv_stem_blocks: int = 1,
                  model_kwargs: dict | None = None):
-        super().__init__()
+        super().__init__(in_chans, trainable)
         given = {"img_size": tuple(img_size) if isinstance(img_size, (list, tuple)) else img_size,
                  "patch_size": patch_size, "depth": depth, "embed_dim": embed_dim, "num_heads": num_heads,
                  "mlp_ratio": mlp_ratio, "global_pool": global_pool, "class_token": class_token}
@@ -61,19 +61,12 @@ class TimmViT(Frozen):
         for attr in ("patch_embed", "blocks", "num_prefix_tokens"):
             if not hasattr(self.vit, attr):
                 raise ValueError(f"timm model '{model_name}' is not a VisionTransformer (no {attr})")
-        self.in_chans = in_chans
         self.out_dim = self.vit.embed_dim
         self.num_prefix_tokens = self.vit.num_prefix_tokens if keep_cls else 0
         self.keep_cls = keep_cls
         cfg = getattr(self.vit, "pretrained_cfg", {}) or {}
-        pretrained_any = pretrained or bool(pretrained_file)
-        self.normalize = (pretrained_any or mean is not None or std is not None) if normalize is None else normalize
-        register_normalization(self, mean if mean is not None else cfg.get("mean", (0.5,) * 3),
-                               std if std is not None else cfg.get("std", (0.5,) * 3), in_chans)
-        self.trainable = trainable
-        if not trainable:
-            freeze(self)
-            self.eval()
+        self.finish(normalize, mean, std, cfg.get("mean", (0.5,) * 3), cfg.get("std", (0.5,) * 3),
+                    pretrained or bool(pretrained_file))
 
     @staticmethod
     def _conv_stem_embed(widths: list[int], blocks: int, in_chans: int, patch_size: int | None) -> dict:
@@ -100,10 +93,6 @@ class TimmViT(Frozen):
         return tuple(self.vit.patch_embed.img_size)
 
     # ------------------------------------------------------------------ forward
-    def prepare(self, images: torch.Tensor) -> torch.Tensor:
-        x = match_channels(images, self.in_chans)
-        return (x - self.mean) / self.std if self.normalize else x
-
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         # images [B, C, H, W] -> timm's features [B, prefix + h*w, D] (after the final norm)
         with self._grad_context():

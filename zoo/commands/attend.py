@@ -1,12 +1,19 @@
-"""zoo attend: where any model looked, the same way for every family that attends (captioners,
-RAM, DRAW, the DRAW classifier, ViT). For each image, writes DIR/<name>_attend.png (the input and
-one panel per step: each word, glimpse, DRAW step or layer, with its boxes) and prints the
+"""zoo attend: where any model looked, the same way for every family that attends (every family
+whose card names an attention kind). For each image, writes DIR/<name>_attend.png (the input and
+one panel per step: each word, glimpse, DRAW step, layer or head, with its boxes) and prints the
 prediction; `--json` prints the attention record (steps, peaks, boxes, prediction; `--maps` adds
 the per-pixel maps); `--html FILE` writes one self-contained page with a step slider.
 
     zoo attend --model ram_fmnist_cluttered60 canvas.png --out figures/
+    zoo attend --model ram_fmnist_cluttered60 canvas.png --out figures/ --record policy=sample   # one sampled path
     zoo attend --model sat_soft_scenes scene.png --out out/ --html report.html --json
     zoo attend --model vit_fmnist shirt.png --out out/ --boxes boxes.json   # scores known boxes
+    zoo attend --model vit_fmnist shirt.png --out out/ --record heads=true --record head_fusion=max
+
+`--record KEY=VALUE` (YAML value) passes an option to the family's `attention_record`: RAM's
+`policy` (mean, the default, or sample), ViT's `heads` (each head of the last layer as a step, as
+the old `zoo attention` drew them), `head_fusion` (mean, max or min) and `residual` (rollout's
+identity weight); `zoo glimpses` and `zoo attention` were these presets and are gone.
 
 `--boxes` is a JSON object mapping each image path (as given) to a list of target boxes
 [x0, y0, x1, y1] in the pixels of the model's input (after preparation); each step is then scored
@@ -18,7 +25,8 @@ import json
 import sys
 from pathlib import Path
 
-from zoo.commands.common import add_model_arguments, exit_code, print_records, report_bad_files, unique_names
+from zoo.commands.common import (add_model_arguments, exit_code, print_records, report_bad_files, resolve_model,
+                                 unique_names)
 from zoo.errors import UserError
 
 CHUNK = 64  # images per forward pass
@@ -32,6 +40,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--maps", action="store_true", help="with --json: include the per-pixel maps")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
     parser.add_argument("--boxes", metavar="FILE", help="JSON {image: [[x0, y0, x1, y1], ...]} of known targets")
+    parser.add_argument("--record", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of the family's attention record, e.g. policy=sample (RAM), heads=true (ViT)")
 
 
 def read_boxes(path: str, images: list[str], size: tuple[int, int]) -> dict[str, list[list[float]]]:
@@ -63,7 +73,9 @@ def read_boxes(path: str, images: list[str], size: tuple[int, int]) -> dict[str,
 def run(args) -> int:
     import torch
 
-    import zoo
+    import inspect
+
+    from zoo.evaluate import key_values
     from zoo.io import atomic_save_image, atomic_write_bytes, check_writable
     from zoo.metrics.attention import mass_in_box, pointing_game
     from zoo.preprocess import for_model, load_batch
@@ -74,14 +86,14 @@ def run(args) -> int:
         check_writable(args.html, "--html")
     if args.maps and not args.json:
         raise UserError("--maps goes with --json")
-    if args.checkpoint:
-        model = zoo.load_checkpoint(args.checkpoint, sha256=args.sha256)
-    else:
-        if args.sha256:
-            raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
-        model = zoo.create_model(args.model, pretrained=True)
-    model.eval()
+    options = key_values(args.record, "--record")
+    model = resolve_model(args)
     model.check_attends()
+    takes = [p for p in inspect.signature(model.attention_record).parameters if p != "images"]
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        raise UserError(f"--record {unknown[0]}: {type(model).__name__}'s attention record takes "
+                        f"{', '.join(takes) or 'no options'}")
     spec = for_model(model)
     notes: list[str] = []
     batch, good, errors = load_batch(args.images, spec, notes)
@@ -93,7 +105,10 @@ def run(args) -> int:
     pages = []  # (record, images, offset) for the report
     for start in range(0, len(good), CHUNK):
         images = batch[start:start + CHUNK]
-        record = model.attention_record(images)
+        try:
+            record = model.attention_record(images, **options)
+        except ValueError as exc:  # an option's value the family refuses
+            raise UserError(f"--record: {exc}") from None
         pages.append(record)
         plain = record.as_dict(maps=args.maps)
         bad = record.degenerate()

@@ -47,7 +47,7 @@ def run(args) -> int:
     if not args.checkpoint and args.model == DEFAULT_MODEL:
         print(f"zoo caption: model {DEFAULT_MODEL} (the default; --model NAME or --checkpoint PATH picks another)",
               file=sys.stderr)
-    model = resolve_model(args, "captioner", "a captioner")
+    model = resolve_model(args, lambda card: card.output == "caption", "a captioner")
     if getattr(model, "embed", None) is None:
         raise UserError("the model has an empty vocabulary (it was never trained)")
     beam_size = args.beam_size or int(model.hparams.get("beam_size", 3))

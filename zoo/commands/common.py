@@ -1,4 +1,4 @@
-"""Pieces every subcommand shares: choosing the model, checking its family, reporting bad files,
+"""Pieces every subcommand shares: choosing the model, checking what its family card says, reporting bad files,
 naming output files."""
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ def add_model_arguments(parser, default_model: str | None = None) -> None:
                              "is fetched with a warning")
 
 
-def resolve_model(args, family: str | tuple[str, ...], what: str):
-    """Load the model from --checkpoint or the pretrained --model, refusing other families.
+def resolve_model(args, fits=lambda card: True, what: str = "a zoo model"):
+    """Load the model from --checkpoint or the pretrained --model, refusing one whose family card
+    does not `fits` the command (e.g. `lambda card: card.output == "caption"`).
 
     `what` names the command's need for the error line, e.g. "a captioner"."""
     import zoo
 
-    families = (family,) if isinstance(family, str) else family
     if args.checkpoint:
         model = zoo.load_checkpoint(args.checkpoint, sha256=args.sha256)
         source = args.checkpoint
@@ -34,9 +34,8 @@ def resolve_model(args, family: str | tuple[str, ...], what: str):
             raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
         model = zoo.create_model(args.model, pretrained=True)
         source = args.model
-    if getattr(model, "family", None) not in families:
-        raise UserError(f"{source} is a {getattr(model, 'family', type(model).__name__)} model, "
-                        f"not {what}")
+    if not fits(model.card):
+        raise UserError(f"{source} is a {model.family} model, not {what}")
     return model.eval()
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 from zoo.commands.common import add_model_arguments, resolve_model
 from zoo.errors import UserError
 
-FAMILIES = ("baseline", "ram", "draw", "draw_classifier", "vit", "captioner")
-
 
 def add_arguments(parser) -> None:
     add_model_arguments(parser)
@@ -30,7 +28,7 @@ def run(args) -> int:
     if args.max_len is not None and args.max_len < 1:
         raise UserError(f"--max-len must be >= 1, got {args.max_len}")
     check_target(args.out)  # before the model loads: a folder of someone else's files is refused at once
-    model = resolve_model(args, FAMILIES, "a zoo model")
+    model = resolve_model(args)
     try:
         paths = export(model, args.out, args.format, args.max_len)
     except SystemExit as exc:

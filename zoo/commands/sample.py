@@ -117,7 +117,7 @@ def run(args) -> int:
         raise UserError(f"--frame-ms must be positive, got {args.frame_ms}")
     out = Path(args.out)
     _check_out(out)
-    model = resolve_model(args, "draw", "a DRAW generator (family 'draw'); sampling needs one")
+    model = resolve_model(args, lambda card: card.output == "sample", "a generator (zoo sample draws from one)")
     generator = torch.Generator().manual_seed(args.seed)
     attention = model.hparams.attention == "filterbank"
     read_n = model.hparams.read_n if attention else None

@@ -2,13 +2,17 @@
 `test_dataloader()` serves, and length-bucketed training batches for captions."""
 from __future__ import annotations
 
+import inspect
+
 import lightning as L
 import torch
 from lightning.pytorch.utilities.parsing import AttributeDict
 from torch.utils.data import DataLoader, RandomSampler
 
+from zoo.classes import allow_class
 from zoo.data.sampling import BucketBatchSampler
 from zoo.errors import UserError
+from zoo.limits import check_arguments
 
 
 def as_size(size) -> tuple[int, int]:
@@ -28,6 +32,18 @@ class SplitDataModule(L.LightningDataModule):
     with `--split val` (it runs `trainer.test`, whose metrics code then serves both splits)."""
 
     test_split = "test"
+
+    def __init_subclass__(cls, **kwargs):
+        """A concrete data module registers itself: files (checkpoints, releases) may name it."""
+        super().__init_subclass__(**kwargs)
+        if not any(getattr(getattr(cls, name, None), "__isabstractmethod__", False) for name in dir(cls)):
+            allow_class(cls, "data")
+
+    def __new__(cls, *args, **kwargs):
+        """Absurd sizes (a billion test images) are refused in one line before anything is built."""
+        check_arguments(cls, args, kwargs, "data.init_args")
+        return super().__new__(cls)
+
     #: arguments that name places on disk: a checkpoint's or release's data config never sets
     #: them (paths come from the user; zoo.registry.build_datamodule)
     path_arguments: tuple[str, ...] = ()
@@ -38,6 +54,15 @@ class SplitDataModule(L.LightningDataModule):
         and a model may both have an `image_size` (224 and [224, 224] in the COCO recipes), and
         Lightning refuses to merge equal keys with different values."""
         return AttributeDict({f"data.{k}": v for k, v in super().hparams_initial.items() if not k.startswith("_")})
+
+    @classmethod
+    def arguments(cls, **init_args) -> dict:
+        """`init_args` (a recipe's, a checkpoint's) with the class defaults filled in: what the facts
+        below (`image_size_for`, `eval_resize_for`, ...) are asked with, so that a recipe that
+        leaves an argument at its default states the same data as one that spells it out."""
+        defaults = {name: p.default for name, p in inspect.signature(cls).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+        return {**defaults, **init_args}
 
     @classmethod
     def image_size_for(cls, **init_args) -> tuple[int, int] | None:
@@ -52,6 +77,15 @@ class SplitDataModule(L.LightningDataModule):
 
     #: channels of the images this module serves (None: it does not fix them)
     image_chans: int | None = None
+
+    #: the label set it serves, known before it is built (None: none, e.g. captions)
+    class_names: list[str] | None = None
+
+    @classmethod
+    def class_names_for(cls, **init_args) -> list[str] | None:
+        """The class names this module serves, from its arguments alone: the model's label set
+        (zoo.registry.link_data gives it `num_classes` and `class_names`; no recipe copies them)."""
+        return cls.class_names
 
     @classmethod
     def image_chans_for(cls, **init_args) -> int | None:

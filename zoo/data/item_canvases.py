@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import Dataset
 
 from zoo.data.base import SplitDataModule, batch_identity
+from zoo.data.fashion_mnist import CLASS_NAMES
 from zoo.data.layout import place_items
 from zoo.data.scene_generation import PALETTE, fashion_mnist_items, paint
 from zoo.errors import UserError
@@ -86,6 +87,7 @@ class ItemCanvasesDataModule(SplitDataModule):
 
     image_size_argument = "canvas_size"
     image_chans = 3
+    class_names = CLASS_NAMES  # the items' classes
 
     def __init__(self, num_train: int = 60000, num_val: int = 2000, num_test: int = 5000, val_items: int = 5000,
                  seed: int = 0, test_seed: int = 1234, batch_size: int = 128, eval_batch_size: int | None = None,

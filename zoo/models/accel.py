@@ -1,28 +1,30 @@
 """One acceleration switch for every family's training and evaluation steps, applied from outside
-the family: the family writes plain, pure step functions; this module compiles them.
+the family: the family writes plain, pure step functions; this module compiles them. Speed is a
+run option, never a model hyperparameter (a machine setting does not travel inside weights):
 
-    model:
-      init_args:
-        accel: auto        # auto | eager | compile | reduce-overhead
+    zoo train fit --config RECIPE --accel compile       # auto | eager | compile | reduce-overhead
+    zoo eval --model NAME --accel compile
+
+(train.py and eval.py add `zoo.callbacks.Accelerate(mode)` to the trainer; a Trainer without it
+runs auto, and `model.accel.force(mode)` sets a mode outside any trainer.)
 
 - eager: plain PyTorch, what the released recipes were trained with (bit for bit).
 - compile: `torch.compile(fullgraph=True)` of the family's pure step function (forward and loss;
   AOTAutograd compiles the backward with it) for training, and of its evaluation function. A
   family whose whole step is too long to compile (DRAW, 64 unrolled steps) names the methods to
-  compile instead (`compile_pieces`). The optimizer runs its fused kernel.
+  compile instead (its card's `compile.pieces`).
 - reduce-overhead: `compile` with torch.compile's mode "reduce-overhead" (inductor replays the
   compiled step as CUDA graphs: one launch instead of hundreds for these small models). Opt-in,
   CUDA only; it is the fastest mode for most families on an H200 (docs/acceleration.md).
-- auto (default): on CUDA, compile. On CPU, compiled training when the run has at least
-  `ZooModule.accel_cpu_compile_min_steps` optimizer steps (compiling costs a minute or two on CPU,
-  so short runs stay eager), and eager evaluation.
+- auto (default): on CUDA, compile. On CPU, compiled training when the run has at least the
+  card's `compile.cpu_min_steps` optimizer steps (compiling costs a minute or two on CPU, so
+  short runs stay eager), and eager evaluation.
+The optimizer's kernel follows the device, not the mode (zoo.models.optim.build_optimizer).
 
 A mode that cannot work here falls back with ONE logged warning, never an error: "compile"
 without a working compiler (no C++ compiler for CPU code, no Triton for CUDA code, a Python that
 torch.compile does not support) runs eager; "reduce-overhead" off CUDA runs "compile". An unknown
-mode is a UserError. ("graph", our own whole-step CUDA-graph capture, was removed: it had to take
-over Lightning's optimizer hooks, and reduce-overhead matched or beat it on 5 of 7 families.
-An old checkpoint that asks for it runs what auto picks, after one warning.)
+mode is a UserError.
 
 The family contract (zoo.models.base states it; every step input is named):
     train_inputs(batch) -> {name: value}   the batch and every random draw of the step
@@ -54,14 +56,13 @@ from zoo.errors import UserError
 
 MODES = ("auto", "eager", "compile", "reduce-overhead")
 COMPILED = ("compile", "reduce-overhead")
-REMOVED = ("graph",)  # accepted in old checkpoints: runs what auto picks, after one warning
 BACKEND_ENV = "ZOO_COMPILE_BACKEND"
 
 log = logging.getLogger("zoo.accel")
 
 
-def check_mode(mode: Any, owner: str) -> str:
-    if mode not in MODES + REMOVED:
+def check_mode(mode: Any, owner: str = "--accel") -> str:
+    if mode not in MODES:
         raise UserError(f"{owner}: accel must be one of {', '.join(MODES)}, got {mode!r}")
     return mode
 
@@ -126,6 +127,7 @@ class StepAccelerator:
     functions. Not part of the module's state: copies and pickles start empty."""
 
     def __init__(self) -> None:
+        self.requested = "auto"  # the run's option (`request`)
         self._modes: dict[tuple, str] = {}
         self._compiled: dict[tuple, Callable] = {}
         self._warned: set[str] = set()
@@ -139,6 +141,11 @@ class StepAccelerator:
         return (StepAccelerator, ())
 
     # ------------------------------------------------------------------ resolving the mode
+    def request(self, mode: str) -> None:
+        """The run's option (`--accel`): the mode its steps resolve (`mode`) from."""
+        self.requested = check_mode(mode)
+        self._modes.clear()
+
     def force(self, mode: str | None) -> None:
         """Run every step in `mode` ("eager", "compile" or "reduce-overhead"; None: resolve as
         configured), also outside a Trainer: for benchmarks and tests."""
@@ -161,11 +168,7 @@ class StepAccelerator:
         return self._modes[key]
 
     def _resolve(self, module, trainer, device: torch.device, kind: str) -> str:
-        requested = module.accel_requested()
-        if requested in REMOVED:
-            self._warn(trainer, f"accel '{requested}' was removed (use 'reduce-overhead' for CUDA graphs); "
-                                f"{kind} steps run what auto picks")
-            requested = "auto"
+        requested = self.requested
         if requested == "auto":
             mode, why = self._auto(module, trainer, device, kind)
         else:
@@ -187,16 +190,16 @@ class StepAccelerator:
     def _auto(self, module, trainer, device: torch.device, kind: str) -> tuple[str, str]:
         if device.type == "cuda":
             return ("eager" if compile_unavailable(device) else "compile"), "auto on cuda"
-        if kind == "train" and module.accel_cpu_compile_min_steps is not None and not compile_unavailable(device):
+        if kind == "train" and module.card.compile.cpu_min_steps is not None and not compile_unavailable(device):
             try:
                 steps = trainer.estimated_stepping_batches
             except Exception:  # no training data to count
                 steps = 0
-            if steps >= module.accel_cpu_compile_min_steps:
+            if steps >= module.card.compile.cpu_min_steps:
                 return "compile", (f"auto on {device.type}: {steps} steps, compiling pays off from "
-                                   f"{module.accel_cpu_compile_min_steps}")
+                                   f"{module.card.compile.cpu_min_steps}")
             return "eager", (f"auto on {device.type}: {steps} steps are too few for compiling to pay off "
-                             f"(from {module.accel_cpu_compile_min_steps})")
+                             f"(from {module.card.compile.cpu_min_steps})")
         return "eager", f"auto on {device.type}"
 
     def _warn(self, trainer, message: str) -> None:
@@ -218,12 +221,12 @@ class StepAccelerator:
     @contextlib.contextmanager
     def running(self, module, name: str, kind: str, inputs: dict | None = None) -> Iterator[str]:
         """Within: the mode of the module's `kind` steps, eager for input shapes beyond the first
-        `accel_max_shapes` (`inputs`: the step's, for that count), and the family's
-        `compile_pieces` compiled in a compiled mode (instance attributes shadow the methods)."""
+        `card.compile.max_shapes` (`inputs`: the step's, for that count), and the family's
+        `card.compile.pieces` compiled in a compiled mode (instance attributes shadow the methods)."""
         mode = self.mode(module, kind)
-        if mode in COMPILED and inputs is not None and not self._admit(name, inputs, module.accel_max_shapes):
+        if mode in COMPILED and inputs is not None and not self._admit(name, inputs, module.card.compile.max_shapes):
             mode = "eager"
-        pieces = module.compile_pieces if mode in COMPILED else ()
+        pieces = module.card.compile.pieces if mode in COMPILED else ()
         for piece in pieces:
             module.__dict__[piece] = self.compiled(piece, getattr(type(module), piece).__get__(module), mode)
         try:
@@ -236,7 +239,7 @@ class StepAccelerator:
 
     def _run(self, module, name: str, kind: str, fn: Callable, inputs: dict, *args) -> Any:
         with self.running(module, name, kind, inputs) as mode:
-            if mode in COMPILED and not module.compile_pieces:
+            if mode in COMPILED and not module.card.compile.pieces:
                 out = self.compiled(name, fn, mode)(*args, **_static(inputs))
             else:
                 out = fn(*args, **(_static(inputs) if mode in COMPILED else inputs))
@@ -247,7 +250,7 @@ class StepAccelerator:
     def _admit(self, name: str, inputs: dict, limit: int) -> bool:
         """Whether a compiled mode runs step `name` compiled for these input shapes: the first
         `limit` shapes it sees get a static graph each (the run's batch; a family with a few
-        fixed shapes, such as caption length buckets, raises `accel_max_shapes`); any other shape
+        fixed shapes, such as caption length buckets, raises `card.compile.max_shapes`); any other shape
         (an epoch's smaller last batch) runs eagerly rather than compiling again (a minute on CPU)."""
         signature, seen = _signature(inputs), self._shapes.setdefault(name, [])
         if signature in seen:

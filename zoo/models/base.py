@@ -1,16 +1,19 @@
-"""What every zoo LightningModule shares: a family name, a self-describing checkpoint, a hook
-that feeds attention figures to the logger, and the acceleration switch (zoo.models.accel).
+"""What every zoo LightningModule shares: the family contract, a self-describing checkpoint, a
+hook that feeds attention figures to the logger, and the acceleration switch (zoo.models.accel).
 
-A family subclasses `ZooModule`, calls `self.save_hyperparameters()` in `__init__` with plain
-values only (ints, floats, strings, bools, lists and dicts of those), and sets `family`.
-Plain hyperparameters keep `torch.load(weights_only=True)` working on its checkpoints.
-
-Steps: a family implements, as pure functions of named tensors (see zoo.models.accel),
-`train_loss(**train_inputs(batch)) -> (loss, {metric: 0-d tensor})` and
-`eval_metrics(stage, **eval_inputs(batch, stage)) -> {metric: tensor}`; `train_inputs` and
-`eval_inputs` default to the batch's own items by name (a dict batch as is; a tuple batch as
-images and labels). The Lightning steps here run them in the configured mode (compiled from the
-outside, with Lightning's own backward and optimizer step) and log what they return.
+A family subclasses `ZooModule`, declares its `card` (zoo.models.card: its facts, read by
+everything that needs to know them), calls `self.save_hyperparameters()` in `__init__` with plain
+values only (ints, floats, strings, bools, lists and dicts of those), and writes the hooks the
+card's registration checks when the class is defined:
+- `train_loss(**train_inputs(batch)) -> (loss, {metric: 0-d tensor})` and
+  `eval_metrics(stage, **eval_inputs(batch, stage)) -> {metric: tensor}`, pure functions of named
+  tensors (see zoo.models.accel); `train_inputs` and `eval_inputs` default to the batch's own
+  items by name (a dict batch as is; a tuple batch as images and labels);
+- `example_batch(n, seed)`: a tiny batch of its data modules' form;
+- `attention_record(images)` where its card names an attention kind.
+Plain hyperparameters keep `torch.load(weights_only=True)` working on its checkpoints. The
+Lightning steps here run the step functions in the configured mode (compiled from the outside,
+with Lightning's own backward and optimizer step) and log what they return.
 """
 from __future__ import annotations
 
@@ -25,8 +28,10 @@ from zoo.data.base import as_size
 from zoo.errors import UserError
 from zoo.hparams import current_init_args, current_spec
 from zoo.hub import read_checkpoint
+from zoo.limits import check_arguments
 from zoo.models import optim
 from zoo.models.accel import StepAccelerator
+from zoo.models.card import FamilyCard, register
 
 
 def class_path(obj_or_cls: Any) -> str:
@@ -35,38 +40,27 @@ def class_path(obj_or_cls: Any) -> str:
 
 
 class ZooModule(L.LightningModule):
-    #: Short family name ("baseline", "ram", "draw", "vit", "captioner"): the CLI uses it to
-    #: refuse a checkpoint of the wrong family with a clear message.
+    #: The family's facts (zoo.models.card.FamilyCard). A subclass that declares its own card is a
+    #: family: registered when it is defined, after its hooks are checked.
+    card: FamilyCard = FamilyCard("zoo")
+    #: the card's name (the CLI uses it to refuse a checkpoint of the wrong family clearly)
     family: str = "zoo"
 
-    #: What `accel: auto` picks on CPU (zoo.models.accel): the fewest optimizer steps of a run for
-    #: which compiling its training step pays off (None: never; measured by benchmarks/accel.py,
-    #: see docs/acceleration.md).
-    accel_cpu_compile_min_steps: int | None = None
-    #: Methods a compiled mode compiles instead of the whole step (DRAW: its per-step cell).
-    compile_pieces: tuple[str, ...] = ()
-    #: Input shapes per step that get their own compiled graph; other shapes run eagerly (1: the
-    #: run's batch; more for a few fixed shapes, e.g. caption length buckets).
-    accel_max_shapes: int = 1
-    #: The optimizer implementation in eager mode (zoo.models.optim: "default" or "fused").
-    eager_optimizer_impl: str = "default"
-    #: How zoo.preprocess brings a user's image to `input_size`, unless the data module the model
-    #: was trained with crops for evaluation (`eval_resize_for`): "squash" (resize the whole image)
-    #: or "exact" (refuse another size: glimpse and filterbank coordinates are input pixels).
-    resize_rule: str = "squash"
-    #: What the model answers an image with, which decides what zoo.export makes of it and what a
-    #: release's golden output records: "logits" (classifiers: one images -> outputs program),
-    #: "caption" (captioners: encoder, decoder step and greedy programs) or "sample" (generators:
-    #: nothing to export; the golden output is a seeded sample).
-    output_kind: str = "logits"
-    #: Metrics shown in the progress bar during training and validation.
-    progress_bar_metrics: tuple[str, ...] = ("loss", "acc")
-    #: Parameter-name prefixes of the classifier head: fine-tuning to another label set starts
-    #: them fresh, everything else keeps the release's weights (timm's `reset_classifier`).
-    head_keys: tuple[str, ...] = ()
-    #: Parameters whose rows are indexed by the vocabulary: fine-tuning to another vocabulary keeps
-    #: the rows of the words the release knows and starts new words fresh.
-    vocab_keys: tuple[str, ...] = ()
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "card" in cls.__dict__:
+            register(cls, ZooModule)
+
+    def __new__(cls, *args, **kwargs):
+        """Absurd sizes (a 60,000-wide layer, a million glimpses) are refused in one line before
+        anything is built, whoever builds the model (a recipe, a file, Python): the family's own
+        limits are its card's `dimensions`, beside the shared ones of zoo.limits."""
+        check_arguments(cls, args, kwargs, "model.init_args", cls.card.dimensions)
+        return super().__new__(cls)
+
+    @property
+    def head_keys(self) -> tuple[str, ...]:
+        return self.card.head_keys
 
     # ------------------------------------------------------------------ checkpoints
     def zoo_config(self) -> dict:
@@ -113,7 +107,7 @@ class ZooModule(L.LightningModule):
         family that records its attention shows it the same way; a family without attention shows
         nothing. A family whose figures show more than where it looked (the DRAW generator's canvases
         and samples) overrides this."""
-        if type(self).attention_record is ZooModule.attention_record:
+        if not self.card.attention:
             return {}
         from zoo.viz.record import class_name, prediction_text, strip
 
@@ -130,14 +124,16 @@ class ZooModule(L.LightningModule):
         return figures
 
     def attention_record(self, images: torch.Tensor):
-        """Where the model looked on images [B, C, H, W]: a `zoo.attention.record.AttentionRecord`
-        (batched, in input-image pixels). Families that attend override this."""
+        """A hook of every family whose card names an attention kind: where the model looked on
+        images [B, C, H, W], a `zoo.attention.record.AttentionRecord` (batched, in input-image pixels)."""
         self.check_attends()
 
     def check_attends(self) -> None:
         """One line for a model without attention (the baselines), before any work is done."""
-        if type(self).attention_record is ZooModule.attention_record:
+        if not self.card.attention:
             raise UserError(f"{type(self).__name__} ({self.family}) has no attention to record")
+        if type(self).attention_record is ZooModule.attention_record:
+            raise NotImplementedError(f"{type(self).__name__} attends ({self.card.attention}) but writes no attention_record")
 
     def evidence(self, record, images: torch.Tensor, steps: torch.Tensor):
         """What faithfulness follows for rows (image `images[s]` of `record`, step `steps[s]`): a
@@ -165,17 +161,13 @@ class ZooModule(L.LightningModule):
             runner = self.__dict__["_zoo_accel"] = StepAccelerator()
         return runner
 
-    def accel_requested(self) -> str:
-        """The configured mode (hparam `accel`; eager for a family without one)."""
-        return self.hparams.get("accel", "eager")
+    def train_loss(self, **inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """A hook of every family: the training loss and its metrics from `train_inputs`' items."""
+        raise NotImplementedError
 
-    def accel_mode(self, kind: str = "train") -> str:
-        """The resolved mode ("eager", "compile" or "reduce-overhead") of this run's "train" or "eval" steps."""
-        return self.accel.mode(self, kind)
-
-    def optimizer_impl(self) -> str:
-        """The optimizer implementation the training mode wants (zoo.models.optim)."""
-        return "fused" if self.accel_mode("train") != "eager" else self.eager_optimizer_impl
+    def eval_metrics(self, stage: str, **inputs) -> dict[str, torch.Tensor]:
+        """A hook of every family: the "val" or "test" metrics from `eval_inputs`' items."""
+        raise NotImplementedError
 
     def train_inputs(self, batch) -> dict:
         """The batch and every random draw of a training step, by name: `train_loss`'s arguments."""
@@ -187,7 +179,7 @@ class ZooModule(L.LightningModule):
     def log_step_metrics(self, stage: str, metrics: dict[str, torch.Tensor], batch_size: int) -> None:
         """Log a step's metrics under `stage/`; validation and test metrics are averaged over DDP ranks."""
         for key, value in metrics.items():
-            self.log(f"{stage}/{key}", value, prog_bar=stage != "test" and key in self.progress_bar_metrics,
+            self.log(f"{stage}/{key}", value, prog_bar=stage != "test" and key in self.card.progress_bar,
                      sync_dist=stage != "train", batch_size=batch_size)
 
     def training_step(self, batch, batch_idx):
@@ -202,8 +194,6 @@ class ZooModule(L.LightningModule):
         self.log_step_metrics("test", self.accel.eval_step(self, batch, "test"), _batch_size(batch))
 
     def on_train_start(self) -> None:
-        for optimizer in self.trainer.optimizers:  # restored from a checkpoint of another mode?
-            optim.reconcile(optimizer)
         for config in self.trainer.lr_scheduler_configs:  # resumed with a longer horizon?
             optim.refresh(config.scheduler)
 
@@ -214,11 +204,8 @@ class ZooModule(L.LightningModule):
 
     @property
     def input_chans(self) -> int:
-        """Channels of the images the model takes."""
-        return int(self.hparams.get("in_chans", 3))
-
-    #: what follows the image check's message: why the family takes one size only
-    image_check_note: str = ""
+        """Channels of the images the model takes (the card's, else the `in_chans` hyperparameter)."""
+        return self.card.channels or int(self.hparams.get("in_chans", 3))
 
     def takes_any_image_size(self) -> bool:
         """True where the model reads images of other sizes than `input_size` (ViT's dynamic size)."""
@@ -229,7 +216,8 @@ class ZooModule(L.LightningModule):
         expected = (self.input_chans, *self.input_size)
         if (images.dim() != 4 or images.shape[1] != expected[0]
                 or (not self.takes_any_image_size() and tuple(images.shape[2:]) != expected[1:])):
-            raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected}{self.image_check_note}")
+            why = " (its coordinates are tied to its image size)" if self.card.resize == "exact" else ""
+            raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected}{why}")
 
     def example_images(self, n: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Generator]:
         """n random images [n, C, H, W] in [0, 1] at the model's input size, and the generator
@@ -238,11 +226,20 @@ class ZooModule(L.LightningModule):
         return torch.rand(n, self.input_chans, *self.input_size, generator=g), g
 
     def example_batch(self, n: int = 2, seed: int = 0) -> Any:
-        """A tiny batch of the form the family's data modules yield, at the model's input size: what
-        registry-wide tests feed a model they know nothing else about. Here (images [n, C, H, W]
-        in [0, 1], labels [n])."""
+        """A hook of every family: a tiny batch of the form its data modules yield, at the model's
+        input size, what registry-wide tests, benchmarks and export feed a model they know nothing
+        else about (`labelled_batch` for image classifiers)."""
+        raise NotImplementedError
+
+    def labelled_batch(self, n: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(images [n, C, H, W] in [0, 1], labels [n]): a classifier's example batch."""
         images, g = self.example_images(n, seed)
         return images, torch.randint(0, self.hparams.get("num_classes", 10), (n,), generator=g)
+
+    def export_forward(self, images: torch.Tensor):
+        """What `zoo export` runs for a family that answers "logits": its `card.exports`, in order
+        (the default: the forward's logits)."""
+        return self(images)
 
 
 class ClassifierModule(ZooModule):
@@ -250,6 +247,8 @@ class ClassifierModule(ZooModule):
     cross-entropy, accuracy, the test error in percent, and Adam with an optional cosine schedule.
     Subclasses define `forward(images) -> logits [B, classes]` and keep `lr`, `weight_decay` and
     `lr_schedule` ("none" or "cosine", checked by `optim.check_schedule`) in their hparams."""
+
+    example_batch = ZooModule.labelled_batch
 
     def _metrics(self, images: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         logits = self(images)

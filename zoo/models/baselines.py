@@ -14,8 +14,8 @@ from torch import nn
 
 from zoo.errors import UserError
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ClassifierModule
+from zoo.models.card import FamilyCard
 
 
 def mlp(in_features: int, hidden: list[int], num_classes: int, dropout: float) -> nn.Sequential:
@@ -51,10 +51,12 @@ def paper_cnn(in_chans: int, image_size: int, filters: int, kernel_size: int, st
 class Classifier(ClassifierModule):
     """A plain image classifier (MLP or CNN) trained with cross-entropy.
 
-    images [B, C, H, W] in [0, 1] -> logits [B, num_classes].
-    `accel` (zoo.models.accel): auto | eager | compile | reduce-overhead."""
+    images [B, C, H, W] in [0, 1] -> logits [B, num_classes]."""
 
-    family = "baseline"
+    card = FamilyCard(
+        "baseline", bench_recipes=("baseline_smallcnn_cluttered60",), dimensions={"hidden": 16_384, "cnn_hidden": 16_384},
+        tiny={"": dict(arch="mlp", image_size=16, hidden=[16, 16], dropout=0.0),
+              "cnn": dict(arch="cnn", image_size=16, channels=[4, 8], cnn_hidden=8, dropout=0.0)})
 
     @property
     def head_keys(self) -> tuple[str, ...]:
@@ -63,10 +65,9 @@ class Classifier(ClassifierModule):
     def __init__(self, arch: str = "cnn", image_size: int = 28, in_chans: int = 1, num_classes: int = 10,
                  hidden: list[int] = (256, 256), channels: list[int] = (32, 64, 128), kernel_size: int = 3,
                  cnn_hidden: int = 256, stride: int = 5, dropout: float = 0.1, lr: float = 1e-3, weight_decay: float = 0.0,
-                 lr_schedule: str = "cosine", accel: str = "auto"):
+                 lr_schedule: str = "cosine", class_names: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters()
-        check_mode(accel, "baseline")
         optim.check_schedule(lr_schedule, "baseline")
         if arch == "mlp":
             self.net = mlp(in_chans * image_size * image_size, list(hidden), num_classes, dropout)

@@ -60,11 +60,10 @@ from zoo.backbones.spec import BackboneSpec
 from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
-from zoo.limits import check_dimensions
 from zoo.models import caption_losses
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
+from zoo.models.card import CompileHints, FamilyCard
 from zoo.models.captioner_network import ShowAttendTellNetwork
 
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "strides": [2, 2, 2]}
@@ -75,6 +74,11 @@ CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax
            "baseline": ("moving_average", "learned", "leave_one_out"), "supervised_attention_target": ("box", "mass")}
 
 
+TINY = dict(vocab=[*SPECIALS, "a", "red", "blue", "shirt", "bag"], embed_dim=16, hidden_dim=24, attention_dim=12,
+            dropout=0.0, image_size=[32, 32], decode_max_len=6, beam_size=1,
+            backbone={"kind": "stem", "in_chans": 3, "channels": [8, 16], "strides": [4, 2]})
+
+
 class Captioner(ShowAttendTellNetwork, ZooModule):
     """images [B, 3, H, W] in [0, 1] -> captions, with per-word attention maps and gates.
 
@@ -82,18 +86,21 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
     is None, `setup()` takes it from the datamodule (`trainer.datamodule.vocab`) and stores it in
     `hparams`, so every checkpoint rebuilds the model alone."""
 
-    family = "captioner"
-    output_kind = "caption"
-    # accel: auto. On CUDA the compiled step; on CPU eager, whose packed active rows are what
-    # benchmarks/sat_train.py measures.
-    accel_cpu_compile_min_steps = None
-    # caption lengths vary by batch: one static graph per padded length, up to this many
-    # (FashionScenes' `pad_to_multiple` keeps the count small); other lengths run eagerly
-    accel_max_shapes = 8
-    progress_bar_metrics = ("loss",)
-    vocab_keys = ("embed.weight", "L_o.weight", "L_o.bias")
-
-    input_chans = 3  # RGB scenes and photographs; a grayscale image is repeated to three channels
+    card = FamilyCard(
+        # RGB scenes and photographs (a grayscale image is repeated to three channels)
+        "captioner", output="caption", channels=3, attention="soft", progress_bar=("loss",),
+        vocab_keys=("embed.weight", "L_o.weight", "L_o.bias"),
+        # accel auto: on CUDA the compiled step; on CPU eager, whose packed active rows are what
+        # benchmarks/sat_train.py measures. Caption lengths vary by batch: one static graph per padded
+        # length, up to 8 (FashionScenes' `pad_to_multiple` keeps the count small); others run eagerly.
+        compile=CompileHints(max_shapes=8), bench_recipes=("sat_soft_scenes", "sat_hard_scenes"),
+        filled_by_data={"vocab": [*SPECIALS, "a", "shirt"]},
+        # sample paths per caption multiply the decoder's work; a temperature
+        dimensions={"hidden_dim": 16_384, "attention_dim": 16_384, "hard_samples": 256, "gumbel_temperature": 1_000},
+        tiny={"": TINY, "hard_supervised": {**TINY, "attention": "hard", "reinforce_cost": "word", "baseline": "learned",
+                                            "supervised_attention": 1.0}},
+        skip={"inductor": "auto never compiles it on CPU, where inductor takes minutes on its whole step: AOT "
+                          "tracing checks it there, inductor on CUDA"})
 
     def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
                  backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
@@ -110,11 +117,8 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                  active_rows: bool = True, optimizer: str = "adam", lr: float = 1e-3, backbone_lr: float | None = None,
                  weight_decay: float = 0.0, lr_schedule: str = "none",
                  beam_size: int = 3, decode_max_len: int = 20, length_penalty: float = 1.0,
-                 val_meteor: bool = False, num_figures: int = 4,
-                 # speed (zoo.models.accel): auto | eager | compile | reduce-overhead
-                 accel: str = "auto"):
+                 val_meteor: bool = False, num_figures: int = 4):
         super().__init__()
-        check_mode(accel, "captioner")
         # a typed spec from the CLI, or a plain dict from an old checkpoint or a Python caller
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
@@ -130,7 +134,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
 
         from zoo.backbones import check_input
 
-        encoder = spec.build(option="--model.init_args.backbone.")
+        encoder = spec.build()
         check_input(encoder, self.input_chans, self.hparams.image_size, "the captioner")
         self.backbone_spec = spec
         self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
@@ -149,7 +153,6 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         or cannot mean what it says (a million paths per caption, a temperature <= 0, VIMCO with
         one path)."""
         hp = self.hparams
-        check_dimensions({"hard_samples": hp.hard_samples, "gumbel_temperature": hp.gumbel_temperature}, "captioner")
         if int(hp.hard_samples) != hp.hard_samples or hp.hard_samples < 1:
             raise UserError(f"captioner: hard_samples (sample paths per caption) must be a whole number >= 1, "
                             f"got {hp.hard_samples}")
@@ -371,9 +374,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
 
     def train_loss(self, images, captions, word_items, item_boxes, gumbel, use_expected, host_lengths):
         """Pure: the training loss and its parts (no logging, no host sync, no draws)."""
-        batch = {"images": images, "captions": captions, "host_lengths": host_lengths}
-        if word_items is not None:
-            batch.update(word_items=word_items, item_boxes=item_boxes)
+        batch = _teacher_forced(images, captions, word_items, item_boxes, host_lengths)
         terms = self.loss_terms(batch, "sample", draws=(gumbel, use_expected))
         metrics = {key: terms[key].detach() for key in ("loss", "nll_word", "doubly_stochastic",
                                                         "supervised_attention", "reinforce") if key in terms}
@@ -400,12 +401,20 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._eval_step(batch, "test")
 
+    def eval_inputs(self, batch: dict, stage: str) -> dict:
+        return {key: batch.get(key) for key in ("images", "captions", "word_items", "item_boxes", "host_lengths")}
+
+    def eval_metrics(self, stage, images, captions, word_items=None, item_boxes=None, host_lengths=None):
+        """The teacher-forced NLL of one reference, for model selection by loss (the decoded
+        captions are scored per split, `_score_split`)."""
+        terms = self.loss_terms(_teacher_forced(images, captions, word_items, item_boxes, host_lengths),
+                                self.scoring_mode())
+        return {"loss": terms["nll"], "nll_word": terms["nll_word"]}
+
     def _eval_step(self, batch: dict, stage: str) -> None:
         images = batch["images"]
-        if "captions" in batch:  # teacher-forced NLL of one reference, for model selection by loss
-            losses = self.loss_terms(batch, self.scoring_mode())
-            self.log(f"{stage}/loss", losses["nll"], batch_size=images.shape[0], sync_dist=True)
-            self.log(f"{stage}/nll_word", losses["nll_word"], batch_size=images.shape[0], sync_dist=True)
+        if "captions" in batch:
+            self.log_step_metrics(stage, self.accel.eval_step(self, batch, stage), images.shape[0])
         results = self.caption(images, beam_size=self.hparams.beam_size, max_len=self.hparams.decode_max_len)
         store = self._eval_store
         ids = [str(i) for i in batch["image_ids"]]
@@ -592,6 +601,14 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"captioner: lr_schedule must be 'none' or 'cosine', got '{hp.lr_schedule}'")
         return optim.configure(self, groups, hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
                                schedule=hp.lr_schedule)
+
+
+def _teacher_forced(images, captions, word_items, item_boxes, host_lengths) -> dict:
+    """A batch for `loss_terms` from step inputs (the items' boxes only where words name items)."""
+    batch = {"images": images, "captions": captions, "host_lengths": host_lengths}
+    if word_items is not None:
+        batch.update(word_items=word_items, item_boxes=item_boxes)
+    return batch
 
 
 def _repeat_rows(batch: dict, times: int) -> dict:

@@ -22,7 +22,7 @@ Evaluation (test_step): the negative ELBO in nats/image (the paper's "<=" number
 importance-weighted bound with `iwae_samples` samples (Burda et al. 2016; chunked), and the KL
 of each step.
 
-Speed (`accel`, zoo.models.accel): compiled modes compile the per-step cell (`_cell`), not the
+Speed (zoo.models.accel): compiled modes compile the per-step cell (`_cell`), not the
 T-step unroll (compiling 64 unrolled steps as one graph does not finish in minutes).
 """
 from __future__ import annotations
@@ -37,8 +37,8 @@ from zoo.attention import filterbank as fb
 from zoo.data.binarize import fixed_binarize
 from zoo.errors import UserError
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ClassifierModule, ZooModule
+from zoo.models.card import CompileHints, FamilyCard
 
 ATTENTION_KINDS = ("none", "filterbank")
 BINARIZATIONS = ("dynamic", "fixed")
@@ -78,24 +78,28 @@ def _check_size(value, name: str, lo: int = 1, hi: int | None = None) -> int:
 class DRAW(ZooModule):
     """The DRAW generative model. images [B, C, S, S] in [0, 1] (binarized here) -> bound in nats."""
 
-    family = "draw"
-    resize_rule = "exact"
-    image_check_note = " (channels, height, width)"
-    output_kind = "sample"
-    compile_pieces = ("_cell",)  # a compiled mode compiles one step of eqs. 3-8, not the T-step unroll
-    # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
-    # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
-    accel_cpu_compile_min_steps = 1000
+    card = FamilyCard(
+        "draw", output="sample", resize="exact", attention="window", bench_recipes=("draw_fmnist",),
+        # a compiled mode compiles one step of eqs. 3-8 (`_cell`), not the T-step unroll. CPU: the
+        # compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays off after
+        # ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
+        compile=CompileHints(pieces=("_cell",), cpu_min_steps=1000),
+        dimensions={**dict.fromkeys(["enc_size", "dec_size", "z_size"], 16_384), "read_n": 1_024, "write_n": 1_024,
+                    "T": 1_000, "iwae_samples": 100_000, "iwae_chunk": 100_000},
+        tiny={"": dict(image_size=12, T=2, enc_size=16, dec_size=16, z_size=3, read_n=3, write_n=4, iwae_samples=4,
+                       iwae_chunk=2),
+              "noattn": dict(image_size=12, T=2, enc_size=16, dec_size=16, z_size=3, attention="none",
+                             iwae_samples=4, iwae_chunk=2)},
+        skip={"figures": "its figures show its canvases and samples too (tests/test_draw.py)"})
 
     def __init__(self, image_size: int = 28, in_chans: int = 1, T: int = 64, enc_size: int = 256,
                  dec_size: int = 256, z_size: int = 100, attention: str = "filterbank", read_n: int = 2,
                  write_n: int = 5, lr: float = 1e-3, betas: list[float] = (0.9, 0.999),
                  train_binarization: str = "dynamic", binarize_seed: int = 0,
                  iwae_samples: int = 1000, iwae_chunk: int = 100, iwae_batches: int | None = None,
-                 num_figures: int = 8, accel: str = "auto"):
+                 num_figures: int = 8):
         super().__init__()
         self.save_hyperparameters()
-        check_mode(accel, "DRAW config")
         S = _check_size(image_size, "image_size")
         C = _check_size(in_chans, "in_chans")
         self.T = _check_size(T, "T")
@@ -240,6 +244,9 @@ class DRAW(ZooModule):
             writes.append(params)
         return {"images": canvases[-1], "canvases": torch.stack(canvases), "write": writes}
 
+    def example_batch(self, n: int = 2, seed: int = 0):
+        return self.labelled_batch(n, seed)  # the data's form; the generator reads the images only
+
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
         """The read and write windows while the model redraws images [B, C, S, S] (binarized as the
@@ -346,21 +353,20 @@ class DRAWClassifier(ClassifierModule):
 
     images [B, C, S, S] in [0, 1] -> logits [B, num_classes]."""
 
-    family = "draw_classifier"
-    resize_rule = "exact"
-    image_check_note = " (channels, height, width)"
-    head_keys = ("head.",)
-    # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
-    # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
-    accel_cpu_compile_min_steps = 4000
+    card = FamilyCard(
+        "draw_classifier", resize="exact", attention="window", head_keys=("head.",),
+        # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
+        # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
+        compile=CompileHints(cpu_min_steps=4000), bench_recipes=("draw_cluttered100_classifier",),
+        dimensions={"hidden_size": 16_384, "glimpse_hidden": 16_384, "read_n": 1_024, "T": 1_000},
+        tiny={"": dict(image_size=16, num_classes=3, T=2, read_n=4, hidden_size=16, glimpse_hidden=16)})
 
     def __init__(self, image_size: int = 100, in_chans: int = 1, num_classes: int = 10, T: int = 8,
                  read_n: int = 12, hidden_size: int = 256, glimpse_hidden: int = 256,
                  lr: float = 1e-3, weight_decay: float = 0.0, lr_schedule: str = "cosine",
-                 read_init: str = "whole_image", num_figures: int = 8, accel: str = "auto"):
+                 read_init: str = "whole_image", num_figures: int = 8, class_names: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters()
-        check_mode(accel, "DRAWClassifier")
         optim.check_schedule(lr_schedule, "DRAWClassifier")
         if read_init not in ("whole_image", "default"):
             raise UserError(f"DRAWClassifier: read_init must be whole_image or default, got '{read_init}'")

@@ -31,6 +31,7 @@ from zoo.backbones.spec import BackboneSpec
 from zoo.metrics.localization import cell_masks
 from zoo.models import optim
 from zoo.models.base import ClassifierModule
+from zoo.models.card import FamilyCard
 
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128, 128], "strides": [2, 2, 2, 1]}
 
@@ -39,9 +40,10 @@ class ItemGridClassifier(ClassifierModule):
     """images [B, 3, H, W] in [0, 1] -> per-cell class logits [B, L, classes + 1] and colour
     logits [B, L, colours] (see the module docstring). Adam, optional cosine schedule."""
 
-    family = "backbone"
-    progress_bar_metrics = ("loss", "item_acc")
-    head_keys = ("class_head.",)
+    card = FamilyCard("backbone", progress_bar=("loss", "item_acc"), head_keys=("class_head.",),
+                      exports=("class_logits", "colour_logits"),
+                      tiny={"": dict(backbone={"kind": "stem", "in_chans": 3, "channels": [8], "strides": [4]},
+                                     image_size=[16, 16], num_colours=4)})
 
     def __init__(self, backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
                  num_classes: int = 10, num_colours: int = 8, colour_weight: float = 1.0,
@@ -52,7 +54,7 @@ class ItemGridClassifier(ClassifierModule):
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
         self.hparams.image_size = [int(s) for s in image_size]
-        self.backbone = spec.build(option="--model.init_args.backbone.")
+        self.backbone = spec.build()
         self.backbone_spec = spec
         self.hparams.backbone = spec.to_dict()
         D = self.backbone.out_dim
@@ -77,6 +79,10 @@ class ItemGridClassifier(ClassifierModule):
         """images [B, 3, H, W] -> (class logits [B, L, classes + 1], colour logits [B, L, colours], grid)."""
         tokens, grid = self.backbone(images)
         return self.class_head(tokens), self.colour_head(tokens), tuple(int(g) for g in grid)
+
+    def export_forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """images [B, 3, H, W] -> per-cell class and colour logits (the grid is the backbone's)."""
+        return self(images)[:2]
 
     def targets(self, batch: dict, grid, image_size) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per cell: class [B, L] (num_classes = background), colour [B, L] (-1 off items), and the

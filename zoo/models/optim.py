@@ -17,11 +17,12 @@ larger `trainer.max_epochs` stretches the decay over the new horizon from the fi
 longer run trained its extra epochs at learning rate 0: weights bit-identical to the checkpoint.)
 The factors are closures, so scheduler checkpoints hold plain numbers only.
 
-The optimizer's implementation follows the acceleration mode (zoo.models.accel):
-- "default": torch's default kernels (eager mode; the released recipes were trained so);
-- "fused": one fused kernel per step where the device and dtypes allow (compiled modes).
-A checkpoint carries its optimizer's flags; `reconcile` makes a restored optimizer use the kernel
-of the current run's mode.
+The optimizer's kernel follows the device, chosen here and nowhere else (`build_optimizer`): on
+an accelerator (CUDA) one fused kernel per step where the optimizer has one and the parameters'
+dtypes allow it; on CPU torch's default kernels, which the CPU releases were trained with (the
+ViT release excepted, trained with the fused CPU kernel when the kernel followed the mode). A
+checkpoint resumed on another device keeps the flags it was saved with: torch's kernels run on
+either.
 """
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 SCHEDULES = ("none", "cosine", "warmup_cosine")
 #: the schedules a recipe names in `lr_schedule` (warmup_cosine needs a warm-up that only ViT's recipe sets)
 RECIPE_SCHEDULES = ("none", "cosine")
-IMPLS = ("default", "fused")
 _CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD,
             "rmsprop": torch.optim.RMSprop}
 _FUSED = ("adam", "adamw", "sgd")  # torch has fused kernels for these (CPU and CUDA)
@@ -50,55 +50,31 @@ def _param_list(params) -> list[torch.Tensor]:
     return out
 
 
-def fused_supported(params: list[torch.Tensor]) -> bool:
-    """Whether torch's fused optimizer kernels accept every parameter (device and dtype)."""
+def fused_kernel(params: list[torch.Tensor], name: str) -> bool:
+    """Whether `name` runs torch's fused kernel on `params`: the device's choice (an accelerator's,
+    not the CPU's), where torch has one for this optimizer, device and dtype."""
     from torch.optim.optimizer import _get_fused_kernels_supported_devices
 
-    devices = _get_fused_kernels_supported_devices()
-    return bool(params) and all(p.device.type in devices and torch.is_floating_point(p) for p in params)
+    devices = set(_get_fused_kernels_supported_devices()) - {"cpu"}
+    return (name in _FUSED and bool(params)
+            and all(p.device.type in devices and torch.is_floating_point(p) for p in params))
 
 
 def build_optimizer(params: Iterable, name: str = "adam", *, lr: float, weight_decay: float = 0.0,
-                    betas: Iterable[float] = (0.9, 0.999), momentum: float = 0.9,
-                    impl: str = "default") -> torch.optim.Optimizer:
-    """params: tensors or parameter groups (dicts). name: adam | adamw | sgd | rmsprop."""
+                    betas: Iterable[float] = (0.9, 0.999), momentum: float = 0.9) -> torch.optim.Optimizer:
+    """params: tensors or parameter groups (dicts), already on their device. name: adam | adamw |
+    sgd | rmsprop."""
     if name not in OPTIMIZERS:
         raise UserError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got '{name}'")
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     params = list(params)
     kwargs: dict[str, Any] = {"lr": lr, "weight_decay": weight_decay}
     if name in ("adam", "adamw"):
         kwargs["betas"] = tuple(betas)
     elif name == "sgd":
         kwargs["momentum"] = momentum
-    fused = impl != "default" and name in _FUSED and fused_supported(_param_list(params))
-    if fused:
+    if fused_kernel(_param_list(params), name):
         kwargs["fused"] = True
-    optimizer = _CLASSES[name](params, **kwargs)
-    optimizer._zoo_impl = impl  # what `reconcile` restores after a checkpoint load
-    return optimizer
-
-
-def reconcile(optimizer: torch.optim.Optimizer) -> None:
-    """Make an optimizer restored from a checkpoint use the implementation it was built with
-    (a checkpoint written in another mode carries that mode's flags and step placement)."""
-    impl = getattr(optimizer, "_zoo_impl", None)
-    if impl is None:
-        return
-    name = next((n for n, cls in _CLASSES.items() if type(optimizer) is cls), None)
-    fused = impl != "default" and name in _FUSED and fused_supported(_param_list(optimizer.param_groups))
-    for group in optimizer.param_groups:
-        if "fused" in group:
-            group["fused"] = True if fused else (None if name != "sgd" else False)
-        if fused and "foreach" in group:
-            group["foreach"] = None
-        if group.get("capturable"):  # written by the removed whole-step CUDA-graph mode
-            group["capturable"] = False
-        for p in group["params"]:
-            step = optimizer.state.get(p, {}).get("step")
-            if isinstance(step, torch.Tensor):  # a fused kernel keeps its step count on the device
-                optimizer.state[p]["step"] = step.to(device=p.device if fused else "cpu", dtype=torch.float32)
+    return _CLASSES[name](params, **kwargs)
 
 
 # ----------------------------------------------------------------------------- schedules
@@ -183,12 +159,8 @@ def refresh(scheduler) -> None:
 
 def configure(module, params: Iterable, optimizer: str = "adam", *, lr: float, weight_decay: float = 0.0,
               betas: Iterable[float] = (0.9, 0.999), momentum: float = 0.9, schedule: str = "none",
-              warmup_epochs: float = 0.0, min_lr: float = 0.0, impl: str | None = None):
-    """What `configure_optimizers` returns: the optimizer alone, or with its schedule. `impl`
-    defaults to what the module's acceleration mode asks for (`module.optimizer_impl()`)."""
-    if impl is None:
-        impl = module.optimizer_impl() if hasattr(module, "optimizer_impl") else "default"
-    opt = build_optimizer(params, optimizer, lr=lr, weight_decay=weight_decay, betas=betas, momentum=momentum,
-                          impl=impl)
+              warmup_epochs: float = 0.0, min_lr: float = 0.0):
+    """What `configure_optimizers` returns: the optimizer alone, or with its schedule."""
+    opt = build_optimizer(params, optimizer, lr=lr, weight_decay=weight_decay, betas=betas, momentum=momentum)
     scheduler = build_schedule(opt, module, schedule, warmup_epochs=warmup_epochs, min_lr=min_lr)
     return opt if scheduler is None else {"optimizer": opt, "lr_scheduler": scheduler}

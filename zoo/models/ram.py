@@ -62,7 +62,7 @@ probabilities over M sampled trajectories (`acc_mc{M}`, M = `eval_samples`; the 
 1..T on the deterministic trajectory (`acc_glimpses_t`; the classifier is trained on h_T only);
 and the random-glimpse ablation (`acc_random`: the same model, locations uniform in the image).
 
-Speed (`accel`, zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn
+Speed (zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn
 glimpse by glimpse from the global or the evaluation generator), so eager, compiled and
 CUDA-graphed steps consume the same random stream.
 """
@@ -76,12 +76,13 @@ from torch import nn
 
 from zoo.attention.glimpse import Retina
 from zoo.errors import UserError
-from zoo.limits import check_dimensions
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
+from zoo.models.card import CompileHints, FamilyCard
 
 POLICIES = ("sample", "mean", "random")
+TINY = dict(image_size=20, num_classes=4, patch_size=4, num_scales=2, num_glimpses=2, glimpse_hidden=16,
+            location_hidden=8, glimpse_dim=24, hidden_size=32, eval_samples=3)
 CONTEXT_CHANNELS = [16, 16, 4]  # the context network's 3x3 convolutions when a recipe names none
 CHOICES = {"core": ("rnn", "lstm"), "location_policy": ("learned", "random"), "location_mean": ("tanh", "linear"),
            "std_mode": ("fixed", "learnable", "annealed"), "optimizer": ("adam", "sgd"),
@@ -133,14 +134,24 @@ class ContextNetwork(nn.Module):
 class RAM(ZooModule):
     """images [B, C, H, W] in [0, 1] -> logits [B, num_classes] after `num_glimpses` glimpses."""
 
-    head_keys = ("classifier.",)
-
-    family = "ram"
-    resize_rule = "exact"
-    image_check_note = " (RAM's coordinates are tied to its image size)"
-    # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
-    # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
-    accel_cpu_compile_min_steps = 5000
+    card = FamilyCard(
+        "ram", resize="exact", attention="glimpse", head_keys=("classifier.",), exports=("logits", "locations"),
+        # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
+        # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
+        compile=CompileHints(cpu_min_steps=5000), bench_recipes=("ram_fmnist_cluttered60",),
+        # train_samples: glimpse paths per training image, each a whole rollout; context_size: the
+        # coarse view of the whole canvas
+        dimensions={**dict.fromkeys(["glimpse_hidden", "location_hidden", "glimpse_dim", "hidden_size", "where_hidden",
+                                     "context_channels"], 16_384),
+                    "num_scales": 16, "num_glimpses": 1_000, "train_samples": 1_000, "eval_samples": 10_000,
+                    "context_size": 4_096},
+        tiny={"": TINY, "lstm_learnable_to_core": {**TINY, "core": "lstm", "std_mode": "learnable",
+                                                    "reinforce_to_core": True, "retina_method": "filterbank"},
+              "annealed_random": {**TINY, "std_mode": "annealed", "location_policy": "random"},
+              # issue 33's remedies: DRAM's where layer and context network, the shaped return, 2 paths per image
+              "dram_shaped": {**TINY, "where_layer": True, "where_hidden": 16, "context": "conv", "context_size": 5,
+                              "context_channels": [2], "reward": "log_prob", "reward_at": "every_glimpse",
+                              "classify_every_glimpse": True, "baseline": "per_glimpse", "train_samples": 2}})
 
     def __init__(
         self,
@@ -195,19 +206,13 @@ class RAM(ZooModule):
         eval_samples: int = 10,
         eval_seed: int = 0,
         num_figures: int = 4,
-        # speed (zoo.models.accel): auto | eager | compile | reduce-overhead
-        accel: str = "auto",
     ):
         super().__init__()
         self.save_hyperparameters()
-        check_mode(accel, "RAM")
         for key, allowed in CHOICES.items():
             if self.hparams[key] not in allowed:
                 raise UserError(f"RAM: {key} must be one of {', '.join(allowed)}, got '{self.hparams[key]}'")
         context_channels = CONTEXT_CHANNELS if context_channels is None else list(context_channels)
-        # absurd estimator settings (10^6 paths per image) are refused before anything is built
-        check_dimensions({"train_samples": train_samples, "where_hidden": where_hidden,
-                          "context_size": context_size, "context_channels": context_channels}, "RAM")
         if train_samples < 1:
             raise UserError(f"RAM: train_samples must be >= 1, got {train_samples}")
         if context != "none" and not where_layer:
@@ -422,7 +427,7 @@ class RAM(ZooModule):
     def example_batch(self, n: int = 2, seed: int = 0):
         """(images, labels), plus the item's box [n, 4] where the recipe supervises the location
         (the batches of `FashionMNISTDataModule(with_boxes=true)`)."""
-        images, labels = super().example_batch(n, seed)
+        images, labels = self.labelled_batch(n, seed)
         if self.hparams.location_supervision <= 0:
             return images, labels
         height, width = self.image_hw
@@ -501,46 +506,33 @@ class RAM(ZooModule):
         metrics["acc_random"] = _accuracy(self.rollout(images, "random", noise=random_noise, std=std)["logits"], labels)
         return metrics
 
-    # ------------------------------------------------------------------ figures
+    # ------------------------------------------------------------------ where it looked
     @torch.no_grad()
-    def glimpse_trajectory(self, images: torch.Tensor, policy: str = "mean") -> dict[str, torch.Tensor]:
-        """For drawing: locations [B, T, 2], boxes [B, T, k, 4] (x0, y0, x1, y1 in pixels),
-        probs [B, classes], predictions [B]."""
-        self.check_images(images)
-        out = self.rollout(images, policy)
-        B, T = out["locations"].shape[:2]
-        boxes = self.retina.boxes(out["locations"].reshape(B * T, 2), *self.image_hw)
-        probs = out["logits"].softmax(-1)
-        return {"locations": out["locations"], "boxes": boxes.view(B, T, *boxes.shape[1:]),
-                "probs": probs, "predictions": probs.argmax(-1)}
-
-    @torch.no_grad()
-    def attention_record(self, images: torch.Tensor):
-        """The attention record of the evaluation policy's glimpses: one step per glimpse, a box per
-        retina scale, maps spread evenly over each scale's box (`record.maps_from_boxes`)."""
+    def attention_record(self, images: torch.Tensor, policy: str | None = None):
+        """The glimpses of images [B, C, H, W]: one step per glimpse, a box per retina scale (x0,
+        y0, x1, y1 in pixels), maps spread evenly over each scale's box (`record.maps_from_boxes`).
+        `policy`: "mean" (the deterministic path; the default, unless the model's policy is random)
+        or "sample" (one path drawn from the policy)."""
         from zoo.attention import record
 
-        traj = self.glimpse_trajectory(images, self._eval_policy())
-        boxes = traj["boxes"]  # [B, T, k, 4]
-        B, T, K = boxes.shape[:3]
+        if policy not in (None, "mean", "sample"):
+            raise ValueError(f"policy must be mean or sample, got {policy!r}")
+        self.check_images(images)
+        out = self.rollout(images, self._eval_policy() if policy is None else self._train_policy()
+                           if policy == "sample" else "mean")
+        B, T = out["locations"].shape[:2]
+        boxes = self.retina.boxes(out["locations"].reshape(B * T, 2), *self.image_hw).view(B, T, -1, 4)
+        probs = out["logits"].softmax(-1)
         return record.AttentionRecord(
             family=self.family, kind="glimpse", maps=record.maps_from_boxes(boxes, self.image_hw),
             labels=record.step_labels("glimpse", B, T), step_mask=record.full_mask(B, T, images.device),
-            boxes=boxes, box_labels=[f"scale {k + 1}" for k in range(K)],
-            prediction={"probs": traj["probs"], "label": traj["predictions"],
-                        "class_names": self.hparams.class_names})
-
-    #: what `zoo export` returns: the class scores and where the glimpses went
-    export_output_names = ("logits", "locations")
+            boxes=boxes, box_labels=[f"scale {k + 1}" for k in range(boxes.shape[2])],
+            prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
 
     def export_forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """images [B, C, H, W] -> (logits [B, classes], locations [B, T, 2]) with the mean policy."""
         out = self.rollout(images, "mean")
         return out["logits"], out["locations"]
-
-    def class_name(self, index: int) -> str:
-        names = self.hparams.class_names
-        return names[index] if names and 0 <= index < len(names) else str(index)
 
     # ------------------------------------------------------------------ optimisation
     def location_parameters(self) -> list[nn.Parameter]:

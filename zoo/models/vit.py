@@ -1,26 +1,27 @@
 """Vision Transformer classifier (Dosovitskiy et al. 2021) over the zoo's timm ViT backbone.
 
-The trunk is `zoo.backbones.TimmViT`, the same object a captioner uses as its encoder (patch
-tokens); here timm's own pooling and head turn its features into logits. Any timm ViT variant is
-accepted by name, with `image_size`, `patch_size`, `in_chans`, `depth`, `embed_dim` overriding it
-(`image_size` is the zoo's name for what timm calls `img_size`).
-`conv_stem` swaps the patchify convolution for a small conv stem (Xiao et al. 2021) with the same
-token grid, through timm's `HybridEmbed`; the Fashion-MNIST recipe uses it.
+The trunk is a `backbone:` block of kind `timm_vit` (zoo.backbones.spec.BackboneSpec), the same
+object a captioner uses as its encoder (patch tokens); here timm's own pooling and head turn its
+features into logits. Any timm ViT variant is accepted by name (`backbone.model_name`), with
+`patch_size`, `depth`, `embed_dim`, ... overriding it; the model's `image_size`, `in_chans` and
+`num_classes` are the trunk's. `backbone.conv_stem` swaps the patchify convolution for a small
+conv stem (Xiao et al. 2021) with the same token grid, through timm's `HybridEmbed`; the
+Fashion-MNIST recipe uses it. Configs from before the block (the trunk's fields flat among the
+model's) load through zoo.hparams' alias map.
 
 Training for small data: AdamW (no weight decay on biases, norms, position embeddings and the cls
 token), linear warm-up then cosine decay per step, label smoothing, stochastic depth, and batch
 augmentation on the batch's device (`zoo.data.augment`: random translation, flips, erasing, mixup).
 
-Speed: `accel` (zoo.models.accel: auto | eager | compile | reduce-overhead; auto compiles on CUDA and on
-CPU runs long enough to pay for it), `bf16` autocast, `channels_last`; `compile: true` is the
-older spelling of `accel: compile`. AdamW runs its fused kernel in every mode.
+Speed: the run's `--accel` (zoo.models.accel), `bf16` autocast, `channels_last`.
 
 Pretrained weights:
 - `zoo.create_model("vit_fmnist", pretrained=True)`: our released Fashion-MNIST weights;
-- `pretrained_file=PATH`: any timm ViT checkpoint on disk (e.g. a downloaded model.safetensors),
-  with position embeddings, patch embedding, `in_chans` and the head adapted by timm;
-- `pretrained=True`: timm's hub route when online (offline: one line saying to pass a file).
-A checkpoint of this model stores its weights, so its config records neither of the last two.
+- `backbone.pretrained_file: PATH`: any timm ViT checkpoint on disk (e.g. a downloaded
+  model.safetensors), with position embeddings, patch embedding, `in_chans` and the head adapted
+  by timm; `backbone.pretrained: true`: timm's hub route when online (offline: one line saying to
+  pass a file); `backbone.pretrained: NAME`: a zoo release's trunk.
+A checkpoint of this model stores its weights, so its config records none of these.
 """
 from __future__ import annotations
 
@@ -29,27 +30,30 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from zoo.backbones import build_backbone
+from zoo.backbones.spec import BackboneSpec
 from zoo.data.augment import BatchAugment, mixup
+from zoo.errors import UserError
 from zoo.models import optim
-from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
+from zoo.models.card import FamilyCard
+
+
+#: the trunk a ViT classifier takes when its recipe gives no `backbone:` block
+DEFAULT_BACKBONE = {"kind": "timm_vit", "model_name": "vit_tiny_patch16_224", "patch_size": 4, "depth": 6,
+                    "embed_dim": 96, "num_heads": 3, "mlp_ratio": 2.0, "drop_path_rate": 0.1}
+TINY = dict(backbone={"kind": "timm_vit", "model_name": "vit_tiny_patch16_224", "patch_size": 7, "depth": 2,
+                      "embed_dim": 24, "num_heads": 2, "mlp_ratio": 2.0, "drop_path_rate": 0.0})
 
 
 class ViTClassifier(ZooModule):
     """images [B, in_chans, H, W] in [0, 1] -> logits [B, num_classes]."""
 
-    family = "vit"
-    eager_optimizer_impl = "fused"
-    head_keys = ("backbone.vit.head.",)
+    card = FamilyCard(
+        "vit", attention="rollout", head_keys=("backbone.vit.head.",), bench_recipes=("vit_fmnist",),
+        tiny={"": TINY, "augment_mixup": {**TINY, "translate": 2, "hflip": 0.5, "erase": 0.5, "mixup_alpha": 0.4}})
 
-    def __init__(self, model_name: str = "vit_tiny_patch16_224", image_size: int | list[int] = 28, patch_size: int = 4,
-                 in_chans: int = 1, num_classes: int = 10, depth: int | None = 6, embed_dim: int | None = 96,
-                 num_heads: int | None = 3, mlp_ratio: float | None = 2.0, global_pool: str | None = None,
-                 drop_rate: float = 0.0, drop_path_rate: float = 0.1, attn_drop_rate: float = 0.0,
-                 mean: list[float] | None = None, std: list[float] | None = None,
-                 conv_stem: list[int] | None = None, conv_stem_blocks: int = 1,
-                 pretrained: bool = False, pretrained_file: str | None = None, model_kwargs: dict | None = None,
+    def __init__(self, backbone: BackboneSpec | None = None, image_size: int | list[int] = 28, in_chans: int = 1,
+                 num_classes: int = 10,
                  # optimisation
                  lr: float = 1e-3, weight_decay: float = 0.05, betas: list[float] = (0.9, 0.999),
                  warmup_epochs: float = 2.0, min_lr: float = 1e-5, label_smoothing: float = 0.1,
@@ -57,29 +61,26 @@ class ViTClassifier(ZooModule):
                  translate: int = 0, hflip: float = 0.0, erase: float = 0.0, erase_area: float = 0.1,
                  mixup_alpha: float = 0.0,
                  # speed
-                 bf16: bool = False, compile: bool = False, channels_last: bool = False, accel: str = "auto",
+                 bf16: bool = False, channels_last: bool = False,
                  # figures
                  class_names: list[str] | None = None, num_figures: int = 4):
         super().__init__()
+        spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
+        if spec.kind != "timm_vit":
+            raise UserError(f"ViT: the backbone must be of kind timm_vit, got {spec.kind!r}")
         self.save_hyperparameters()
-        check_mode(accel, "ViT")
-        self.backbone = build_backbone(
-            "timm_vit", model_name=model_name, img_size=image_size, patch_size=patch_size, in_chans=in_chans,
-            depth=depth, embed_dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, num_classes=num_classes,
-            global_pool=global_pool, drop_rate=drop_rate, drop_path_rate=drop_path_rate,
-            attn_drop_rate=attn_drop_rate, pretrained=pretrained, pretrained_file=pretrained_file,
-            mean=mean, std=std, conv_stem=conv_stem, conv_stem_blocks=conv_stem_blocks, model_kwargs=model_kwargs)
+        # the model's facts the trunk takes; timm's pooling and head turn its features into logits
+        self.backbone = spec.build(img_size=image_size, in_chans=in_chans, num_classes=num_classes)
+        self.backbone_spec = spec
+        self.hparams.backbone = spec.to_dict()
         self.augment = BatchAugment(translate, hflip, erase, erase_area)
 
     # ------------------------------------------------------------------ config
     def zoo_config(self) -> dict:
-        # The weights live in the checkpoint: rebuilding it must not fetch pretrained weights again
-        # (nor need the user's pretrained file on another machine).
+        # The weights live in the checkpoint: rebuilding it must neither fetch pretrained weights
+        # again nor need the user's pretrained file, and must normalise as trained.
         config = super().zoo_config()
-        config["init_args"].update(pretrained=False, pretrained_file=None)
-        if self.backbone.normalize:  # pretrained weights chose the normalisation: keep it explicit
-            config["init_args"].update(mean=self.backbone.mean.flatten().tolist(),
-                                       std=self.backbone.std.flatten().tolist())
+        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.backbone)
         return config
 
     @property
@@ -90,9 +91,6 @@ class ViTClassifier(ZooModule):
     def setup(self, stage: str | None = None) -> None:
         self.speed_setup()
 
-    def accel_requested(self) -> str:
-        return "compile" if self.hparams.compile and self.hparams.accel == "auto" else self.hparams.accel
-
     # ------------------------------------------------------------------ forward
     @property
     def input_size(self) -> tuple[int, int]:
@@ -100,6 +98,9 @@ class ViTClassifier(ZooModule):
 
     def takes_any_image_size(self) -> bool:
         return getattr(self.vit, "dynamic_img_size", False)
+
+    def example_batch(self, n: int = 2, seed: int = 0):
+        return self.labelled_batch(n, seed)
 
     def _logits(self, images: torch.Tensor) -> torch.Tensor:
         # images [B, C, H, W] -> logits [B, num_classes]
@@ -182,31 +183,32 @@ class ViTClassifier(ZooModule):
                 "rollout": maps.rollout_map(joint, prefix, grid, cls_index)}
 
     @torch.no_grad()
-    def attention_record(self, images: torch.Tensor):
-        """One step per layer (the CLS token's attention to the patches, heads averaged) and a last
-        step with the rollout (Abnar & Zuidema 2020); each patch's mass is spread over its pixels.
-        The mass the CLS query puts on prefix tokens is left out, so each map sums to 1."""
+    def attention_record(self, images: torch.Tensor, heads: bool = False, head_fusion: str = "mean",
+                         residual: float = 0.5):
+        """One step per layer (the CLS token's attention to the patches, heads averaged), with
+        `heads` one more per head of the last layer, and a last step with the rollout (Abnar &
+        Zuidema 2020; `head_fusion` mean, max or min, `residual` the identity's weight in [0, 1));
+        each patch's mass is spread over its pixels. The mass the CLS query puts on prefix tokens is
+        left out, so each map sums to 1."""
         from zoo.attention import record
         from zoo.attention import rollout as maps
 
-        out = self.attention_maps(images)
+        if head_fusion not in ("mean", "max", "min") or not 0 <= residual < 1:
+            raise ValueError(f"head_fusion must be mean, max or min and residual in [0, 1), got {head_fusion!r}, "
+                             f"{residual!r}")
+        out = self.attention_maps(images, head_fusion, residual)
         vit, grid = self.vit, out["rollout"].shape[-2:]
         cls_index = 0 if getattr(vit, "cls_token", None) is not None else None
         layers = torch.stack([maps.cls_attention(a, vit.num_prefix_tokens, tuple(grid), cls_index).mean(1)
                               for a in out["attention"]], 1)  # [B, layers, h, w]
-        cells = torch.cat([layers, out["rollout"][:, None]], 1)
+        last = out["last"] if heads else layers[:, :0]  # [B, heads, h, w]
+        cells = torch.cat([layers, last, out["rollout"][:, None]], 1)
         cells = cells / cells.sum((-2, -1), keepdim=True).clamp_min(1e-30)
         B, T = cells.shape[:2]
-        labels = [[f"layer {t + 1}" for t in range(T - 1)] + ["rollout"] for _ in range(B)]
+        step_labels = ([f"layer {t + 1}" for t in range(layers.shape[1])]
+                       + [f"head {k + 1}" for k in range(last.shape[1])] + ["rollout"])
         probs = out["logits"].softmax(-1)
         return record.AttentionRecord(
             family=self.family, kind="rollout", maps=record.maps_from_cells(cells, tuple(images.shape[-2:])),
-            labels=labels, step_mask=record.full_mask(B, T, images.device), headline="last",
+            labels=[list(step_labels) for _ in range(B)], step_mask=record.full_mask(B, T, images.device), headline="last",
             prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
-
-    def class_name(self, index: int) -> str:
-        names = self.hparams.class_names
-        if not names:
-            datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-            names = getattr(datamodule, "class_names", None)
-        return str(names[index]) if names and index < len(names) else str(index)

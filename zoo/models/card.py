@@ -1,0 +1,130 @@
+"""The family card: a family's facts, stated once next to its model, and the registry that finds
+every family by its card (never by its name, never by a hand-kept list).
+
+    class RAM(ZooModule):
+        card = FamilyCard("ram", resize="exact", attention="glimpse", head_keys=("classifier.",),
+                          exports=("logits", "locations"), tiny={"": dict(image_size=20, ...)})
+
+A class that declares `card` in its own body is a family. When the class is defined, ZooModule
+checks that it writes the hooks of the family contract (`train_loss`, `eval_metrics`,
+`example_batch`, and `attention_record` where the card says it attends) and registers it: files
+may then name it (zoo.classes), and everything that needs to know the families reads the cards:
+preprocessing, `zoo export` / `zoo attend`, releases' golden outputs, compiled steps, the
+benchmarks and every registry-wide test (real step, evaluation, compiled and CUDA steps,
+attention record, export), with exclusions as data (`skip`). A subclass without a card of its
+own (a test's instrumented classifier) is no new family.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zoo.classes import allow_class
+
+OUTPUTS = ("logits", "caption", "sample")
+RESIZE_RULES = ("squash", "exact")
+#: the hooks every family writes (the family contract, zoo.models.base); `attention_record` too
+#: where its card names an attention kind
+HOOKS = ("train_loss", "eval_metrics", "example_batch")
+
+_FAMILIES: dict[str, type] = {}
+
+
+@dataclass(frozen=True)
+class CompileHints:
+    """How zoo.models.accel compiles the family's steps, as measured by benchmarks/accel.py."""
+
+    #: methods compiled instead of the whole step, for a step too long to compile whole (DRAW's cell)
+    pieces: tuple[str, ...] = ()
+    #: input shapes per step that get their own static graph (more than 1 for a few fixed shapes,
+    #: e.g. caption length buckets); other shapes run eagerly
+    max_shapes: int = 1
+    #: the fewest optimizer steps of a CPU run for which compiling its training step pays off
+    #: (`--accel auto`); None: never on CPU
+    cpu_min_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class FamilyCard:
+    #: short name: checkpoints, exports and messages say it ("ram", "captioner")
+    name: str
+    #: what the model answers an image with: "logits" (one images -> outputs program to export),
+    #: "caption" (encoder, decoder step and greedy programs) or "sample" (a generator: nothing to
+    #: export; its golden output is a seeded sample)
+    output: str = "logits"
+    #: how zoo.preprocess brings a user's image to the input size (unless the data crops for
+    #: evaluation): "squash" (resize the whole image) or "exact" (refuse another size: the model's
+    #: coordinates are input pixels)
+    resize: str = "squash"
+    #: channels every model of the family takes (None: its `in_chans` hyperparameter)
+    channels: int | None = None
+    #: the kind of its attention record (zoo.attention.record; a switch may choose another, as the
+    #: captioner's hard attention does); None: it records none
+    attention: str | None = None
+    #: the names of `export_forward`'s outputs (families that answer "logits")
+    exports: tuple[str, ...] = ("logits",)
+    #: parameter-name prefixes of the classifier head: a new label set starts them fresh
+    head_keys: tuple[str, ...] = ()
+    #: parameters whose rows are indexed by the vocabulary (kept per known word on a new vocabulary)
+    vocab_keys: tuple[str, ...] = ()
+    #: metrics shown in the progress bar
+    progress_bar: tuple[str, ...] = ("loss", "acc")
+    compile: CompileHints = CompileHints()
+    #: the largest sane value of each of its size arguments (a list's elements each), checked before
+    #: a model is built from a file or a recipe (zoo.limits), beside the shared ones (image size,
+    #: classes, batch sizes)
+    dimensions: dict[str, float] = field(default_factory=dict)
+    #: hyperparameters the data fills in when training starts (a captioner's vocabulary), with an
+    #: example value: what builds a model of a recipe without its data (tests, benchmarks)
+    filled_by_data: dict[str, Any] = field(default_factory=dict)
+    #: tiny configurations by name, the first the family's own smallest: what the registry-wide
+    #: tests build (the others cover switches the first leaves off)
+    tiny: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: registry-wide checks that leave the family out, and why (exclusions as data)
+    skip: dict[str, str] = field(default_factory=dict)
+    #: the registry names (recipes) benchmarks/accel.py times for the family
+    bench_recipes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.output not in OUTPUTS:
+            raise ValueError(f"family card {self.name!r}: output must be one of {OUTPUTS}, got {self.output!r}")
+        if self.resize not in RESIZE_RULES:
+            raise ValueError(f"family card {self.name!r}: resize must be one of {RESIZE_RULES}, got {self.resize!r}")
+
+
+def register(cls: type, base: type) -> type:
+    """Register the family `cls` declares (called by `base`, ZooModule, when a class with a card is
+    defined): its contract's hooks must be written (not `base`'s), its name unique."""
+    card = cls.card
+    if not isinstance(card, FamilyCard):
+        raise TypeError(f"{cls.__qualname__}.card must be a FamilyCard, got {type(card).__name__}")
+    hooks = HOOKS + (("attention_record",) if card.attention else ())
+    missing = [hook for hook in hooks if getattr(cls, hook) is getattr(base, hook)]
+    if missing:
+        raise TypeError(f"{cls.__qualname__} (family {card.name!r}) must write {', '.join(missing)}: "
+                        "the family contract (zoo.models.base)")
+    absent = [piece for piece in card.compile.pieces if not callable(getattr(cls, piece, None))]
+    if absent:
+        raise TypeError(f"{cls.__qualname__}: card.compile.pieces names no method {', '.join(absent)}")
+    known = _FAMILIES.get(card.name)
+    if known is not None and known.__qualname__ != cls.__qualname__:
+        raise TypeError(f"family name {card.name!r} is taken by {known.__module__}.{known.__qualname__}")
+    cls.family = card.name
+    _FAMILIES[card.name] = cls
+    return allow_class(cls, "model")
+
+
+def families() -> dict[str, type]:
+    """Every registered family, by name: the zoo's own (each module of zoo.models imported) and any
+    other that has been defined."""
+    from zoo.classes import registered
+
+    registered("model")
+    return dict(sorted(_FAMILIES.items()))
+
+
+def tiny_models() -> list[tuple[str, type, dict]]:
+    """(id, family class, hyperparameters) of every tiny configuration of every family: what the
+    registry-wide tests parametrize over ("ram", "ram-lstm_learnable", ...)."""
+    return [(name if not variant else f"{name}-{variant}", cls, hparams)
+            for name, cls in families().items() for variant, hparams in cls.card.tiny.items()]

@@ -1,0 +1,167 @@
+"""A recipe on the command line, before LightningCLI parses it (zoo/train.py): a registry name
+stands for its recipe file, every --config file is checked (there, a YAML mapping, within
+zoo.limits), and an old recipe or flag is read in current hyperparameter names (zoo.hparams).
+
+    argv = recipe_args.prepare(["fit", "--config", "ram_fmnist_centered", "--seed_everything", "1"])
+
+configs/base/trainer.yaml (`BASE_CONFIG`: W&B offline logger, progress bar, checkpointing) is
+applied before every recipe.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import re
+from pathlib import Path
+
+import yaml
+
+from zoo import registry
+from zoo.errors import UserError
+from zoo.hparams import RETIRED, current_spec
+from zoo.hub import MAX_CONFIG_BYTES
+from zoo.limits import check_tree, shorten
+
+log = logging.getLogger("zoo")
+
+
+def _base_config() -> str:
+    """configs/base/trainer.yaml: the one a wheel installs (zoo/recipes), else the clone's."""
+    installed = Path(__file__).resolve().parent / "recipes" / "base" / "trainer.yaml"
+    return str(installed if installed.is_file() else registry.REPO_ROOT / "configs" / "base" / "trainer.yaml")
+
+
+BASE_CONFIG = _base_config()
+
+
+def prepare(argv: list[str]) -> list[str]:
+    """The command line as LightningCLI is to parse it (`check_config_files` first)."""
+    argv = with_nested_nulls(with_recipe_paths(argv))
+    check_config_files(argv)
+    return with_current_names(argv)
+
+
+def with_recipe_paths(argv: list[str]) -> list[str]:
+    """`--config ram_fmnist_centered` (a registry name that is no file here) means that entry's
+    recipe, wherever the recipes are installed: after `pip install` there is no configs/ folder."""
+    names, out = set(registry.list_models()), list(argv)
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            at, given, prefix = i, arg.split("=", 1)[1], "--config="
+        elif arg in ("--config", "-c") and i + 1 < len(argv):
+            at, given, prefix = i + 1, argv[i + 1], ""
+        else:
+            continue
+        if given in names and not Path(given).exists() and registry.get_entry(given).recipe is not None:
+            out[at] = prefix + str(registry.get_entry(given).recipe)
+    return out
+
+
+NESTED_NULL = re.compile(r"^(--model\.init_args\.backbone)\.(\w+)$")  # a BackboneSpec field
+
+
+def with_nested_nulls(argv: list[str]) -> list[str]:
+    """`--model.init_args.backbone.level null` unsets the field. jsonargparse reads a null given
+    to a field of a nested dataclass as the string 'None' (refused for an int); the same update as
+    a one-field mapping, `--model.init_args.backbone '{"level": null}'`, merges field-wise."""
+    out, i = [], 0
+    while i < len(argv):
+        key, eq, value = argv[i].partition("=")
+        value = value if eq else argv[i + 1] if i + 1 < len(argv) else ""
+        field = NESTED_NULL.match(key)
+        if field and value in ("null", "None", "~"):
+            out += [field.group(1), json.dumps({field.group(2): None})]
+            i += 1 if eq else 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def check_config_files(argv: list[str]) -> None:
+    """Every --config file exists and holds a non-empty YAML mapping, and neither it nor a
+    command-line value expands past zoo.limits (YAML anchors that share one list a billion ways,
+    nesting thousands deep), before jsonargparse would spend minutes and gigabytes on it."""
+    paths = [BASE_CONFIG]
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config=") or arg in ("--config", "-c") and i + 1 < len(argv):
+            paths.append(arg.split("=", 1)[1] if "=" in arg else argv[i + 1])
+        elif ("&" in arg or "[" in arg or "{" in arg) and not arg.startswith("--config"):
+            try:  # a command-line value is YAML to jsonargparse as well
+                check_tree(yaml.safe_load(arg.split("=", 1)[1] if arg.startswith("--") else arg),
+                           f"command-line value {shorten(arg, 60)!r}")
+            except RecursionError:
+                raise UserError(f"command-line value {shorten(arg, 60)!r}: refused, nested too deep") from None
+            except yaml.YAMLError:
+                pass  # not YAML: jsonargparse reports it
+    for path in map(Path, paths):
+        if not path.is_file():
+            close = difflib.get_close_matches(str(path), registry.list_models(), n=1)
+            hint = "is a directory, not a YAML file" if path.is_dir() else \
+                f"no such file{f'; did you mean {close[0]}?' if close else ''}"
+            raise UserError(f"--config {path}: {hint}")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise UserError(f"--config {path}: refused, a recipe of more than {MAX_CONFIG_BYTES:,} bytes")
+        try:
+            content = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            raise UserError(f"--config {path}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--config {path}: cannot read ({exc})") from None
+        except RecursionError:
+            raise UserError(f"--config {path}: refused, nested too deep") from None
+        if content is None:
+            raise UserError(f"--config {path}: the file is empty")
+        check_tree(content, f"--config {path}")
+        if not isinstance(content, dict):
+            raise UserError(f"--config {path}: expected a mapping of keys (model:, data:, trainer:, ...), "
+                            f"got a {type(content).__name__}")
+
+
+def with_current_names(argv: list[str]) -> list[str]:
+    """Recipes and flags written before a hyperparameter was renamed or retired (zoo.hparams), in
+    current names, after one warning each: an old recipe's `model.init_args.accel` becomes the
+    run's `accel` (the recipe is then given to LightningCLI as its YAML text)."""
+    out, i = [], 0
+    while i < len(argv):
+        key, eq, value = argv[i].partition("=")
+        if not eq and i + 1 < len(argv) and key in ("--config", "-c", "--model.init_args.accel"):
+            value, i = argv[i + 1], i + 1
+        if key in ("--config", "-c"):
+            out += [key, _current_recipe(value)]
+        elif key == "--model.init_args.accel":
+            log.warning("--model.init_args.accel is the run option --accel now: read as --accel %s", value)
+            out += ["--accel", value]
+        else:
+            out.append(argv[i])
+        i += 1
+    return out
+
+
+def in_current_names(recipe: dict) -> dict:
+    """A parsed recipe with its model in current hyperparameter names (zoo.hparams); an old model's
+    `accel` (or ViT's `compile`) becomes the run's `accel`, where the recipe gives none of its own."""
+    model = recipe.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("init_args"), dict):
+        return recipe
+    init_args = dict(model["init_args"])
+    retired = {name: init_args.pop(name) for name in RETIRED if name in init_args}
+    out = {**recipe, "model": current_spec({**model, "init_args": init_args})}
+    mode = "compile" if retired.get("compile") is True else retired.get("accel", "auto")
+    if mode != "auto" and "accel" not in out:
+        out["accel"] = mode
+    return out
+
+
+def _current_recipe(path: str) -> str:
+    recipe = yaml.safe_load(Path(path).read_text())
+    current = in_current_names(recipe) if isinstance(recipe, dict) else recipe
+    if current == recipe:
+        return path
+    moved = RETIRED.keys() & recipe["model"]["init_args"].keys()
+    log.warning("%s: read in current hyperparameter names%s", path,
+                f" (its model's accel is the run's --accel {current.get('accel', 'auto')})" if moved else "")
+    return yaml.safe_dump(current, sort_keys=False)
