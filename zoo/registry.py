@@ -29,7 +29,7 @@ from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
-from zoo.limits import check_dimensions, check_tree
+from zoo.limits import check_dimensions, check_memory, check_tree, data_memory, model_memory
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("zoo")
@@ -66,9 +66,30 @@ def _family(class_path: str, folder: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _parsed(path: Path, mtime_ns: int, size: int) -> dict:
-    """A recipe's YAML, parsed once per version of the file (keyed by its mtime and size)."""
-    return yaml.safe_load(path.read_text()) or {}
+def _parsed(path: Path, mtime_ns: int, size: int) -> dict | str:
+    """A recipe's YAML, parsed once per version of the file (keyed by its mtime and size); the
+    reason, as a string, when it is not a readable recipe."""
+    if size > hub.MAX_CONFIG_BYTES:
+        return f"more than {hub.MAX_CONFIG_BYTES:,} bytes"
+    try:
+        recipe = yaml.safe_load(path.read_text()) or {}
+        check_tree(recipe, "it")
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        return "not valid YAML" + (f" at line {mark.line + 1}" if mark is not None else "")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read it ({getattr(exc, 'strerror', None) or exc})"
+    except RecursionError:
+        return "nested too deep"
+    except UserError as exc:
+        return str(exc).removeprefix("it: ")
+    return recipe if isinstance(recipe, dict) else f"a {type(recipe).__name__}, not a mapping"
+
+
+@functools.lru_cache(maxsize=None)
+def _skip(path: Path, reason: str) -> None:
+    """One warning per unreadable recipe and version: the registry and every other recipe work on."""
+    warnings.warn(f"{path}: skipped, {reason}", UserWarning, stacklevel=2)
 
 
 def _entries() -> dict[str, Entry]:
@@ -78,10 +99,19 @@ def _entries() -> dict[str, Entry]:
         family = path.parent.name
         if family == "base" or family.startswith("_") or path.stem.startswith("_"):
             continue
-        stat = path.stat()
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
         recipe = _parsed(path, stat.st_mtime_ns, stat.st_size)
+        if isinstance(recipe, str):
+            _skip(path, recipe)
+            continue
         model = recipe.get("model")
-        if not isinstance(model, dict) or "class_path" not in model:
+        if not isinstance(model, dict) or not isinstance(model.get("class_path"), str):
+            continue
+        if not isinstance(model.get("init_args") or {}, dict) or not isinstance(recipe.get("data") or {}, dict):
+            _skip(path, "its model or data init_args are not mappings")
             continue
         name = f"{family}_{path.stem}"
         model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
@@ -138,9 +168,13 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
     if not isinstance(init_args, dict):
         raise UserError(f"{spec['class_path']}: init_args must be a mapping")
     init_args = {k: v for k, v in init_args.items() if not str(k).startswith("_")}
-    check_dimensions({**init_args, **overrides}, f"{kind}.init_args")
+    arguments = {**init_args, **overrides}
+    check_dimensions(arguments, f"{kind}.init_args")
+    # the memory it would take, measured before it is taken (zoo.limits)
+    check_memory(model_memory(cls, arguments) if kind == "model" else data_memory(cls, arguments),
+                 f"{kind} {spec['class_path']}")
     try:
-        return cls(**{**init_args, **overrides})
+        return cls(**arguments)
     except TypeError as exc:
         raise UserError(f"{spec['class_path']}: bad arguments ({exc})") from None
 
@@ -156,9 +190,13 @@ def build(config: dict, **overrides):
     """A model from its config; the data config rides along (see `data_config`), both in current
     hyperparameter names (zoo.hparams)."""
     config = current_config(config)
+    data = config.get("data") if isinstance(config, dict) else None
+    if data and not (isinstance(data, dict) and isinstance(data.get("class_path"), str)
+                     and isinstance(data.get("init_args") or {}, dict)):
+        raise UserError("refused: the data config must be a mapping with a class_path and init_args")
     model = instantiate(config, "model", **overrides)
-    if config.get("data"):
-        model._zoo_data_config = config["data"]
+    if data:
+        model._zoo_data_config = data
     if config.get("_ignored_paths"):
         model._zoo_ignored_paths = list(config["_ignored_paths"])
     return model
