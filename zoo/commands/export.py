@@ -25,9 +25,11 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from zoo.export import export
     from zoo.io import check_writable
+    from zoo.limits import check_flags
 
     if args.max_len is not None and args.max_len < 1:
         raise UserError(f"--max-len must be >= 1, got {args.max_len}")
+    check_flags({"--max-len": args.max_len}, limit_name="export_max_len")
     from zoo.export import MANIFEST, check_target
 
     out = check_writable(args.out, "--out", directory=True)
