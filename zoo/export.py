@@ -34,11 +34,11 @@ import torch
 from torch import nn
 
 from zoo.errors import UserError
+from zoo.export_set import MANIFEST, METADATA_KEY, check_set
 from zoo.io import atomic_write_bytes, sweep_stale, temp_path
 
 FORMATS = ("onnx", "torch")
 MAX_BATCH = 4096
-MANIFEST = "export.json"
 EXPORT_EXTRA = "pip install 'attention-zoo[export]'"
 
 
@@ -212,7 +212,7 @@ def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | 
     check_target(out_dir)
     suffix = ".onnx" if fmt == "onnx" else ".pt2"
     info = describe(model, fmt)
-    metadata = {"attention_zoo": json.dumps(info)}
+    metadata = {METADATA_KEY: json.dumps(info)}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale(out_dir.parent)
     staging = temp_path(out_dir)
@@ -269,19 +269,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def load_export(out_dir: str | os.PathLike) -> dict:
-    """An export's manifest, after checking that its files are the set it names (every file there,
-    each with its sha256, nothing missing): one line for a set that was mixed or damaged."""
-    from zoo.hub import sha256_file
-
-    out_dir = Path(out_dir)
-    try:
-        manifest = json.loads((out_dir / MANIFEST).read_text())
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{out_dir}: not a zoo export (no readable {MANIFEST}: {exc})") from None
-    for name, digest in files.items():
-        path = out_dir / name
-        if not path.is_file() or sha256_file(path) != digest:
-            raise UserError(f"{out_dir}: {name} is not the file this export's {MANIFEST} names "
-                            "(a mixed or damaged set); export again")
-    return manifest
+    """An export's manifest, once `zoo.export_set.check_set` has shown the folder holds exactly the
+    set it names (plain names inside it, each file's sha256, the family's programs, bounded sizes,
+    a decoder as wide as the vocabulary): one line for a set that was mixed or damaged."""
+    return check_set(out_dir)
