@@ -47,11 +47,11 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 
 from zoo import hub
 from zoo.callbacks import WANDB_CLASSES, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
-from zoo.errors import UserError, one_line_warnings, quiet_lightning
+from zoo.errors import UserError, environment_error, one_line_warnings, printable, quiet_lightning
 from zoo.hparams import current_init_args, renamed_for
 from zoo.hub import MAX_CONFIG_BYTES
 from zoo.io import check_writable
-from zoo.limits import check_tree, shorten
+from zoo.limits import check_environment, check_memory, check_tree, data_memory, model_memory, shorten
 from zoo.models.base import ZooModule
 from zoo.registry import ALLOWED_CLASSES, REPO_ROOT, resolve_class
 
@@ -87,7 +87,7 @@ class ZooArgumentParser(LightningArgumentParser):
             close = difflib.get_close_matches(unknown.group(1), list(getattr(self, "_option_string_actions", {})), n=1)
             if close:
                 message = f"{message}; did you mean {close[0]}?"
-        sys.stderr.write(f"{PROG}: error: {condense(message)} ({HELP})\n")
+        sys.stderr.write(f"{PROG}: error: {printable(condense(message))} ({HELP})\n")
         sys.exit(2)
 
 
@@ -302,6 +302,11 @@ def read_resume_checkpoint(path: Path) -> dict:
         raise UserError(f"cannot resume: {exc}{hint}") from None
 
 
+def _as_dict(init_args) -> dict:
+    """jsonargparse's init_args (a Namespace, nested) as plain dicts, as a class takes them from a file."""
+    return init_args.as_dict() if hasattr(init_args, "as_dict") else dict(init_args or {})
+
+
 def _plain(value):
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -409,13 +414,32 @@ class ZooCLI(LightningCLI):
             if not vocab or "vocab" not in model.init_args or "vocab" not in data.init_args:
                 raise UserError(f"--init_vocab release: {config['init_from']} is not a captioner with a vocabulary, "
                                 "or this config's data has none to replace")
+            if not isinstance(vocab, list) or not all(isinstance(word, str) and word for word in vocab) \
+                    or len(set(vocab)) != len(vocab):
+                raise UserError(f"--init_vocab release: {config['init_from']}'s vocabulary is not a list of distinct "
+                                "words (strings)")
             model.init_args["vocab"] = data.init_args["vocab"] = list(vocab)
+        self._check_memory(data, model)
         recipes = [str(p) for p in config.get("config") or []]
         backbone = model.init_args.get("backbone")
         weights = [model.init_args.get(k) for k in PRETRAINED_ARGS] + [getattr(backbone, k, None) for k in PRETRAINED_ARGS]
         if any(FINETUNE_RECIPE in Path(r).stem for r in recipes) and not any(weights) and not config.get("init_from"):
             log.warning("a fine-tune recipe is starting from RANDOM weights: give --init_from NAME, or "
                         "--model.init_args.pretrained true (online) / --model.init_args.pretrained_file PATH")
+
+    @staticmethod
+    def _check_memory(data, model) -> None:
+        """What the run would allocate, refused above the memory budget before anything is built
+        (zoo.limits): the model built on the meta device, its weights counted four times (with their
+        gradients and the optimizer's two moments), and the arrays its data module would generate."""
+        parts = {}
+        if model.class_path in ALLOWED_CLASSES["model"]:
+            measured = model_memory(resolve_class(model.class_path, "model"), _as_dict(model.init_args))
+            parts.update({f"{key} with gradients and optimizer state (x4)" if key.startswith("the weights") else key:
+                          4 * value if key.startswith("the weights") else value for key, value in measured.items()})
+        if data.class_path in ALLOWED_CLASSES["data"]:
+            parts.update(data_memory(resolve_class(data.class_path, "data"), _as_dict(data.init_args)))
+        check_memory(parts, "this run")
 
     def _set_seed(self) -> None:
         """LightningCLI's, without the "Seed set to" line (the seed is in the saved config.yaml)."""
@@ -463,6 +487,7 @@ class ZooCLI(LightningCLI):
                 raise UserError(f"--ckpt_path {ckpt}: no such checkpoint file")
             path = hub.fetch(ckpt, config.get("sha256"))
         checkpoint = read_resume_checkpoint(path)
+        self._resume_state = (path, checkpoint.get("state_dict"))  # checked against the model in _preflight
         config["ckpt_path"] = str(path)
         self._check_resume_matches(checkpoint, config, path)
         self._check_resume_data(checkpoint, config, path)  # before config.yaml or W&B is touched
@@ -569,11 +594,28 @@ class ZooCLI(LightningCLI):
         (files, sizes), the run directory (writable, not in use, not an earlier run's), and the
         --init_from source."""
         config = self.config[self.subcommand]
+        self._check_resume_weights()
         self._check_data()
         if _launching_process():
             self._claim_run_dir(root, resuming=bool(config.get("ckpt_path")))
         if config.get("init_from"):
             self._init_from = InitFrom.prepare(config["init_from"], self.model, config.get("sha256"))
+
+    def _check_resume_weights(self) -> None:
+        """A resumed checkpoint's weights must be this model's (a checkpoint stripped of its zoo config
+        and hyperparameters says nothing else of what it is): refused before the run folder,
+        config.yaml or a W&B run exist."""
+        from zoo.registry import check_state_dict
+
+        path, state = getattr(self, "_resume_state", (None, None))
+        self._resume_state = (None, None)
+        if path is None:
+            return
+        if not isinstance(state, dict):
+            raise UserError(f"--ckpt_path {path}: not a training checkpoint (it holds no state_dict)")
+        if getattr(self.model, "embed", True) is None:  # a captioner whose vocabulary comes at setup
+            state = {k: v for k, v in state.items() if k not in self.model.vocab_keys}
+        check_state_dict(self.model, state, source=f"--ckpt_path {path}")
 
     def before_fit(self) -> None:
         if getattr(self, "_init_from", None) is not None:
@@ -628,19 +670,22 @@ def _launching_process() -> bool:
     return rank == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
-def _user_error(exc: BaseException | None) -> UserError | None:
-    """The UserError behind `exc`, following its cause/context chain, or None."""
+def _user_error(exc: BaseException | None) -> str | None:
+    """The UserError (or the machine's OSError: zoo.errors.environment_error) behind `exc`,
+    following its cause/context chain, as its one line; or None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, UserError):
-            return exc
+            return str(exc)
+        if environment_error(exc):
+            return environment_error(exc)
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
 
 
 def _fail(message: str, code: int = 2):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(message)}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -658,6 +703,7 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
     argv = sys.argv[1:] if args is None else args
     base = {"default_config_files": [BASE_CONFIG]}
     try:
+        check_environment(logging=True)
         argv = args = with_nested_nulls(with_recipe_paths(argv))
         check_config_files(argv)
         ZooCLI(ZooModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
@@ -673,16 +719,17 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
         _finish_wandb()
         _fail(str(exc).splitlines()[0])
     except OSError as exc:
-        if exc.errno not in (28, 13, 30):  # ENOSPC, EACCES, EROFS: the machine, not a bug
+        message = environment_error(exc)  # a full disk, a read-only or missing folder: the machine, not a bug
+        if message is None:
             raise
         _finish_wandb()
-        _fail(f"cannot write {exc.filename or 'a file'}: {exc.strerror}")
+        _fail(message)
     except Exception as exc:  # jsonargparse wraps errors raised while instantiating classes
         user_error = _user_error(exc)
         if user_error is None:
             raise
         _finish_wandb()
-        _fail(str(user_error))
+        _fail(user_error)
     _finish_wandb()
 
 
