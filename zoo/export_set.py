@@ -130,20 +130,22 @@ def _check_description(manifest: dict, where: str) -> None:
 
 
 def _check_programs(folder: Path, manifest: dict) -> None:
-    """Inside the ONNX programs: each describes the model export.json describes (its embedded copy),
-    and a captioner's decoder scores exactly the manifest's vocabulary."""
-    description = {k: v for k, v in manifest.items() if k != "files"}
+    """Inside the ONNX programs: a captioner's decoder scores exactly the manifest's vocabulary, and
+    each program describes the model export.json describes (its embedded copy)."""
+    read = {}
     for name in programs_of(manifest):
         path = folder / f"{name}.onnx"
         check_memory({f"{name}.onnx": float(path.stat().st_size)}, f"{folder}: {name}.onnx")
-        embedded, widths = _read_onnx(path)
+        read[name] = _read_onnx(path)
+    width = read.get("decoder_step", (None, {}))[1].get("log_probs")
+    if width is not None and width != len(manifest["vocabulary"]):
+        raise UserError(f"{folder}: decoder_step.onnx scores {width:,} words but {MANIFEST}'s vocabulary has "
+                        f"{len(manifest['vocabulary']):,}; export again")
+    description = {k: v for k, v in manifest.items() if k != "files"}
+    for name, (embedded, _) in read.items():
         if embedded is not None and embedded != description:
             raise UserError(f"{folder}: {name}.onnx was exported from another model than {MANIFEST} describes "
                             "(a mixed set); export again")
-        width = widths.get("log_probs")
-        if name == "decoder_step" and width is not None and width != len(manifest["vocabulary"]):
-            raise UserError(f"{folder}: decoder_step.onnx scores {width:,} words but {MANIFEST}'s vocabulary has "
-                            f"{len(manifest['vocabulary']):,}; export again")
 
 
 def _read_onnx(path: Path) -> tuple[dict | None, dict[str, int]]:

@@ -136,7 +136,10 @@ def limit(name: str) -> float:
 def shorten(value: Any, width: int = QUOTE) -> str:
     """A file-provided value as at most `width` characters for an error line (never formats a huge
     or shared structure in full)."""
-    if isinstance(value, (list, tuple, dict)):
+    scalar = (int, float, bool, type(None))
+    if isinstance(value, (list, tuple)) and len(value) <= 16 and all(isinstance(v, scalar) for v in value):
+        text = repr(list(value))  # a shape, a size, a box: short, and worth showing
+    elif isinstance(value, (list, tuple, dict)):
         text = f"<{type(value).__name__} of {len(value)}>"
     else:
         text = str(value) if isinstance(value, str) else repr(value) if isinstance(value, (int, float, bool)) \
@@ -312,7 +315,12 @@ def _largest_tensor(model, init_args: Mapping) -> str:
     if not named:
         return "the weights"
     name, tensor = max(named, key=lambda item: item[1].numel())
-    dims = set(tensor.shape)
+    dims = list(tensor.shape)
+
+    def sizes_it(value) -> bool:  # a dimension is the value, a small multiple of it, or it plus a little
+        return (isinstance(value, int) and not isinstance(value, bool) and value >= 16
+                and any(d % value == 0 and d // value <= 8 or value < d <= value + 64 for d in dims))
+
     flat = {}
     stack = [("", init_args)]
     while stack:
@@ -321,9 +329,9 @@ def _largest_tensor(model, init_args: Mapping) -> str:
                            if hasattr(node, "__dataclass_fields__") else ()):
             if isinstance(value, Mapping) or hasattr(value, "__dataclass_fields__"):
                 stack.append((f"{prefix}{key}.", value))
-            elif isinstance(value, int) and not isinstance(value, bool) and value > 1 and value in dims:
+            elif sizes_it(value):
                 flat[f"{prefix}{key}"] = value
-            elif isinstance(value, (list, tuple)) and any(isinstance(v, int) and v > 1 and v in dims for v in value):
+            elif isinstance(value, (list, tuple)) and any(sizes_it(v) for v in value):
                 flat[f"{prefix}{key}"] = shorten(value, 40)
     cause = ", from " + ", ".join(f"{k}={v}" for k, v in sorted(flat.items())) if flat else ""
     return f"the weights (largest: {name} {list(tensor.shape)}{cause})"
