@@ -13,7 +13,16 @@ from collections.abc import Callable
 
 
 class UserError(Exception):
-    """A mistake in the user's input (file, name, config, image), reported as one clear line."""
+    """A mistake in the user's input (file, name, config, image), reported as one clear line: a
+    message that quotes a file (or a library quoting it) is cut at MAX_LENGTH characters."""
+
+    MAX_LENGTH = 1000
+
+    def __init__(self, message: object = "", *args):
+        text = str(message)
+        if len(text) > self.MAX_LENGTH:
+            text = text[:self.MAX_LENGTH - 3] + "..."
+        super().__init__(text, *args)
 
 
 class OneLineParser(argparse.ArgumentParser):

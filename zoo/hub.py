@@ -461,7 +461,7 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
                 metadata = f.metadata() or {}
                 state = {k: f.get_tensor(k) for k in f.keys()}
         except Exception as exc:
-            raise UserError(f"{path}: not a valid safetensors file ({exc})") from None
+            raise UserError(f"{path}: not a valid safetensors file ({shorten(str(exc), 160)})") from None
         sidecar = path.with_suffix(".json")
         try:
             if CONFIG_KEY in metadata:

@@ -44,7 +44,7 @@ def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
     except UserError:
         raise
     except Exception as exc:  # PIL raises many types for bad files
-        raise UserError(f"{path}: not a readable image ({type(exc).__name__}: {exc})") from None
+        raise UserError(f"{path}: not a readable image ({type(exc).__name__}: {str(exc)[:160]})") from None
     if max(img.size) > MAX_SIDE:
         img.thumbnail((MAX_SIDE, MAX_SIDE))
     return img.convert("RGB" if channels == 3 else "L")

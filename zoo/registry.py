@@ -29,7 +29,7 @@ from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
-from zoo.limits import check_dimensions, check_memory, check_tree, data_memory, model_memory
+from zoo.limits import check_dimensions, check_memory, check_tree, data_memory, model_memory, shorten
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("zoo")
@@ -176,7 +176,7 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
     try:
         return cls(**arguments)
     except TypeError as exc:
-        raise UserError(f"{spec['class_path']}: bad arguments ({exc})") from None
+        raise UserError(f"{spec['class_path']}: bad arguments ({shorten(str(exc), 200)})") from None
 
 
 def data_config(model) -> dict | None:
