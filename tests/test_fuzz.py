@@ -3,7 +3,7 @@ mutations): each test starts from a real file, mutates it, reads it the way the 
 that the result is correct or one line of UserError, within the time cap, the memory budget and the
 case's folder, with no code run.
 
-`make test` runs a short seeded run (ZOO_FUZZ_EXAMPLES per kind, default 25: a few hundred cases in
+`make test` runs a short seeded run (ZOO_FUZZ_EXAMPLES per kind, default 40: 400 cases in
 about a minute on 2 cores) and replays every input saved in tests/fuzz_corpus/. `make fuzz`
 (tools/fuzz.py) runs the same tests with fresh seeds for FUZZ_SECONDS and saves what fails.
 """
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import fuzzing
 from fuzzing import Sandbox, dumps, holds, mutated_bytes, mutated_tree
 
-EXAMPLES = int(os.environ.get("ZOO_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("ZOO_FUZZ_EXAMPLES", "40"))
 #: seeded (derandomized) in `make test`; tools/fuzz.py sets ZOO_FUZZ_RANDOM=1 for fresh draws
 RANDOM = os.environ.get("ZOO_FUZZ_RANDOM") == "1"
 FUZZ = settings(max_examples=EXAMPLES, derandomize=not RANDOM, database=None, deadline=None, print_blob=False,
