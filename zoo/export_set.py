@@ -50,7 +50,7 @@ def check_set(folder: str | os.PathLike) -> dict:
     manifest = read_json(folder / MANIFEST, f"{folder}: {MANIFEST}", expect=dict)
     where = f"{folder}: {MANIFEST}"
     fmt = manifest.get("format")
-    if fmt not in SUFFIXES:
+    if not isinstance(fmt, str) or fmt not in SUFFIXES:
         raise UserError(f"{where}: format {shorten(fmt, 40)!r} is not one of {', '.join(SUFFIXES)}")
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:

@@ -352,7 +352,8 @@ def _safetensors_problem(header: bytes, data_size: int) -> str | None:
         if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
                 or not 0 <= offsets[0] <= offsets[1] <= data_size):
             return f"tensor {shorten(name, 60)} lies outside the file's {data_size:,} data bytes"
-        shape, width = entry.get("shape"), DTYPE_BYTES.get(entry.get("dtype"))
+        dtype = entry.get("dtype")
+        shape, width = entry.get("shape"), DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
         if (width is None or not isinstance(shape, list)
                 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
             return f"tensor {shorten(name, 60)} has no valid dtype and shape"
