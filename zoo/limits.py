@@ -282,13 +282,28 @@ def model_memory(cls, init_args: Mapping, batch: int = 1) -> dict[str, float]:
     """What `cls(**init_args)` would allocate, measured without allocating: the model is built on
     torch's `meta` device (shapes, no storage) for its parameters and buffers, and a forward pass of
     `batch` inputs of its own input size runs there too, for the peak of the activations alive at
-    once. {} when the class cannot be built on `meta` (the real build then decides)."""
+    once. {} when the class cannot be built on `meta` (the real build then decides). Measured once
+    per class and arguments in a process (a meta forward pass costs up to a second)."""
+    try:
+        key = (f"{cls.__module__}.{cls.__qualname__}", json.dumps(init_args, sort_keys=True, default=repr), batch)
+    except (TypeError, ValueError, RecursionError):
+        return _model_memory(cls, init_args, batch)
+    if key not in _MEASURED:
+        _MEASURED[key] = _model_memory(cls, init_args, batch)
+    return dict(_MEASURED[key])
+
+
+_MEASURED: dict[tuple, dict[str, float]] = {}
+
+
+def _model_memory(cls, init_args: Mapping, batch: int) -> dict[str, float]:
     import logging
     import warnings
 
     import torch
 
-    logging.disable(logging.WARNING)  # a build's notices would print twice
+    disabled = logging.root.manager.disable
+    logging.disable(max(disabled, logging.WARNING))  # a build's notices would print twice
     try:
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -305,7 +320,7 @@ def model_memory(cls, init_args: Mapping, batch: int = 1) -> dict[str, float]:
                 parts[f"activations of a forward pass of {batch} input(s)"] = activations
             return parts
     finally:
-        logging.disable(logging.NOTSET)
+        logging.disable(disabled)
 
 
 def _largest_tensor(model, init_args: Mapping) -> str:
