@@ -20,12 +20,7 @@ from zoo import cli, hub
 from zoo.errors import UserError
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("offline_in_tmp")
 
 
 def _one_line(err: str, prog: str) -> str:
