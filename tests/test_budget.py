@@ -232,3 +232,15 @@ def test_a_cached_array_that_declares_more_than_it_holds_is_rebuilt(tmp_path):
         archive.writestr("images.npy", io_bytes.getvalue() + bytes(100))
     with pytest.raises(ValueError, match="declares"):
         check_npz(tmp_path / "forged.npz")
+
+
+def test_an_idx_file_that_inflates_to_gigabytes_is_refused_from_its_header(tmp_path):
+    """A .gz of a few KB whose IDX header declares 20 GB: refused before it is inflated."""
+    import gzip
+
+    from zoo.data.fashion_mnist import read_idx
+
+    header = bytes([0, 0, 8, 3]) + b"".join(n.to_bytes(4, "big") for n in (25_000_000, 28, 28))
+    (tmp_path / "bomb-idx3-ubyte.gz").write_bytes(gzip.compress(header + bytes(10_000_000)))
+    with allocation_cap(), pytest.raises(UserError, match=r"bomb-idx3-ubyte.gz: refused, .*\(25000000, 28, 28\)"):
+        read_idx(tmp_path / "bomb-idx3-ubyte.gz")
