@@ -196,3 +196,17 @@ def test_another_familys_stripped_checkpoint_is_refused_before_the_run(tmp_path,
     line = _train(_fit(tmp_path, "--ckpt_path", str(tmp_path / "stripped.ckpt")), capsys)
     assert "stripped.ckpt: weights do not fit the model" in line
     assert not (tmp_path / "run" / "config.yaml").exists() and not (tmp_path / "wandb").exists()
+
+
+def test_a_value_a_class_refuses_is_one_line_from_a_file_and_from_the_command_line(tmp_path, capsys, tiny_data):
+    """dropout 1,000,000 (nn.Dropout's ValueError) in a weights config, or on train.py's command line."""
+    from zoo.models.baselines import Classifier
+
+    model = Classifier(arch="mlp", hidden=[8])
+    config = model.zoo_config()
+    config["init_args"]["dropout"] = 1e6
+    torch.save({"state_dict": model.state_dict(), "zoo": config}, tmp_path / "w.ckpt")
+    with pytest.raises(UserError, match=r"Classifier: bad arguments \(dropout probability has to be between 0 and 1"):
+        zoo.load_checkpoint(tmp_path / "w.ckpt")
+    line = _train(_fit(tmp_path, "--model.init_args.dropout", "1000000"), capsys)
+    assert "Classifier: bad arguments (dropout probability" in line and not (tmp_path / "run").exists()

@@ -311,6 +311,8 @@ def _model_memory(cls, init_args: Mapping, batch: int) -> dict[str, float]:
                 model = cls(**init_args)
             except UserError:
                 raise
+            except (TypeError, ValueError) as exc:  # an argument it does not take, or a value it refuses
+                raise UserError(f"{cls.__name__}: bad arguments ({shorten(str(exc), 200)})") from None
             except Exception:  # a class that needs real data to be built: measured by the real build
                 return {}
             parts = {_largest_tensor(model, init_args): float(sum(t.numel() * t.element_size() for t in

@@ -175,7 +175,7 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
                  f"{kind} {spec['class_path']}")
     try:
         return cls(**arguments)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # an argument the class does not take, or a value it refuses
         raise UserError(f"{spec['class_path']}: bad arguments ({shorten(str(exc), 200)})") from None
 
 
