@@ -70,6 +70,12 @@ def _listing(folder: Path) -> set[str]:
     return {str(p) for p in folder.rglob("*")} if folder.exists() else set()
 
 
+def _nearby() -> set[str]:
+    """What lies directly in the working directory and the clone's root (a stray run folder, cache
+    or log would appear there)."""
+    return {str(folder / name) for folder in {Path.cwd(), REPO} for name in os.listdir(folder)}
+
+
 @contextlib.contextmanager
 def _time_cap(seconds: float):
     """SIGALRM raises Hang after `seconds` (the main thread only; pytest-timeout's own alarm, if
@@ -120,7 +126,7 @@ def holds(kind: str, data: bytes, sandbox: Sandbox, read: Callable[[], object],
     """Run `read()` (the zoo reading this input) under the caps and check the property; returns
     "ok" or "refused". A violation raises (Hypothesis then shrinks the input), after the input is
     kept in FAILURES[kind]."""
-    before = _listing(sandbox.watched) - _listing(sandbox.root)
+    before = (_listing(sandbox.watched) - _listing(sandbox.root)) | _nearby()
     try:
         try:
             with _time_cap(TIME_CAP_S), _memory_cap():
@@ -133,7 +139,7 @@ def holds(kind: str, data: bytes, sandbox: Sandbox, read: Callable[[], object],
         if outcome == "ok" and check is not None:
             check(result)
         assert not sandbox.marker.exists(), "code named by the input ran"
-        after = _listing(sandbox.watched) - _listing(sandbox.root)
+        after = (_listing(sandbox.watched) - _listing(sandbox.root)) | _nearby()
         assert after <= before, f"written outside the case's folder: {sorted(after - before)[:3]}"
         return outcome
     except BaseException:
