@@ -265,6 +265,18 @@ def _mutate_at(draw, node, marker: Path, depth: int):
     return _replacement(draw, node, marker)
 
 
+def with_big_ints(tree):
+    """The tree with BIG_INT markers as real 5,000-digit integers (made by arithmetic: Python refuses
+    to convert so many digits from text)."""
+    if tree == BIG_INT:
+        return 7 * 10**4999
+    if isinstance(tree, dict):
+        return {key: with_big_ints(value) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [with_big_ints(value) for value in tree]
+    return tree
+
+
 def dumps(tree) -> bytes:
     """JSON text of a mutated tree (NaN and Infinity as Python writes them: what a sloppy writer makes)."""
     try:

@@ -210,3 +210,19 @@ def test_a_value_a_class_refuses_is_one_line_from_a_file_and_from_the_command_li
         zoo.load_checkpoint(tmp_path / "w.ckpt")
     line = _train(_fit(tmp_path, "--model.init_args.dropout", "1000000"), capsys)
     assert "Classifier: bad arguments (dropout probability" in line and not (tmp_path / "run").exists()
+
+
+def test_a_5000_digit_integer_in_a_checkpoint_is_one_line(tmp_path):
+    """A pickle can hold an integer Python refuses to print (4,300+ digits): the safe unpickler
+    refuses it, and an error quoting one (from Python) names its size instead."""
+    from zoo.limits import check_dimensions
+    from zoo.models.baselines import Classifier
+
+    model = Classifier(arch="mlp", hidden=[8])
+    config = model.zoo_config()
+    config["init_args"]["hidden"] = [7 * 10**4999]
+    torch.save({"state_dict": model.state_dict(), "zoo": config}, tmp_path / "w.ckpt")
+    with pytest.raises(UserError, match=r"w.ckpt: refused, the checkpoint holds objects"):
+        zoo.load_checkpoint(tmp_path / "w.ckpt")
+    with pytest.raises(UserError, match=r"x.hidden_size: <an integer of 16,610 bits> is outside the sane range"):
+        check_dimensions({"hidden_size": 7 * 10**4999}, "x")

@@ -137,7 +137,10 @@ def shorten(value: Any, width: int = QUOTE) -> str:
     """A file-provided value as at most `width` characters for an error line (never formats a huge
     or shared structure in full)."""
     scalar = (int, float, bool, type(None))
-    if isinstance(value, (list, tuple)) and len(value) <= 16 and all(isinstance(v, scalar) for v in value):
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        text = f"<an integer of {value.bit_length():,} bits>"  # Python refuses to format 4,300+ digits
+    elif isinstance(value, (list, tuple)) and len(value) <= 16 and all(
+            isinstance(v, scalar) and not (isinstance(v, int) and v.bit_length() > 1000) for v in value):
         text = repr(list(value))  # a shape, a size, a box: short, and worth showing
     elif isinstance(value, (list, tuple, dict)):
         text = f"<{type(value).__name__} of {len(value)}>"
