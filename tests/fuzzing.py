@@ -267,13 +267,20 @@ def _mutate_at(draw, node, marker: Path, depth: int):
 
 def with_big_ints(tree):
     """The tree with BIG_INT markers as real 5,000-digit integers (made by arithmetic: Python refuses
-    to convert so many digits from text)."""
+    to convert so many digits from text); a tree nested past Python's recursion limit as it is."""
+    try:
+        return _big_ints(tree)
+    except RecursionError:
+        return tree
+
+
+def _big_ints(tree):
     if tree == BIG_INT:
         return 7 * 10**4999
     if isinstance(tree, dict):
-        return {key: with_big_ints(value) for key, value in tree.items()}
+        return {key: _big_ints(value) for key, value in tree.items()}
     if isinstance(tree, list):
-        return [with_big_ints(value) for value in tree]
+        return [_big_ints(value) for value in tree]
     return tree
 
 
