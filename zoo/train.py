@@ -434,9 +434,10 @@ class ZooCLI(LightningCLI):
         gradients and the optimizer's two moments), and the arrays its data module would generate."""
         parts = {}
         if model.class_path in ALLOWED_CLASSES["model"]:
-            measured = model_memory(resolve_class(model.class_path, "model"), _as_dict(model.init_args))
-            parts.update({f"{key} with gradients and optimizer state (x4)" if key.startswith("the weights") else key:
-                          4 * value if key.startswith("the weights") else value for key, value in measured.items()})
+            for key, value in model_memory(resolve_class(model.class_path, "model"), _as_dict(model.init_args)).items():
+                if key.startswith("the weights"):
+                    key, value = f"{key} with gradients and optimizer state (x4)", 4 * value
+                parts[key] = value
         if data.class_path in ALLOWED_CLASSES["data"]:
             parts.update(data_memory(resolve_class(data.class_path, "data"), _as_dict(data.init_args)))
         check_memory(parts, "this run")
