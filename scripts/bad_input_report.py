@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -214,13 +215,16 @@ def main(argv=None) -> int:
         started = time.perf_counter()
         before = {p.name for p in work.iterdir()}
         # GNU time reports the peak memory (KB) as the last stderr line
+        process = subprocess.Popen(["/usr/bin/time", "-f", "%M", *command], env={**env, **extra}, cwd=work,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
         try:
-            result = subprocess.run(["/usr/bin/time", "-f", "%M", *command], env={**env, **extra}, cwd=work,
-                                    capture_output=True, text=True, timeout=600,
-                                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
-            code, stderr = result.returncode, result.stderr
-        except subprocess.TimeoutExpired:
-            code, stderr = "timeout", ""
+            _, stderr = process.communicate(timeout=600)
+            code = process.returncode
+        except subprocess.TimeoutExpired:  # the case and everything it started
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            code, stderr = "timeout after 600 s", ""
         seconds = time.perf_counter() - started
         lines = [line for line in stderr.splitlines() if line.strip()]
         peak_kb = int(lines.pop()) if lines and lines[-1].strip().isdigit() else None
