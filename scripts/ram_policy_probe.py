@@ -8,7 +8,8 @@ own data's test canvases (the target item's box known):
    scored (R^2, error in pixels) on the rest. A linear location network could act on this;
 3. whether looking at the item would pay: accuracy with the policy's own glimpses, with every
    glimpse at the item's centre (plus Gaussian jitter), and with every glimpse at the canvas centre;
-4. how hard the reward pulls each glimpse toward the item, which is what REINFORCE can learn from:
+4. how hard the reward pulls each glimpse toward the item, which is what REINFORCE can learn from
+   (for the paper's reward, and for the return the model is trained on, "own", when it is shaped):
    with K sampled paths per canvas and the advantage A = R - (the canvas's mean reward),
    E[A eps_t . u_t] (eps_t the policy's standard-normal draw, u_t the unit vector from the glimpse's
    mean to the item's centre) is sigma times the derivative of the expected reward along u_t
@@ -56,27 +57,38 @@ def _read_out(states: torch.Tensor, offsets: torch.Tensor, fit: int) -> dict:
     return {"r2_x": r2[0].item(), "r2_y": r2[1].item(), "rmse": ((held - truth) ** 2).mean().sqrt().item()}
 
 
-def _reward_pull(model, images, labels, item_normalised, paths: int, generator) -> list[dict]:
+def _reward_pull(model, images, labels, item_normalised, paths: int, generator, own_returns=None) -> list[dict]:
     """Per glimpse, the expected reward gained by moving its mean one sigma toward the item
-    (first order), estimated from `paths` sampled paths per canvas (see the module docstring)."""
+    (first order), estimated from `paths` sampled paths per canvas (see the module docstring), for
+    the paper's reward (1 for a correct final prediction). `own_returns(out, labels) -> [N * K, T]`,
+    when given, is the return each glimpse is trained on (RAM.returns: a shaped reward); its pull is
+    reported as "own" beside, with `snr_batch128`, the pull over one 128-path batch's standard error
+    (a signal-to-noise ratio, comparable across rewards of different scales)."""
     n, std = len(images), float(model.current_std())
     images, labels = images.repeat_interleave(paths, 0), labels.repeat_interleave(paths, 0)
     noise = model.policy_noise("sample", len(images), images, generator)  # [T, N * K, 2]
     out = model.rollout(images, "sample", noise=noise, std=std)
-    reward = (out["logits"].argmax(-1) == labels).float().view(n, paths)
-    advantage = (reward - reward.mean(1, keepdim=True)).reshape(-1)  # [N * K]
+    reward = (out["logits"].argmax(-1) == labels).float()[:, None].expand(-1, len(noise))  # [N * K, T]
     item = item_normalised.repeat_interleave(paths, 0)
+
+    def pull(returns: torch.Tensor, t: int, eps: torch.Tensor) -> dict:
+        per_image = returns[:, t].view(n, paths)
+        advantage = (per_image - per_image.mean(1, keepdim=True)).reshape(-1)  # [N * K]
+        mean = out["locations"][:, t] - std * eps  # the policy's mean where the sample was not clamped
+        per_path = advantage * (eps * F.normalize(item - mean, dim=-1)).sum(-1)  # [N * K]
+        per_canvas = per_path.view(n, paths).mean(1)
+        # one path's spread: a training batch of B paths estimates the pull with standard error
+        # path_std / sqrt(B)
+        path_std = per_path.std().item()
+        return {"reward_per_sigma": per_canvas.mean().item(), "standard_error": (per_canvas.std() / n ** 0.5).item(),
+                "path_std": path_std, "snr_batch128": per_canvas.mean().item() / max(path_std / 128 ** 0.5, 1e-12)}
+
+    own = None if own_returns is None else own_returns(out, labels)
     steps = []
     for t, eps in enumerate(noise):
-        mean = out["locations"][:, t] - std * eps  # the policy's mean where the sample was not clamped
-        toward = F.normalize(item - mean, dim=-1)
-        per_path = advantage * (eps * toward).sum(-1)  # [N * K]
-        per_canvas = per_path.view(n, paths).mean(1)
-        steps.append({"glimpse": t + 1, "reward_per_sigma": per_canvas.mean().item(),
-                      "standard_error": (per_canvas.std() / n ** 0.5).item(),
-                      # one path's spread: a training batch of B paths estimates the pull with
-                      # standard error path_std / sqrt(B)
-                      "path_std": per_path.std().item()})
+        steps.append({"glimpse": t + 1, **pull(reward, t, eps)})
+        if own is not None:
+            steps[-1]["own"] = pull(own, t, eps)
     return steps
 
 
@@ -118,7 +130,7 @@ def probe(name: str, n: int, jitter_px: float, seed: int, pull_canvases: int = 3
     at_item = item_normalised[:, None].expand(-1, T, -1)
     jitter = torch.randn(at_item.shape, generator=generator) * jitter_px / half
     pull = _reward_pull(model, images[:pull_canvases], labels[:pull_canvases], item_normalised[:pull_canvases],
-                        paths, generator)
+                        paths, generator, own_returns=model.returns)
     for step, pulled in zip(steps, pull):
         step["reward_pull"] = {**pulled, "canvases": min(pull_canvases, len(images)), "paths": paths,
                                "sigma_px": float(model.current_std()) * float(half.mean())}
@@ -161,7 +173,9 @@ def main(argv=None) -> int:
         print(f"glimpse {step['glimpse']}: pointing {step['pointing']:.3f}  distance {step['distance_px']:.1f} px  "
               f"read-out R2 {step['read_out']['r2_x']:.2f}/{step['read_out']['r2_y']:.2f}  "
               f"reward per sigma toward the item {100 * step['reward_pull']['reward_per_sigma']:+.2f} "
-              f"+- {100 * step['reward_pull']['standard_error']:.2f} points")
+              f"+- {100 * step['reward_pull']['standard_error']:.2f} points; own return: signal/noise per "
+              f"128-path batch {step['reward_pull']['own']['snr_batch128']:.2f} "
+              f"(paper's reward {step['reward_pull']['snr_batch128']:.2f})")
     print(f"centre pointing {result['centre_pointing']:.3f}; accuracy {result['accuracy']}")
     print(path)
     return 0

@@ -17,6 +17,7 @@ reproduce every release (tools/release.py).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -24,12 +25,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LOCK = ".release.lock"  # in the weights folder: one release.py writes there at a time
 sys.path.insert(0, str(ROOT))
 
 from tools import release  # noqa: E402
 from zoo import hub, registry  # noqa: E402
 from zoo.errors import OneLineParser, UserError, report_user_errors  # noqa: E402
-from zoo.io import atomic_write_bytes, sweep_stale, temp_path  # noqa: E402
+from zoo.io import atomic_write_bytes, held_lock, sweep_folder  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -68,37 +70,42 @@ def write_release(name: str, model, probe: dict) -> Path:
     """Weights, golden output and manifest entry, written so that a kill at any moment leaves the old
     release or the new one usable: the new weights and golden output go to new files named by the
     weights' content (`<name>-<sha8>.safetensors`), then MANIFEST.json is replaced in one rename (the
-    commit point), and only then are the old release's files removed. Leftovers of a killed run
-    (temporaries, files no manifest names) are swept first."""
-    weights, manifest_path = hub.weights_dir(), hub.weights_dir() / "MANIFEST.json"
-    manifest = hub.manifest()
-    _sweep(weights, manifest)
-    staged = temp_path(weights / f"{name}.safetensors")
-    try:
-        sha256 = hub.save_release(model, probe["config"], staged, meta=probe["metadata"])
+    commit point), and only then are the old release's files removed.
+
+    All of it runs under an exclusive lock on the weights folder (`weights/.release.lock`), and the
+    manifest is read under it: a second release.py at the same time waits, then builds on the manifest
+    the first one committed. Leftovers of a killed run (its temporaries, release files no manifest
+    entry names) are swept under the lock too, where no live release can own them."""
+    weights = hub.weights_dir()
+    weights.mkdir(parents=True, exist_ok=True)
+    with held_lock(weights / LOCK, "another release.py writing this weights folder"):
+        manifest = hub.manifest()
+        _sweep(weights, manifest)
+        data = hub.release_bytes(model, probe["config"], probe["metadata"])
+        sha256 = hashlib.sha256(data).hexdigest()
         target = weights / f"{name}-{sha256[:8]}.safetensors"
-        os.replace(staged, target)
-    finally:
-        staged.unlink(missing_ok=True)
-    entry = {**probe, "file": target.name, "sha256": sha256}
-    golden = release.golden_output(registry.load_checkpoint(target))
-    atomic_write_bytes(release.golden_path(name, entry), (json.dumps(golden) + "\n").encode())
-    _test_hook("staged")
-    previous = manifest.get(name)
-    atomic_write_bytes(manifest_path, (json.dumps({**manifest, name: entry}, indent=2, sort_keys=True) + "\n").encode())
-    _test_hook("committed")
-    if previous and previous.get("file") != target.name:
-        (weights / previous["file"]).unlink(missing_ok=True)
-        release.golden_path(name, previous).unlink(missing_ok=True)
-    print(f"{target} ({target.stat().st_size / 1e6:.2f} MB, sha256 {sha256[:12]}…) -> {manifest_path}")
+        atomic_write_bytes(target, data)
+        entry = {**probe, "file": target.name, "sha256": sha256}
+        golden = release.golden_output(registry.load_checkpoint(target))
+        atomic_write_bytes(release.golden_path(name, entry), (json.dumps(golden) + "\n").encode())
+        _test_hook("staged")
+        previous = manifest.get(name)
+        atomic_write_bytes(weights / "MANIFEST.json",
+                           (json.dumps({**manifest, name: entry}, indent=2, sort_keys=True) + "\n").encode())
+        _test_hook("committed")
+        if previous and previous.get("file") != target.name:
+            (weights / previous["file"]).unlink(missing_ok=True)
+            release.golden_path(name, previous).unlink(missing_ok=True)
+    print(f"{target} ({target.stat().st_size / 1e6:.2f} MB, sha256 {sha256[:12]}…) -> {weights / 'MANIFEST.json'}")
     return target
 
 
 def _sweep(weights: Path, manifest: dict) -> None:
-    """Temporaries of killed writers, and release files (`<name>-<sha8>` weights and their golden
-    outputs) that no manifest entry names: what a kill between two steps of `write_release` leaves."""
-    sweep_stale(weights)
-    sweep_stale(release.golden_dir())
+    """What a release killed between two steps of `write_release` leaves: its temporaries (of the
+    manifest, of each release file) and release files (`<name>-<sha8>` weights and their golden
+    outputs) that no manifest entry names. Called under the folder's lock, so no live writer's."""
+    sweep_folder(weights)
+    sweep_folder(release.golden_dir())
     named = {Path(entry["file"]).stem for entry in manifest.values()}
     for path in [*weights.glob("*-*.safetensors"), *release.golden_dir().glob("*-*.json")]:
         stem = path.stem

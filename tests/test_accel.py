@@ -45,6 +45,11 @@ FAMILIES = {
     "ram_lstm_learnable_to_core": (RAM, {**RAM_TINY, "core": "lstm", "std_mode": "learnable",
                                          "reinforce_to_core": True, "retina_method": "filterbank"}, (1, 20, 20), 4),
     "ram_annealed_random": (RAM, {**RAM_TINY, "std_mode": "annealed", "location_policy": "random"}, (1, 20, 20), 4),
+    # issue 33's remedies: DRAM's where layer and context network, the shaped return, 2 paths per image
+    "ram_dram_shaped": (RAM, {**RAM_TINY, "where_layer": True, "where_hidden": 16, "context": "conv", "context_size": 5,
+                              "context_channels": [2], "reward": "log_prob", "reward_at": "every_glimpse",
+                              "classify_every_glimpse": True, "baseline": "per_glimpse", "train_samples": 2},
+                        (1, 20, 20), 4),
     "draw": (DRAW, DRAW_TINY, (1, 12, 12), None),
     "draw_noattn": (DRAW, {**DRAW_TINY, "attention": "none"}, (1, 12, 12), None),
     "draw_classifier": (DRAWClassifier, CLS_TINY, (1, 16, 16), 3),

@@ -150,6 +150,41 @@ def test_box_overlap_and_chance_levels():
     assert am.correctness(maps, two, windows=torch.tensor([[[4.0, 2.0, 8.0, 6.0]]]))["window_1_iou"] == pytest.approx(1.0)
 
 
+def test_bootstrap_interval_equals_a_slow_reference_over_items():
+    """Items are resampled with replacement, all their entries with them (a caption's words go
+    together); the interval is the 2.5 and 97.5 percentiles of the resampled means."""
+    torch.manual_seed(0)
+    groups = torch.tensor([0, 0, 0, 1, 2, 2, 3, 4, 4, 4, 4])
+    values = {"hit": torch.rand(11).round(), "mass": torch.rand(11)}
+    got = am.bootstrap_ci(values, groups, resamples=200, seed=3)
+    generator = torch.Generator().manual_seed(3)
+    drawn = torch.randint(5, (200, 5), generator=generator)
+    for name, value in values.items():
+        means = []
+        for draw in drawn.tolist():
+            entries = [float(value[n]) for item in draw for n in range(11) if int(groups[n]) == item]
+            means.append(sum(entries) / len(entries))
+        low, high = torch.quantile(torch.tensor(means, dtype=torch.float64), torch.tensor([0.025, 0.975], dtype=torch.float64))
+        assert got[name] == pytest.approx([float(low), float(high)], rel=1e-9)
+    # a constant has no spread; many copies of one entry per item are still one item
+    assert am.bootstrap_ci({"c": torch.full((11,), 0.3)}, groups)["c"] == pytest.approx([0.3, 0.3])
+    one = am.bootstrap_ci({"v": torch.arange(5.0)}, torch.arange(5), seed=1)["v"]
+    repeated = am.bootstrap_ci({"v": torch.arange(5.0).repeat_interleave(7)}, torch.arange(5).repeat_interleave(7), seed=1)["v"]
+    assert repeated == pytest.approx(one)
+
+
+def test_correctness_intervals_hold_the_estimate_and_the_paired_differences():
+    torch.manual_seed(1)
+    maps = torch.rand(40, 10, 10)
+    boxes = torch.tensor([[2.0, 2.0, 7.0, 7.0]]).expand(40, 4)
+    out = am.correctness(maps, boxes, groups=torch.arange(40) // 2)
+    for name in ("pointing", "mass_in_box", "pointing_minus_centre", "mass_in_box_minus_uniform"):
+        low, high = out["ci95"][name]
+        assert low <= out[name] <= high
+    assert out["pointing_minus_centre"] == pytest.approx(out["pointing"] - out["pointing_centre"], abs=1e-6)
+    assert "ci95" not in am.correctness(maps, boxes)  # no items, no intervals
+
+
 def test_deletion_curve_equals_a_slow_reference():
     torch.manual_seed(0)
     images = torch.rand(3, 1, 4, 4)
@@ -255,6 +290,61 @@ def test_randomised_weights_collapse_faithfulness_to_chance():
                          examples)["faithfulness"]
     assert trained["deletion_gap"] > 0.1
     assert abs(random["deletion_gap"]) < 0.02 and abs(random["insertion_gap"]) < 0.02
+    low, high = trained["ci95"]["deletion_gap"]  # over the 48 canvases
+    assert 0 < low <= trained["deletion_gap"] <= high
+
+
+def test_a_results_run_s_seeds_are_summarised_with_their_spread_and_intervals(tmp_path):
+    """attention_results --summarise: each headline number's mean, std over seeds, per-seed values
+    and per-seed intervals, from the seeds of the same recipe and training arguments only."""
+    import statistics
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from attention_results import summarise_seeds
+
+    def seed_json(seed, pointing, recipe="configs/sat/x.yaml"):
+        record = {"recipe": recipe, "train_args": [], "examples": 500, "split": "test", "trained": {
+            "correctness": {"pointing": pointing, "ci95": {"pointing": [pointing - 0.03, pointing + 0.03]}},
+            "faithfulness": {"deletion_gap": 0.1 * seed, "ci95": {"deletion_gap": [0.0, 0.2]}},
+            "hallucination": {"chair_i": float("nan")}}}
+        (tmp_path / f"attention_x_seed{seed}.json").write_text(json.dumps(record))
+
+    for seed, pointing in enumerate([0.7, 0.74, 0.72]):
+        seed_json(seed, pointing)
+    seed_json(3, 0.1, recipe="configs/sat/other.yaml")  # an older recipe under the same name: left out
+    (tmp_path / "x.json").write_text(json.dumps({"recipe": "configs/sat/x.yaml", "train_args": []}))  # the results run
+    summary = json.loads(summarise_seeds("x", tmp_path).read_text())
+    assert summary["seeds"] == [0, 1, 2]
+    pointing = summary["metrics"]["pointing"]
+    assert pointing["per_seed"] == [0.7, 0.74, 0.72] and pointing["mean"] == pytest.approx(0.72)
+    assert pointing["std"] == pytest.approx(statistics.stdev([0.7, 0.74, 0.72]))
+    assert pointing["per_seed_ci95"][1] == pytest.approx([0.71, 0.77])
+    assert summary["metrics"]["deletion_gap"]["per_seed"] == pytest.approx([0.0, 0.1, 0.2])
+    assert "chair_i" not in summary["metrics"]  # not a number on every seed: no summary
+
+
+def test_seeds_follow_the_results_run_and_never_overwrite_a_release_s_own_record(tmp_path):
+    """A seed that results_run left out of its summary (its recipe then was another) is left out of
+    the attention summary too; a results run named like a release (release.py --remake) is
+    summarised beside the release's own attention_<name>.json, which keeps its randomised control."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from attention_results import summarise_seeds
+
+    release = "sat_soft_scenes"
+    for name in ("x", release):
+        for seed in (0, 1, 2):
+            (tmp_path / f"attention_{name}_seed{seed}.json").write_text(json.dumps(
+                {"recipe": "configs/sat/x.yaml", "train_args": [], "trained": {"correctness": {"pointing": 0.5 + seed / 10}}}))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"recipe": "configs/sat/x.yaml", "train_args": [], "seeds": [0, 2]}))
+    own = {"name": release, "trained": {"correctness": {"pointing": 0.6}}, "randomised": {}}
+    (tmp_path / f"attention_{release}.json").write_text(json.dumps(own))
+    assert json.loads(summarise_seeds("x", tmp_path).read_text())["metrics"]["pointing"]["per_seed"] == [0.5, 0.7]
+    path = summarise_seeds(release, tmp_path)
+    assert path.name == f"attention_{release}_seeds.json" and json.loads(path.read_text())["seeds"] == [0, 2]
+    assert json.loads((tmp_path / f"attention_{release}.json").read_text()) == own
 
 
 # ----------------------------------------------------------------------------- zoo attend
@@ -371,3 +461,47 @@ def test_a_plateau_points_at_its_middle():
     flat = torch.full((1, 1, 9, 9), 1 / 81)
     assert record.AttentionRecord(family="x", kind="soft", maps=flat, labels=[["a"]],
                                   step_mask=torch.ones(1, 1, dtype=torch.bool)).peaks()[0, 0].tolist() == [4.5, 4.5]
+
+
+def test_ram_results_run_seeds_are_scored_one_by_one_and_summarised(tiny_data, tmp_path, monkeypatch, capsys):
+    """scripts/attention_results.py --results-run: each seed's best checkpoint (named by its
+    results_run JSON) gets its own JSON, and the summary's per-seed values are those files' numbers."""
+    import importlib.util
+
+    from zoo import hub
+    from zoo.models.ram import RAM
+
+    spec = importlib.util.spec_from_file_location("attention_results_script", REPO / "scripts" / "attention_results.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    (tmp_path / "results").mkdir()
+    data = {"class_path": "zoo.data.fashion_mnist.FashionMNISTDataModule",
+            "init_args": {"variant": "cluttered60", "val_size": 16, "limit_eval": 16}}
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = RAM(image_size=60, patch_size=12, num_scales=2, num_glimpses=2, glimpse_hidden=8, location_hidden=8,
+                    glimpse_dim=8, hidden_size=8, where_layer=True, where_hidden=8, context="conv",
+                    context_size=6, context_channels=[2], accel="eager")
+        model._zoo_data_config = data
+        checkpoint = tmp_path / f"runs/seed{seed}/best.safetensors"
+        checkpoint.parent.mkdir(parents=True)
+        hub.save_release(model, model.zoo_config(), checkpoint)
+        (tmp_path / f"results/ram_x_seed{seed}.json").write_text(json.dumps(
+            {"name": "ram_x", "seed": seed, "checkpoint": f"runs/seed{seed}/best.safetensors",
+             "recipe": "configs/ram/x.yaml"}))
+    out = str(tmp_path / "results")
+    assert script.main(["--results-run", "ram_x", "--seeds", "0", "1", "--n", "6", "--out", out]) == 0
+    summary = json.loads((tmp_path / "results/attention_ram_x.json").read_text())
+    seeds = [json.loads((tmp_path / f"results/attention_ram_x_seed{s}.json").read_text()) for s in (0, 1)]
+    assert [s["recipe"] for s in seeds] == ["configs/ram/x.yaml"] * 2 and seeds[0]["examples"] == 6
+    pointing = summary["metrics"]["pointing"]
+    assert pointing["per_seed"] == [s["trained"]["correctness"]["pointing"] for s in seeds]
+    margins = [s["trained"]["correctness"]["pointing"] - s["trained"]["correctness"]["pointing_centre"] for s in seeds]
+    assert summary["metrics"]["pointing_minus_centre"]["per_seed"] == pytest.approx(margins)
+    assert summary["metrics"]["per_step_pointing"]["per_seed"] == \
+        [[step["pointing"] for step in s["trained"]["per_step"]] for s in seeds]
+    assert len(summary["metrics"]["per_step_pointing"]["mean"]) == 2
+    capsys.readouterr()
+    assert script.main(["--results-run", "ram_y", "--seeds", "0", "--out", out]) == 2
+    assert "ram_y_seed0.json: no such results file" in capsys.readouterr().err

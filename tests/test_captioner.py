@@ -4,6 +4,7 @@ through Lightning and safetensors, and the `zoo caption` CLI's exit codes."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -472,7 +473,9 @@ def step_by_step(model, images, captions, mode):
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(attention="hard"), dict(gate=False, annotation_coords=True),
-                                dict(score="dot", deep_output=False), dict(score="general", init_layers=0)])
+                                dict(score="dot", deep_output=False), dict(score="general", init_layers=0),
+                                dict(attention="hard", attention_query="current", feed_context=False),
+                                dict(attention_query="current", feed_context=False, gate=False)])
 def test_teacher_forced_pass_equals_the_step_by_step_reference(kw):
     model = tiny(**kw).eval()
     batch = batch_of(B=5, T=7, seed=2)
@@ -522,6 +525,179 @@ def test_reinforce_term_vanishes_on_expected_minibatches_and_word_costs_discount
     terms["baseline_loss"].backward()
     assert model.baseline_net.weight.grad.abs().sum() > 0
     assert all(p.grad is None for p in model.attend.score.parameters())
+
+
+# ----------------------------------------------------------------------------- hard attention's estimators (issue 33)
+@pytest.mark.parametrize("kw", [dict(gate=True), dict(gate=False), dict(feed_context=False),
+                                dict(attention_query="current"), dict(attention_query="current", gate=False)])
+def test_exact_marginal_equals_an_explicit_sum_over_cells(kw):
+    """log p(y_t) = log sum_i alpha_ti p(y_t | a_i): one deep output per cell, with the LSTM fed the
+    expected context (or none). The fused pass, the step-by-step decoder and a slow loop over cells
+    agree; with `attention_query: current` the word's alpha_t reads h_t, and the LSTM's input is the
+    previous word's expected context."""
+    model = tiny("hard", hard_estimator="marginal", hard_test_mode="marginal", annotation_coords=True, **kw).eval()
+    batch = batch_of(B=3, T=6, seed=6)
+    fast = model(batch["images"], batch["captions"])  # eval: the scoring mode, the marginal
+    slow = step_by_step(model, batch["images"], batch["captions"], "marginal")
+    torch.testing.assert_close(fast["logits"], slow["logits"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast["alpha"], slow["alpha"], rtol=1e-5, atol=1e-5)
+    expected = step_by_step(model, batch["images"], batch["captions"], "expected")  # the same recurrence and maps
+    torch.testing.assert_close(fast["alpha"], expected["alpha"], rtol=1e-5, atol=1e-5)
+    current = kw.get("attention_query") == "current"
+    annotations, _ = model.encode(batch["images"])
+    captions = batch["captions"]
+    h, c = model.init_state(annotations)
+    projected = model.attend.score.project_keys(annotations)
+    for t in range(captions.shape[1] - 1):
+        emb = model.embed(captions[:, t])
+        out = model.step(captions[:, t], h, c, projected, annotations, "marginal")
+        reads = out["h"] if current else h
+        torch.testing.assert_close(out["alpha"], model.attend(projected, annotations, reads, mode="expected").alpha)
+        beta = out["beta"].unsqueeze(-1)
+        for b in range(captions.shape[0]):
+            mixture = sum(out["alpha"][b, i] * torch.softmax(
+                model.output(emb[b:b + 1], out["h"][b:b + 1], beta[b:b + 1] * annotations[b:b + 1, i]), -1)[0]
+                for i in range(annotations.shape[1]))
+            torch.testing.assert_close(fast["logits"][b, t].exp(), mixture, rtol=1e-5, atol=1e-6)
+        h, c = out["h"], out["c"]
+
+
+def test_without_the_context_fed_the_state_knows_the_image_only_through_h0():
+    """feed_context: false, init_layers: 0: the LSTM's states are those of a language model (the
+    same for every image); the image reaches each word only through that step's attention."""
+    model = tiny("hard", hard_estimator="marginal", hard_test_mode="marginal", feed_context=False, init_layers=0).eval()
+    batch = batch_of(B=2, T=6, seed=7)
+    captions = batch["captions"][:1].expand(2, -1)
+    out = model(batch["images"], captions)
+    torch.testing.assert_close(out["h_prev"][0], out["h_prev"][1])
+    assert not torch.allclose(out["logits"][0], out["logits"][1])  # the attended cells differ
+
+
+@pytest.mark.parametrize("estimator", ["reinforce", "straight_through"])
+def test_with_nothing_fed_back_a_word_s_sample_reaches_that_word_alone(estimator):
+    """attention_query: current, feed_context: false: step t's cell s_t ~ Cat(alpha_t(h_t)) is drawn
+    after the recurrence and enters only the deep output of word t: logits = output(E y_{t-1}, h_t,
+    beta_t a_{s_t}), with the states of the context-free LSTM."""
+    model = tiny("hard", attention_query="current", feed_context=False, hard_estimator=estimator).eval()
+    batch = batch_of(B=3, T=6, seed=8)
+    captions = batch["captions"]
+    annotations = model.encode(batch["images"])[0]
+    gumbel = -torch.empty(3, 5, annotations.shape[1]).exponential_(generator=torch.Generator().manual_seed(1)).log()
+    fast = model.teacher_forced(annotations, captions, gumbel, torch.tensor(False))
+    projected = model.attend.score.project_keys(annotations)
+    h, c = model.init_state(annotations)
+    for t in range(5):
+        out = model.step(captions[:, t], h, c, projected, annotations, "expected")
+        h, c = out["h"], out["c"]
+        log_alpha = model.attend(projected, annotations, h, mode="expected").log_alpha
+        cell = (log_alpha + gumbel[:, t]).argmax(-1)
+        assert torch.equal(fast["location"][:, t], cell)
+        z = torch.sigmoid(model.f_beta(h)) * annotations[torch.arange(3), cell]
+        torch.testing.assert_close(fast["logits"][:, t], model.output(model.embed(captions[:, t]), h, z),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_exact_marginal_trains_the_attention_by_backprop_and_decodes_with_the_marginal():
+    model = tiny("hard", hard_estimator="marginal", hard_test_mode="marginal", entropy_coef=0.0).train()
+    batch = batch_of()
+    assert model._draws(batch["captions"], 4, batch["images"], "sample") == (None, None)  # nothing is sampled
+    terms = model.loss_terms(batch, "sample", coin=True)
+    assert "reinforce" not in terms
+    terms["loss"].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.attend.score))
+    images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    model.eval()
+    step_fn, state, static, _ = model.decoder(images)
+    log_probs, _, _ = step_fn(torch.full((2,), 1), state, static)
+    want = model.step(torch.full((2,), 1), *state, *static, "marginal")["logits"]
+    want = torch.log_softmax(want.index_fill(-1, model.never_emitted, float("-inf")), -1)
+    torch.testing.assert_close(log_probs, want)
+
+
+def test_straight_through_samples_as_reinforce_does_and_trains_the_attention_through_the_relaxation():
+    """The same Gumbel noise gives the same cells and the same forward pass as REINFORCE's sample;
+    the attention network's gradient comes from the NLL itself (no score-function term)."""
+    model = tiny("hard", hard_estimator="straight_through", gumbel_temperature=0.5, entropy_coef=0.0).train()
+    reference = tiny("hard").train()
+    batch = batch_of(B=3, T=5, seed=1)
+    annotations = model.encode(batch["images"])[0].detach()
+    gumbel = -torch.empty(3, 4, annotations.shape[1]).exponential_(generator=torch.Generator().manual_seed(0)).log()
+    st = model.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(False))
+    sampled = reference.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(False))
+    assert torch.equal(st["location"], sampled["location"])
+    torch.testing.assert_close(st["logits"], sampled["logits"])
+    sampled["logits"].sum().backward()  # REINFORCE's sample blocks the path into the attention
+    assert all(p.grad is None or torch.all(p.grad == 0) for p in reference.attend.score.parameters())
+    st["logits"].sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.attend.score))
+    batch = batch_of()
+    with pytest.MonkeyPatch.context() as mp:  # a sampled minibatch: the loss is the NLL (+ doubly), no REINFORCE
+        mp.setattr(torch, "rand", lambda *a, **k: torch.ones(()))
+        terms = model.loss_terms(batch, "sample", coin=True)
+    assert "reinforce" not in terms
+    torch.testing.assert_close(terms["loss"], terms["nll"] + model.hparams.alpha_c * terms["doubly_stochastic"])
+
+
+@pytest.mark.parametrize("estimator", ["vimco", "leave_one_out"])
+def test_multi_sample_estimators_draw_k_paths_per_caption_and_train_the_attention_only_by_their_score(estimator):
+    K = 3
+    kw = dict(hard_estimator="vimco") if estimator == "vimco" else dict(baseline="leave_one_out", reinforce_cost="word")
+    model = tiny("hard", hard_samples=K, entropy_coef=0.0, semi_sampling_p=0.0, **kw).train()
+    batch = batch_of(B=4, T=6, seed=3)
+    batch["host_lengths"] = None
+    torch.manual_seed(0)
+    terms = model.loss_terms(batch, "sample", coin=True)
+    out = terms["out"]
+    assert out["location"].shape[0] == 4 * K  # K rows per caption, side by side
+    rows = out["location"].view(4, K, -1)
+    assert any(not torch.equal(rows[b, 0], rows[b, 1]) for b in range(4))  # the paths differ
+    # the attention network learns from the score-function term only, the decoder from the fit only
+    fit = -terms["vimco_bound"] if estimator == "vimco" else terms["nll"]
+    fit.backward(retain_graph=True)
+    assert all(p.grad is None or torch.all(p.grad == 0) for p in model.attend.score.parameters())
+    model.zero_grad()
+    terms["reinforce"].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.attend.score))
+    assert model.L_o.weight.grad is None or torch.all(model.L_o.weight.grad == 0)
+    # the score term, by a loop over captions and paths
+    step_mask, out = terms["step_mask"], {k: v.detach() for k, v in out.items()}
+    nll = F.cross_entropy(out["logits"].flatten(0, 1), batch["captions"].repeat_interleave(K, 0)[:, 1:].flatten(),
+                          reduction="none").view(step_mask.shape) * step_mask
+    log_q = (out["log_alpha"].gather(-1, out["location"].unsqueeze(-1)).squeeze(-1) * step_mask).sum(1)
+    want = 0.0
+    for b in range(4):
+        for j in range(K):
+            row, others = b * K + j, [b * K + k for k in range(K) if k != j]
+            if estimator == "vimco":
+                log_f = [-float(nll[r].sum()) for r in range(b * K, b * K + K)]
+                bound = math.log(sum(math.exp(v) for v in log_f) / K)
+                fhat = math.exp(sum(log_f[k] for k in range(K) if k != j) / (K - 1))
+                signal = bound - math.log((sum(math.exp(log_f[k]) for k in range(K) if k != j) + fhat) / K)
+                want -= signal * float(log_q[row]) / 4
+            else:
+                baseline = sum(nll[r] for r in others) / (K - 1)  # per word
+                per_step = out["log_alpha"][row].gather(-1, out["location"][row].unsqueeze(-1)).squeeze(-1)
+                want += float(((nll[row] - baseline) * per_step * step_mask[row]).sum()) / (4 * K)
+    assert float(terms["reinforce"].detach()) == pytest.approx(model.hparams.reward_scale * want, rel=1e-4, abs=1e-7)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(hard_samples=10 ** 6), "hard_samples: 1000000 is outside the sane range"),
+    (dict(hard_estimator="straight_through", gumbel_temperature=-1.0), "gumbel_temperature: -1.0 is outside"),
+    (dict(hard_estimator="straight_through", gumbel_temperature=0.0), "gumbel_temperature must be > 0"),
+    (dict(hard_estimator="vimco"), "vimco needs hard_samples >= 2"),
+    (dict(baseline="leave_one_out"), "leave_one_out needs hard_samples >= 2"),
+    (dict(hard_estimator="marginal", deep_output=False), "needs deep_output: true"),
+    (dict(hard_estimator="marginal", hard_samples=2), "the exact marginal draws no samples"),
+    (dict(hard_estimator="bogus"), "hard_estimator must be one of"),
+    (dict(attention_query="current"), "attention_query: current feeds the LSTM a context only for the exact marginal"),
+])
+def test_absurd_estimator_settings_are_refused_in_one_line(kw, message):
+    with pytest.raises(UserError, match=message) as info:
+        tiny("hard", **kw)
+    assert "\n" not in str(info.value)
+    with pytest.raises(UserError, match="apply to attention: hard"):
+        tiny("soft", hard_estimator="marginal")
 
 
 # ----------------------------------------------------------------------------- supervised attention
@@ -649,14 +825,18 @@ def test_active_rows_give_the_same_loss_and_gradients_as_all_rows(attention):
     assert model._active_rows({"host_lengths": [2, 4]}, 3) is None  # not sorted: all rows
 
 
-def test_the_training_loss_captures_as_one_graph():
+@pytest.mark.parametrize("estimator", [dict(reinforce_cost="word", baseline="learned"),
+                                       dict(hard_estimator="vimco", hard_samples=2),
+                                       dict(hard_estimator="marginal", hard_test_mode="marginal"),
+                                       dict(hard_estimator="straight_through")])
+def test_the_training_loss_captures_as_one_graph(estimator):
     """loss_terms has no host sync, .item() or Python branch on a tensor: dynamo captures the
     whole training loss (hard attention's draws and coin included) as one graph, so a compiled
-    step can wrap it. (Active rows need host lengths: off here, as with
+    step can wrap it, with every estimator. (Active rows need host lengths: off here, as with
     `pad_to_multiple` for a compiled step.)"""
     import torch._dynamo as dynamo
 
-    model = tiny("hard", supervised_attention=1.0, reinforce_cost="word", baseline="learned").train()
+    model = tiny("hard", supervised_attention=1.0, **estimator).train()
     batch = batch_of(B=4, T=8)
     batch["item_boxes"] = torch.tensor([[[0, 0, 16, 16]]] * 4, dtype=torch.float32)
     batch["word_items"] = torch.where(batch["captions"] > 3, 0, -1)

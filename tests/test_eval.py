@@ -16,7 +16,7 @@ from zoo import hub
 from zoo.data.fashion_mnist import FashionMNISTDataModule
 
 DOCUMENTED_KEYS = {"model", "checkpoint", "split", "checkpoint_sha256", "seed", "metrics", "config",
-                   "git_commit", "device", "wall_time_s"}
+                   "git_commit", "device", "wall_time_s", "parameters"}
 
 
 def _eval_main():
@@ -52,6 +52,7 @@ def test_eval_writes_json_with_documented_keys(trained_run, tiny_data_dir, tmp_p
     assert record["config"]["class_path"] == "zoo.models.baselines.Classifier"
     assert record["config"]["data"]["init_args"]["variant"] == "centered"
     assert record["git_commit"] and record["device"] and record["wall_time_s"] > 0
+    assert record["parameters"] == sum(p.numel() for p in zoo.load_checkpoint(trained_run["last"]).parameters())
     metrics = record["metrics"]
     assert {f"{split}/acc", f"{split}/loss"} <= set(metrics)
     assert not any(k.startswith("test/") for k in metrics) or split == "test"

@@ -445,3 +445,54 @@ def test_two_items_datamodule_splits_and_fixed_test_set(tiny_data):
     assert not torch.equal(other.datasets["train"].tensors[0], dm.datasets["train"].tensors[0])
     limited = _setup(variant="two_items60", limit_eval=50)
     assert torch.equal(limited.datasets["test"].tensors[0], dm.datasets["test"].tensors[0][:50])
+
+
+# ----------------------------------------------------------------------------- curriculum, boxes
+@pytest.mark.parametrize("variant", ["cluttered60", "cluttered100"])
+def test_fewer_distractors_are_nested_in_the_full_canvases(items, source, variant):
+    """A curriculum stage keeps every item at its place and pastes the first k of the same
+    distractors: k = 0 is the translated task, and each stage lies under the next pixel by pixel."""
+    full = VARIANT_SPECS[variant][1]
+    stages = [fm.make_variant(items, variant, seed=3, distractor_source=source, distractors=k) for k in range(full + 1)]
+    np.testing.assert_array_equal(stages[-1][0], fm.make_variant(items, variant, seed=3, distractor_source=source)[0])
+    if variant == "cluttered60":
+        np.testing.assert_array_equal(stages[0][0], fm.make_variant(items, "translated", seed=3)[0])
+    for (fewer, boxes), (more, more_boxes) in zip(stages, stages[1:]):
+        np.testing.assert_array_equal(boxes, more_boxes)
+        assert (fewer <= more).all() and (fewer != more).any()
+
+
+def test_curriculum_adds_distractors_epoch_by_epoch_with_a_loader_per_epoch(tiny_data):
+    from types import SimpleNamespace
+
+    dm = _setup(variant="cluttered60", curriculum_epochs=4)
+    assert [dm.distractors_at(e) for e in range(6)] == [0, 1, 2, 3, 4, 4]
+    full = dm.datasets["train"].tensors[0].clone()
+    lit = []
+    for epoch in range(5):
+        dm.trainer = SimpleNamespace(reload_dataloaders_every_n_epochs=1, current_epoch=epoch)
+        dm.train_dataloader()
+        canvases = dm.datasets["train"].tensors[0]
+        assert (canvases <= full).all()
+        lit.append(int((canvases > 0).sum()))
+    assert lit == sorted(lit) and lit[0] < lit[-1] and torch.equal(canvases, full)
+    dm.trainer = SimpleNamespace(reload_dataloaders_every_n_epochs=0, current_epoch=0)  # Lightning's default
+    dm.train_dataloader()
+    assert dm.trainer.reload_dataloaders_every_n_epochs == 1 and dm.datasets["train"].tensors[0].sum() < full.sum()
+    dm.trainer = SimpleNamespace(reload_dataloaders_every_n_epochs=3, current_epoch=0)
+    with pytest.raises(UserError, match="reload_dataloaders_every_n_epochs is 3"):
+        dm.train_dataloader()
+    with pytest.raises(UserError, match="no distractors"):
+        fm.FashionMNISTDataModule(variant="translated", curriculum_epochs=2)
+
+
+def test_with_boxes_serves_the_items_box_with_every_batch(tiny_data):
+    dm = _setup(variant="cluttered60", with_boxes=True)
+    for split in ("train", "val", "test"):
+        images, labels, boxes = dm.on_after_batch_transfer(next(iter(dm.loader(split))), 0)
+        assert boxes.shape == (16, 4) and boxes.dtype == torch.float32
+        order = dm.datasets[split].tensors[0][:16]  # the eval loaders keep the split's order
+        if split != "train":
+            assert torch.equal(boxes, dm.boxes[split][:16].float()) and torch.equal(images, order.float() / 255)
+        assert ((boxes[:, 2:] - boxes[:, :2]) == 28).all()
+    assert len(_setup(variant="cluttered60").datasets["train"].tensors) == 2

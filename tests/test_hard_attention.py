@@ -1,13 +1,15 @@
 """Hard attention: the REINFORCE surrogate gives the authors' gradient and, in expectation over the
 samples, the exact gradient of the expected cost (checked by enumerating every sample path)."""
 import itertools
+import math
 
 import pytest
 import torch
 from helpers import trainable_through_softmax
 
-from zoo.attention.hard import (HardAttention, MovingAverageBaseline, reinforce_surrogate,
-                                sample_locations)
+from zoo.attention.hard import (HardAttention, MovingAverageBaseline, leave_one_out_baseline,
+                                marginal_log_prob, reinforce_surrogate, sample_locations,
+                                straight_through_weights, vimco_signal)
 from zoo.attention.scores import build_score
 
 
@@ -135,3 +137,86 @@ def test_reinforce_learns_to_attend_to_the_rewarding_location():
         optimizer.step()
         baseline.update(cost)
     assert torch.softmax(logits, -1)[0, 0, 2] > 0.9
+
+
+# ----------------------------------------------------------------------------- the other estimators (issue 33)
+def test_vimco_signal_equals_the_formula_computed_by_a_loop():
+    """Mnih & Rezende 2016: L = log (1/K) sum_k f_k; signal_j = L - log (1/K)(sum_{k != j} f_k + fhat_j),
+    fhat_j the geometric mean of the others; the bound's gradient through log f_j is w_j = f_j / sum f."""
+    torch.manual_seed(4)
+    B, K = 3, 4
+    log_f = (torch.randn(B, K) * 3 - 10).requires_grad_(True)
+    bound, signal = vimco_signal(log_f)
+    for b in range(B):
+        f = [math.exp(v) for v in log_f[b].tolist()]
+        L = math.log(sum(f) / K)
+        assert bound[b].item() == pytest.approx(L, rel=1e-5)
+        for j in range(K):
+            others = [k for k in range(K) if k != j]
+            fhat = math.exp(sum(math.log(f[k]) for k in others) / (K - 1))
+            want = L - math.log((sum(f[k] for k in others) + fhat) / K)
+            assert signal[b, j].item() == pytest.approx(want, rel=1e-4, abs=1e-5)
+    assert not signal.requires_grad
+    (grad,) = torch.autograd.grad(bound.sum(), log_f)
+    torch.testing.assert_close(grad, torch.softmax(log_f.detach(), 1))
+
+
+def test_vimco_gradient_equals_the_bound_s_exact_gradient_in_expectation():
+    """K = 2 paths of one step over L = 3 cells: summing (probability x VIMCO's gradient) over all 9
+    pairs of samples gives exactly d/d(theta, phi) of E[log (1/2)(f(z_1) + f(z_2))], theta the
+    attention's logits and phi those of p(y | z)."""
+    torch.manual_seed(5)
+    L, K = 3, 2
+    theta = torch.randn(L, requires_grad=True)
+    phi = torch.randn(L, 4, requires_grad=True)  # p(y | z) over 4 words; the caption is word 1
+
+    def log_f(z):
+        return torch.log_softmax(phi[z], -1)[1]
+
+    log_q = torch.log_softmax(theta, -1)
+    exact_objective = sum(log_q[z1].exp() * log_q[z2].exp() * torch.log((log_f(z1).exp() + log_f(z2).exp()) / K)
+                          for z1, z2 in itertools.product(range(L), repeat=2))
+    exact = torch.autograd.grad(exact_objective, [theta, phi])
+    estimate = [torch.zeros_like(theta), torch.zeros_like(phi)]
+    for z1, z2 in itertools.product(range(L), repeat=2):
+        log_q = torch.log_softmax(theta, -1)
+        prob = (log_q[z1] + log_q[z2]).exp().detach()
+        bound, signal = vimco_signal(torch.stack([log_f(z1), log_f(z2)]).unsqueeze(0))
+        surrogate = bound.sum() + (signal[0] * torch.stack([log_q[z1], log_q[z2]])).sum()
+        for acc, g in zip(estimate, torch.autograd.grad(surrogate, [theta, phi])):
+            acc += prob * g
+    for e, x in zip(estimate, exact):
+        torch.testing.assert_close(e, x, rtol=1e-5, atol=1e-6)
+
+
+def test_leave_one_out_baseline_is_the_mean_of_the_other_paths():
+    cost = torch.rand(2, 3, 5)
+    want = torch.stack([torch.stack([sum(cost[b, k] for k in range(3) if k != j) / 2 for j in range(3)])
+                        for b in range(2)])
+    torch.testing.assert_close(leave_one_out_baseline(cost), want)
+
+
+def test_marginal_log_prob_equals_an_explicit_sum_over_cells():
+    torch.manual_seed(6)
+    log_alpha = torch.log_softmax(torch.randn(2, 5), -1)
+    cell_log_probs = torch.log_softmax(torch.randn(2, 5, 7), -1)
+    got = marginal_log_prob(log_alpha, cell_log_probs)
+    for b in range(2):
+        for v in range(7):
+            want = math.log(sum(math.exp(log_alpha[b, i].item() + cell_log_probs[b, i, v].item()) for i in range(5)))
+            assert got[b, v].item() == pytest.approx(want, rel=1e-5)
+    torch.testing.assert_close(got.exp().sum(-1), torch.ones(2))  # still a distribution over words
+
+
+def test_straight_through_is_one_hot_forward_with_the_soft_gradient():
+    torch.manual_seed(7)
+    logits = torch.randn(4, 6, requires_grad=True)
+    gumbel = -torch.empty(4, 6).exponential_().log()
+    tau, upstream = 0.5, torch.randn(4, 6)
+    weights = straight_through_weights(torch.log_softmax(logits, -1), gumbel, tau)
+    sample = (torch.log_softmax(logits, -1) + gumbel).argmax(-1)
+    assert torch.equal(weights.detach(), torch.nn.functional.one_hot(sample, 6).float())
+    (grad,) = torch.autograd.grad((weights * upstream).sum(), logits)
+    soft = torch.softmax((torch.log_softmax(logits, -1) + gumbel) / tau, -1)
+    (want,) = torch.autograd.grad((soft * upstream).sum(), logits)
+    torch.testing.assert_close(grad, want)

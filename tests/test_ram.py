@@ -35,13 +35,19 @@ def batch(n=8, seed=0):
     return torch.rand(n, 1, 20, 20, generator=gen), torch.randint(0, 4, (n,), generator=gen)
 
 
+def _parts(name):
+    return lambda m: list(getattr(m, name).parameters()) if hasattr(m, name) else []
+
+
 GROUPS = {
-    "glimpse": lambda m: list(m.glimpse.parameters()),
-    "core": lambda m: list(m.core.parameters()),
-    "locator": lambda m: list(m.locator.parameters()),
+    "glimpse": _parts("glimpse"),
+    "core": _parts("core"),
+    "locator": _parts("locator"),
     "log_std": lambda m: [m.log_std],
-    "baseline": lambda m: list(m.baseline.parameters()),
-    "classifier": lambda m: list(m.classifier.parameters()),
+    "baseline": _parts("baseline"),
+    "classifier": _parts("classifier"),
+    "where": _parts("where"),  # DRAM's r2
+    "context": _parts("context_net"),
 }
 
 
@@ -369,3 +375,208 @@ def test_the_annealed_sigma_as_a_float64_step_input_equals_the_python_float():
         assert all(torch.equal(terms_f[k], terms_t[k]) for k in terms_f)
         assert len(grads_f) == len(grads_t) and all(torch.equal(a, b) for a, b in zip(grads_f, grads_t))
     assert model._std_input(images).dtype == torch.float64
+
+
+# ----------------------------------------------------------------------------- remedies (issue 33)
+DRAM = dict(where_layer=True, where_hidden=20, context="conv", context_size=5, context_channels=[3, 2])
+
+
+@pytest.mark.parametrize("core", ["rnn", "lstm"])
+@pytest.mark.parametrize("to_core", [False, True])
+@pytest.mark.parametrize("context", ["none", "conv"])
+def test_where_layer_and_context_gradients_flow_exactly_where_intended(core, to_core, context):
+    """DRAM: cross-entropy trains the what-pathway (r1, glimpse network, classifier) and never the
+    where layer or the context network; REINFORCE trains the where-pathway (locator, r2, context)
+    and reaches r1 only with reinforce_to_core; the baseline only by its MSE."""
+    model = tiny(core=core, reinforce_to_core=to_core, std_mode="learnable", **{**DRAM, "context": context})
+    images, labels = batch()
+    terms = model.losses(model.rollout(images, "sample"), labels)
+    assert reached(model, terms["ce"]) == {"classifier", "core", "glimpse"}
+    where = {"locator", "log_std", "where"} | ({"context"} if context == "conv" else set())
+    assert reached(model, terms["reinforce"]) == where | ({"core", "glimpse"} if to_core else set())
+    assert reached(model, terms["baseline_mse"]) == {"baseline"}
+    assert reached(model, terms["loss"]) == where | {"classifier", "core", "glimpse", "baseline"}
+
+
+@pytest.mark.parametrize("reward", ["correct", "log_prob"])
+@pytest.mark.parametrize("reward_at", ["last", "every_glimpse"])
+def test_shaped_rewards_are_constants_for_every_gradient(reward, reward_at):
+    """However the reward is computed (a log-probability from the classifier, at every glimpse),
+    it is a constant: REINFORCE still trains only the location network, the per-glimpse
+    cross-entropy only the what-pathway."""
+    model = tiny(reward=reward, reward_at=reward_at, classify_every_glimpse=True, baseline="per_glimpse", **DRAM)
+    images, labels = batch()
+    terms = model.losses(model.rollout(images, "sample"), labels)
+    assert reached(model, terms["reinforce"]) == {"locator", "where", "context"}
+    assert reached(model, terms["ce"]) == {"classifier", "core", "glimpse"}
+    assert reached(model, terms["baseline_mse"]) == {"baseline"}
+
+
+@pytest.mark.parametrize("reward", ["correct", "log_prob"])
+@pytest.mark.parametrize("reward_at", ["last", "every_glimpse"])
+def test_returns_equal_a_slow_reference(reward, reward_at):
+    model = tiny(reward=reward, reward_at=reward_at)
+    images, labels = batch()
+    out = model.rollout(images, "sample", generator=torch.Generator().manual_seed(3))
+    returns = model.returns(out, labels)
+    T = TINY["num_glimpses"]
+    for i in range(len(images)):
+        def earned(t):  # what the prediction after glimpse t + 1 earns
+            logits = out["step_logits"][i, t]
+            if reward == "correct":
+                return float(logits.argmax() == labels[i])
+            return float(torch.log_softmax(logits.detach(), -1)[labels[i]])
+        for t in range(T):
+            expected = sum(earned(s) for s in range(t, T)) if reward_at == "every_glimpse" else earned(T - 1)
+            assert returns[i, t].item() == pytest.approx(expected, abs=1e-5)
+    assert not returns.requires_grad
+
+
+def test_leave_one_out_baselines_per_glimpse_return():
+    model = tiny(train_samples=3, reward="log_prob", reward_at="every_glimpse", accel="eager")
+    images, labels = batch(n=4)
+    inputs = model.train_inputs((images, labels))
+    out = model.rollout(inputs["images"], "sample", noise=inputs["noise"])
+    out["log_probs"].retain_grad()
+    model.losses(out, inputs["labels"])["reinforce"].backward()
+    returns = model.returns(out, inputs["labels"])
+    for i in range(12):
+        others = [j for j in range(3 * (i // 3), 3 * (i // 3) + 3) if j != i]
+        advantage = returns[i] - returns[others].mean(0)  # per glimpse
+        torch.testing.assert_close(out["log_probs"].grad[i], -advantage / 12)
+
+
+def test_classify_every_glimpse_averages_the_cross_entropy_over_glimpses():
+    model = tiny(classify_every_glimpse=True)
+    images, labels = batch()
+    out = model.rollout(images, "sample")
+    expected = torch.stack([torch.nn.functional.cross_entropy(out["step_logits"][:, t], labels)
+                            for t in range(TINY["num_glimpses"])]).mean()
+    torch.testing.assert_close(model.losses(out, labels)["ce"], expected)
+
+
+def test_per_glimpse_baseline_has_its_own_weights_per_glimpse():
+    model = tiny(baseline="per_glimpse")
+    images, _ = batch()
+    noise = model.policy_noise("sample", len(images), images)
+    with torch.no_grad():
+        before = model.rollout(images, "sample", noise=noise)["baselines"]
+        model.baseline.weight[1] += 1.0
+        after = model.rollout(images, "sample", noise=noise)["baselines"]
+    assert torch.equal(before[:, [0, 2]], after[:, [0, 2]]) and not torch.equal(before[:, 1], after[:, 1])
+    assert tiny().baseline.out_features == 1  # the paper's shared baseline
+
+
+def test_the_context_proposes_the_first_glimpse_but_the_classifier_never_reads_it():
+    model = tiny(**DRAM).eval()
+    images, _ = batch(5)
+    with torch.no_grad():
+        first = model.rollout(images, "mean")["locations"][:, 0]
+        assert (first - first[:1]).abs().max() > 0  # image-dependent, unlike the empty state's
+        blind = tiny(**{**DRAM, "context": "none"}).rollout(images, "mean")["locations"][:, 0]
+        assert torch.equal(blind, blind[:1].expand(5, 2))  # without context: one place for every image
+        placed = torch.rand(TINY["num_glimpses"], 5, 2, generator=torch.Generator().manual_seed(1))
+        logits = model.rollout(images, "random", noise=placed)["logits"]
+        for p in model.context_net.parameters():
+            p.add_(torch.randn_like(p))
+        torch.testing.assert_close(model.rollout(images, "random", noise=placed)["logits"], logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("options", [DRAM, {**DRAM, "core": "lstm", "baseline": "per_glimpse"}])
+def test_dram_batched_rollout_equals_one_image_at_a_time(options):
+    model = tiny(**options).eval()
+    images, _ = batch(5)
+    noise = model.policy_noise("sample", 5, images, torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        out = model.rollout(images, "sample", noise=noise)
+        single = [model.rollout(images[i:i + 1], "sample", noise=noise[:, i:i + 1]) for i in range(5)]
+    for key in ("logits", "locations", "log_probs", "baselines"):
+        torch.testing.assert_close(out[key], torch.cat([s[key] for s in single]), rtol=1e-5, atol=1e-6)
+
+
+def test_location_supervision_trains_only_the_location_network_and_needs_boxes():
+    model = tiny(location_supervision=1.0, **DRAM, accel="eager")
+    images, labels = batch(4)
+    boxes = torch.tensor([[0.0, 0.0, 20.0, 20.0], [0, 0, 10, 10], [10, 10, 20, 20], [5, 0, 15, 10]])
+    torch.testing.assert_close(model.item_centres(boxes), torch.tensor([[0.0, 0.0], [-0.5, -0.5], [0.5, 0.5], [0.0, -0.5]]))
+    inputs = model.train_inputs((images, labels, boxes))
+    out = model.rollout(inputs["images"], "sample", noise=inputs["noise"])
+    terms = model.losses(out, labels, inputs["targets"])
+    assert reached(model, terms["location_mse"]) == {"locator", "where", "context"}
+    torch.testing.assert_close(terms["location_mse"], ((out["means"] - inputs["targets"][:, None]) ** 2).sum(-1).mean())
+    with pytest.raises(UserError, match="with_boxes"):
+        model.losses(out, labels)
+    assert model.train_inputs((images, labels, boxes)) and tiny().train_inputs((images, labels, boxes))["targets"] is None
+
+
+@pytest.mark.parametrize("args,message", [
+    ({"context": "conv"}, "needs where_layer"),
+    ({**DRAM, "context_size": 0}, "context view is empty"),
+    ({**DRAM, "context_channels": [3, 0]}, "context view is empty"),
+    ({**DRAM, "context_size": -3}, "sane range"),
+    ({"train_samples": 10 ** 6}, "train_samples: 1000000 is outside the sane range"),
+    ({"std": -0.1}, "positive"),
+    ({"std": float("nan")}, "positive"),
+    ({"reward": "accuracy"}, "reward must be one of"),
+    ({"baseline": "mlp"}, "baseline must be one of"),
+    ({"location_supervision": -1.0}, "location_supervision"),
+])
+def test_absurd_estimator_settings_are_refused_in_one_line(args, message):
+    with pytest.raises(UserError, match=message) as info:
+        tiny(**args)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_train_py_refuses_an_absurd_estimator_setting_before_training(tmp_path):
+    """A recipe asking for 10^6 paths per image is one line and exit 2 before any data is read."""
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    result = subprocess.run([sys.executable, "train.py", "fit", "--config", "configs/ram/fmnist_cluttered60_4glimpses.yaml",
+                             "--model.init_args.train_samples", "1000000", "--trainer.default_root_dir", str(tmp_path)],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "train_samples" in result.stderr
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_the_gpu_run_list_names_recipes_that_exist_and_refuses_an_unknown_tier():
+    """scripts/gpu_runs_ram.sh: every line is `results_run.py RECIPE --seeds N` of a committed
+    recipe, each (recipe, seed) once; a tier it does not have is one line and exit 2."""
+    repo = Path(__file__).resolve().parent.parent
+    listed = subprocess.run(["bash", "scripts/gpu_runs_ram.sh", "list", "1", "2", "3"], cwd=repo,
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    runs = [line.split()[-3::2] for line in listed.stdout.splitlines()]  # [recipe, seed]
+    assert runs and len({tuple(r) for r in runs}) == len(runs)
+    assert all((repo / recipe).is_file() and seed.isdigit() for recipe, seed in runs)
+    bad = subprocess.run(["bash", "scripts/gpu_runs_ram.sh", "list", "9"], cwd=repo, capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_gpu_run_list_resumes_only_lines_a_time_limit_stopped(tmp_path):
+    """`gpu_runs_ram.sh resume`: a line whose results JSON exists is done; a line with a last.ckpt
+    continues from it (`--ckpt_path last`, same seed and run folder) and is then evaluated with
+    `results_run.py --eval-only`; a line never started is left alone."""
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts/gpu_runs_ram.sh").write_text((repo / "scripts/gpu_runs_ram.sh").read_text())
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results/ram_fmnist_cluttered60_dram_seed0.json").write_text("{}")
+    stopped = tmp_path / "runs/results/ram_fmnist_cluttered60_dram/seed1/checkpoints"
+    stopped.mkdir(parents=True)
+    (stopped / "last.ckpt").write_bytes(b"")
+    (stopped.parents[1] / "seed0/checkpoints").mkdir(parents=True)
+    (stopped.parents[1] / "seed0/checkpoints/last.ckpt").write_bytes(b"")  # finished: not resumed
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "fake_python"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\n')
+    fake.chmod(0o755)
+    result = subprocess.run(["bash", "scripts/gpu_runs_ram.sh", "resume", "1"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "PY": str(fake), "JOBS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert calls.read_text().splitlines() == [
+        "train.py fit --config configs/ram/fmnist_cluttered60_dram.yaml --seed_everything 1 "
+        "--trainer.default_root_dir runs/results/ram_fmnist_cluttered60_dram/seed1 --ckpt_path last",
+        "scripts/results_run.py configs/ram/fmnist_cluttered60_dram.yaml --seeds 1 --eval-only"]
+    assert "ram_fmnist_cluttered60_dram seed 0: done already" in result.stdout

@@ -70,3 +70,27 @@ def test_reward_pull_measures_the_known_derivative_and_zero_where_the_reward_doe
     left = probe._reward_pull(_StepReward(), torch.zeros(n, 1, 4, 4), torch.ones(n, dtype=torch.long), -item,
                               paths, torch.Generator().manual_seed(0))
     assert left[0]["reward_per_sigma"] == pytest.approx(-steps[0]["reward_per_sigma"], abs=2e-3)
+
+
+def test_the_pull_of_a_models_own_return_scales_with_it_and_its_signal_to_noise_does_not():
+    """A return that is twice the paper's reward pulls twice as hard, with the same signal-to-noise
+    ratio; the return of the second glimpse alone (the first ignored) does not pull the first."""
+    n, paths = 200, 32
+    item = torch.tensor([[0.5, 0.0]]).expand(n, 2)
+
+    def doubled(out, labels):
+        return 2 * (out["logits"].argmax(-1) == labels).float()[:, None].expand(-1, 2)
+
+    steps = probe._reward_pull(_StepReward(), torch.zeros(n, 1, 4, 4), torch.ones(n, dtype=torch.long), item,
+                               paths, torch.Generator().manual_seed(0), own_returns=doubled)
+    for step in steps:
+        assert step["own"]["reward_per_sigma"] == pytest.approx(2 * step["reward_per_sigma"], abs=1e-6)
+        assert step["own"]["snr_batch128"] == pytest.approx(step["snr_batch128"], rel=1e-5)
+    assert steps[0]["snr_batch128"] > 1
+
+    def blind(out, labels):
+        return torch.rand(len(labels), 2, generator=torch.Generator().manual_seed(1))
+
+    steps = probe._reward_pull(_StepReward(), torch.zeros(n, 1, 4, 4), torch.ones(n, dtype=torch.long), item,
+                               paths, torch.Generator().manual_seed(0), own_returns=blind)
+    assert abs(steps[0]["own"]["reward_per_sigma"]) < 4 * steps[0]["own"]["standard_error"] + 1e-3

@@ -261,13 +261,19 @@ def test_a_failed_checkpoint_write_leaves_the_old_one_intact(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_a_killed_writers_temporary_is_swept(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / f".last.ckpt.{int(dead.stdout)}.abc123.tmp"
-    stale.write_bytes(b"half a checkpoint")
-    mine = tmp_path / f".best.ckpt.{os.getpid()}.def456.tmp"  # a live writer's file stays
-    mine.write_bytes(b"being written")
-    AtomicCheckpointIO().save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
-    assert not stale.exists() and mine.exists()
+    """A save killed mid-write leaves its temporary and the lock it held; the next save of that
+    checkpoint removes both (zoo.io.writing). A name that only looks temporary stays."""
+    path = tmp_path / "last.ckpt"
+    killed = ("import os, signal, sys, torch\nfrom zoo.callbacks import AtomicCheckpointIO\n"
+              "torch.save = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)\n"
+              "AtomicCheckpointIO().save_checkpoint({'epoch': 0}, sys.argv[1])")
+    assert subprocess.run([sys.executable, "-c", killed, str(path)], env=cli_env(None)).returncode == -9
+    left = sorted(p.name.rsplit(".", 1)[1] for p in tmp_path.iterdir())
+    assert left == ["lock", "tmp"]
+    lookalike = tmp_path / f".last.ckpt.{os.getpid() + 1}.abc123.tmp"  # not provably the zoo's: kept
+    lookalike.write_bytes(b"someone's")
+    AtomicCheckpointIO().save_checkpoint({"epoch": 1}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["last.ckpt", lookalike.name])
 
 
 def _umask() -> int:

@@ -150,5 +150,6 @@ def test_a_release_killed_at_any_step_leaves_a_usable_release(tmp_path, monkeypa
     assert third["sha256"] != first["sha256"]
     assert _release(weights, seed=3) == 0  # sweeps what the killed runs left
     fourth = _usable(weights, monkeypatch)
-    assert sorted(p.name for p in weights.iterdir()) == sorted(["MANIFEST.json", "golden", fourth["file"]])
+    assert sorted(p.name for p in weights.iterdir()) == sorted([".release.lock", "MANIFEST.json", "golden",
+                                                               fourth["file"]])
     assert sorted(p.name for p in (weights / "golden").iterdir()) == [fourth["file"].replace(".safetensors", ".json")]

@@ -47,7 +47,7 @@ def test_wheel_installed_outside_the_clone_lists_downloads_and_captions(tmp_path
     names = zipfile.ZipFile(wheel).namelist()
     recipes = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").glob("*/*.yaml"))
     assert sorted(n[len("zoo/recipes/"):] for n in names if n.startswith("zoo/recipes/")) == recipes
-    assert "zoo/releases/MANIFEST.json" in names
+    assert "zoo/releases/MANIFEST.json" in names and "zoo/model_index.json" in names
     assert not any(n.endswith((".safetensors", ".ckpt")) for n in names)
     assert not any(n.startswith("tools/") or n == "zoo/release.py" for n in names)  # our tooling stays home
     assert "zoo/train.py" in names and "zoo/evaluate.py" in names
@@ -95,6 +95,14 @@ def test_wheel_installed_outside_the_clone_lists_downloads_and_captions(tmp_path
     result = subprocess.run([env_dir / "bin" / "zoo", "eval", "--help"], cwd=elsewhere, env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0 and "usage: zoo eval" in result.stdout, result.stderr[-3000:]
+
+    # zoo info answers from the wheel's manifest and model index alone (no weights file here)
+    result = subprocess.run([env_dir / "bin" / "zoo", "info", "ram_fmnist_centered", "--json"], cwd=elsewhere, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(result.stdout)
+    assert record["file_size"] == (REPO / "weights" / "ram_fmnist_centered.safetensors").stat().st_size
+    assert record["num_params"] > 0 and record["gmacs"] > 0 and "notes" not in record  # the index, not recomputed
 
     image = elsewhere / "scene.png"
     canvas = Image.new("RGB", (64, 64))

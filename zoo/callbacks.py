@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from zoo.io import sweep_stale, temp_path
+from zoo.io import atomic_save_image, sweep_stale, writing
 from zoo.errors import UserError
 
 OFFLINE_MODES = ("offline", "dryrun", "disabled")
@@ -45,25 +45,22 @@ class ZooWandbLogger(WandbLogger):
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints written to a temporary file in their own folder, flushed to disk, then renamed
     over the target: a kill or a full disk mid-write leaves the previous checkpoint intact, and no
-    temporary file outside the run's folder. Leftovers of killed writers are swept on the next save."""
+    temporary file outside the run's folder. A killed writer's temporary of a checkpoint is swept
+    when that checkpoint is saved next (zoo.io.writing)."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if storage_options is not None or not _is_local_file_protocol(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        sweep_stale(path.parent)
-        tmp = temp_path(path)
         sink = None
         try:
-            with open(tmp, "xb") as f:
-                sink = _WriteErrors(f)
-                torch.save(checkpoint, sink)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            with writing(path) as tmp:
+                with open(tmp, "xb") as f:
+                    sink = _WriteErrors(f)
+                    torch.save(checkpoint, sink)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
         except BaseException as exc:
-            tmp.unlink(missing_ok=True)
             # torch's zip writer turns an error inside write() (a full disk, Ctrl-C) into its own
             # "unexpected pos" RuntimeError: raise what really happened, for one clear line
             real = sink.error if sink is not None else None
@@ -72,6 +69,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                     real.filename = str(path)
                 raise real from None
             raise
+
+    def remove_checkpoint(self, path) -> None:
+        super().remove_checkpoint(path)
+        if _is_local_file_protocol(path):
+            sweep_stale(path)  # and what a killed save of it left
 
 
 class _WriteErrors:
@@ -131,6 +133,7 @@ class ZooCheckpoint(ModelCheckpoint):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         run = checkpoint.setdefault("zoo_run", {})
+        run["run_dir"] = str(Path(trainer.default_root_dir).resolve())  # whose checkpoint it is (zoo.runs)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger) and logger.version:
                 run["wandb_id"] = str(logger.version)
@@ -281,9 +284,8 @@ class AttentionImageLogger(L.Callback):
                                      caption=[caption], step=step)
                 return
         out = Path(trainer.default_root_dir) / "figures" / f"step{step:07d}"
-        out.mkdir(parents=True, exist_ok=True)
         from PIL import Image
 
         for index, (caption, figure) in enumerate(figures):
             image = figure if isinstance(figure, Image.Image) else Image.fromarray(np.asarray(figure))
-            image.save(out / f"{index:02d}.png")
+            atomic_save_image(image, out / f"{index:02d}.png")

@@ -37,10 +37,15 @@ def allow_class(cls: type, kind: str = "model") -> type:
     return cls
 
 
-def resolve_class(path: str, kind: str = "model") -> type:
-    """The allow-listed class `path` names, imported only after the check."""
+def check_allowed(path, kind: str = "model") -> str:
+    """`path` when it names an allow-listed class (nothing is imported); else one refusing line."""
     if not isinstance(path, str) or path not in ALLOWED_CLASSES[kind]:
         raise UserError(f"refused: the file names {kind} class {shorten(path)!r}, which is not one of the zoo's "
                         f"{kind} classes; a file may not choose code to run")
-    module, _, name = path.rpartition(".")
+    return path
+
+
+def resolve_class(path: str, kind: str = "model") -> type:
+    """The allow-listed class `path` names, imported only after the check."""
+    module, _, name = check_allowed(path, kind).rpartition(".")
     return getattr(importlib.import_module(module), name)

@@ -103,7 +103,7 @@ def evaluate(args) -> int:
         data = zoo.data_config(model)
         payload = {"model": args.model, "checkpoint": args.checkpoint, "split": args.split,
                    "checkpoint_sha256": weights_sha256, "seed": args.seed,
-                   "metrics": metrics,
+                   "metrics": metrics, "parameters": sum(p.numel() for p in model.parameters()),
                    "config": model.zoo_config() | {"data": {**data, "init_args": {**data.get("init_args", {}),
                                                                                     **data_args}}},
                    "wall_time_s": round(wall, 3), "num_examples_limit": args.limit}

@@ -20,13 +20,17 @@ temporary folder beside the target with `export.json` (each file's sha256, the m
 preprocessing, class names or vocabulary and special token ids, the zoo version), and the folder is
 swapped in at the end (atomically, where the kernel can exchange two folders). A kill at any moment
 leaves the old export or the new one, never a mix; `load_export` refuses a set whose files do not
-match its manifest. A target folder holding anything but an earlier export is refused.
+match its manifest.
+
+The zoo replaces only what it wrote: a target folder is an earlier export when its export.json is a
+zoo export manifest and the folder holds exactly the files it names. A folder with anything else in
+it (a file of yours added to an earlier export included) is refused before any work, and nothing
+in it or beside it is touched; a symlink given as the target is followed.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,10 +39,12 @@ from torch import nn
 
 from zoo.errors import UserError
 from zoo.export_set import MANIFEST, METADATA_KEY, check_set
-from zoo.io import atomic_write_bytes, sweep_stale, temp_path
+from zoo.io import atomic_write_bytes, check_writable, sigterm_raises, swap_in_folder, writing
+from zoo.limits import shorten
 
 FORMATS = ("onnx", "torch")
 MAX_BATCH = 4096
+MAX_MANIFEST_BYTES = 64 * 2**20  # a captioner's vocabulary is in it; far below this
 EXPORT_EXTRA = "pip install 'attention-zoo[export]'"
 
 
@@ -153,8 +159,7 @@ def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx",
         raise UserError(f"exporting ONNX needs {exc.name}: {EXPORT_EXTRA}") from None
     onnx_program = torch.onnx.export(exported, input_names=program.input_names,
                                      output_names=program.output_names, dynamo=True, verbose=False)
-    tmp = temp_path(path)
-    try:
+    with writing(path) as tmp:
         onnx_program.save(str(tmp))
         if metadata:
             proto = onnx.load(str(tmp))
@@ -162,8 +167,6 @@ def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx",
                 proto.metadata_props.add(key=key, value=value)
             onnx.save(proto, str(tmp))
         os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -192,13 +195,63 @@ def describe(model, fmt: str) -> dict:
     return info
 
 
-def check_target(out_dir: Path) -> None:
-    """The export target is missing, empty, or an earlier export (it has export.json): anything else
-    is someone's folder, and is refused before any work."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
-        raise UserError(f"--out {out_dir}: holds other files (not an earlier export); give a new or empty folder")
+def check_target(out_dir: str | os.PathLike) -> Path:
+    """Where the export goes, checked before any work: a new folder, an empty one, or an earlier
+    export (see `earlier_export_problem`); a symlink is followed to the folder it names. Returns
+    that folder. Anything else (a folder of someone's files, the current folder or one above it,
+    a mount point, the file system's root) is refused in one line."""
+    given = Path(out_dir)
+    if given.is_symlink() and not given.exists():
+        raise UserError(f"--out {given}: a symlink to {os.readlink(given)}, which does not exist; give a folder")
+    target = Path(os.path.realpath(given))
+    if target.exists() and not target.is_dir():
+        raise UserError(f"--out {given}: exists and is not a directory")
+    if target == target.parent or os.path.ismount(target):
+        raise UserError(f"--out {given}: is a mount point; the export replaces its folder whole, so give a "
+                        "folder inside it")
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        raise UserError(f"--out {given}: is the current folder{' (or holds it)' if target != cwd else ''}; the "
+                        "export replaces its folder whole, so give a folder for it, e.g. --out ./exported")
+    if target.is_dir() and any(target.iterdir()):
+        problem = earlier_export_problem(target)
+        if problem:
+            raise UserError(f"--out {given}: {problem}; nothing was changed (give a new or empty folder, or "
+                            "move those files out)")
+    check_writable(target.parent, "--out: the folder above", directory=True)
+    return target
+
+
+def earlier_export_problem(folder: Path) -> str | None:
+    """None when `folder` is an earlier export: its export.json is a zoo export manifest and the
+    folder holds exactly the files it names, nothing else. Only then may an export replace it;
+    otherwise why not, in words."""
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file() or manifest_path.is_symlink():
+        return f"holds other files (not an earlier export): it has no {MANIFEST}"
+    try:
+        if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ValueError(f"more than {MAX_MANIFEST_BYTES:,} bytes")
+        manifest = json.loads(manifest_path.read_text())
+        files = manifest.get("files") if isinstance(manifest, dict) else None
+        if not (isinstance(files, dict) and files and manifest.get("format") in FORMATS
+                and isinstance(manifest.get("family"), str) and "zoo_version" in manifest):
+            raise ValueError("no files, format, family and zoo_version as `zoo export` writes them")
+    except (OSError, ValueError, RecursionError) as exc:
+        return (f"holds other files (not an earlier export): its {MANIFEST} is not a zoo export manifest "
+                f"({shorten(str(exc) or type(exc).__name__, 80)})")
+    for name in files:
+        entry = folder / str(name)
+        if not isinstance(name, str) or name in (MANIFEST, ".", "..") or "/" in name or "\\" in name \
+                or entry.is_symlink() or not entry.is_file():
+            return (f"holds other files (not an earlier export): its {MANIFEST} names {shorten(repr(name), 60)}, "
+                    "which is not a file there")
+    others = sorted(set(os.listdir(folder)) - set(files) - {MANIFEST})
+    if others:
+        listed = ", ".join(shorten(name, 40) for name in others[:3])
+        listed += f" and {len(others) - 3} more" if len(others) > 3 else ""
+        return f"holds other files (not an earlier export): {listed}, which its {MANIFEST} does not name"
+    return None
 
 
 def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | None = None) -> list[Path]:
@@ -208,64 +261,32 @@ def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | 
 
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
-    out_dir = Path(out_dir)
-    check_target(out_dir)
+    out_dir = check_target(out_dir)
     suffix = ".onnx" if fmt == "onnx" else ".pt2"
     info = describe(model, fmt)
     metadata = {METADATA_KEY: json.dumps(info)}
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale(out_dir.parent)
-    staging = temp_path(out_dir)
-    staging.mkdir()
-    try:
-        files = {}
-        for name, program in programs(model, max_len).items():
-            path = export_program(program, staging / f"{name}{suffix}", fmt, metadata)
-            files[path.name] = sha256_file(path)
-            _test_hook(len(files))
+    with sigterm_raises(), writing(out_dir) as staging:
+        staging.mkdir()
+        for written, (name, program) in enumerate(programs(model, max_len).items(), 1):
+            export_program(program, staging / f"{name}{suffix}", fmt, metadata)
+            _test_hook(written)
+        # every file the exporters wrote (an ONNX file's external data too) is in the set
+        files = {path.name: sha256_file(path) for path in sorted(staging.iterdir())}
         atomic_write_bytes(staging / MANIFEST, (json.dumps({**info, "files": files}, indent=2) + "\n").encode())
-        _swap_in(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        problem = earlier_export_problem(out_dir) if out_dir.is_dir() and any(out_dir.iterdir()) else None
+        if problem:  # someone wrote there while we worked
+            raise UserError(f"--out {out_dir}: {problem}; the new export was not put in place")
+        swap_in_folder(staging, out_dir, earlier_export_problem)
     return [out_dir / name for name in files]
 
 
 def _test_hook(written: int) -> None:
-    """ZOO_TEST_KILL_EXPORT_AFTER=N: the tests' deterministic kill -9 after the N-th file."""
+    """ZOO_TEST_KILL_EXPORT_AFTER=N: the tests' deterministic kill after the N-th file (SIGKILL, or
+    the signal ZOO_TEST_KILL_EXPORT_SIGNAL names, e.g. SIGTERM)."""
     if os.environ.get("ZOO_TEST_KILL_EXPORT_AFTER") == str(written):
         import signal
 
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _swap_in(staging: Path, target: Path) -> None:
-    """Put the finished set `staging` at `target`: one atomic exchange of the two folders where the
-    kernel offers it (Linux renameat2), else two renames (the old set stays whole under a temporary
-    name until the new one is in place; the sweeper removes it if we are killed between)."""
-    if not target.exists():
-        os.rename(staging, target)
-        return
-    if _exchange(staging, target):
-        shutil.rmtree(staging, ignore_errors=True)  # it now holds the old set
-        return
-    old = temp_path(target, "old")
-    os.rename(target, old)
-    os.rename(staging, target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+        os.kill(os.getpid(), getattr(signal, os.environ.get("ZOO_TEST_KILL_EXPORT_SIGNAL", "SIGKILL")))
 
 
 def load_export(out_dir: str | os.PathLike) -> dict:

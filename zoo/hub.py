@@ -22,18 +22,15 @@ import math
 import os
 import pickle
 import re
-import signal
 import sys
-import threading
 import warnings
 import zipfile
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
 from zoo.errors import UserError
 from zoo.hparams import current_config
-from zoo.io import sweep_stale, temp_path
+from zoo.io import atomic_write_bytes, sigterm_raises, writing
 from zoo.limits import NUMERIC_ENVIRONMENT, check_tree, env_number, parse_json, read_json, shorten
 
 #: the largest zoo config a weights file may carry (a COCO captioner's, vocabulary and all, is ~1 MB)
@@ -167,8 +164,13 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
 
     sha256: the file's sha256 in hex, or a prefix of at least 8 digits. A local file is checked on
     every call; a download is verified before it enters the cache, and a cached copy is checked
-    before it is served."""
+    before it is served. A model card (`hf-hub:ORG/NAME` or a folder in the hub's layout) gives
+    its verified model.safetensors (zoo.hf)."""
     pin = _check_pin(sha256)
+    from zoo import hf
+
+    if hf.is_card(location):  # hf-hub:ORG/NAME, or a local folder in the hub's layout
+        return hf.fetch_card(location, pin)
     if not is_url(str(location)):
         path = Path(location)
         if not path.is_file():
@@ -206,27 +208,18 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
             pass
         target.unlink()  # a cached file that is damaged or no longer matches its pin is not served again
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+        with sigterm_raises(), writing(target, "part") as part:  # a killed download's .part: swept next time
+            _download(url, part)
+            if pin is not None:
+                if not _matches(part, pin):
+                    raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
+                                    f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
+            else:
+                check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache
+            os.replace(part, target)
+    except OSError as exc:  # the cache folder: a file, read-only or full
         raise UserError(f"the download cache {cache_dir()}: cannot write there ({exc.strerror or exc}); set "
                         "ZOO_CACHE_DIR to a writable folder") from None
-    sweep_stale(target.parent)
-    part = temp_path(target, "part")
-    try:
-        with _sigterm_raises():
-            _download(url, part)
-        if pin is not None:
-            if not _matches(part, pin):
-                raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
-                                f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
-        else:
-            check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache
-        try:
-            os.replace(part, target)
-        except OSError as exc:
-            raise UserError(f"the download cache {cache_dir()}: cannot write there ({exc.strerror or exc})") from None
-    finally:
-        part.unlink(missing_ok=True)
     return target
 
 
@@ -371,24 +364,6 @@ def _safetensors_problem(header: bytes, data_size: int) -> str | None:
     return None
 
 
-@contextmanager
-def _sigterm_raises():
-    """While downloading, SIGTERM raises SystemExit (exit code 143) instead of killing the process
-    outright, so the partial file is removed on the way out."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def read_checkpoint(path: str | os.PathLike) -> dict:
     """A Lightning .ckpt as a dict, loaded with `weights_only=True` (no code can run); one-line
     UserErrors for a pickle payload, a truncated or otherwise unreadable file."""
@@ -503,19 +478,17 @@ def load_fetched(location: str | os.PathLike, sha256: str | None = None) -> tupl
 
 def save_release(model: torch.nn.Module, config: dict, path: str | os.PathLike, meta: dict | None = None) -> str:
     """Write `model`'s weights, config and `meta` as safetensors (atomically); return the file's sha256."""
-    from safetensors.torch import save_file
+    data = release_bytes(model, config, meta)
+    atomic_write_bytes(path, data)
+    return hashlib.sha256(data).hexdigest()
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+
+def release_bytes(model: torch.nn.Module, config: dict, meta: dict | None = None) -> bytes:
+    """`model`'s weights, config and `meta` as the bytes of a safetensors file."""
+    from safetensors.torch import save
+
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tmp = temp_path(path)
-    try:
-        metadata = {CONFIG_KEY: json.dumps(config, sort_keys=True)}
-        if meta:
-            metadata[META_KEY] = json.dumps(meta, sort_keys=True)
-        save_file(state, str(tmp), metadata=metadata)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return sha256_file(path)
+    metadata = {CONFIG_KEY: json.dumps(config, sort_keys=True)}
+    if meta:
+        metadata[META_KEY] = json.dumps(meta, sort_keys=True)
+    return save(state, metadata=metadata)

@@ -1,10 +1,19 @@
 """Robust image loading for the CLI: any file PIL can open, in any mode or size."""
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
 import shutil
+import signal
+import socket
+import sys
+import threading
 import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +27,9 @@ from zoo.errors import UserError
 Image.MAX_IMAGE_PIXELS = None
 MAX_SIDE = 4096
 MAX_PIXELS = 16384 * 16384
+#: the rules below in words, for the records that state them (`zoo info`, model cards)
+ALPHA_RULE = "transparent pixels are composited on black"
+INTERPOLATION = "bilinear"
 
 
 def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
@@ -58,7 +70,7 @@ def _to_8bit(img: Image.Image) -> Image.Image:
         return Image.fromarray(array.round().astype(np.uint8), mode="L")
     if img.mode == "P":
         img = img.convert("RGBA")
-    if img.mode in ("RGBA", "LA", "PA"):
+    if img.mode in ("RGBA", "LA", "PA"):  # ALPHA_RULE
         background = Image.new("RGBA", img.size, (0, 0, 0, 255))
         return Image.alpha_composite(background, img.convert("RGBA")).convert("RGB")
     if img.mode not in ("RGB", "L"):
@@ -71,7 +83,7 @@ def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> to
     import torch
 
     if size is not None and (img.height, img.width) != tuple(size):
-        img = img.resize((size[1], size[0]), Image.BILINEAR)
+        img = img.resize((size[1], size[0]), Image.Resampling[INTERPOLATION.upper()])
     array = np.asarray(img, dtype=np.float32) / 255.0
     if array.ndim == 2:
         array = array[None]
@@ -108,57 +120,197 @@ def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) 
 
 
 # ----------------------------------------------------------------------------- writing whole things
-# One convention for everything written beside its target and renamed into place (files, checkpoints,
-# downloads, export folders): `.<name>.<pid>.<random>.<kind>`. A process killed mid-write leaves one;
-# `sweep_stale` removes those whose process is gone, whoever wrote them.
-TEMP_NAME = re.compile(r"\..+\.(\d+)\.[0-9A-Za-z_]+\.(tmp|part|old)")
+# Everything written beside its target and renamed into place (a file, a checkpoint, a download, an
+# export's staging folder) is named `.<target>.<token>.<kind>` (kind: tmp, part for downloads, old for
+# a replaced set moved aside) and comes with `.<target>.<token>.lock`, a lock file that says "the zoo
+# is writing <target>" and on which the writer holds an flock for the whole write. flock is the
+# kernel's, one lock whatever PID namespace a process runs in, and Linux's NFS client turns it into a
+# byte-range lock the server keeps for every client: so a sweeper proves a writer gone by taking its
+# lock, never by asking whether a pid is alive (a pid means nothing in another container or on
+# another machine). A sweep looks only at the temporaries of the one target being written, and
+# removes them only when their lock file is the zoo's and free; a name that merely looks temporary,
+# or an entry without its lock, is left alone.
+TEMP_KINDS = ("tmp", "part", "old")
+_LOCK_MARK = b"attention-zoo temporary\n"  # a lock file's first line: the zoo wrote it
+_TOKEN = "[0-9a-f]{16}"
 
 
-def temp_path(path: str | os.PathLike, kind: str = "tmp") -> Path:
-    """A fresh temporary name beside `path` (kind: tmp, part for downloads, old for a replaced set)."""
+def _temp_names(target: Path) -> re.Pattern:
+    return re.compile(re.escape(f".{target.name}.") + f"({_TOKEN})" + r"\.(lock|" + "|".join(TEMP_KINDS) + ")")
+
+
+def companion(temp: Path, kind: str) -> Path:
+    """The same writer's temporary of another kind (an export's `old` beside its staging `tmp`)."""
+    return temp.with_name(f"{temp.name.rsplit('.', 1)[0]}.{kind}")
+
+
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        entry.unlink(missing_ok=True)
+
+
+@contextmanager
+def writing(path: str | os.PathLike, kind: str = "tmp") -> Iterator[Path]:
+    """A temporary name beside `path` that this process owns while the block runs: write it, then
+    rename it over `path`. Dead writers' temporaries of `path` are swept first; on the way out
+    (finished, failed or SIGTERM'd) whatever is left under this writer's names is removed."""
     path = Path(path)
-    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.{kind}")
-
-
-def _alive(pid: int) -> bool:
+    if kind not in TEMP_KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {TEMP_KINDS}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_before_writing(path)
+    token = uuid.uuid4().hex[:16]
+    lock = path.with_name(f".{path.name}.{token}.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # blocks only while a sweeper reads the still-empty file
+        except OSError:
+            pass  # a file system without locks: the write works, and no sweeper can prove it dead
+        owner = {"host": socket.gethostname(), "pid": os.getpid(), "target": path.name}
+        os.write(fd, _LOCK_MARK + json.dumps(owner).encode() + b"\n")
+        temp = path.with_name(f".{path.name}.{token}.{kind}")
+        yield temp
+    finally:
+        try:
+            _clean(path, token)
+            os.unlink(lock)
+        finally:
+            os.close(fd)  # releases the lock, after the lock file is gone
 
 
-def sweep_stale(directory: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files and folders (`temp_path` names) in `directory` whose writing
-    process is gone; returns what it removed. Never looks at file times (a pid either lives or not)."""
+def _clean(path: Path, token: str) -> list[Path]:
+    """Remove one writer's temporaries of `path`; its `old` (the previous set, moved aside just
+    before the writer stopped) goes back to `path` if nothing took its place."""
+    old = path.with_name(f".{path.name}.{token}.old")
+    if os.path.lexists(old) and not os.path.lexists(path):
+        os.rename(old, path)
     removed = []
-    directory = Path(directory)
-    if not directory.is_dir():
-        return removed
-    for entry in directory.iterdir():
-        match = TEMP_NAME.fullmatch(entry.name)
-        if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-        removed.append(entry)
+    for kind in TEMP_KINDS:
+        entry = path.with_name(f".{path.name}.{token}.{kind}")
+        if os.path.lexists(entry):
+            _remove(entry)
+            removed.append(entry)
     return removed
+
+
+def _dead_writer(lock: Path) -> int | None:
+    """An fd holding `lock` when the zoo wrote it and its writer is gone (its flock could be taken),
+    else None. The caller closes the fd after removing the writer's files."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        same = os.path.samestat(os.fstat(fd), os.lstat(lock))  # not unlinked by a finishing writer
+        if same and os.pread(fd, len(_LOCK_MARK), 0) == _LOCK_MARK:
+            return fd
+    except OSError:
+        pass  # held (a live writer, in any namespace, on any machine), gone, or not lockable here
+    os.close(fd)
+    return None
+
+
+def sweep_stale(path: str | os.PathLike) -> list[Path]:
+    """Remove what killed writers of `path` left beside it (its temporaries whose lock file is the
+    zoo's and free); returns what it removed. A dead writer's `old` (the previous set, moved aside
+    just before it was killed) goes back to `path` if nothing took its place."""
+    path = Path(path)
+    names = _temp_names(path)
+    try:
+        entries = [e.name for e in os.scandir(path.parent) if e.name.startswith(f".{path.name}.")]
+    except OSError:
+        return []
+    removed = []
+    for name in entries:
+        match = names.fullmatch(name)
+        if not match or match.group(2) != "lock":
+            continue
+        lock = path.with_name(name)
+        fd = _dead_writer(lock)
+        if fd is None:
+            continue
+        try:
+            removed += _clean(path, match.group(1))
+            lock.unlink(missing_ok=True)
+            removed.append(lock)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _targets_with_locks(directory: str | os.PathLike) -> set[str]:
+    """The names of the targets in `directory` that have a zoo lock file beside them."""
+    lock = re.compile(rf"\.(.+)\.{_TOKEN}\.lock")
+    try:
+        return {m.group(1) for e in os.scandir(directory) if (m := lock.fullmatch(e.name))}
+    except OSError:
+        return set()
+
+
+# Per folder this process writes in, the targets that had lock files when it first wrote there: a
+# folder is listed once, not at every write (a figure folder of 10,000 images would be listed 10,000
+# times). A writer that dies there later is swept by the next process that writes its target.
+_LOCKED_AT_FIRST_WRITE: dict[str, set[str]] = {}
+
+
+def _sweep_before_writing(path: Path) -> None:
+    folder = os.path.abspath(path.parent)
+    if folder not in _LOCKED_AT_FIRST_WRITE:
+        _LOCKED_AT_FIRST_WRITE[folder] = _targets_with_locks(folder)
+    if path.name in _LOCKED_AT_FIRST_WRITE[folder]:
+        _LOCKED_AT_FIRST_WRITE[folder].discard(path.name)
+        sweep_stale(path)
+
+
+def sweep_folder(directory: str | os.PathLike) -> list[Path]:
+    """`sweep_stale` for every target in `directory` that has a zoo lock file beside it: only for
+    folders that hold nothing but what the zoo writes (the weights folder, under its release lock)."""
+    return [entry for name in sorted(_targets_with_locks(directory)) for entry in sweep_stale(Path(directory) / name)]
+
+
+@contextmanager
+def held_lock(path: str | os.PathLike, holder: str) -> Iterator[None]:
+    """An exclusive flock on `path` (created, never removed) for the block: one process at a time,
+    whatever its PID namespace or (over NFS) machine. Waits, saying once for whom (`holder`)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for {holder} ({path})", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While a long write runs, SIGTERM raises SystemExit (exit code 143) instead of killing the
+    process outright, so `writing` removes its temporaries on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
-    try:
+    with writing(path) as tmp:
         tmp.write_bytes(data)
         os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def atomic_save_image(img: Image.Image, path: str | os.PathLike, **save_kwargs) -> None:
@@ -217,3 +369,64 @@ def json_text(value, **dumps_kwargs) -> str:
     import json
 
     return json.dumps(finite(value), allow_nan=False, **dumps_kwargs)
+
+
+def swap_in_folder(staging: Path, target: Path, problem_of: Callable[[Path], str | None]) -> None:
+    """Put the finished set `staging` (files that belong together: an export, a model card) at
+    `target`: one atomic exchange of the two folders where the kernel offers it (Linux renameat2),
+    else two renames (the old set stays whole under this writer's `old` name until the new one is
+    in place; if we are killed between, the next sweep of `target` puts it back). SIGTERM waits
+    until the set is in place. The set moved aside is removed only where `problem_of(folder)` finds
+    nothing wrong with it (it is the kind of set we write, and nothing else is in it); otherwise it
+    is kept beside `target`, with a warning."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        previous = _put_in_place(staging, target)
+        if previous is not None:
+            _remove_set(previous, target, problem_of)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _put_in_place(staging: Path, target: Path) -> Path | None:
+    """Rename (or exchange) `staging` into `target`; returns where the old set is now, if any."""
+    try:
+        if not target.exists():
+            os.rename(staging, target)
+            return None
+        if _exchange(staging, target):
+            return staging
+        old = companion(staging, "old")
+        os.rename(target, old)
+        os.rename(staging, target)
+        return old
+    except OSError as exc:
+        raise UserError(f"--out {target}: cannot put the new set in place ({exc.strerror or exc})") from None
+
+
+def _remove_set(folder: Path, target: Path, problem_of: Callable[[Path], str | None]) -> None:
+    """Remove the earlier set (or empty folder) moved aside from `target`: its own files, then the
+    folder. Anything else found in it (written there while we worked) is kept: the folder is
+    renamed beside `target`, where no sweep removes it."""
+    problem = problem_of(folder) if any(folder.iterdir()) else None
+    if problem is None:
+        for name in os.listdir(folder):
+            (folder / name).unlink()
+        folder.rmdir()
+        return
+    kept = target.with_name(f"{target.name}.previous-{uuid.uuid4().hex[:8]}")
+    os.rename(folder, kept)
+    warnings.warn(f"kept what was in {target} before as {kept}: it {problem}", UserWarning, stacklevel=3)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0

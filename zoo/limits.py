@@ -53,15 +53,20 @@ DIMENSION_LIMITS: dict[str, float] = {
     **dict.fromkeys(["hidden_size", "hidden_dim", "embed_dim", "enc_size", "dec_size", "z_size", "glimpse_dim",
                      "glimpse_hidden", "location_hidden", "attention_dim", "decoder_dim", "encoder_dim",
                      "lstm_size", "init_hidden", "hidden", "dim", "embed_size", "channels", "filters"], 16_384),
+    **dict.fromkeys(["where_hidden", "context_channels"], 16_384),  # RAM's where layer, context network
     **dict.fromkeys(["depth", "num_layers", "num_heads", "heads", "num_blocks"], 256),
     # images (`img_size`: timm's name, a field of a backbone block; a model's is `image_size`)
     **dict.fromkeys(["image_size", "img_size", "resize_size", "crop_size"], 4_096),
     "canvas_size": 1_024, "patch_size": 1_024, "num_scales": 16, "read_n": 1_024, "write_n": 1_024,
+    "context_size": 4_096,  # RAM's coarse view of the whole canvas
     # steps and decoding
     **dict.fromkeys(["T", "num_glimpses", "num_steps"], 1_000),
     "beam_size": 100, **dict.fromkeys(["decode_max_len", "max_len"], 1_000),
     "export_max_len": 200,  # `zoo export --max-len`: steps unrolled into one program
+    "train_samples": 1_000,  # RAM's glimpse paths per training image (each one a whole rollout)
     "iwae_samples": 100_000, "iwae_chunk": 100_000, "eval_samples": 10_000,
+    # estimators: sample paths per caption (each multiplies the decoder's work), a temperature
+    "hard_samples": 256, "gumbel_temperature": 1_000,
     # data
     **dict.fromkeys(["num_train", "num_val", "num_test", "val_items", "val_size", "limit_train", "limit_eval",
                      "max_vocab"], 10_000_000),

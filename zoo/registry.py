@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from zoo import hub
+from zoo import hf, hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
@@ -116,22 +116,30 @@ def _entries() -> dict[str, Entry]:
         name = f"{family}_{path.stem}"
         model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
         # the family is looked up (importing the model class) only when asked: see `family_of`
+        recipe_file = f"configs/{family}/{path.name}"
         entries[name] = Entry(name, path, model, recipe.get("data"),
-                              metadata={"recipe": f"python train.py fit --config configs/{family}/{path.name}"})
+                              metadata={"recipe": f"python train.py fit --config {recipe_file}", "recipe_file": recipe_file})
     for name, record in hub.manifest().items():
         entry = entries.get(name) or Entry(name, None, record["config"], record["config"].get("data"))
         entry.weights = record
         family = {"family": record["config"]["family"]} if record["config"].get("family") else {}
-        entry.metadata = {**entry.metadata, **family, **record.get("metadata", {}), "sha256": record.get("sha256")}
+        released = record.get("metadata", {})
+        # `recipe` is the command that trains the entry (a release's: with its seed), `recipe_file` the YAML
+        recipe = {"recipe": released.get("command") or entry.metadata.get("recipe"),
+                  "recipe_file": released.get("recipe") or entry.metadata.get("recipe_file")}
+        entry.metadata = {**entry.metadata, **family, **released, **recipe, "sha256": record.get("sha256")}
         entries[name] = entry
     return entries
 
 
 def family_of(entry: Entry) -> str:
-    """The entry's model family (filled into its metadata on first use)."""
+    """The entry's model family (filled into its metadata on first use): the model index's
+    (zoo.info, no import), else the model class's."""
     if "family" not in entry.metadata:
+        from zoo.info import family
+
         folder = entry.recipe.parent.name if entry.recipe else "?"
-        entry.metadata["family"] = _family(entry.model["class_path"], folder)
+        entry.metadata["family"] = family(entry.model["class_path"]) or _family(entry.model["class_path"], folder)
     return entry.metadata["family"]
 
 
@@ -295,7 +303,12 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     pretrained: load its released weights (verified against the manifest's sha256).
     checkpoint: load weights from this .ckpt/.safetensors (a path or URL) instead; it must be this
     model's kind. sha256 pins a checkpoint URL (or file).
-    overrides: hyperparameters replacing the recipe's."""
+    overrides: hyperparameters replacing the recipe's.
+    A name `hf-hub:ORG/NAME` loads that model card from the Hugging Face hub (zoo.hf)."""
+    if hf.is_hub_id(name):
+        if checkpoint is not None:
+            raise UserError(f"{name} is a whole model with its weights; give it without checkpoint=...")
+        return load_checkpoint(name, sha256, **overrides)
     entry = get_entry(name)
     if pretrained and checkpoint:
         raise UserError("give either pretrained=True or checkpoint=..., not both")
@@ -373,7 +386,8 @@ def get_weights(name: str) -> Weights:
 def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overrides):
     """Rebuild a model from a zoo checkpoint alone: a Lightning .ckpt (weights_only) or a
     .safetensors with its config in metadata or a sidecar .json; a path or a URL (`sha256` pins
-    it). The classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
+    it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.hf). The
+    classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
     state, config = hub.load_fetched(path, sha256)
     if not isinstance(config, dict) or "class_path" not in config:
         raise UserError(f"{path}: no zoo config inside; use zoo.create_model(NAME, checkpoint=PATH)")

@@ -19,7 +19,8 @@ Resume and fine-tune are different things:
 - `--init_from NAME|PATH|URL` starts a new run from a release's or a checkpoint's weights, with this
   command's hyperparameters (optimizer and schedule start fresh).
 A checkpoint is data, never code: it is loaded with `weights_only=True` (local or remote), the
-model class comes from the recipe, never from the file.
+model class comes from the recipe, never from the file. Which run a folder, a checkpoint and a
+saved config.yaml belong to is zoo/runs.py's (config.yaml is a recipe: it never resumes a run).
 
 Every user mistake ends with one line on stderr and exit code 2; SIGTERM (a scheduler's time limit
 or preemption) saves last.ckpt where the run is and exits with code 143.
@@ -27,7 +28,6 @@ or preemption) saves last.ckpt where the run is and exits with code 143.
 from __future__ import annotations
 
 import difflib
-import fcntl
 import importlib
 import inspect
 import json
@@ -45,12 +45,11 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from zoo import hub
+from zoo import hub, runs
 from zoo.callbacks import WANDB_CLASSES, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
 from zoo.errors import UserError, environment_error, one_line_warnings, printable, quiet_lightning
 from zoo.hparams import current_init_args, renamed_for
 from zoo.hub import MAX_CONFIG_BYTES
-from zoo.io import check_writable
 from zoo.limits import check_environment, check_memory, check_tree, data_memory, model_memory, shorten
 from zoo.models.base import ZooModule
 from zoo.registry import ALLOWED_CLASSES, REPO_ROOT, resolve_class
@@ -319,17 +318,19 @@ def _plain(value):
 class SaveConfigToRunDir(SaveConfigCallback):
     """Write the full resolved config to <default_root_dir>/config.yaml (beside the checkpoints;
     LightningCLI's default is the logger's directory, which for W&B is the working directory),
-    and log it to every logger, so a W&B run holds the trainer and data settings too."""
+    and log it to every logger, so a W&B run holds the trainer and data settings too. It is a
+    recipe: no ckpt_path, no W&B run id (zoo.runs.as_recipe)."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved:
             return
         if trainer.is_global_zero:
             os.makedirs(trainer.default_root_dir, exist_ok=True)
-            self.parser.save(self.config, os.path.join(trainer.default_root_dir, self.config_filename),
+            recipe = runs.as_recipe(self.config)
+            self.parser.save(recipe, os.path.join(trainer.default_root_dir, self.config_filename),
                              skip_none=False, overwrite=True, multifile=self.multifile)
             for logger in trainer.loggers:
-                logger.log_hyperparams({"config": self.config.as_dict()})
+                logger.log_hyperparams({"config": recipe.as_dict()})
         self.already_saved = trainer.strategy.broadcast(True)
 
 
@@ -374,7 +375,7 @@ def link_in_chans(data_class, data_args, model_class, model_args) -> None:
 class ZooCLI(LightningCLI):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("parser_class", ZooArgumentParser)
-        self._run_lock = None
+        self._argv = list(sys.argv[1:] if kwargs.get("args") is None else kwargs["args"])
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser):
@@ -463,6 +464,7 @@ class ZooCLI(LightningCLI):
         if not subcommand:
             return
         config = self.config[subcommand]
+        runs.drop_inherited_identity(config, self._argv)  # a resume is asked for, never inherited from a file
         ckpt, init_from = config.get("ckpt_path"), config.get("init_from")
         if config.get("weights_only") is False:
             raise UserError("--weights_only false would let a checkpoint run code when it loads; refused")
@@ -492,6 +494,8 @@ class ZooCLI(LightningCLI):
         config["ckpt_path"] = str(path)
         self._check_resume_matches(checkpoint, config, path)
         self._check_resume_data(checkpoint, config, path)  # before config.yaml or W&B is touched
+        if subcommand == "fit":
+            runs.check_resume_owner(path, checkpoint, Path(config.trainer.get("default_root_dir") or os.getcwd()))
         self._continue_wandb_run(checkpoint, config)
 
     def _check_resume_matches(self, checkpoint: dict, config, path: Path) -> None:
@@ -598,7 +602,7 @@ class ZooCLI(LightningCLI):
         self._check_resume_weights()
         self._check_data()
         if _launching_process():
-            self._claim_run_dir(root, resuming=bool(config.get("ckpt_path")))
+            runs.claim(root, resuming=bool(config.get("ckpt_path")))  # held until the run ends (main)
         if config.get("init_from"):
             self._init_from = InitFrom.prepare(config["init_from"], self.model, config.get("sha256"))
 
@@ -637,31 +641,6 @@ class ZooCLI(LightningCLI):
         dm.setup("fit")    # idempotently: a missing file is reported now, in one line
         if hasattr(dm, "summary") and _launching_process():
             print(f"data: {dm.summary()}", flush=True)
-
-    def _claim_run_dir(self, root: Path, resuming: bool) -> None:
-        check_writable(root, "--trainer.default_root_dir", directory=True)
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            lock = open(root / ".run.lock", "a+")
-        except OSError as exc:
-            raise UserError(f"--trainer.default_root_dir {root}: cannot write there ({exc.strerror or exc})") from None
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.seek(0)
-            owner = lock.read().strip() or "?"
-            lock.close()
-            raise UserError(f"--trainer.default_root_dir {root} is in use by another training run (pid {owner}); "
-                            "give this run its own directory") from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(str(os.getpid()))
-        lock.flush()
-        self._run_lock = lock  # held until the process exits
-        checkpoints = root / "checkpoints"
-        if not resuming and checkpoints.is_dir() and any(checkpoints.glob("*.ckpt")):
-            raise UserError(f"--trainer.default_root_dir {root} already holds an earlier run's checkpoints; "
-                            "resume it with --ckpt_path last, or give this run a new directory")
 
 
 def _launching_process() -> bool:
@@ -731,6 +710,8 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
             raise
         _finish_wandb()
         _fail(user_error)
+    finally:
+        runs.release()  # the run folder, for a next run in this process (a notebook, a test)
     _finish_wandb()
 
 

@@ -19,9 +19,21 @@ Also from the paper: with probability 0.5 per minibatch the expected context (so
 attention", so we let the NLL gradient flow through alpha then, as in soft attention, and apply no
 REINFORCE term. At test time the hard model decodes with the expected context (the authors' choice,
 the default) or with the argmax location.
+
+Other estimators of the same one-cell attention (issue 33; the captioner's `hard_estimator`):
+- `vimco_signal` (Mnih & Rezende 2016): K sample paths per input, the multi-sample bound
+  log (1/K) sum_k p(y | z_k) and a leave-one-out learning signal for each path's score;
+  `leave_one_out_baseline`: the plain K-sample baseline (the mean cost of the other paths).
+- `marginal_log_prob` (Deng et al. 2018, "Latent Alignment and Variational Attention"): the exact
+  log p(y_t) = logsumexp_i [log alpha_ti + log p(y_t | a_i)], one output per cell. Tractable only
+  where the chosen cell does not feed back into the recurrence (the captioner feeds the expected
+  context to its LSTM then, as harvardnlp/var-attn does).
+- `straight_through_weights` (Jang et al. 2017; Maddison et al. 2017): the Gumbel-max sample as a
+  one-hot vector in the forward pass, the Gumbel-softmax relaxation's gradient in the backward.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -129,7 +141,61 @@ def reinforce_surrogate(log_alpha: torch.Tensor, locations: torch.Tensor, cost: 
     advantage = (cost - baseline) * reward_scale  # [B, 1] or [B, T]
     log_p_sample = log_alpha.gather(-1, locations.unsqueeze(-1)).squeeze(-1)  # [B, T] = log alpha_{t, s_t}
     score_term = (advantage * log_p_sample * step_mask).sum()
+    entropy_term = entropy_coef * negative_entropy(log_alpha, step_mask)
+    return (score_term + entropy_term) / batch
+
+
+def negative_entropy(log_alpha: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
+    """sum over real steps of sum_i alpha_i log alpha_i: log_alpha [B, T, L], step_mask [B, T] -> scalar
+    (minimising it raises the entropy of alpha: the entropy bonus)."""
     alpha = log_alpha.exp()
     neg_entropy = (alpha * log_alpha).sum(-1)  # [B, T]; masked locations give 0 * (-huge) = 0
-    entropy_term = entropy_coef * (neg_entropy * step_mask).sum()
-    return (score_term + entropy_term) / batch
+    return (neg_entropy * step_mask).sum()
+
+
+def leave_one_out_baseline(cost: torch.Tensor) -> torch.Tensor:
+    """The K-sample baseline: each path's cost predicted by the mean cost of the OTHER K - 1 paths of
+    the same input (independent of the path's own samples, so the score-function estimate stays
+    unbiased). cost [B, K, ...] with K >= 2 -> [B, K, ...], detached."""
+    cost = cost.detach()
+    K = cost.shape[1]
+    return (cost.sum(1, keepdim=True) - cost) / (K - 1)
+
+
+def vimco_signal(log_f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """VIMCO (Mnih & Rezende 2016, eq. 8-10) for K paths per input: log_f [B, K] = log p(y | z_k)
+    (the log-likelihood with path k's samples) -> (bound [B], with log_f's gradient; signal [B, K],
+    detached).
+
+    bound = log (1/K) sum_k f_k, the multi-sample objective: its gradient through log f_j is
+    w_j = f_j / sum_k f_k (the importance weights), so minimising -bound trains the decoder.
+    signal_j = bound - log (1/K) (sum_{k != j} f_k + fhat_j), with fhat_j = exp(mean_{k != j} log f_k)
+    (the geometric mean of the others in place of f_j): path j's learning signal for its score
+    d log q(z_j), detached. Needs K >= 2."""
+    K = log_f.shape[1]
+    log_k = math.log(K)
+    bound = torch.logsumexp(log_f, dim=1) - log_k  # [B], with log_f's gradient
+    log_f = log_f.detach()
+    log_fhat = (log_f.sum(1, keepdim=True) - log_f) / (K - 1)  # [B, K]: mean_{k != j} log f_k
+    # for each j, the K terms with f_j replaced by fhat_j: [B, K (j), K (k)]
+    replaced = torch.where(torch.eye(K, dtype=torch.bool, device=log_f.device), log_fhat.unsqueeze(-1),
+                           log_f.unsqueeze(1))
+    return bound, bound.detach().unsqueeze(1) - (torch.logsumexp(replaced, dim=-1) - log_k)
+
+
+def marginal_log_prob(log_alpha: torch.Tensor, cell_log_probs: torch.Tensor) -> torch.Tensor:
+    """The exact marginal over the cell z_t (Deng et al. 2018): log p(y) = logsumexp_i [log alpha_i
+    + log p(y | z = i)]. log_alpha [..., L], cell_log_probs [..., L, V] -> [..., V]."""
+    return torch.logsumexp(log_alpha.unsqueeze(-1) + cell_log_probs, dim=-2)
+
+
+def straight_through_weights(log_alpha: torch.Tensor, gumbel: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Gumbel-softmax straight-through: log_alpha, gumbel [..., L] -> weights [..., L] that are the
+    one-hot Gumbel-max sample argmax_i(log alpha_i + g_i) in the forward pass (so the context is
+    exactly a_{s_t}, the same sample as REINFORCE's from the same noise) and carry the gradient of
+    softmax((log alpha + g) / temperature) in the backward pass (biased, low variance). Computed in
+    float32 (bf16 noise and logits make NaNs: pytorch #41663)."""
+    scores = log_alpha.float() + gumbel.float()
+    soft = torch.softmax(scores / temperature, dim=-1)
+    hard = torch.zeros_like(soft).scatter_(-1, scores.argmax(dim=-1, keepdim=True), 1.0)
+    return (hard - soft.detach() + soft).to(log_alpha.dtype)

@@ -23,20 +23,24 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from zoo.export import export
-    from zoo.io import check_writable
+    import sys
+
+    from zoo.export import MANIFEST, check_target, export
     from zoo.limits import check_flags
 
     if args.max_len is not None and args.max_len < 1:
         raise UserError(f"--max-len must be >= 1, got {args.max_len}")
     check_flags({"--max-len": args.max_len}, limit_name="export_max_len")
-    from zoo.export import MANIFEST, check_target
-
-    out = check_writable(args.out, "--out", directory=True)
-    check_target(out)  # before the model loads: a folder of someone else's files is refused at once
+    check_target(args.out)  # before the model loads: a folder of someone else's files is refused at once
     model = resolve_model(args, FAMILIES, "a zoo model")
-    paths = export(model, out, args.format, args.max_len)
+    try:
+        paths = export(model, args.out, args.format, args.max_len)
+    except SystemExit as exc:
+        if exc.code != 143:
+            raise
+        print(f"zoo export: stopped by SIGTERM: --out {args.out} is as it was", file=sys.stderr)
+        return 143
     for path in paths:
         print(f"wrote {path}")
-    print(f"wrote {out / MANIFEST} (the set: sha256 of each file, preprocessing, labels or vocabulary)")
+    print(f"wrote {paths[0].parent / MANIFEST} (the set: sha256 of each file, preprocessing, labels or vocabulary)")
     return 0

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 # the metrics `zoo list` shows first, when a release has them
-HEADLINE = ("test/acc", "test/acc_mc10", "test/CIDEr", "test/Bleu_4", "test/localization", "test/nelbo")
+HEADLINE = ("test/acc", "test/acc_mc10", "test/CIDEr", "test/Bleu_4", "test/localization", "test/nelbo", "test/item_acc")
 
 
 def add_arguments(parser) -> None:
@@ -26,13 +26,20 @@ def run(args) -> int:
         hint = f"; did you mean {', '.join(close)}?" if close else f" (`zoo list` shows all {len(every)})"
         raise UserError(f"no model matches '{args.pattern}'{hint}")
     if args.json:
-        for entry in entries.values():
-            family_of(entry)
-        print(json_text({n: {"pretrained": entries[n].weights is not None, **entries[n].metadata}
-                         for n in names}, indent=2, default=str))
+        from zoo.info import description, stored_facts
+
+        listing = {}
+        for n in names:
+            family_of(entries[n])
+            facts = stored_facts(entries[n]) or {}  # the model index: no model is built here
+            listing[n] = {"pretrained": entries[n].weights is not None, "description": description(entries[n]),
+                          "num_params": facts.get("num_params"), **entries[n].metadata}
+        print(json_text(listing, indent=2, default=str))
         return 0
+    from zoo.info import stored_facts
+
     if names:
-        print(f"{'name':32s} {'weights':10s} headline metrics of the release")
+        print(f"{'name':32s} {'weights':10s} headline metrics of the release; where it looks (`zoo info NAME`)")
     for n in names:
         e = entries[n]
         metrics = e.metadata.get("metrics")
@@ -40,5 +47,17 @@ def run(args) -> int:
         headline = [k for k in HEADLINE if k in metrics] or list(metrics)[:3]
         shown = ", ".join(f"{k}={metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k}={metrics[k]}"
                           for k in headline)
-        print(printable(f"{n:32s} {'pretrained' if e.weights else '-':10s} {shown}"))
+        looks = attention_brief(((stored_facts(e) or {}) if e.weights else {}).get("attention"))
+        print(printable(f"{n:32s} {'pretrained' if e.weights else '-':10s} {shown}{'; ' + looks if looks else ''}"))
     return 0
+
+
+def attention_brief(scores: dict | None) -> str:
+    """Whether a release's attention lands, from its stored attention scores (docs/attention.md):
+    the pointing game beside the centre prior's, and the deletion gap (above 0: faithful)."""
+    if not scores or scores.get("pointing") is None or scores.get("pointing_uniform", 0) >= 1:
+        return ""  # none, or the target is the whole image (centred data): every map points at it
+    centre = scores.get("pointing_centre")
+    gap = scores.get("deletion_gap")
+    return (f"pointing {100 * scores['pointing']:.1f}%" + (f" (centre prior {100 * centre:.1f}%)" if centre is not None else "")
+            + (f", deletion gap {gap:+.3f}" if gap is not None else ""))

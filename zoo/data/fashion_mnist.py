@@ -16,6 +16,14 @@ Variants (canvases are built once, vectorised, from a seed; the test set uses a 
                 empty canvas, where attention should pay. Labels are both items' classes [N, 2],
                 boxes both frames [N, 2, 4].
 Distractors are random 8x8 crops of other training images pasted at random positions (pixel max).
+
+Two options for training RAM (issue 33): `curriculum_epochs` N > 0 trains on canvases with fewer
+distractors first: epoch e < N carries floor(D * e / N) of the variant's D distractors (epoch 0: the
+translated task), the same items at the same places, each canvas's first distractors the same ones
+(the draws are nested); the trainer then rebuilds its training loader every epoch
+(`reload_dataloaders_every_n_epochs: 1`, set by the module where the trainer leaves it at 0). `with_boxes` serves the item's box with every batch
+(images, labels, boxes float [B, 4]) for a model that learns from it (RAM's labelled
+`location_supervision` row).
 """
 from __future__ import annotations
 
@@ -134,9 +142,12 @@ def load_fashion_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 # ----------------------------------------------------------------------------- variants
 def make_variant(images: np.ndarray, variant: str, seed: int,
-                 distractor_source: np.ndarray | None = None, return_sources: bool = False):
+                 distractor_source: np.ndarray | None = None, return_sources: bool = False,
+                 distractors: int | None = None):
     """Place 28x28 items on canvases. Returns (canvases uint8 [N, S, S], boxes int [N, 4] as
     x0, y0, x1, y1 of the item, exclusive ends). Deterministic in `seed`; vectorised over N.
+    `distractors` (default: the variant's) pastes only the first that many of the variant's
+    distractors: the canvases of a curriculum, nested in the full ones.
 
     Multi-item variants (MULTI_ITEM) put image i and K - 1 other images of `images` on canvas i
     (never a second copy of image i) and return boxes [N, K, 4]; `return_sources` adds the
@@ -150,8 +161,10 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
         canvases, boxes, sources = _multi_item(images, size, MULTI_ITEM[variant], seed)
         return (canvases, boxes, sources) if return_sources else (canvases, boxes)
     if return_sources:
-        canvases, boxes = make_variant(images, variant, seed, distractor_source)
+        canvases, boxes = make_variant(images, variant, seed, distractor_source, distractors=distractors)
         return canvases, boxes, np.arange(n)[:, None]
+    if distractors is not None:
+        n_distractors = min(n_distractors, distractors)
     if size == ITEM_SIZE:
         boxes = np.tile(np.array([0, 0, ITEM_SIZE, ITEM_SIZE]), (n, 1))
         return images.copy(), boxes
@@ -240,10 +253,15 @@ class FashionMNISTDataModule(SplitDataModule):
     def __init__(self, variant: str = "centered", batch_size: int = 128, seed: int = 0,
                  val_size: int = 5000, split_seed: int = 0, test_seed: int = 1234,
                  limit_train: int | None = None, limit_eval: int | None = None,
-                 num_workers: int = 0, eval_batch_size: int | None = None):
+                 num_workers: int = 0, eval_batch_size: int | None = None,
+                 curriculum_epochs: int = 0, with_boxes: bool = False):
         super().__init__()
         if variant not in VARIANTS:
             raise UserError(f"unknown variant '{variant}' (choose from {', '.join(VARIANTS)})")
+        if curriculum_epochs < 0:
+            raise UserError(f"curriculum_epochs must be >= 0, got {curriculum_epochs}")
+        if curriculum_epochs and (variant in MULTI_ITEM or not VARIANTS[variant][1]):
+            raise UserError(f"curriculum_epochs: the variant '{variant}' has no distractors to add gradually")
         self.save_hyperparameters()
         self.variant = variant
         self.image_size = VARIANTS[variant][0]
@@ -252,12 +270,14 @@ class FashionMNISTDataModule(SplitDataModule):
         self.datasets: dict[str, TensorDataset] = {}
         self.boxes: dict[str, torch.Tensor] = {}
 
-    def _build(self, images, labels, seed, distractors):
+    def _build(self, images, labels, seed, distractors, count: int | None = None):
         canvases, boxes, sources = make_variant(images.numpy(), self.variant, seed, distractors,
-                                                return_sources=True)
+                                                return_sources=True, distractors=count)
         if self.variant in MULTI_ITEM:
             labels = labels[torch.from_numpy(sources)]  # [N, K]: every item's class
-        return TensorDataset(torch.from_numpy(canvases).unsqueeze(1), labels), torch.from_numpy(boxes)
+        boxes = torch.from_numpy(boxes)
+        served = (boxes.float(),) if self.hparams.with_boxes else ()
+        return TensorDataset(torch.from_numpy(canvases).unsqueeze(1), labels, *served), boxes
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
@@ -269,11 +289,13 @@ class FashionMNISTDataModule(SplitDataModule):
         if hp.limit_train:
             train_idx = train_idx[:hp.limit_train]
         distractors = train_images.numpy()
+        self._train_source = (train_images[train_idx], train_labels[train_idx], distractors)
         test_images, test_labels = load_fashion_mnist("test")
         val_eval = val_idx[:hp.limit_eval] if hp.limit_eval else val_idx
         test_slice = slice(0, hp.limit_eval) if hp.limit_eval else slice(None)
         self.datasets["train"], self.boxes["train"] = self._build(
             train_images[train_idx], train_labels[train_idx], hp.seed, distractors)
+        self._train_distractors = VARIANTS[self.variant][1]
         self.datasets["val"], self.boxes["val"] = self._build(
             train_images[val_eval], train_labels[val_eval], hp.seed + 1, distractors)
         # The test canvases come from the whole fixed test set, then are cut, so a limited
@@ -283,7 +305,28 @@ class FashionMNISTDataModule(SplitDataModule):
         self.boxes["test"] = boxes[test_slice]
 
     def loader(self, split: str) -> DataLoader:
+        if split == "train" and self.hparams.curriculum_epochs:
+            self._curriculum_stage()
         return self.plain_loader(self.datasets[split], train=split == "train")
+
+    def distractors_at(self, epoch: int) -> int:
+        """Distractors per training canvas at `epoch` (0-based) of the curriculum."""
+        full, stages = VARIANTS[self.variant][1], self.hparams.curriculum_epochs
+        return full if epoch >= stages else full * epoch // stages
+
+    def _curriculum_stage(self) -> None:
+        """Rebuild the training canvases for the trainer's epoch (the full set outside a fit)."""
+        trainer = self.trainer
+        if trainer is not None and trainer.reload_dataloaders_every_n_epochs == 0:
+            trainer.reload_dataloaders_every_n_epochs = 1  # a curriculum's canvases change every epoch
+        if trainer is not None and trainer.reload_dataloaders_every_n_epochs != 1:
+            raise UserError("curriculum_epochs needs a new training loader every epoch; "
+                            f"trainer.reload_dataloaders_every_n_epochs is {trainer.reload_dataloaders_every_n_epochs}")
+        count = self.distractors_at(trainer.current_epoch if trainer is not None else self.hparams.curriculum_epochs)
+        if getattr(self, "_train_distractors", None) != count:
+            images, labels, source = self._train_source
+            self.datasets["train"], self.boxes["train"] = self._build(images, labels, self.hparams.seed, source, count)
+            self._train_distractors = count
 
     def boxed_examples(self, split: str, n: int) -> dict:
         """The target item's box (every item's, on multi-item canvases): see SplitDataModule."""
@@ -293,5 +336,5 @@ class FashionMNISTDataModule(SplitDataModule):
         return {"images": images, "targets": boxes if boxes.dim() == 3 else boxes[:, None]}
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        images, labels = batch
-        return images.float().div_(255.0), labels
+        images, labels, *boxes = batch
+        return (images.float().div_(255.0), labels, *boxes)

@@ -20,6 +20,13 @@ what it attends loses it faster than when the same number of random pixels (or t
 pixels) are blanked. Insertion starts from the blank image and restores pixels in the same order.
 The area between the curves (random minus attention for deletion, attention minus random for
 insertion) is the score: above zero means the attention is faithful.
+
+Uncertainty: with the test item each map (or deletion row) comes from, every number gets a
+percentile-bootstrap 95% interval over test items (`bootstrap_ci`: items are resampled with
+replacement, all their maps with them, the same resamples for every number, so differences are
+paired). The differences to the controls (`pointing_minus_centre`, `..._minus_uniform`, a window's
+`..._minus_random`, the deletion gaps) carry theirs: "beats the centre prior" is a claim only when
+that difference's interval lies above 0.
 """
 from __future__ import annotations
 
@@ -106,44 +113,80 @@ def random_like(windows: torch.Tensor, image_size: tuple[int, int], generator: t
     return torch.cat([centre - size / 2, centre + size / 2], -1)
 
 
+def bootstrap_ci(values: dict[str, torch.Tensor], groups: torch.Tensor, resamples: int = 1000, seed: int = 0,
+                 level: float = 0.95) -> dict[str, list[float]]:
+    """Percentile-bootstrap intervals of means over test items: values {name: [N]} (one entry per map
+    or row), groups [N] (the test item each came from; an item may hold several, e.g. a caption's
+    words). Each resample draws the items with replacement and takes every number's mean over the
+    entries of the drawn items (an item drawn twice counts twice); the same resamples serve every
+    name, so the interval of a difference is paired. -> {name: [low, high]}."""
+    if not values or groups.numel() == 0:
+        return {}
+    names = list(values)
+    _, item = torch.unique(groups.cpu(), return_inverse=True)
+    items = int(item.max()) + 1
+    stacked = torch.stack([values[name].detach().cpu().double().flatten() for name in names], 1)  # [N, k]
+    sums = torch.zeros(items, len(names), dtype=torch.float64).index_add_(0, item, stacked)
+    counts = torch.zeros(items, dtype=torch.float64).index_add_(0, item, torch.ones(len(item), dtype=torch.float64))
+    generator = torch.Generator().manual_seed(seed)
+    drawn = torch.randint(items, (resamples, items), generator=generator)
+    times = torch.zeros(resamples, items, dtype=torch.float64).scatter_add_(1, drawn, torch.ones_like(drawn, dtype=torch.float64))
+    means = (times @ sums) / (times @ counts).unsqueeze(1)  # [resamples, k]
+    tail = (1 - level) / 2
+    low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)
+    return {name: [float(low[i]), float(high[i])] for i, name in enumerate(names)}
+
+
+def _summary(per_entry: dict[str, torch.Tensor], groups: torch.Tensor | None, seed: int) -> dict:
+    """Means of per-entry values, and with `groups` their bootstrap intervals under "ci95"."""
+    out: dict = {name: value.float().mean().item() for name, value in per_entry.items()}
+    if groups is not None:
+        out["ci95"] = bootstrap_ci(per_entry, groups, seed=seed)
+    return out
+
+
 def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor | None = None,
-                window_names: list[str] | None = None, seed: int = 0) -> dict[str, float]:
+                window_names: list[str] | None = None, seed: int = 0,
+                groups: torch.Tensor | None = None) -> dict[str, float]:
     """Means over N maps. maps [N, H, W]; targets [N, 4] or [N, M, 4] (any of M boxes counts; -1s are
     empty slots); windows [N, K, 4] or None, scored per window name (a glimpse's scales, DRAW's read
     and write) against the best-overlapping target. Every metric comes with its chance levels
-    (`_uniform`, `_centre`, `_random`)."""
+    (`_uniform`, `_centre`, `_random`) and its difference to them (`_minus_uniform`, ...); with
+    groups [N] (each map's test item), every number's bootstrap 95% interval under "ci95"."""
     H, W = maps.shape[-2:]
     targets = _boxes(targets).float()
     if maps.shape[0] == 0:
         return {"maps": 0}  # nothing to score (e.g. a caption set that names no item)
     prior = centre_prior((H, W), device=maps.device).expand(maps.shape[0], H, W)
-    area = box_area(targets, (H, W)).mean().item()
-    out = {
-        "maps": int(maps.shape[0]),
-        "pointing": pointing_game(maps, targets).float().mean().item(),
+    area = box_area(targets, (H, W))
+    per_map = {
+        "pointing": pointing_game(maps, targets).float(),
         "pointing_uniform": area,
-        "pointing_centre": pointing_game(prior, targets).float().mean().item(),
-        "mass_in_box": mass_in_box(maps, targets).mean().item(),
+        "pointing_centre": pointing_game(prior, targets).float(),
+        "mass_in_box": mass_in_box(maps, targets),
         "mass_in_box_uniform": area,
-        "mass_in_box_centre": mass_in_box(prior, targets).mean().item(),
+        "mass_in_box_centre": mass_in_box(prior, targets),
     }
-    if windows is None:
-        return out
-    generator = torch.Generator(device=windows.device).manual_seed(seed)
-    valid = (targets >= 0).all(-1)[:, None, :]  # [N, 1, M]
-    for k, name in enumerate(window_names or [f"window {k + 1}" for k in range(windows.shape[1])]):
-        window = windows[:, k].float()  # [N, 4]
-        size = window[:, 2:] - window[:, :2]
-        middle = torch.tensor([W / 2, H / 2], device=windows.device)
-        candidates = {"": window, "_random": random_like(window, (H, W), generator),
-                      "_centre": torch.cat([middle - size / 2, middle + size / 2], -1)}
-        key = name.replace(" ", "_")
-        for suffix, boxes in candidates.items():
-            iou = (box_iou(boxes[:, None, None], targets[:, None]) * valid).amax(-1)[:, 0]  # [N]
-            inside = (centre_in_box(boxes[:, None, None], targets[:, None]) & valid).any(-1)[:, 0]
-            out[f"{key}_iou{suffix}"] = iou.mean().item()
-            out[f"{key}_centre_in_box{suffix}"] = inside.float().mean().item()
-    return out
+    if windows is not None:
+        generator = torch.Generator(device=windows.device).manual_seed(seed)
+        valid = (targets >= 0).all(-1)[:, None, :]  # [N, 1, M]
+        for k, name in enumerate(window_names or [f"window {k + 1}" for k in range(windows.shape[1])]):
+            window = windows[:, k].float()  # [N, 4]
+            size = window[:, 2:] - window[:, :2]
+            middle = torch.tensor([W / 2, H / 2], device=windows.device)
+            candidates = {"": window, "_random": random_like(window, (H, W), generator),
+                          "_centre": torch.cat([middle - size / 2, middle + size / 2], -1)}
+            key = name.replace(" ", "_")
+            for suffix, boxes in candidates.items():
+                iou = (box_iou(boxes[:, None, None], targets[:, None]) * valid).amax(-1)[:, 0]  # [N]
+                inside = (centre_in_box(boxes[:, None, None], targets[:, None]) & valid).any(-1)[:, 0]
+                per_map[f"{key}_iou{suffix}"] = iou
+                per_map[f"{key}_centre_in_box{suffix}"] = inside.float()
+    for name, measured in list(per_map.items()):  # the paired differences to the controls
+        for control in ("_uniform", "_centre", "_random"):
+            if not name.endswith(("_uniform", "_centre", "_random")) and f"{name}{control}" in per_map:
+                per_map[f"{name}_minus{control}"] = measured - per_map[f"{name}{control}"]
+    return {"maps": int(maps.shape[0]), **_summary(per_map, groups, seed)}
 
 
 # ----------------------------------------------------------------------------- faithfulness
@@ -182,10 +225,11 @@ def area(curve_values: torch.Tensor) -> torch.Tensor:
     return torch.trapezoid(curve_values, dx=1.0 / (curve_values.shape[0] - 1), dim=0)
 
 
-def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, maps: torch.Tensor,
-                 steps: int = 10, background: float = 0.0, seed: int = 0) -> dict[str, float]:
-    """Deletion and insertion areas for the attention order, a random order and the centre prior's
-    order, and the gaps (positive: the attention is faithful). images [N, C, H, W], maps [N, H, W]."""
+def faithfulness_rows(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, maps: torch.Tensor,
+                      steps: int = 10, background: float = 0.0, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Per row [N]: deletion and insertion areas for the attention order, a random order and the
+    centre prior's order, and the gaps (positive: the attention is faithful). images [N, C, H, W],
+    maps [N, H, W]."""
     N, _, H, W = images.shape
     generator = torch.Generator(device=images.device).manual_seed(seed)
     orders = {
@@ -193,14 +237,22 @@ def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Te
         "random": torch.rand(N, H * W, generator=generator, device=images.device).argsort(1),
         "centre": order_by(centre_prior((H, W), device=images.device).expand(N, H, W), generator),
     }
-    out: dict[str, float] = {}
+    out: dict[str, torch.Tensor] = {}
     for name, order in orders.items():
-        out[f"deletion_{name}"] = area(curve(score, images, order, steps, background)).mean().item()
-        out[f"insertion_{name}"] = area(curve(score, images, order, steps, background, insertion=True)).mean().item()
+        out[f"deletion_{name}"] = area(curve(score, images, order, steps, background)).float()
+        out[f"insertion_{name}"] = area(curve(score, images, order, steps, background, insertion=True)).float()
     out["deletion_gap"] = out["deletion_random"] - out["deletion_attention"]
     out["insertion_gap"] = out["insertion_attention"] - out["insertion_random"]
     out["deletion_gap_centre"] = out["deletion_centre"] - out["deletion_attention"]
     return out
+
+
+def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, maps: torch.Tensor,
+                 steps: int = 10, background: float = 0.0, seed: int = 0,
+                 groups: torch.Tensor | None = None) -> dict[str, float]:
+    """The means of `faithfulness_rows`; with groups [N] (each row's test item) their bootstrap 95%
+    intervals under "ci95"."""
+    return _summary(faithfulness_rows(score, images, maps, steps, background, seed), groups, seed)
 
 
 # ----------------------------------------------------------------------------- a whole evaluation
@@ -209,28 +261,28 @@ def scored_steps(record, targets: torch.Tensor, target_words: list[list[str]] | 
     on all its target boxes; with `target_words` (captions), only the steps whose label is a word
     that names boxes somewhere in the set, on the boxes it names in its own image.
 
-    Returns (images [S], steps [S], targets [S, M, 4], absent, labelled): with `target_words`,
-    `absent` counts the item words that name nothing in their image (hallucinations; not scored)
-    and `labelled` all item words; both 0 otherwise."""
+    Returns (images [S], steps [S], targets [S, M, 4], labelled): with `target_words`, labelled
+    [W, 2] holds (image, 1 if it names nothing in its image) for every item word W (the second
+    column: hallucinations, not scored); empty otherwise."""
     images, times = record.headline_steps().nonzero(as_tuple=True)
     targets = _boxes(targets).float()
     if target_words is None:
-        return images, times, targets[images], 0, 0
+        return images, times, targets[images], torch.zeros(0, 2, dtype=torch.long)
     vocab = {word for words in target_words for word in words if word}
-    keep, boxes, absent, labelled = [], [], 0, 0
+    keep, boxes, labelled = [], [], []
     for s, (i, t) in enumerate(zip(images.tolist(), times.tolist())):  # a few words per caption
         word = record.labels[i][t]
         if word not in vocab:
             continue
-        labelled += 1
         named = torch.tensor([w == word for w in target_words[i]], dtype=torch.bool)
+        labelled.append((i, int(not named.any())))
         if not named.any():
-            absent += 1
             continue
         keep.append(s)
         boxes.append(torch.where(named[:, None], targets[i], torch.full_like(targets[i], -1.0)))
     keep_t = torch.tensor(keep, dtype=torch.long)
-    return images[keep_t], times[keep_t], (torch.stack(boxes) if boxes else targets[:0]), absent, labelled
+    return (images[keep_t], times[keep_t], (torch.stack(boxes) if boxes else targets[:0]),
+            torch.tensor(labelled, dtype=torch.long).view(-1, 2))
 
 
 @torch.no_grad()
@@ -241,23 +293,26 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
     each item word, a ViT's rollout) on its target boxes, with chance levels, plus the windows of
     each kind and a per-step breakdown. Faithfulness follows `model.evidence` (the predicted class;
     for captions each item word) while pixels are deleted in the order of where the model looked
-    (overall for a class; the word's own map for a word); families with no evidence skip it."""
+    (overall for a class; the word's own map for a word); families with no evidence skip it.
+    Every number carries its bootstrap 95% interval over the examples ("ci95" beside it)."""
     images_all, targets_all = examples["images"], examples["targets"]
     words_all = examples.get("target_words")
-    maps, windows, times, boxes = [], [], [], []
-    rows: list[tuple] = []  # (images, row maps, evidence) per batch, for faithfulness
-    absent = labelled = degenerate = 0
+    maps, windows, times, boxes, items = [], [], [], [], []
+    rows: list[tuple] = []  # (images, row maps, evidence, items) per batch, for faithfulness
+    labelled: list[torch.Tensor] = []  # (item, hallucinated) per item word
+    degenerate = 0
     names: list[str] = []
     for start in range(0, len(images_all), batch_size):
         images = images_all[start:start + batch_size]
         words = words_all[start:start + batch_size] if words_all is not None else None
         record = model.attention_record(images)
         degenerate += int(record.degenerate().sum())
-        idx, t, target, missing, named = scored_steps(record, targets_all[start:start + batch_size], words)
-        absent, labelled = absent + missing, labelled + named
+        idx, t, target, named = scored_steps(record, targets_all[start:start + batch_size], words)
+        labelled.append(named + torch.tensor([start, 0]))
         maps.append(record.maps[idx, t])
         times.append(t)
         boxes.append(target)
+        items.append(idx.cpu() + start)
         names = record.box_labels
         if record.boxes is not None:
             windows.append(record.boxes[idx, t])
@@ -269,23 +324,28 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
             row_maps = record.maps[idx, t]
         evidence = model.evidence(record, idx, t) if len(idx) else None
         if evidence is not None:
-            rows.append((images[idx], row_maps, evidence))
-    maps_t, times_t, boxes_t = torch.cat(maps), torch.cat(times), torch.cat(boxes)
-    out: dict = {"correctness": correctness(maps_t, boxes_t, torch.cat(windows) if windows else None, names, seed),
+            rows.append((images[idx], row_maps, evidence, idx.cpu() + start))
+    maps_t, times_t, boxes_t, items_t = torch.cat(maps), torch.cat(times), torch.cat(boxes), torch.cat(items)
+    out: dict = {"correctness": correctness(maps_t, boxes_t, torch.cat(windows) if windows else None, names, seed,
+                                            groups=items_t),
                  "degenerate_maps": degenerate}
     if words_all is not None:
-        out["hallucination"] = {"item_words": labelled, "absent": absent,
-                                "chair_i": absent / labelled if labelled else float("nan")}
+        words_t = torch.cat(labelled)
+        absent, count = int(words_t[:, 1].sum()), len(words_t)
+        out["hallucination"] = {"item_words": count, "absent": absent,
+                                "chair_i": absent / count if count else float("nan"),
+                                "ci95": bootstrap_ci({"chair_i": words_t[:, 1].double()}, words_t[:, 0], seed=seed)}
     else:
-        out["per_step"] = [correctness(maps_t[times_t == s], boxes_t[times_t == s]) | {"step": int(s) + 1}
+        times_c = times_t.cpu()
+        out["per_step"] = [correctness(maps_t[times_t == s], boxes_t[times_t == s], seed=seed,
+                                       groups=items_t[times_c == s]) | {"step": int(s) + 1}
                            for s in times_t.unique().tolist()]
     if rows:
-        parts = [faithfulness(evidence, images, row_maps, curve_steps, background, seed)
-                 for images, row_maps, evidence in rows]
-        weights = torch.tensor([float(len(images)) for images, _, _ in rows])
-        out["faithfulness"] = {key: float((torch.tensor([p[key] for p in parts]) * weights).sum() / weights.sum())
-                               for key in parts[0]}
-        out["faithfulness"]["rows"] = int(weights.sum())
+        parts = [faithfulness_rows(evidence, images, row_maps, curve_steps, background, seed)
+                 for images, row_maps, evidence, _ in rows]
+        per_row = {key: torch.cat([part[key].cpu() for part in parts]) for key in parts[0]}
+        out["faithfulness"] = _summary(per_row, torch.cat([r[3] for r in rows]), seed)
+        out["faithfulness"]["rows"] = int(sum(len(r[3]) for r in rows))
     else:
         out["faithfulness"] = None
     return out

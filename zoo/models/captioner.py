@@ -15,6 +15,21 @@ stays beside the step hooks that call it, and the network stays free of training
   before the sample (h_{t-1} and the target word), trained by regression (Mnih et al. 2014 do the
   same for RAM). With probability `semi_sampling_p` a minibatch uses the expected context instead
   (sec. 4.1): a device-side coin, blended with torch.where, not a Python branch.
+- Other estimators of the same hard attention (`hard_estimator`, issue 33; default `reinforce`, the
+  above; zoo.attention.hard has each one's equations):
+  - `vimco` (Mnih & Rezende 2016): `hard_samples` K paths per caption; the loss is minus the
+    K-sample bound log (1/K) sum_k p(caption | z_k), and each path's log q(z_k) = sum_t log
+    alpha_t(s_kt) is scored with the leave-one-out signal. (`baseline: leave_one_out` with
+    `reinforce` is the plainer multi-sample baseline: K paths, each word's cost baselined by the
+    mean cost of the caption's other paths.)
+  - `marginal` (Deng et al. 2018): no samples; log p(y_t) = logsumexp_i [log alpha_ti + log p(y_t |
+    a_i)], exact. The cell reaches only the deep output, the LSTM gets the expected context (what
+    makes the sum tractable, as harvardnlp/var-attn does: zoo.models.captioner_network); decode and
+    score it with `hard_test_mode: marginal`, the same likelihood.
+  - `straight_through` (Jang et al. 2017): the sample's one-hot in the forward pass, the
+    Gumbel-softmax gradient at `gumbel_temperature` in the backward.
+  The coin (`semi_sampling_p`) and the entropy bonus (`entropy_coef`) apply to every sampling
+  estimator; the entropy bonus also to the marginal.
 - Supervised attention (Liu et al. 2017, "Attention Correctness in Neural Image Captioning"), off
   by default: `supervised_attention` (weight lambda_s) adds lambda_s * sum_t loss(alpha_t, box) on
   the words that name an item (its colour and item words; the data module says which item each
@@ -39,7 +54,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.attention.hard import MovingAverageBaseline, reinforce_surrogate
+from zoo.attention.hard import (MovingAverageBaseline, leave_one_out_baseline, negative_entropy,
+                                reinforce_surrogate, vimco_signal)
 from zoo.backbones.spec import BackboneSpec
 from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 from zoo.decoding import beam_search, greedy_decode
@@ -52,9 +68,11 @@ from zoo.models.base import ZooModule
 from zoo.models.captioner_network import COORDS, ShowAttendTellNetwork
 
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "strides": [2, 2, 2]}
-CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax"),
+CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax", "marginal"),
+           "hard_estimator": ("reinforce", "vimco", "marginal", "straight_through"),
+           "attention_query": ("previous", "current"),
            "deep_output_activation": ("tanh", "none"), "reinforce_cost": ("caption", "word"),
-           "baseline": ("moving_average", "learned"), "supervised_attention_target": ("box", "mass")}
+           "baseline": ("moving_average", "learned", "leave_one_out"), "supervised_attention_target": ("box", "mass")}
 
 
 class Captioner(ShowAttendTellNetwork, ZooModule):
@@ -86,6 +104,8 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                  semi_sampling_p: float = 0.5, entropy_coef: float = 0.002, reward_scale: float = 0.1,
                  baseline_decay: float = 0.9, reinforce_cost: str = "caption", reinforce_discount: float = 0.0,
                  baseline: str = "moving_average", hard_test_mode: str = "expected",
+                 hard_estimator: str = "reinforce", hard_samples: int = 1, gumbel_temperature: float = 1.0,
+                 feed_context: bool = True, attention_query: str = "previous",
                  supervised_attention: float = 0.0, supervised_attention_target: str = "box",
                  active_rows: bool = True, optimizer: str = "adam", lr: float = 1e-3, backbone_lr: float | None = None,
                  weight_decay: float = 0.0, lr_schedule: str = "none",
@@ -106,6 +126,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"captioner: init_layers must be >= 0, got {init_layers}")
         if supervised_attention < 0:
             raise UserError(f"captioner: supervised_attention (its weight) must be >= 0, got {supervised_attention}")
+        self._check_estimator()
 
         from zoo.backbones import check_input
 
@@ -122,6 +143,33 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         if vocab is not None:
             self._build_vocab_layers(vocab)
         self._eval_store: dict[str, list] = {}
+
+    def _check_estimator(self) -> None:
+        """One line, before anything is built or trained, for an estimator setting that cannot run
+        or cannot mean what it says (a million paths per caption, a temperature <= 0, VIMCO with
+        one path)."""
+        hp = self.hparams
+        check_dimensions({"hard_samples": hp.hard_samples, "gumbel_temperature": hp.gumbel_temperature}, "captioner")
+        if int(hp.hard_samples) != hp.hard_samples or hp.hard_samples < 1:
+            raise UserError(f"captioner: hard_samples (sample paths per caption) must be a whole number >= 1, "
+                            f"got {hp.hard_samples}")
+        if not hp.gumbel_temperature > 0:
+            raise UserError(f"captioner: gumbel_temperature must be > 0, got {hp.gumbel_temperature}")
+        if hp.attention != "hard" and (hp.hard_estimator != "reinforce" or hp.hard_samples != 1):
+            raise UserError("captioner: hard_estimator and hard_samples apply to attention: hard")
+        needs_paths = hp.hard_estimator == "vimco" or (hp.hard_estimator == "reinforce" and hp.baseline == "leave_one_out")
+        if needs_paths and hp.hard_samples < 2:
+            what = "vimco" if hp.hard_estimator == "vimco" else "baseline: leave_one_out"
+            raise UserError(f"captioner: {what} needs hard_samples >= 2 (paths per caption), got {hp.hard_samples}")
+        if hp.hard_estimator == "marginal" and hp.hard_samples != 1:
+            raise UserError("captioner: the exact marginal draws no samples; hard_samples must be 1")
+        marginal = hp.attention == "hard" and hp.hard_estimator == "marginal"
+        if hp.attention_query == "current" and hp.feed_context and not marginal:
+            raise UserError("captioner: attention_query: current feeds the LSTM a context only for the exact marginal "
+                            "(its expected context); with another estimator set feed_context: false")
+        if hp.attention == "hard" and "marginal" in (hp.hard_estimator, hp.hard_test_mode) and not hp.deep_output:
+            raise UserError("captioner: the exact marginal sums the cell out at the deep output; it needs "
+                            "deep_output: true")
 
     # ------------------------------------------------------------------ checkpoints
     def zoo_config(self) -> dict:
@@ -187,32 +235,52 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         draws: hard attention's (gumbel, use_expected), drawn beforehand (`train_inputs`)."""
         self._require_vocab()
         hp = self.hparams
+        annotations, grid = self.encode(batch["images"])
+        if draws is None:
+            draws = self._draws(batch["captions"], annotations.shape[1], annotations, mode, coin)
+        gumbel, use_expected = draws
+        paths = gumbel.shape[0] // batch["captions"].shape[0] if gumbel is not None else 1
+        if paths > 1:  # `hard_samples` sample paths per caption: its rows repeated, side by side
+            annotations = annotations.repeat_interleave(paths, 0)
+            batch = _repeat_rows(batch, paths)
         captions = batch["captions"]
         targets = captions[:, 1:]
         step_mask = (targets != PAD_ID).to(torch.float32)  # [B, T-1]: pads carry no loss
-        annotations, grid = self.encode(batch["images"])
-        if draws is None:
-            draws = self._draws(captions, annotations.shape[1], annotations, mode, coin)
-        gumbel, use_expected = draws
         supervised = hp.supervised_attention > 0
+        marginal = hp.attention == "hard" and self.resolve_mode(mode) == "marginal"
         out = self.teacher_forced(annotations, captions, gumbel, use_expected, need_log_alpha=supervised,
-                                  active=self._active_rows(batch, captions.shape[1] - 1))
+                                  active=self._active_rows(batch, captions.shape[1] - 1), marginal=marginal)
         nll = caption_losses.caption_nll(out["logits"], targets, step_mask)  # [B, T1]
         n_words = step_mask.sum(1).clamp(min=1)
         caption_nll = nll.sum(1)  # [B], -log p(caption)
         doubly = caption_losses.doubly_stochastic(out["alpha"], step_mask)  # eq. (14)
         terms = {"nll": caption_nll.mean(), "nll_word": nll.sum() / step_mask.sum().clamp(min=1),
                  "doubly_stochastic": doubly, "out": out, "step_mask": step_mask}
-        loss = terms["nll"] + hp.alpha_c * doubly
+        sampled = hp.attention == "hard" and gumbel is not None
+        if sampled and hp.hard_estimator == "vimco":
+            # the K-sample bound replaces the mean NLL: its gradient weighs path k's by w_k
+            bound, signal = vimco_signal(-caption_nll.view(-1, paths))
+            terms["vimco_bound"] = bound.mean()
+            loss = -terms["vimco_bound"] + hp.alpha_c * doubly
+        else:
+            loss = terms["nll"] + hp.alpha_c * doubly
         if supervised:
             terms["supervised_attention"] = self.supervised_attention_loss(
                 out["log_alpha"], batch, grid, tuple(batch["images"].shape[-2:]), step_mask)
             loss = loss + hp.supervised_attention * terms["supervised_attention"]
-        if hp.attention == "hard" and gumbel is not None:
-            reinforce, extra = self._reinforce(out, nll, caption_nll / n_words, step_mask, targets, use_expected)
+        if sampled and hp.hard_estimator == "reinforce":
+            reinforce, extra = self._reinforce(out, nll, caption_nll / n_words, step_mask, targets, use_expected,
+                                               paths)
             terms.update(extra)
             terms["reinforce"] = reinforce
             loss = loss + reinforce + extra.get("baseline_loss", 0.0)
+        elif sampled and hp.hard_estimator == "vimco":
+            terms["reinforce"] = self._vimco(out, signal, step_mask, use_expected)
+            loss = loss + terms["reinforce"]
+        elif hp.attention == "hard" and (sampled or marginal) and hp.entropy_coef:
+            # straight-through and the exact marginal: no score-function term; the entropy bonus only
+            terms["entropy_bonus"] = hp.entropy_coef * negative_entropy(out["log_alpha"], step_mask) / captions.shape[0]
+            loss = loss + terms["entropy_bonus"]
         terms["loss"] = loss
         return terms
 
@@ -230,9 +298,10 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         return active
 
     def _reinforce(self, out: dict, nll: torch.Tensor, per_word_nll: torch.Tensor, step_mask: torch.Tensor,
-                   targets: torch.Tensor, use_expected: torch.Tensor) -> tuple[torch.Tensor, dict]:
+                   targets: torch.Tensor, use_expected: torch.Tensor, paths: int = 1) -> tuple[torch.Tensor, dict]:
         """The hard-attention surrogate (zoo.attention.hard) for this minibatch: REINFORCE on the
-        sampled minibatches only (a multiplier, not a branch), the entropy bonus on all."""
+        sampled minibatches only (a multiplier, not a branch), the entropy bonus on all. `paths`
+        sample paths per caption (rows side by side) for the leave-one-out baseline."""
         hp = self.hparams
         extra: dict[str, torch.Tensor] = {}
         if hp.reinforce_cost == "caption":  # the authors: every step pays the caption's per-word NLL
@@ -248,12 +317,26 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             else:
                 extra["baseline_loss"] = (((predicted - cost) ** 2) * step_mask).sum() / step_mask.sum().clamp(min=1)
             baseline = predicted.detach()
+        elif hp.baseline == "leave_one_out":  # the mean cost of the caption's other paths
+            baseline = leave_one_out_baseline(cost.view(-1, paths, *cost.shape[1:])).view(cost.shape)
         else:
             baseline = self.baseline.value
         extra["cost"] = cost
         scale = hp.reward_scale * (~use_expected).to(cost.dtype)  # no REINFORCE on expected minibatches
         return reinforce_surrogate(out["log_alpha"], out["location"], cost, baseline, step_mask,
                                    reward_scale=scale, entropy_coef=hp.entropy_coef), extra
+
+    def _vimco(self, out: dict, signal: torch.Tensor, step_mask: torch.Tensor,
+               use_expected: torch.Tensor) -> torch.Tensor:
+        """VIMCO's score-function term (Mnih & Rezende 2016): minus sum_k signal_k log q(z_k) per
+        caption, log q(z_k) = sum_t log alpha_t(s_kt) over the real steps of path k, averaged over
+        the captions, times `reward_scale`; and the entropy bonus. Off on expected minibatches
+        (a multiplier, not a branch)."""
+        hp = self.hparams
+        log_q = (out["log_alpha"].gather(-1, out["location"].unsqueeze(-1)).squeeze(-1) * step_mask).sum(1)  # [B*K]
+        scale = hp.reward_scale * (~use_expected).to(log_q.dtype)
+        score = -(signal.reshape(-1) * log_q).sum() / signal.shape[0]
+        return scale * score + hp.entropy_coef * negative_entropy(out["log_alpha"], step_mask) / log_q.shape[0]
 
     def supervised_attention_loss(self, log_alpha: torch.Tensor, batch: dict, grid: tuple[int, int],
                                   image_size: tuple[int, int], step_mask: torch.Tensor) -> torch.Tensor:
@@ -324,7 +407,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
     def _eval_step(self, batch: dict, stage: str) -> None:
         images = batch["images"]
         if "captions" in batch:  # teacher-forced NLL of one reference, for model selection by loss
-            losses = self.loss_terms(batch, "expected")
+            losses = self.loss_terms(batch, self.scoring_mode())
             self.log(f"{stage}/loss", losses["nll"], batch_size=images.shape[0], sync_dist=True)
             self.log(f"{stage}/nll_word", losses["nll_word"], batch_size=images.shape[0], sync_dist=True)
         results = self.caption(images, beam_size=self.hparams.beam_size, max_len=self.hparams.decode_max_len)
@@ -477,30 +560,35 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
 
     @torch.no_grad()
     def word_probs(self, images: torch.Tensor, results: list[dict]) -> list[list[float]]:
-        """p(word_t | image, words_<t) for each decoded caption (the expected context for hard
-        attention, as decoding uses), by one teacher-forced pass."""
+        """p(word_t | image, words_<t) for each decoded caption (for hard attention the expected
+        context or the exact marginal, as decoding uses: `scoring_mode`), by one teacher-forced pass."""
         tokens = self.caption_tokens([r["words"] for r in results], images.device)
         was_training = self.training
         self.eval()
         try:
-            logits = self(images, tokens, mode="expected")["logits"]  # [B, T-1, V]
+            logits = self(images, tokens, mode=self.scoring_mode())["logits"]  # [B, T-1, V]
         finally:
             self.train(was_training)
         probs = logits.float().softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
         return [probs[b, :len(r["words"])].tolist() for b, r in enumerate(results)]
 
     def evidence(self, record, images: torch.Tensor, steps: torch.Tensor):
-        """A word's probability given the words before it (teacher-forced, expected context): the
-        probability of word `steps[s]` of caption `images[s]` as the image is edited."""
+        """A word's probability given the words before it (teacher-forced, as decoding scores it:
+        `scoring_mode`): the probability of word `steps[s]` of caption `images[s]` as the image is edited."""
         tokens = self.caption_tokens([record.prediction["words"][i] for i in images.tolist()], self.device)
         rows = torch.arange(len(images), device=self.device)
         steps, word = steps.to(self.device), tokens.gather(1, steps.to(self.device)[:, None] + 1)[:, 0]
 
         def score(x: torch.Tensor) -> torch.Tensor:
-            logits = self(x.to(self.device), tokens, mode="expected")["logits"]  # [S, T-1, V]
+            logits = self(x.to(self.device), tokens, mode=self.scoring_mode())["logits"]  # [S, T-1, V]
             return logits.float().softmax(-1)[rows, steps, word]
 
         return score
+
+    def scoring_mode(self) -> str:
+        """How a teacher-forced pass scores words outside training: the exact marginal over the cell
+        for a model that decodes with it (`hard_test_mode: marginal`), else the expected context."""
+        return "marginal" if self.hparams.hard_test_mode == "marginal" else "expected"
 
     def caption_tokens(self, captions: list[list[str]], device) -> torch.Tensor:
         """Word lists -> token ids [B, T] as <start> words <end> <pad>.. (unknown words as <unk>)."""
@@ -527,6 +615,19 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"captioner: lr_schedule must be 'none' or 'cosine', got '{hp.lr_schedule}'")
         return optim.configure(self, groups, hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
                                schedule=hp.lr_schedule)
+
+
+def _repeat_rows(batch: dict, times: int) -> dict:
+    """A training batch with every caption's row repeated `times` times, side by side (the K sample
+    paths of one caption): its tensors, and the plain-int lengths that stay sorted longest first."""
+    out = {}
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            value = value.repeat_interleave(times, 0)
+        elif key == "host_lengths" and value:
+            value = [length for length in value for _ in range(times)]
+        out[key] = value
+    return out
 
 
 def _gather(store: dict[str, list]) -> dict[str, list]:

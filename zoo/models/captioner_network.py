@@ -13,6 +13,25 @@ with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh, sec. 3.1.2), or
 `init_layers: 0` (an ablation, not the paper: the image then reaches the decoder only through
 attention).
 
+Hard attention's estimators (`hard_estimator`, trained in zoo.models.captioner) change the step only
+in two places. Gumbel-softmax straight-through (`straight_through`) forms z^_t from the one-hot
+sample with the relaxation's gradient (zoo.attention.hard.straight_through_weights). The exact
+marginal (`marginal`, Deng et al. 2018) cannot sum over the cell where z_t feeds the LSTM: every
+cell would start its own recurrence, L^T paths. So, as harvardnlp/var-attn does, the LSTM gets the
+EXPECTED context sum_i alpha_ti a_i, and the cell z_t ~ Cat(alpha_t) reaches only the deep output:
+    p(y_t) = sum_i alpha_ti p(y_t | a_i),  p(y_t | a_i) ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z beta_t a_i))
+L = 64 outputs per word on an 8x8 grid (`marginal_output`). Where the word's attention is read:
+- `attention_query: previous` (Xu et al.'s order): alpha_t = f_att(a, h_{t-1}), and its expected
+  context also enters h_t, so the output can read the attended item through h_t as well;
+- `attention_query: current` (Deng et al.'s var-attn order, Luong et al. 2015's input feeding):
+  the output's alpha_t = f_att(a, h_t), read AFTER the LSTM took in E y_{t-1} and the previous
+  step's expected context (which is sum_i f_att(a, h_{t-1})_i a_i: the recurrence is the same one);
+  z_t then reaches y_t and nothing else, and the attention knows the word just said ("red") when it
+  picks the cell of the next ("shirt").
+`feed_context: false` (an ablation, not the paper) feeds the LSTM no context at all: the image reaches
+word t only through h_0 and the cell attended at step t. With `attention_query: current` that makes
+z_t reach y_t alone for every estimator, so the sampling estimators draw their cells after the loop.
+
 The encoder: the paper attends over a pretrained, frozen CNN (VGG conv5_4): `backbone:
 {kind: stem, pretrained: backbone_fmnist_stem, trainable: false}` does the same with the zoo's
 shared Fashion-MNIST backbone (zoo.models.item_grid). `annotation_coords: true` appends each
@@ -38,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.attention.hard import HardAttention, gather_context
+from zoo.attention.hard import HardAttention, gather_context, marginal_log_prob, straight_through_weights
 from zoo.attention.scores import build_score
 from zoo.attention.soft import SoftAttention, expected_context
 from zoo.data.vocab import PAD_ID, START_ID
@@ -130,10 +149,11 @@ class ShowAttendTellNetwork(nn.Module):
         attention log_alpha [N, L], location [N])."""
         emb = self.embed(prev)  # E y_{t-1}  [N, m]
         out: dict[str, torch.Tensor] = {}
+        marginal = mode == "marginal"  # the expected context feeds the LSTM; the cell is summed out at the output
         if self.hparams.attention == "soft":
             context, alpha = self.attend(projected, annotations, h)  # eq. (4), (5), (13)
         else:
-            att = self.attend(projected, annotations, h, mode=mode)  # eq. (8), (9)
+            att = self.attend(projected, annotations, h, mode="expected" if marginal else mode)  # eq. (8), (9)
             context, alpha = att.context, att.alpha
             out["log_alpha"], out["location"] = att.log_alpha, att.location
         if self.f_beta is not None:
@@ -141,9 +161,27 @@ class ShowAttendTellNetwork(nn.Module):
             context = beta * context
         else:
             beta = torch.ones(h.shape[0], 1, device=h.device, dtype=h.dtype)
-        h, c = self.lstm(torch.cat([emb, context], dim=-1), (h, c))  # eq. (1)-(3)
-        out.update(logits=self.output(emb, h, context), h=h, c=c, alpha=alpha, beta=beta.squeeze(-1))
+        fed = context if self.hparams.feed_context else torch.zeros_like(context)
+        h, c = self.lstm(torch.cat([emb, fed], dim=-1), (h, c))  # eq. (1)-(3)
+        if self.hparams.attention_query == "current":  # the word's attention reads h_t
+            if self.hparams.attention == "soft":
+                context, alpha = self.attend(projected, annotations, h)
+            else:
+                att = self.attend(projected, annotations, h, mode="expected" if marginal else mode)
+                context, alpha = att.context, att.alpha
+                out["log_alpha"], out["location"] = att.log_alpha, att.location
+            beta = self._gate(h)
+            context = beta * context
+        logits = (self.marginal_output(emb, h, beta, self.L_z(annotations), out["log_alpha"]) if marginal
+                  else self.output(emb, h, context))
+        out.update(logits=logits, h=h, c=c, alpha=alpha, beta=beta.squeeze(-1))
         return out
+
+    def _gate(self, h: torch.Tensor) -> torch.Tensor:
+        """beta = sigmoid(f_beta(h)) [N, 1] (sec. 4.2.1), or ones without the gate."""
+        if self.f_beta is None:
+            return h.new_ones(h.shape[0], 1)
+        return torch.sigmoid(self.f_beta(h))
 
     def output(self, emb: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """The deep output, eq. (7): (E y_{t-1}, h_t, z_t) [..., m / n / D] -> logits [..., V]."""
@@ -153,6 +191,20 @@ class ShowAttendTellNetwork(nn.Module):
         if self.hparams.deep_output_activation == "tanh":
             pre = torch.tanh(pre)
         return self.L_o(self.drop(pre))
+
+    def marginal_output(self, emb: torch.Tensor, h: torch.Tensor, beta: torch.Tensor, cell_terms: torch.Tensor,
+                        log_alpha: torch.Tensor) -> torch.Tensor:
+        """The deep output with the cell summed out (Deng et al. 2018's exact marginal):
+        log p(y_t) = logsumexp_i [log alpha_ti + log softmax L_o(E y_{t-1} + L_h h_t + L_z beta_t a_i)].
+        emb [N, m], h [N, n], beta [N, 1], cell_terms [N, L, m] (L_z a_i, computed once per image),
+        log_alpha [N, L] -> log-probabilities [N, V] (normalised: they serve as logits). One dropout
+        mask per word, shared by its L cells, as `output` draws one per word."""
+        pre = (emb + self.L_h(self.drop(h))).unsqueeze(1) + beta.unsqueeze(1) * cell_terms  # [N, L, m], eq. (7)
+        if self.hparams.deep_output_activation == "tanh":
+            pre = torch.tanh(pre)
+        mask = self.drop(pre.new_ones(pre.shape[0], 1, pre.shape[2]))  # ones when not training
+        cell_log_probs = torch.log_softmax(self.L_o(pre * mask).float(), dim=-1)  # [N, L, V]
+        return marginal_log_prob(log_alpha.float(), cell_log_probs).to(pre.dtype)
 
     # ------------------------------------------------------------------ a whole caption
     def _fused_h_maps(self) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
@@ -172,15 +224,19 @@ class ShowAttendTellNetwork(nn.Module):
 
     def teacher_forced(self, annotations: torch.Tensor, captions: torch.Tensor,
                        gumbel: torch.Tensor | None = None, use_expected: torch.Tensor | None = None,
-                       need_log_alpha: bool = False, active: list[int] | None = None) -> dict[str, torch.Tensor]:
+                       need_log_alpha: bool = False, active: list[int] | None = None,
+                       marginal: bool = False) -> dict[str, torch.Tensor]:
         """The decoder over a whole caption batch: the same function as `step` applied T-1 times.
 
         annotations [B, L, D], captions [B, T] (<start> .. <end> <pad>..). Hard attention only:
         gumbel [B, T-1, L] (-log of Exp(1) noise: sample s_t = argmax(log alpha_t + gumbel_t)) and
         use_expected (bool scalar tensor: the minibatch uses the expected context); gumbel None
-        means the expected context throughout. active: rows still decoding at each step, for
-        captions sorted longest first (rows past their <end> then skip the step; their outputs
-        are zeros, which the losses mask as pads).
+        means the expected context throughout. marginal (hard attention): the expected context
+        feeds the LSTM and the logits are the exact marginal over the cell (`marginal_output`;
+        gumbel unused). active: rows still decoding at each step, for captions sorted longest
+        first (rows past their <end> then skip the step; their outputs are zeros, which the losses
+        mask as pads). With `hard_estimator: straight_through` the sampled context carries the
+        Gumbel-softmax gradient.
         -> logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1], h_prev [B, T-1, n] (h_{t-1}),
         and log_alpha [B, T-1, L] (hard, or when asked), location [B, T-1] (hard)."""
         hard = self.hparams.attention == "hard"
@@ -200,6 +256,7 @@ class ShowAttendTellNetwork(nn.Module):
         w_z = w_ih[:, m:]  # [4n, D]
         fused_w, fused_b, splits = self._fused_h_maps()
         keep_log = hard or need_log_alpha
+        straight_through = hard and self.hparams.hard_estimator == "straight_through"
         h_prev, h_new, zs, alphas, betas, log_alphas, locations = [], [], [], [], [], [], []
         keys, values = projected, annotations
         gumbel_steps = gumbel.unbind(1) if gumbel is not None else None
@@ -218,9 +275,15 @@ class ShowAttendTellNetwork(nn.Module):
                 alpha = torch.softmax(scores, dim=-1)
             context = expected_context(alpha, values)  # eq. (13)
             if hard:
-                if gumbel_steps is not None:
+                if gumbel_steps is not None and not marginal:
                     location = (log_alpha.detach() + gumbel_steps[t][:rows]).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
-                    context = torch.where(use_expected, context, gather_context(values, location))  # eq. (9)
+                    if straight_through:  # the same sample, with the relaxation's gradient into alpha
+                        weights = straight_through_weights(log_alpha, gumbel_steps[t][:rows],
+                                                           self.hparams.gumbel_temperature)
+                        sampled = expected_context(weights, values)
+                    else:
+                        sampled = gather_context(values, location)
+                    context = torch.where(use_expected, context, sampled)  # eq. (9)
                 else:
                     location = alpha.detach().argmax(dim=-1)
                 locations.append(location)
@@ -229,13 +292,16 @@ class ShowAttendTellNetwork(nn.Module):
                 z = beta * context
                 betas.append(beta.squeeze(-1))
             else:
+                beta = None
                 z = context
-            gates = word_gates[t] + h_gates + F.linear(z, w_z)  # eq. (1)-(3): i, f, g, o
+            gates = word_gates[t] + h_gates  # eq. (1)-(3): i, f, g, o
+            if self.hparams.feed_context:
+                gates = gates + F.linear(z, w_z)
             i, f, g, o = gates.chunk(4, dim=-1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
             h_new.append(h)
-            zs.append(z)
+            zs.append(beta if marginal else z)  # the marginal's output needs the gate, not the context
             alphas.append(alpha)
 
         def unpack(steps) -> torch.Tensor:  # [rows_t, ...] per step (or packed [N, ...]) -> [B, T1, ...]
@@ -244,8 +310,33 @@ class ShowAttendTellNetwork(nn.Module):
                                 for x in steps], dim=1)
 
         # the deep output (eq. 7) does not feed back: all steps at once, on the decoding pairs only
-        out = {"logits": unpack(self.output(emb, torch.cat(h_new), torch.cat(zs))), "alpha": unpack(alphas),
-               "h_prev": unpack(h_prev)}
+        rows_of = torch.cat([torch.arange(rows, device=captions.device) for rows in active])  # packed pair -> row
+        h_all = torch.cat(h_new)
+        if self.hparams.attention_query == "current":  # each word's attention reads h_t: all steps at once
+            log_alpha = torch.log_softmax(score(projected[rows_of], h_all), dim=-1)  # [N, L]
+            alpha, gates = log_alpha.exp(), self._gate(h_all)
+            location = log_alpha.detach().argmax(-1)
+            if marginal:
+                logits = self.marginal_output(emb, h_all, gates, self.L_z(annotations)[rows_of], log_alpha)
+            else:  # nothing is fed back (checked at construction), so the sample can be drawn after the loop
+                values_rows = annotations[rows_of]  # [N, L, D]
+                context = expected_context(alpha, values_rows)
+                if hard and gumbel_steps is not None:
+                    noise = torch.cat([g[:rows] for g, rows in zip(gumbel_steps, active)])  # [N, L]
+                    location = (log_alpha.detach() + noise).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
+                    sampled = (expected_context(straight_through_weights(log_alpha, noise, self.hparams.gumbel_temperature),
+                                                values_rows) if straight_through else gather_context(values_rows, location))
+                    context = torch.where(use_expected, context, sampled)  # eq. (9)
+                logits = self.output(emb, h_all, gates * context)
+            log_alphas, alphas, locations = log_alpha.split(active), alpha.split(active), location.split(active)
+            if self.f_beta is not None:
+                betas = gates.squeeze(-1).split(active)
+        elif marginal:
+            gates = torch.cat(zs) if self.f_beta is not None else emb.new_ones(emb.shape[0], 1)
+            logits = self.marginal_output(emb, h_all, gates, self.L_z(annotations)[rows_of], torch.cat(log_alphas))
+        else:
+            logits = self.output(emb, h_all, torch.cat(zs))
+        out = {"logits": unpack(logits), "alpha": unpack(alphas), "h_prev": unpack(h_prev)}
         out["beta"] = unpack(betas) if betas else out["alpha"].new_ones(B, T1)
         if keep_log:
             out["log_alpha"] = unpack(log_alphas)
@@ -257,24 +348,42 @@ class ShowAttendTellNetwork(nn.Module):
                coin: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Hard attention's random draws for a minibatch of `captions` over `cells` annotation
         vectors, on `like`'s device, in two calls: the Gumbel noise of every step's sample
-        [B, T-1, L] and (coin=True) the expected-context coin (sec. 4.1)."""
-        mode = mode or ("sample" if self.training else "expected")
-        if self.hparams.attention != "hard" or mode not in ("sample",):
+        [B * K, T-1, L] (K = `hard_samples` paths per caption, each caption's K rows together) and
+        (coin=True) the expected-context coin (sec. 4.1). None for the exact marginal (no samples)."""
+        hp = self.hparams
+        if hp.attention != "hard" or self.resolve_mode(mode) != "sample":
             return None, None
-        B, T1 = captions.shape[0], captions.shape[1] - 1
+        B, T1 = captions.shape[0] * hp.hard_samples, captions.shape[1] - 1  # hard_samples paths per caption
         gumbel = -torch.empty(B, T1, cells, device=like.device, dtype=like.dtype).exponential_().log()
         use_expected = (torch.rand((), device=like.device) < self.hparams.semi_sampling_p if coin
                         else torch.zeros((), dtype=torch.bool, device=like.device))
         return gumbel, use_expected
 
+    def resolve_mode(self, mode: str | None) -> str:
+        """A teacher-forced pass's attention: `mode`, by default "sample" when training and
+        otherwise as decoding scores words ("marginal" for `hard_test_mode: marginal`, else
+        "expected"); the exact-marginal estimator has no samples, so its "sample" is "marginal"
+        (the cell summed out at the output)."""
+        if mode is None:
+            mode = "sample" if self.training else ("marginal" if self.hparams.hard_test_mode == "marginal"
+                                                   else "expected")
+        if mode == "sample" and self.hparams.attention == "hard" and self.hparams.hard_estimator == "marginal":
+            return "marginal"
+        return mode
+
     def forward(self, images: torch.Tensor, captions: torch.Tensor, mode: str | None = None) -> dict[str, torch.Tensor]:
         """Teacher forcing. images [B, 3, H, W], captions [B, T] (<start> .. <end> <pad>..) ->
         logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1] (+ log_alpha, location for hard).
-        mode (hard attention): "sample" (draws the samples here), "expected"; default: sample
-        when training, the expected context otherwise."""
+        mode (hard attention): "sample" (draws the samples here), "expected", "marginal" (the exact
+        marginal over the cell); default (`resolve_mode`): sample when training, otherwise as the
+        model decodes."""
         self._require_vocab()
         annotations, _ = self.encode(images)
+        if self.resolve_mode(mode) == "marginal":
+            return self.teacher_forced(annotations, captions, marginal=True)
         gumbel, use_expected = self._draws(captions, annotations.shape[1], annotations, mode)
+        if gumbel is not None and gumbel.shape[0] != captions.shape[0]:  # hard_samples paths: one of each
+            gumbel = gumbel[::self.hparams.hard_samples]
         return self.teacher_forced(annotations, captions, gumbel, use_expected)
 
     # ------------------------------------------------------------------ decoding (caption, export)

@@ -29,6 +29,32 @@ REINFORCE gradient stops at the location network and the representation is train
 cross-entropy alone (the stable choice of most public ports). True lets REINFORCE also flow into
 the core and glimpse network through h_{t-1}, as in the paper's fully stochastic-gradient reading.
 
+Remedies for a policy gradient that barely sees where the item is (each an option whose default
+is the paper's RAM, so recipes without them train exactly what they did):
+- `where_layer` (Ba, Mnih, Kavukcuoglu 2015, "Multiple object recognition with visual attention",
+  DRAM, sec. 3): a second recurrent layer r2 ("where") reads the core r1 ("what") and alone feeds
+  the location network and the baseline; the classifier reads r1. r1's input to r2 is detached
+  unless `reinforce_to_core`, so r2 learns from REINFORCE only and r1 from cross-entropy only;
+- `context: conv` (DRAM's context network): a coarse view of the whole canvas (area-averaged to
+  `context_size` squared) through small convolutions sets r2's initial state, so the first glimpse
+  is proposed from the image instead of from an empty state. r1 starts at 0: the classifier never
+  reads the coarse view, only glimpses;
+- `reward: log_prob`: the reward is log p(y | glimpses) instead of 1 for a correct prediction:
+  DRAM's objective is the bound sum_l p(l | x) log p(y | l, x), whose score-function gradient has
+  exactly this reward (Ba et al. 2015, eq. 4-5); it moves with every change of the prediction, not
+  only where the arg max flips;
+- `reward_at: every_glimpse`: the classifier's running prediction earns its reward after every
+  glimpse t (r_t from h_t), and glimpse t is credited with the return sum_{s >= t} r_s (it cannot
+  change the rewards before it), so a glimpse that helps at once is told so at once;
+  `classify_every_glimpse` trains the classifier on every h_t so that running prediction means
+  something (cross-entropy averaged over the glimpses);
+- `baseline: per_glimpse`: b_t has its own weights for every glimpse (the expected return differs
+  from glimpse to glimpse), instead of one linear map shared by all;
+- `location_supervision` (labelled separately, never a headline: it uses the item's box): an MSE
+  that pulls every glimpse's policy mean onto the item's centre (weak supervision of the location,
+  as in the supervised rows of the captioners). It needs batches with boxes
+  (`FashionMNISTDataModule(with_boxes=true)`).
+
 Evaluation (`test_step`) reports separately: the deterministic policy (the Gaussian's mean) as the
 headline `test/acc`; one sampled trajectory (`acc_sampled`); the average of the class
 probabilities over M sampled trajectories (`acc_mc{M}`, M = `eval_samples`; the paper's
@@ -50,11 +76,17 @@ from torch import nn
 
 from zoo.attention.glimpse import Retina
 from zoo.errors import UserError
+from zoo.limits import check_dimensions
 from zoo.models import optim
 from zoo.models.accel import check_mode
 from zoo.models.base import ZooModule
 
 POLICIES = ("sample", "mean", "random")
+CONTEXT_CHANNELS = [16, 16, 4]  # the context network's 3x3 convolutions when a recipe names none
+CHOICES = {"core": ("rnn", "lstm"), "location_policy": ("learned", "random"), "location_mean": ("tanh", "linear"),
+           "std_mode": ("fixed", "learnable", "annealed"), "optimizer": ("adam", "sgd"),
+           "lr_schedule": ("none", "cosine"), "context": ("none", "conv"), "reward": ("correct", "log_prob"),
+           "reward_at": ("last", "every_glimpse"), "baseline": ("shared", "per_glimpse")}
 
 
 class GlimpseNetwork(nn.Module):
@@ -76,6 +108,26 @@ class GlimpseNetwork(nn.Module):
         h_g = F.relu(self.what(patches))
         h_l = F.relu(self.where(locations))
         return F.relu(self.what_out(h_g) + self.where_out(h_l))
+
+
+class ContextNetwork(nn.Module):
+    """DRAM's context network (Ba et al. 2015, sec. 3): the whole canvas area-averaged to a coarse
+    view_size x view_size view, 3x3 convolutions (ReLU), then a linear layer (ReLU) to the where
+    layer's initial state. images [B, C, H, W] -> [B, out_dim]."""
+
+    def __init__(self, in_chans: int, view_size: int, channels: list[int], out_dim: int):
+        super().__init__()
+        self.view_size = int(view_size)
+        layers, width = [], in_chans
+        for out in channels:
+            layers += [nn.Conv2d(width, out, 3, padding=1), nn.ReLU()]
+            width = out
+        self.convs = nn.Sequential(*layers)
+        self.out = nn.Linear(width * self.view_size ** 2, out_dim)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        view = F.adaptive_avg_pool2d(images, self.view_size)  # [B, C, s, s]
+        return F.relu(self.out(self.convs(view).flatten(1)))
 
 
 class RAM(ZooModule):
@@ -122,6 +174,17 @@ class RAM(ZooModule):
         reinforce_to_core: bool = False,
         location_lr_scale: float = 1.0,
         train_samples: int = 1,
+        # remedies (module docstring); the defaults are the paper's RAM
+        where_layer: bool = False,
+        where_hidden: int = 256,
+        context: str = "none",
+        context_size: int = 12,
+        context_channels: list[int] | None = None,
+        reward: str = "correct",
+        reward_at: str = "last",
+        classify_every_glimpse: bool = False,
+        baseline: str = "shared",
+        location_supervision: float = 0.0,
         # optimisation
         optimizer: str = "adam",
         lr: float = 1e-3,
@@ -138,18 +201,26 @@ class RAM(ZooModule):
         super().__init__()
         self.save_hyperparameters()
         check_mode(accel, "RAM")
-        checks = {"core": (core, ("rnn", "lstm")), "location_policy": (location_policy, ("learned", "random")),
-                  "location_mean": (location_mean, ("tanh", "linear")),
-                  "std_mode": (std_mode, ("fixed", "learnable", "annealed")),
-                  "optimizer": (optimizer, ("adam", "sgd")), "lr_schedule": (lr_schedule, ("none", "cosine"))}
-        for key, (value, allowed) in checks.items():
-            if value not in allowed:
-                raise UserError(f"RAM: {key} must be one of {', '.join(allowed)}, got '{value}'")
+        for key, allowed in CHOICES.items():
+            if self.hparams[key] not in allowed:
+                raise UserError(f"RAM: {key} must be one of {', '.join(allowed)}, got '{self.hparams[key]}'")
+        context_channels = CONTEXT_CHANNELS if context_channels is None else list(context_channels)
+        # absurd estimator settings (10^6 paths per image) are refused before anything is built
+        check_dimensions({"train_samples": train_samples, "where_hidden": where_hidden,
+                          "context_size": context_size, "context_channels": context_channels}, "RAM")
         if train_samples < 1:
             raise UserError(f"RAM: train_samples must be >= 1, got {train_samples}")
+        if context != "none" and not where_layer:
+            raise UserError("RAM: a context network needs where_layer: true (it sets the where layer's state; "
+                            "the classifier must not read the coarse view)")
+        if context != "none" and (context_size < 1 or where_hidden < 1 or 0 in context_channels):
+            raise UserError(f"RAM: the context view is empty (context_size {context_size}, "
+                            f"context_channels {context_channels}); give a coarse view of at least 1x1 pixel")
+        if location_supervision < 0 or not math.isfinite(location_supervision):
+            raise UserError(f"RAM: location_supervision must be >= 0, got {location_supervision}")
         if location_lr_scale <= 0:
             raise UserError(f"RAM: location_lr_scale must be positive, got {location_lr_scale}")
-        if std <= 0 or (std_mode == "annealed" and std_final <= 0):
+        if not std > 0 or (std_mode == "annealed" and not std_final > 0):
             raise UserError("RAM: std and std_final must be positive")
         size = [image_size, image_size] if isinstance(image_size, int) else list(image_size)
         if len(size) != 2:
@@ -165,10 +236,16 @@ class RAM(ZooModule):
         extra = {} if core == "lstm" else {"nonlinearity": "relu"}
         # f_h: h_t = ReLU(Linear(h_{t-1}) + Linear(g_t)) (sec. 4), or an LSTM
         self.core = cell(glimpse_dim, hidden_size, **extra)
-        self.locator = nn.Linear(hidden_size, 2)  # mean of the location policy f_l
+        policy_size = where_hidden if where_layer else hidden_size  # the state the policy reads
+        self.locator = nn.Linear(policy_size, 2)  # mean of the location policy f_l
         self.log_std = nn.Parameter(torch.tensor(math.log(std)), requires_grad=std_mode == "learnable")
-        self.baseline = nn.Linear(hidden_size, 1)  # b_t, eq. 3
+        # b_t, eq. 3: one linear map for every glimpse, or one per glimpse
+        self.baseline = nn.Linear(policy_size, 1 if baseline == "shared" else num_glimpses)
         self.classifier = nn.Linear(hidden_size, num_classes)  # f_a on h_T
+        if where_layer:  # DRAM's r2 on r1 (built last: the paper's RAM initialises as it did)
+            self.where = cell(hidden_size, where_hidden, **extra)
+        if context != "none":
+            self.context_net = ContextNetwork(in_chans, context_size, context_channels, where_hidden)
 
     @property
     def retina(self) -> Retina:
@@ -228,18 +305,23 @@ class RAM(ZooModule):
         every h_t), locations [B, T, 2] (clamped, as read), log_probs [B, T], baselines [B, T]."""
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}")
-        B, T = images.shape[0], self.hparams.num_glimpses
+        hp = self.hparams
+        B, T = images.shape[0], hp.num_glimpses
         if noise is None:
             noise = self.policy_noise(policy, B, images, generator)
-        h = images.new_zeros(B, self.hparams.hidden_size)
-        c = torch.zeros_like(h) if self.hparams.core == "lstm" else None
+        h = images.new_zeros(B, hp.hidden_size)
+        c = torch.zeros_like(h) if hp.core == "lstm" else None
+        if hp.where_layer:  # r2_0: the context network's proposal, or an empty state
+            w = self.context_net(images) if hp.context != "none" else images.new_zeros(B, hp.where_hidden)
+            wc = torch.zeros_like(w) if hp.core == "lstm" else None
         if std is None:
             std = self.current_std()  # a float, or a 0-d tensor when learnable (no host round trip)
         log_std = torch.log(std) if isinstance(std, torch.Tensor) else math.log(std)
-        states, locations, log_probs, baselines = [], [], [], []
+        states, locations, log_probs, baselines, means = [], [], [], [], []
         for t in range(T):
-            # The switch: a detached state keeps REINFORCE inside the location network.
-            h_policy = h if self.hparams.reinforce_to_core else h.detach()
+            # The switch: a detached state keeps REINFORCE inside the location network (with a
+            # where layer, r2 is the location network's own state; its input r1 is detached below).
+            h_policy = w if hp.where_layer else h if hp.reinforce_to_core else h.detach()
             mu = self.location_mean(h_policy)  # [B, 2]
             if policy == "sample":
                 raw = (mu + std * noise[t]).detach()  # the action is a constant for every gradient
@@ -251,20 +333,28 @@ class RAM(ZooModule):
             # of the environment, not of the policy whose density REINFORCE differentiates.
             log_prob = (-((raw - mu) ** 2) / (2 * std ** 2) - log_std).sum(-1) - math.log(2 * math.pi)  # [B]
             location = raw.clamp(-1.0, 1.0)
-            baselines.append(self.baseline(h.detach()).squeeze(-1))  # b_t from the detached state
+            b = self.baseline(h_policy.detach())  # b_t from the detached state
+            baselines.append(b.squeeze(-1) if hp.baseline == "shared" else b[:, t])
             g = self.glimpse(images, location)
             if c is None:
                 h = self.core(g, h)
             else:
                 h, c = self.core(g, (h, c))
+            if hp.where_layer and t < T - 1:  # r2_t = f(r1_t, r2_{t-1}); the last one would propose nothing
+                r1 = h if hp.reinforce_to_core else h.detach()
+                if wc is None:
+                    w = self.where(r1, w)
+                else:
+                    w, wc = self.where(r1, (w, wc))
             states.append(h)
             locations.append(location)
             log_probs.append(log_prob)
+            means.append(mu)
         states_t = torch.stack(states, dim=1)  # [B, T, hidden]
         step_logits = self.classifier(states_t)  # [B, T, classes]
         return {"logits": step_logits[:, -1], "step_logits": step_logits,
                 "locations": torch.stack(locations, 1), "log_probs": torch.stack(log_probs, 1),
-                "baselines": torch.stack(baselines, 1)}
+                "baselines": torch.stack(baselines, 1), "means": torch.stack(means, 1)}
 
     def forward(self, images: torch.Tensor, policy: str = "mean") -> torch.Tensor:
         """images [B, C, H, W] -> logits [B, num_classes] (deterministic policy by default)."""
@@ -272,26 +362,55 @@ class RAM(ZooModule):
         return self.rollout(images, policy)["logits"]
 
     # ------------------------------------------------------------------ losses
-    def losses(self, out: dict[str, torch.Tensor], labels: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The hybrid loss's three terms and their weighted sum, from a rollout."""
+    def returns(self, out: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        """G [B, T]: what glimpse t is credited with, a constant for every gradient. The paper: the
+        final reward R for every glimpse (R = 1 for a correct prediction, or log p(y | x) with
+        `reward: log_prob`). With `reward_at: every_glimpse`: r_s from the running prediction after
+        glimpse s, and G_t = sum_{s >= t} r_s (glimpse t changes no reward before it)."""
         hp = self.hparams
-        ce = F.cross_entropy(out["logits"], labels)
-        reward = (out["logits"].argmax(-1) == labels).to(out["baselines"].dtype)  # [B], R in {0, 1}
+        logits = out["step_logits"] if hp.reward_at == "every_glimpse" else out["logits"][:, None]  # [B, T or 1, C]
+        if hp.reward == "correct":
+            rewards = (logits.argmax(-1) == labels[:, None]).to(out["baselines"].dtype)
+        else:
+            rewards = logits.detach().log_softmax(-1).gather(-1, labels[:, None, None].expand(-1, logits.shape[1], 1))[..., 0]
+        if hp.reward_at == "every_glimpse":
+            return rewards.flip(1).cumsum(1).flip(1).detach()  # reward-to-go
+        return rewards.expand_as(out["baselines"]).detach()
+
+    def losses(self, out: dict[str, torch.Tensor], labels: torch.Tensor,
+               targets: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The hybrid loss's terms and their weighted sum, from a rollout. targets: the item's
+        centre [B, 2] in [-1, 1] (only for `location_supervision`)."""
+        hp = self.hparams
+        if hp.classify_every_glimpse:
+            T = out["step_logits"].shape[1]
+            ce = F.cross_entropy(out["step_logits"].flatten(0, 1), labels.repeat_interleave(T))
+        else:
+            ce = F.cross_entropy(out["logits"], labels)
         baselines = out["baselines"]  # [B, T]
-        advantage = (reward[:, None] - baselines).detach()
+        returns = self.returns(out, labels)  # [B, T]
+        advantage = (returns - baselines).detach()
         M = hp.train_samples
         if M > 1:  # the M paths of an image (adjacent rows) are each other's baseline: leave-one-out
-            per_image = reward.view(-1, M)
-            others = (per_image.sum(1, keepdim=True) - per_image) / (M - 1)  # [B / M, M]
-            advantage = (reward - others.reshape(-1))[:, None].expand_as(baselines).detach()
+            per_image = returns.view(-1, M, returns.shape[1])
+            others = (per_image.sum(1, keepdim=True) - per_image) / (M - 1)  # [B / M, M, T]
+            advantage = (returns - others.reshape(returns.shape)).detach()
         # eq. 3: sum over steps of log pi (R - b_t), averaged over the batch; minimised, so negated
         reinforce = -(out["log_probs"] * advantage).sum(1).mean()
-        baseline_mse = F.mse_loss(baselines, reward[:, None].expand_as(baselines))
+        baseline_mse = F.mse_loss(baselines, returns)
         if hp.location_policy == "random":  # the paper's control: nothing to reinforce
             reinforce = reinforce * 0
         total = ce + hp.reinforce_weight * reinforce + hp.baseline_weight * baseline_mse
-        return {"loss": total, "ce": ce, "reinforce": reinforce, "baseline_mse": baseline_mse,
-                "reward": reward.mean()}
+        terms = {"ce": ce, "reinforce": reinforce, "baseline_mse": baseline_mse, "reward": returns[:, 0].mean()}
+        if hp.location_supervision > 0:
+            if targets is None:
+                raise UserError("RAM: location_supervision needs the item's box in every batch "
+                                "(FashionMNISTDataModule with_boxes: true)")
+            # weak supervision: every glimpse's policy mean onto the item's centre
+            supervision = ((out["means"] - targets[:, None]) ** 2).sum(-1).mean()
+            total = total + hp.location_supervision * supervision
+            terms["location_mse"] = supervision
+        return {"loss": total, **terms}
 
     def _train_policy(self) -> str:
         return "random" if self.hparams.location_policy == "random" else "sample"
@@ -300,17 +419,36 @@ class RAM(ZooModule):
         return "random" if self.hparams.location_policy == "random" else "mean"
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
+    def example_batch(self, n: int = 2, seed: int = 0):
+        """(images, labels), plus the item's box [n, 4] where the recipe supervises the location
+        (the batches of `FashionMNISTDataModule(with_boxes=true)`)."""
+        images, labels = super().example_batch(n, seed)
+        if self.hparams.location_supervision <= 0:
+            return images, labels
+        height, width = self.image_hw
+        corner = torch.rand(n, 2, generator=torch.Generator().manual_seed(seed + 1)) * 0.5
+        boxes = torch.cat([corner, corner + 0.5], 1) * torch.tensor([width, height, width, height])
+        return images, labels, boxes
+
+    def item_centres(self, boxes: torch.Tensor) -> torch.Tensor:
+        """boxes [B, 4] (x0, y0, x1, y1 in pixel edges) -> their centres [B, 2] as locations in [-1, 1]."""
+        height, width = self.image_hw
+        size = boxes.new_tensor([width, height])
+        return (boxes[:, :2] + boxes[:, 2:]) / size - 1
+
     def train_inputs(self, batch):
-        images, labels = batch
+        images, labels, *boxes = batch
+        targets = self.item_centres(boxes[0].to(images.dtype)) if boxes and self.hparams.location_supervision > 0 else None
         if self.hparams.train_samples > 1:  # eq. 2's M episodes, here per image
             images = images.repeat_interleave(self.hparams.train_samples, 0)
             labels = labels.repeat_interleave(self.hparams.train_samples, 0)
+            targets = None if targets is None else targets.repeat_interleave(self.hparams.train_samples, 0)
         noise = self.policy_noise(self._train_policy(), images.shape[0], images)
-        return {"images": images, "labels": labels, "noise": noise, "std": self._std_input(images)}
+        return {"images": images, "labels": labels, "noise": noise, "std": self._std_input(images), "targets": targets}
 
-    def train_loss(self, images, labels, noise, std):
+    def train_loss(self, images, labels, noise, std, targets=None):
         out = self.rollout(images, self._train_policy(), noise=noise, std=std)
-        terms = self.losses(out, labels)
+        terms = self.losses(out, labels, targets)
         return terms["loss"], {key: value.detach() for key, value in terms.items()}
 
     def log_step_metrics(self, stage, metrics, batch_size):
@@ -334,7 +472,7 @@ class RAM(ZooModule):
     def eval_inputs(self, batch, stage):
         """The batch and, from the evaluation generator, the draws of the deterministic (none
         unless the policy is random), sampled, and for "test" the M-sample and random rollouts."""
-        images, labels = batch
+        images, labels = batch[:2]
         n, gen, train_policy = images.shape[0], self._eval_generator, self._train_policy()
         inputs = {"images": images, "labels": labels, "det_noise": self.policy_noise(self._eval_policy(), n, images, gen),
                   "sampled_noise": self.policy_noise(train_policy, n, images, gen)}
@@ -405,15 +543,21 @@ class RAM(ZooModule):
         return names[index] if names and 0 <= index < len(names) else str(index)
 
     # ------------------------------------------------------------------ optimisation
+    def location_parameters(self) -> list[nn.Parameter]:
+        """The location network: f_l, and DRAM's where layer and context network when present."""
+        parts = [self.locator] + [getattr(self, name) for name in ("where", "context_net") if hasattr(self, name)]
+        return [p for part in parts for p in part.parameters()]
+
     def configure_optimizers(self):
         hp = self.hparams
         params = [p for p in self.parameters() if p.requires_grad]
         if hp.location_lr_scale != 1.0:
             # The location network learns from REINFORCE alone; its own step size damps the random
             # walk a noisy policy gradient takes under Adam's per-parameter scaling.
-            located = {id(p) for p in self.locator.parameters()}
+            location = self.location_parameters()
+            located = {id(p) for p in location}
             params = [{"params": [p for p in params if id(p) not in located]},
-                      {"params": list(self.locator.parameters()), "lr": hp.lr * hp.location_lr_scale}]
+                      {"params": location, "lr": hp.lr * hp.location_lr_scale}]
         # the paper: SGD with momentum 0.9; the recipes: Adam
         return optim.configure(self, params, hp.optimizer, lr=hp.lr, momentum=hp.momentum,
                                weight_decay=hp.weight_decay, schedule=hp.lr_schedule)

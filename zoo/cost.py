@@ -1,0 +1,106 @@
+"""What a model costs: its parameters, and the multiply-accumulates (MACs) of one inference at its
+input size, the figures timm publishes as `param_count` and `infer_gmacs`.
+
+One inference is the program `zoo export` writes for the model, so that the count, the benchmark
+(benchmarks/releases.py) and a deployment measure the same work:
+- classifiers: images [B, C, H, W] -> logits (RAM: and its glimpse locations, mean policy);
+- captioners: greedy decoding unrolled to `decode_max_len` words (the exported `greedy`
+  program: its cost does not depend on where captions end);
+- DRAW generators: B images sampled from the prior (`zoo sample`; they have no images -> outputs
+  program).
+
+MACs are counted by `torch.utils.flop_counter.FlopCounterMode`, which counts a multiply-add as two
+FLOPs, so MACs = FLOPs / 2. Like timm's counts (fvcore, deepspeed) it counts matrix products,
+convolutions and attention, not element-wise work, gathers or RAM's retina crops.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+@dataclass
+class Inference:
+    """One inference of a model: `module(*inputs(batch, device))`, and what it is in words."""
+
+    what: str
+    module: nn.Module
+    inputs: Callable[[int, torch.device], tuple]
+    img_size: int  # the image side it reads (or, for a generator, writes)
+
+
+class _Sample(nn.Module):
+    def __init__(self, generator):
+        super().__init__()
+        self.generator = generator
+
+    def forward(self, n: int) -> torch.Tensor:
+        return self.generator.sample(n)["images"]  # [n, C, S, S]
+
+
+def inference(model) -> Inference:
+    """The model's inference program (see the module docstring), in eval mode. A UserError where
+    there is none yet (a captioner before training has given it a vocabulary)."""
+    from zoo.export import programs
+    from zoo.preprocess import for_model
+
+    model = model.eval()
+    size = for_model(model).size
+    if model.output_kind == "sample":
+        return Inference(f"sample {size[0]}x{size[1]} images from the prior", _Sample(model),
+                         lambda n, device: (n,), size[-1])
+    found = programs(model)
+    name = "greedy" if "greedy" in found else "model"
+    program = found[name]
+    chans = program.inputs[0].shape[1]
+    what = (f"greedy caption of {model.hparams.decode_max_len} words" if name == "greedy"
+            else f"{' and '.join(program.output_names)} of an image")
+    return Inference(f"{what} ({chans}x{size[0]}x{size[1]})", program.module,
+                     lambda n, device: (torch.rand(n, chans, *size, device=device),), size[-1])
+
+
+def num_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@torch.no_grad()
+def count_macs(model, batch_size: int = 1) -> int:
+    """Multiply-accumulates of one inference of `batch_size` images (FLOPs / 2; module docstring)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    run = inference(model)
+    device = next(model.parameters()).device
+    counter = FlopCounterMode(display=False)
+    with counter:
+        run.module(*run.inputs(batch_size, device))
+    return counter.get_total_flops() // 2
+
+
+def facts(model) -> dict:
+    """What `zoo info` shows that takes torch to know: parameters, MACs per image and what the
+    inference is, the preprocessing (zoo.preprocess) and the size of the label set."""
+    from zoo.preprocess import for_model
+
+    spec = for_model(model)
+    record = {"num_params": num_params(model), "preprocessing": spec.as_dict()}
+    record["preprocessing"].pop("class_names", None)  # the manifest or the recipe holds the names
+    if spec.class_names:
+        record["num_classes"] = len(spec.class_names)
+    elif model.hparams.get("num_classes"):
+        record["num_classes"] = int(model.hparams["num_classes"])
+    vocab = model.hparams.get("vocab")
+    if vocab:
+        record["vocab_size"] = len(vocab)
+    elif model.vocab_keys:
+        record["num_params_note"] = (f"without the vocabulary-sized layers ({', '.join(model.vocab_keys)}), "
+                                     "which training sizes from the data")
+    if model.vocab_keys and not vocab:
+        record["inference"] = record["macs"] = None
+        record["gmacs_note"] = "depends on the vocabulary, which training takes from the data"
+    else:
+        record["inference"] = inference(model).what
+        record["macs"] = count_macs(model)
+    return record

@@ -1,0 +1,281 @@
+"""`zoo info NAME`: everything known about a registered model in one record, read without torch
+(timm's `pretrained_cfg` and torchvision's `Weights.meta`, as one command).
+
+The record joins three sources, none of which needs a model built:
+- the release manifest (weights/MANIFEST.json): file, sha256, recipe, seed, metrics, class names
+  or vocabulary, preprocessing;
+- the recipe (configs/<family>/<recipe>.yaml): its command and, from its leading comment, a
+  description;
+- the model index (zoo/model_index.json, written by `python scripts/model_index.py`): the facts
+  that take torch to know (parameters, GMACs per image, preprocessing of recipes without a
+  release) and the results of the clone's results/ that a wheel does not ship (the spread of a
+  release's metrics over seeds, its attention scores). Each entry records the digest of the
+  config it was computed from; an entry whose config has changed since is computed afresh (with
+  torch, and a note) rather than shown stale. tests/test_info.py fails when the index is stale.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from zoo.errors import UserError
+from zoo.io import ALPHA_RULE, INTERPOLATION
+
+INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
+REGENERATE = "python scripts/model_index.py"
+
+
+@functools.lru_cache(maxsize=1)
+def index() -> dict:
+    """The model index ({"families": {class_path: family}, "entries": {name: facts}}); empty
+    when absent."""
+    if not INDEX_PATH.is_file():
+        return {"families": {}, "entries": {}}
+    return json.loads(INDEX_PATH.read_text())
+
+
+def config_of(entry) -> dict:
+    """The config an entry's facts describe: its release's where it has one, else its recipe's."""
+    if entry.weights is not None:
+        return entry.weights["config"]
+    return {**entry.model, "data": entry.data}
+
+
+def digest(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def stored_facts(entry) -> dict | None:
+    """The index's facts of `entry`, or None when the index has none for its current config."""
+    record = index()["entries"].get(entry.name)
+    return record if record and record.get("config_digest") == digest(config_of(entry)) else None
+
+
+def computed_facts(entry) -> dict:
+    """The torch facts of `entry` (zoo.cost.facts), computed now from its config's architecture
+    (no downloads)."""
+    from zoo import cost
+    from zoo.registry import build
+
+    model = build(architecture(config_of(entry)))
+    return {"config_digest": digest(config_of(entry)), "family": model.family, "output_kind": model.output_kind,
+            **cost.facts(model)}
+
+
+def _pretrained_sources(config: dict) -> list[dict]:
+    """The argument blocks of a config that may name pretrained weights: the model's, its backbone's."""
+    args = config.get("init_args") or {}
+    return [args, *([args["backbone"]] if isinstance(args.get("backbone"), dict) else [])]
+
+
+def architecture(config: dict) -> dict:
+    """A model config without the pretrained sources that would download or read a user's file
+    (timm's hub, a local checkpoint): the same architecture. A released zoo backbone named by
+    `pretrained: NAME` stays (a recipe takes the backbone's architecture from it)."""
+    def scrub(args: dict) -> dict:
+        args = {k: v for k, v in args.items() if k != "pretrained_file"}
+        if args.get("pretrained") is True:
+            args["pretrained"] = False
+        return args
+
+    init_args = scrub(dict(config.get("init_args") or {}))
+    if isinstance(init_args.get("backbone"), dict):
+        init_args["backbone"] = scrub(init_args["backbone"])
+    return {**config, "init_args": init_args}
+
+
+def timm_weights(config: dict) -> bool:
+    """Whether the config starts from timm's pretrained weights (whose mean/std the model then
+    applies: timm's pretrained_cfg, not known without them)."""
+    return any(block.get("pretrained") is True or block.get("pretrained_file") for block in _pretrained_sources(config))
+
+
+def family(class_path: str) -> str | None:
+    """A model class's family as the index knows it (None: not indexed; import the class)."""
+    return index()["families"].get(class_path)
+
+
+def description(entry) -> str | None:
+    """The first sentence of the recipe's leading comment."""
+    path = entry.recipe
+    if path is None or not Path(path).is_file():
+        return None
+    lines = []
+    for line in Path(path).read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if not text or text.startswith(("python ", "zoo ")):
+            break
+        lines.append(text)
+    text = " ".join(lines)
+    sentence = re.match(r"(.+?\.)(?=\s+[A-Z]|\s*$)", text)  # not at "et al. 2015" or "sec. 4.1"
+    return (sentence.group(1) if sentence else text) or None
+
+
+def describe(name: str) -> dict:
+    """The `zoo info` record of `name` (unknown names: a UserError with a did-you-mean)."""
+    from zoo import hub
+    from zoo.registry import get_entry
+
+    entry = get_entry(name)
+    facts = stored_facts(entry)
+    notes = []
+    if facts is None:
+        facts = computed_facts(entry)
+        notes.append(f"computed now: the model index has no facts for this config ({REGENERATE} stores them)")
+    meta = (entry.weights or {}).get("metadata") or {}
+    pre = {**facts.get("preprocessing", {}), **{k: v for k, v in (meta.get("preprocessing") or {}).items()
+                                                if k != "class_names"}}
+    names = meta.get("class_names") or (meta.get("preprocessing") or {}).get("class_names") \
+        or entry.model.get("init_args", {}).get("class_names")
+    vocab = meta.get("vocab")
+    record = {
+        "name": name,
+        "family": entry.metadata.get("family") or facts.get("family"),
+        "pretrained": entry.weights is not None,
+        "description": description(entry),
+        "task": meta.get("task"), "dataset": meta.get("dataset"),
+        "input_size": [pre.get("in_chans"), *(pre.get("size") or [])],
+        "value_range": [0.0, 1.0],
+        "mean": pre.get("mean"), "std": pre.get("std"),
+        "normalisation": "inside the model" if pre.get("mean") else
+                         "inside the model: the pretrained weights' mean/std (timm's pretrained_cfg)"
+                         if timm_weights(config_of(entry)) else "none",
+        "resize": pre.get("resize"), "resize_size": pre.get("resize_size"), "interpolation": INTERPOLATION,
+        "alpha": ALPHA_RULE,
+        "num_classes": len(names) if names else facts.get("num_classes"),
+        "class_names": list(names) if names else None,
+        "vocab_size": len(vocab) if vocab else facts.get("vocab_size"),
+        "num_params": facts.get("num_params"),
+        "gmacs": facts["macs"] / 1e9 if facts.get("macs") is not None else None,
+        "inference": facts.get("inference"), "output_kind": facts.get("output_kind"),
+        "recipe": entry.metadata.get("recipe"),
+        "recipe_file": entry.metadata.get("recipe_file"),
+    }
+    for key in ("num_params_note", "gmacs_note"):
+        if facts.get(key):
+            record[key] = facts[key]
+    if entry.weights is not None:
+        path = hub.weights_dir() / entry.weights["file"]
+        record.update({
+            "file": entry.weights["file"], "file_size": path.stat().st_size if path.is_file() else facts.get("file_size"),
+            "sha256": entry.weights.get("sha256"), "url": hub.release_url(entry.weights),
+            "seed": meta.get("seed"), "trained_at": meta.get("trained_at"), "device": meta.get("device"),
+            "remake": meta.get("remake"), "results_file": meta.get("results_file"),
+            "metrics": _metrics(meta.get("metrics") or {}, facts.get("seeds") or {}),
+            "attention": facts.get("attention"),
+        })
+    if notes:
+        record["notes"] = notes
+    return record
+
+
+#: per-step metrics (DRAW's KL per step, RAM's accuracy after k glimpses): in the JSON, not the summary lines
+PER_STEP = re.compile(r"_(step|glimpses_)\d+$")
+
+
+def summary_metrics(metrics: dict) -> dict:
+    """The test metrics of a `describe` record that its text and its card show."""
+    return {k: v for k, v in (metrics or {}).items() if k.startswith("test/") and not PER_STEP.search(k)}
+
+
+def _metrics(release: dict, seeds: dict) -> dict:
+    """{metric: {"value": the release's, "seeds": {"n", "mean", "std"}?}}: the spread over the
+    seeds of the release's recipe where its results summary has more than one."""
+    out = {}
+    for key, value in release.items():
+        out[key] = {"value": value}
+        if key in seeds:
+            out[key]["seeds"] = seeds[key]
+    return out
+
+
+# ----------------------------------------------------------------------------- text
+def _number(value, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.{digits}g}"
+
+
+def render(record: dict) -> str:
+    """`zoo info`'s text: one fact per line."""
+    lines = [f"{record['name']}  ({record['family']}, {'released weights' if record['pretrained'] else 'recipe only, no released weights'})"]
+    if record.get("description"):
+        lines.append(f"  {record['description']}")
+
+    def row(label: str, text) -> None:
+        if text not in (None, ""):
+            lines.append(f"{label:12s} {text}")
+
+    c, *hw = record["input_size"]
+    norm = f"mean {record['mean']}, std {record['std']} (applied inside the model)" if record["mean"] else \
+        "no normalisation" if record["normalisation"] == "none" else f"normalised {record['normalisation']}"
+    rules = {"exact": f"exact: the image must be {hw[1]}x{hw[0]} px already (its coordinates are input pixels)",
+             "squash": f"squash: the whole image resized to {hw[1]}x{hw[0]} px ({record['interpolation']})",
+             "crop": f"crop: the shorter side resized to {record.get('resize_size')} px, then the centre "
+                     f"{hw[1]}x{hw[0]} ({record['interpolation']})"}
+    row("input", f"{c}x{hw[0]}x{hw[1]} (C x H x W), values in [0, 1]; {norm}")
+    row("resize", rules.get(record["resize"], record["resize"]))
+    row("alpha", record["alpha"])
+    if record.get("class_names"):
+        shown = ", ".join(record["class_names"][:10]) + (", ..." if len(record["class_names"]) > 10 else "")
+        row("classes", f"{record['num_classes']}: {shown}")
+    elif record.get("num_classes"):
+        row("classes", record["num_classes"])
+    row("vocabulary", f"{record['vocab_size']} words" if record.get("vocab_size") else None)
+    params = record.get("num_params")
+    row("parameters", f"{params:,} ({params / 1e6:.2f} M)" + (f"; {record['num_params_note']}" if record.get("num_params_note") else "")
+        if params is not None else None)
+    if record.get("gmacs") is not None:
+        row("GMACs", f"{_number(record['gmacs'])} per image: {record['inference']} "
+                     "(torch.utils.flop_counter; MACs = FLOPs / 2)")
+    else:
+        row("GMACs", f"- ({record.get('gmacs_note') or 'not known'})")
+    if record["pretrained"]:
+        size = record.get("file_size")
+        row("file", f"{record['file']}" + (f", {size / 1e6:.2f} MB" if size else ""))
+        row("sha256", record["sha256"])
+    row("recipe", record["recipe"])
+    if record["pretrained"]:
+        row("seed", f"{record['seed']} (trained at {str(record.get('trained_at'))[:12]} on {record.get('device')})")
+        row("remake", record.get("remake"))
+        tests = summary_metrics(record["metrics"])
+        for key, metric in tests.items():
+            spread = metric.get("seeds")
+            extra = (f"   ({spread['n']} seeds: {_number(spread['mean'])} ± {_number(spread['std'], 2)})"
+                     if spread else "")
+            row("metrics" if key == next(iter(tests)) else "", f"{key} {_number(metric['value'])}{extra}")
+        attention = record.get("attention")
+        if attention:
+            row("attention", attention_line(attention))
+    for note in record.get("notes", []):
+        row("note", note)
+    return "\n".join(lines)
+
+
+def attention_line(scores: dict) -> str:
+    """Pointing game and deletion gap beside their chance levels, in one line."""
+    def pct(key):
+        return "-" if scores.get(key) is None else f"{100 * scores[key]:.1f}%"
+
+    def num(key):
+        return "-" if scores.get(key) is None else f"{scores[key]:+.3f}"
+
+    return (f"pointing {pct('pointing')} (uniform {pct('pointing_uniform')}, centre prior {pct('pointing_centre')}); "
+            f"deletion gap {num('deletion_gap')} vs random, {num('deletion_gap_centre')} vs centre prior; "
+            f"{scores.get('examples', '?')} {scores.get('split', '')} images ({scores.get('source')})")
+
+
+def check_known(name: str) -> None:
+    """A UserError with a did-you-mean for a name the registry does not know."""
+    from zoo.registry import get_entry
+
+    if not isinstance(name, str) or not name:
+        raise UserError("give a model name (`zoo list` shows them)")
+    get_entry(name)
