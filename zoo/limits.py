@@ -325,9 +325,9 @@ def _model_memory(cls, init_args: Mapping, batch: int) -> dict[str, float]:
                 return {}
             parts = {_largest_tensor(model, init_args): float(sum(t.numel() * t.element_size() for t in
                                                                    [*model.parameters(), *model.buffers()]))}
-            activations = _forward_peak(model, batch)
+            activations, largest = _forward_peak(model, batch)
             if activations:
-                parts[f"activations of a forward pass of {batch} input(s)"] = activations
+                parts[f"activations of a forward pass of {batch} input(s), the largest {largest}"] = activations
             return parts
     finally:
         logging.disable(disabled)
@@ -362,9 +362,10 @@ def _largest_tensor(model, init_args: Mapping) -> str:
     return f"the weights (largest: {name} {list(tensor.shape)}{cause})"
 
 
-def _forward_peak(model, batch: int) -> float | None:
+def _forward_peak(model, batch: int) -> tuple[float | None, str]:
     """The peak bytes of tensors alive at once during `model`'s forward pass (on `meta`) of `batch`
-    inputs of its input size; None when it cannot run there (an op without a meta kernel)."""
+    inputs of its input size, and the largest of them ('[shape] from op': the shape says which
+    setting grew it); None when it cannot run there (an op without a meta kernel)."""
     import weakref
 
     import torch
@@ -374,12 +375,13 @@ def _forward_peak(model, batch: int) -> float | None:
     size, chans = getattr(model, "input_size", None), getattr(model, "input_chans", None)
     probe = getattr(model, "memory_probe", None) or model
     if size is None or chans is None:
-        return None
+        return None, ""
 
     class LiveBytes(TorchDispatchMode):
         def __init__(self):
             super().__init__()
-            self.live = self.peak = 0
+            self.live = self.peak = self.largest = 0
+            self.largest_is = ""
             self.seen: set[int] = set()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -389,6 +391,8 @@ def _forward_peak(model, batch: int) -> float | None:
                     n = t.numel() * t.element_size()
                     self.live += n
                     self.peak = max(self.peak, self.live)
+                    if n > self.largest:
+                        self.largest, self.largest_is = n, f"{list(t.shape)} from {func.overloadpacket.__name__}"
                     self.seen.add(id(t))
                     weakref.finalize(t, self._free, id(t), n)
             return out
@@ -403,11 +407,11 @@ def _forward_peak(model, batch: int) -> float | None:
         model.eval()
         with torch.no_grad(), counter:
             probe(images)
-        return float(counter.peak + images.numel() * images.element_size())
+        return float(counter.peak + images.numel() * images.element_size()), counter.largest_is or "the input"
     except UserError:
         raise
     except Exception:  # an op without a meta kernel, or a data-dependent step: no estimate
-        return None
+        return None, ""
 
 
 def data_memory(cls, init_args: Mapping) -> dict[str, float]:
