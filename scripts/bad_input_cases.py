@@ -148,7 +148,10 @@ def cases(work: Path, ROOT: Path, py: str, files: dict, image: Path, url: str, e
            "--data.init_args.batch_size=32"]
     canvas = str(work / "canvas28.png")
     onnx = [py, str(ROOT / "docs/examples/onnx_caption.py")]
-    load = lambda folder: [py, "-c", f"import sys, zoo.export as e; e.load_export({str(folder)!r}); print('loaded')"]
+    # a user's script calling the public zoo.load_export: a UserError is its one line, exit 2
+    load = lambda folder: [py, "-c", "import sys, zoo\ntry:\n    zoo.load_export(sys.argv[1]); print('loaded')\n"
+                           "except zoo.UserError as exc:\n    print(f'load_export: error: {exc}', file=sys.stderr); sys.exit(2)",
+                           str(folder)]
     return [
         # 1. memory
         ("captioner hidden_dim 16384 (4.3 GB): zoo caption", zoo + ["caption", str(image), "--checkpoint", str(files["wide_sat"])], {}),

@@ -266,7 +266,7 @@ def _command_name(command: list[str]) -> str:
     if words[:2] == ["-m", "zoo.cli"]:
         return " ".join(["zoo", *words[2:3]])
     if words[:1] == ["-c"]:
-        return "python -c (zoo.export.load_export)"
+        return "python -c (zoo.load_export)"
     return " ".join(words[:2] if words[:1] == ["train.py"] else words[:1])
 
 
