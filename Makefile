@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 export WANDB_SILENT ?= true
 
-.PHONY: setup data browser demo test test-fast bench results clean
+.PHONY: setup data browser demo test test-fast fuzz bench results clean
 
 setup: $(STAMP) data browser
 
@@ -37,6 +37,12 @@ test: setup
 # The quick loop (about 1.5 minutes on 2 cores): everything but the subprocess / multi-process tests.
 test-fast: setup
 	$(PY) -m pytest -q --timeout 900 $(XDIST) -m "not slow" tests
+
+# Fuzz the ten kinds of untrusted input with fresh draws for FUZZ_SECONDS (tools/fuzz.py); failing
+# inputs are saved under tests/fuzz_corpus/, which `make test` replays.
+FUZZ_SECONDS ?= 600
+fuzz: setup
+	$(PY) tools/fuzz.py --seconds $(FUZZ_SECONDS) --json results/fuzz_report.json
 
 # benchmarks/releases.py writes results/benchmark-{infer,train}-cpu.csv; the leaderboard is rebuilt from them
 bench: setup

@@ -1,18 +1,23 @@
 """Run every bad-input case of the entry points as a user would (a real process each) and print a
-table: the case, the exit code, how many lines went to stderr, and the first of them. Each case
-that names code to run checks that its marker file never appears.
+table: the case, the exit code, how many lines went to stderr, and the first of them, the seconds and
+the peak memory (each case runs under an address-space cap, --cap-gb, so that a regression cannot
+take the machine). Each case that names code to run checks that its marker file never appears.
+Then a peak-memory table per command (the most any of its cases took, against the budget), and a
+short fuzz run of the ten kinds of untrusted input (tools/fuzz.py, --fuzz-seconds) with its summary.
 
-    python scripts/bad_input_report.py [--json results/bad_input_report.json]
+    python scripts/bad_input_report.py [--json results/bad_input_report.json] [--only TEXT]
 
 It writes a tiny Fashion-MNIST (the tests' generator) and its files under a temporary folder; a
-few cases need a short training run, made once.
+few cases need a short training run, made once, and two captioner exports.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +43,9 @@ class Payload:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the table as JSON")
+    parser.add_argument("--only", help="run only the cases whose title contains this text")
+    parser.add_argument("--cap-gb", type=float, default=10.0, help="address space each case may map (GB)")
+    parser.add_argument("--fuzz-seconds", type=float, default=120.0, help="the fuzz run's length (0: none)")
     args = parser.parse_args(argv)
 
     import torch
@@ -125,6 +133,11 @@ def main(argv=None) -> int:
 
     (work / "coco.json").write_text(json.dumps({"images": [{"id": 1, "file_name": "scene.png"}],
                                                 "annotations": [{"id": 1, "image_id": 1, "caption": "a shirt"}]}))
+    import bad_input_cases
+
+    files = bad_input_cases.build(work, ROOT, trained)
+    exported = bad_input_cases.exports(work, ROOT, py, env)
+    (served / "w.safetensors").write_bytes((ROOT / "weights/vit_fmnist.safetensors").read_bytes())
     zoo = [py, "-m", "zoo.cli"]
     cases = [
         ("safetensors config naming os.system: zoo caption", zoo + ["caption", str(image), "--checkpoint", str(work / "evil.safetensors")]),
@@ -194,31 +207,87 @@ def main(argv=None) -> int:
         ("zoo with no command", zoo),
         ("zoo frobnicate", zoo + ["frobnicate"]),
     ]
+    cases = [(case, command, {}) for case, command in cases]
+    cases += bad_input_cases.cases(work, ROOT, py, files, image, url, exported)
+    cap = int(args.cap_gb * 2**30)
     rows = []
-    for case, command in cases:
+    for case, command, extra in cases:
+        if args.only and args.only not in case:
+            continue
         started = time.perf_counter()
+        before = {p.name for p in work.iterdir()}
         # GNU time reports the peak memory (KB) as the last stderr line
-        result = subprocess.run(["/usr/bin/time", "-f", "%M", *command], env=env, cwd=work, capture_output=True,
-                                text=True, timeout=600)
+        process = subprocess.Popen(["/usr/bin/time", "-f", "%M", *command], env={**env, **extra}, cwd=work,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+        try:
+            _, stderr = process.communicate(timeout=600)
+            code = process.returncode
+        except subprocess.TimeoutExpired:  # the case and everything it started
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            code, stderr = "timeout after 600 s", ""
         seconds = time.perf_counter() - started
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        lines = [line for line in stderr.splitlines() if line.strip()]
         peak_kb = int(lines.pop()) if lines and lines[-1].strip().isdigit() else None
-        lines = [line for line in lines if not line.startswith("Command exited with non-zero status")]
-        rows.append({"case": case, "exit": result.returncode, "stderr_lines": len(lines),
+        lines = [line for line in lines if not line.startswith(("Command exited with non-zero status",
+                                                                "Command terminated by signal"))]
+        rows.append({"case": case, "command": _command_name(command), "exit": code, "stderr_lines": len(lines),
                      "first_line": lines[0][:300] if lines else "", "marker": marker.exists(),
-                     "seconds": round(seconds, 1), "peak_mb": round(peak_kb / 1024) if peak_kb else None})
+                     "seconds": round(seconds, 1), "peak_mb": round(peak_kb / 1024) if peak_kb else None,
+                     "created": sorted({p.name for p in work.iterdir()} - before)})
     server.shutdown()
     print("| case | exit code | stderr lines | seconds | peak MB | stderr |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['case']} | {r['exit']} | {r['stderr_lines']} | {r['seconds']} | {r['peak_mb']} | "
               f"{r['first_line'][:160]} |")
     print(f"\nmarker file created by any case: {any(r['marker'] for r in rows)}")
+    memory = peak_memory_table(rows)
+    fuzzed = None
+    if args.fuzz_seconds > 0:
+        sys.path.insert(0, str(ROOT / "tools"))
+        from fuzz import fuzz
+
+        fuzzed = fuzz(args.fuzz_seconds, log=lambda line: None)
+        print(f"\nfuzz: {fuzzed['cases']} cases of {len(fuzzed['kinds'])} kinds in {fuzzed['seconds']} s, "
+              f"{fuzzed['failures']} failures")
+        print("| kind | cases | correct | refused in one line | failures |\n|---|---|---|---|---|")
+        for kind, counts in fuzzed["kinds"].items():
+            print(f"| {kind} | {counts['cases']} | {counts['ok']} | {counts['refused']} | {len(counts['failures'])} |")
     if args.json:
         from zoo.results import write_json
 
-        write_json(args.json, {"cases": rows})
+        write_json(args.json, {"cases": rows, "peak_memory": memory, "fuzz": fuzzed})
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _command_name(command: list[str]) -> str:
+    """The entry point a case runs: `zoo caption`, `eval.py`, `train.py fit`, a script's name."""
+    words = [Path(c).name if c.endswith(".py") else c for c in command[1:]]
+    if words[:2] == ["-m", "zoo.cli"]:
+        return " ".join(["zoo", *words[2:3]])
+    if words[:1] == ["-c"]:
+        return "python -c (zoo.load_export)"
+    return " ".join(words[:2] if words[:1] == ["train.py"] else words[:1])
+
+
+def peak_memory_table(rows: list[dict]) -> list[dict]:
+    """Per command: its cases, the most memory any of them took (peak RSS, MB), and the budget."""
+    from zoo.limits import limit
+
+    budget = limit("memory_mb")
+    budget = round(budget) if budget != float("inf") else None  # a tree from before the budget
+    table = []
+    for command in sorted({r["command"] for r in rows}):
+        mine = [r for r in rows if r["command"] == command]
+        top = max(mine, key=lambda r: r["peak_mb"] or 0)
+        table.append({"command": command, "cases": len(mine), "peak_mb": top["peak_mb"], "worst_case": top["case"],
+                      "budget_mb": budget})
+    print("\n| command | cases | peak MB (any case) | that case | budget MB |\n|---|---|---|---|---|")
+    for t in table:
+        print(f"| {t['command']} | {t['cases']} | {t['peak_mb']} | {t['worst_case']} | {t['budget_mb']} |")
+    return table
 
 
 if __name__ == "__main__":

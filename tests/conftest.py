@@ -100,6 +100,15 @@ def tiny_data(tiny_data_dir, monkeypatch) -> Path:
     return tiny_data_dir
 
 
+@pytest.fixture
+def offline_in_tmp(tmp_path, monkeypatch):
+    """This process as a user's run in tmp_path: its own download cache, W&B offline and quiet."""
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+
+
 # ----------------------------------------------------------------------------- subprocesses
 def cli_env(data_dir: Path | None = None, **extra: str) -> dict:
     """Environment for entry-point subprocesses: tiny data, offline W&B, one thread each,

@@ -89,8 +89,9 @@ def test_what_cannot_be_exported_is_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_torch_free_onnx_example_captions_as_zoo_caption_does(tmp_path, capsys):
-    """docs/examples/onnx_caption.py (onnxruntime, numpy and PIL; torch and zoo made unimportable)
-    reads only the export folder and gives zoo caption's beam-search captions word for word."""
+    """docs/examples/onnx_caption.py (onnxruntime, numpy, PIL and the torch-free zoo.export_set; torch
+    made unimportable) reads only the export folder and gives zoo caption's beam-search captions word
+    for word."""
     import subprocess
     import sys
 
@@ -110,7 +111,7 @@ def test_the_torch_free_onnx_example_captions_as_zoo_caption_does(tmp_path, caps
     capsys.readouterr()
     assert cli.main(["caption", "--model", "sat_soft_scenes", *map(str, paths)]) == 0
     expected = capsys.readouterr().out
-    blocked = ("import runpy, sys; sys.modules['torch'] = None; sys.modules['zoo'] = None; "
+    blocked = ("import runpy, sys; sys.modules['torch'] = None; "
                "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", blocked, str(REPO / "docs/examples/onnx_caption.py"),
                              str(tmp_path / "exported"), *map(str, paths)], env=cli_env(None), capture_output=True,

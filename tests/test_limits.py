@@ -160,7 +160,7 @@ def test_deep_nesting_in_a_recipe_and_in_a_weights_config_is_one_line(tmp_path):
     save_file({"w": torch.zeros(1)}, str(tmp_path / "deep.safetensors"),
               metadata={"zoo_config": "[" * 200_000 + "]" * 200_000})
     code, err = _run([REPO / "eval.py", "--checkpoint", "deep.safetensors"], tmp_path)
-    _assert_refused(code, err, "refused, its zoo config is nested too deep")
+    _assert_refused(code, err, "deep.safetensors: its zoo config: refused, nested too deep")
 
 
 @pytest.mark.slow

@@ -213,7 +213,7 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     path.write_bytes(b"garbage")
     rebuilt = make_dm(tmp_path).build_split("train")
     assert np.array_equal(rebuilt.images, first.images)
-    assert Scenes.load(path).captions == first.captions
+    assert Scenes.load(path, 64).captions == first.captions
 
 
 # ----------------------------------------------------------------------------- datamodule

@@ -48,12 +48,7 @@ class _Payload:
         return os.system, (f"touch {self.marker}",)
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("offline_in_tmp")
 
 
 def _one_error_line(err: str, prog: str) -> str:

@@ -4,14 +4,25 @@ Anything else is a bug and keeps its traceback."""
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import re
 import sys
 import warnings
 from collections.abc import Callable
 
 
 class UserError(Exception):
-    """A mistake in the user's input (file, name, config, image), reported as one clear line."""
+    """A mistake in the user's input (file, name, config, image), reported as one clear line: a
+    message that quotes a file (or a library quoting it) is cut at MAX_LENGTH characters."""
+
+    MAX_LENGTH = 1000
+
+    def __init__(self, message: object = "", *args):
+        text = str(message)
+        if len(text) > self.MAX_LENGTH:
+            text = text[:self.MAX_LENGTH - 3] + "..."
+        super().__init__(text, *args)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -23,10 +34,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 def one_line_warnings() -> None:
     """Show warnings as `Category: message`, one line each (not file:line plus source)."""
-    warnings.formatwarning = lambda message, category, *args, **kwargs: f"{category.__name__}: {message}\n"
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"{category.__name__}: {printable(message)}\n"
     # straight to stderr, also where a caller (a test harness) had been recording warnings
     warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: print(
-        f"{category.__name__}: {message}", file=file or sys.stderr)
+        f"{category.__name__}: {printable(message)}", file=file or sys.stderr)
 
 
 class _NoAdverts(logging.Filter):
@@ -58,11 +69,49 @@ def quiet_lightning() -> None:
             logger.addFilter(_NoAdverts())  # a filter acts on its own logger's records only
 
 
+# C0 and C1 control characters (ESC starts the sequences that recolour, move the cursor or retitle a
+# terminal; CR and BS overwrite what was printed) and the Unicode line separators and bidirectional
+# overrides that reorder what a reader sees
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """Text that came from a file (a class name, a word, a path) made inert for a terminal: every
+    control character becomes its escape (\\x1b, \\n, \\u202e), so it is shown, not obeyed, and
+    one line stays one line."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+#: errors of the machine or its folders (full, read-only, a file where a folder should be), which a
+#: user fixes: one line naming the path, never a traceback
+ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
+                      errno.EISDIR, errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG, errno.ELOOP, errno.EMFILE,
+                      errno.EIO, errno.EFBIG}
+
+
+def environment_error(exc: BaseException) -> str | None:
+    """'<path>: <reason>' for an OSError of the machine or its folders, else None (a bug)."""
+    if not isinstance(exc, OSError) or exc.errno not in ENVIRONMENT_ERRNOS:
+        return None
+    where = exc.filename if exc.filename is not None else "a file"
+    return f"cannot use {where}: {exc.strerror or exc}"
+
+
 def report_user_errors(prog: str, main: Callable[[], int | None]) -> int:
-    """Run `main`; a UserError becomes `prog: error: <message>` on stderr and exit code 2."""
+    """Run `main`; a UserError (or the machine's OSError: a full disk, a read-only or missing
+    folder) becomes `prog: error: <message>` on stderr, one line, and exit code 2."""
     one_line_warnings()
     try:
+        from zoo.limits import check_environment
+
+        check_environment()
         return int(main() or 0)
     except UserError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {printable(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        message = environment_error(exc)
+        if message is None:
+            raise
+        print(f"{prog}: error: {printable(message)}", file=sys.stderr)
         return 2

@@ -41,6 +41,8 @@ def parse_args(argv=None, prog: str = "eval.py"):
 def key_values(items: list[str], flag: str) -> dict:
     import yaml
 
+    from zoo.limits import check_tree, shorten
+
     parsed = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -49,7 +51,10 @@ def key_values(items: list[str], flag: str) -> dict:
         try:
             parsed[key] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            raise UserError(f"{flag} {item}: not a YAML value ({str(exc).splitlines()[0]})") from None
+            raise UserError(f"{flag} {shorten(item, 60)}: not a YAML value ({str(exc).splitlines()[0]})") from None
+        except RecursionError:
+            raise UserError(f"{flag} {shorten(item, 60)}: refused, nested too deep") from None
+        check_tree(parsed[key], f"{flag} {shorten(item, 60)}")
     return parsed
 
 
@@ -59,6 +64,7 @@ def evaluate(args) -> int:
     import zoo
     from zoo import hub
     from zoo.io import check_writable
+    from zoo.limits import check_flags
     from zoo.results import write_json
 
     started = time.perf_counter()
@@ -67,6 +73,8 @@ def evaluate(args) -> int:
     for flag, value in (("--batch-size", args.batch_size), ("--limit", args.limit)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be >= 1, got {value}")
+    check_flags({"--batch-size": args.batch_size})
+    check_flags({"--limit": args.limit}, limit_name="limit_eval")
     L.seed_everything(args.seed, verbose=False)
     model_args = key_values(args.model_arg, "--model-arg")
     if args.checkpoint:

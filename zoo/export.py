@@ -38,12 +38,12 @@ import torch
 from torch import nn
 
 from zoo.errors import UserError
+from zoo.export_set import MANIFEST, METADATA_KEY, check_set
 from zoo.io import atomic_write_bytes, check_writable, sigterm_raises, swap_in_folder, writing
 from zoo.limits import shorten
 
 FORMATS = ("onnx", "torch")
 MAX_BATCH = 4096
-MANIFEST = "export.json"
 MAX_MANIFEST_BYTES = 64 * 2**20  # a captioner's vocabulary is in it; far below this
 EXPORT_EXTRA = "pip install 'attention-zoo[export]'"
 
@@ -264,7 +264,7 @@ def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | 
     out_dir = check_target(out_dir)
     suffix = ".onnx" if fmt == "onnx" else ".pt2"
     info = describe(model, fmt)
-    metadata = {"attention_zoo": json.dumps(info)}
+    metadata = {METADATA_KEY: json.dumps(info)}
     with sigterm_raises(), writing(out_dir) as staging:
         staging.mkdir()
         for written, (name, program) in enumerate(programs(model, max_len).items(), 1):
@@ -290,19 +290,7 @@ def _test_hook(written: int) -> None:
 
 
 def load_export(out_dir: str | os.PathLike) -> dict:
-    """An export's manifest, after checking that its files are the set it names (every file there,
-    each with its sha256, nothing missing): one line for a set that was mixed or damaged."""
-    from zoo.hub import sha256_file
-
-    out_dir = Path(out_dir)
-    try:
-        manifest = json.loads((out_dir / MANIFEST).read_text())
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{out_dir}: not a zoo export (no readable {MANIFEST}: {exc})") from None
-    for name, digest in files.items():
-        path = out_dir / name
-        if not path.is_file() or sha256_file(path) != digest:
-            raise UserError(f"{out_dir}: {name} is not the file this export's {MANIFEST} names "
-                            "(a mixed or damaged set); export again")
-    return manifest
+    """An export's manifest, once `zoo.export_set.check_set` has shown the folder holds exactly the
+    set it names (plain names inside it, each file's sha256, the family's programs, bounded sizes,
+    a decoder as wide as the vocabulary): one line for a set that was mixed or damaged."""
+    return check_set(out_dir)

@@ -15,8 +15,10 @@ seconds (default 30) ends the download with one line.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import math
 import os
 import pickle
 import re
@@ -29,14 +31,14 @@ from urllib.parse import urlparse
 from zoo.errors import UserError
 from zoo.hparams import current_config
 from zoo.io import atomic_write_bytes, sigterm_raises, writing
-from zoo.limits import check_tree, shorten
+from zoo.limits import NUMERIC_ENVIRONMENT, check_tree, env_number, parse_json, read_json, shorten
 
 #: the largest zoo config a weights file may carry (a COCO captioner's, vocabulary and all, is ~1 MB)
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 CONFIG_KEY = "zoo_config"
 META_KEY = "zoo_meta"  # a release's preprocessing, class names or vocabulary, metrics, recipe
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = NUMERIC_ENVIRONMENT["ZOO_DOWNLOAD_TIMEOUT"]
 # torch.hub's convention: the file name ends in "-<first hex digits of its sha256>"
 HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})(?:\.[A-Za-z0-9]+)+$")
 
@@ -55,11 +57,39 @@ def manifest() -> dict:
     """The release manifest: {name: {file, sha256, url?, config, metadata}} ({} when absent), its
     configs in current hyperparameter names (zoo.hparams: a mirror's manifest may be older)."""
     path = weights_dir() / "MANIFEST.json"
-    records = json.loads(path.read_text()) if path.is_file() else {}
-    for record in records.values():
-        if isinstance(record, dict) and "config" in record:
-            record["config"] = current_config(record["config"])
-    return records
+    if not path.exists():
+        return {}
+    records = read_json(path, f"the weights manifest {path}", expect=dict, max_bytes=MAX_CONFIG_BYTES)
+    good = {}
+    for name, record in records.items():
+        problem = _record_problem(record)
+        if problem:
+            _skip_release(str(path), shorten(name, 60), problem)
+            continue
+        good[name] = {**record, "config": current_config(record["config"])}
+    return good
+
+
+def _record_problem(record) -> str | None:
+    """Why a manifest record is not a release (None when it is one)."""
+    if not isinstance(record, dict):
+        return f"a {type(record).__name__}, not a record"
+    for key, kind in (("file", str), ("sha256", str), ("config", dict)):
+        if not isinstance(record.get(key), kind):
+            return f"its {key!r} is not a {kind.__name__}"
+    if not re.fullmatch(r"[\w.+-]+", record["file"]) or record["file"] in (".", ".."):
+        return "its file is not a plain file name"
+    if not isinstance(record["config"].get("class_path"), str):
+        return "its config names no class_path"
+    for key in ("metadata", "url"):
+        if record.get(key) is not None and not isinstance(record[key], dict if key == "metadata" else str):
+            return f"its {key!r} has the wrong type"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _skip_release(path: str, name: str, problem: str) -> None:
+    warnings.warn(f"{path}: release {name!r} skipped, {problem}", UserWarning, stacklevel=3)
 
 
 # Where released weight files are published: the assets of this repository's GitHub release for
@@ -104,7 +134,7 @@ def sha256_file(path: str | os.PathLike) -> str:
 URL_SCHEMES = ("http", "https")
 #: the largest download (MB) unless ZOO_MAX_DOWNLOAD_MB says otherwise: far above every release
 #: (the largest, an ImageNet ViT-B/16 captioner, is about 350 MB)
-DEFAULT_MAX_DOWNLOAD_MB = 4096
+DEFAULT_MAX_DOWNLOAD_MB = NUMERIC_ENVIRONMENT["ZOO_MAX_DOWNLOAD_MB"]
 
 
 def is_url(location: str) -> bool:
@@ -113,11 +143,7 @@ def is_url(location: str) -> bool:
 
 
 def max_download_bytes() -> int:
-    raw = os.environ.get("ZOO_MAX_DOWNLOAD_MB", str(DEFAULT_MAX_DOWNLOAD_MB))
-    try:
-        return int(float(raw) * 1024 * 1024)
-    except ValueError:
-        raise UserError(f"ZOO_MAX_DOWNLOAD_MB={shorten(raw, 40)!r} is not a number of megabytes") from None
+    return int(env_number("ZOO_MAX_DOWNLOAD_MB", DEFAULT_MAX_DOWNLOAD_MB) * 1024 * 1024)
 
 
 # ----------------------------------------------------------------------------- model cards
@@ -338,15 +364,19 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
         except UserError:
             pass
         target.unlink()  # a cached file that is damaged or no longer matches its pin is not served again
-    with sigterm_raises(), writing(target, "part") as part:  # a killed download's .part: swept next time
-        _download(url, part)
-        if pin is not None:
-            if not _matches(part, pin):
-                raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
-                                f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
-        else:
-            check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache
-        os.replace(part, target)
+    try:
+        with sigterm_raises(), writing(target, "part") as part:  # a killed download's .part: swept next time
+            _download(url, part)
+            if pin is not None:
+                if not _matches(part, pin):
+                    raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
+                                    f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
+            else:
+                check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache
+            os.replace(part, target)
+    except OSError as exc:  # the cache folder: a file, read-only or full
+        raise UserError(f"the download cache {cache_dir()}: cannot write there ({exc.strerror or exc}); set "
+                        "ZOO_CACHE_DIR to a writable folder") from None
     return target
 
 
@@ -359,7 +389,7 @@ def _download(url: str, dest: Path) -> None:
 
     from tqdm import tqdm
 
-    timeout = float(os.environ.get("ZOO_DOWNLOAD_TIMEOUT", DEFAULT_TIMEOUT_S))
+    timeout = env_number("ZOO_DOWNLOAD_TIMEOUT", DEFAULT_TIMEOUT_S)
     offline_hint = "Offline? Download the file elsewhere and pass its local path instead"
     try:
         response = urllib.request.urlopen(url, timeout=timeout)  # noqa: S310 (http/https/file/ftp only)
@@ -431,6 +461,32 @@ def check_whole(path: Path, url: str, crc: bool = True) -> None:
     raise UserError(f"{url}: the download is {looks}; refusing it, nothing was cached")
 
 
+#: bytes per element of each safetensors dtype
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
+               "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+#: the largest safetensors header (the format's own limit)
+MAX_HEADER_BYTES = 100 * 2**20
+
+
+def check_safetensors(path: Path) -> None:
+    """A safetensors file's header, checked against the file before the library maps a tensor: its
+    declared length, and every tensor's dtype x shape filling exactly its byte range inside the file."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if not 2 <= length <= min(size - 8, MAX_HEADER_BYTES):
+                raise UserError(f"{path}: not a valid safetensors file (its header declares {length:,} bytes "
+                                f"of a {size:,}-byte file)")
+            header = f.read(length)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    problem = _safetensors_problem(header, size - 8 - length)
+    if problem:
+        raise UserError(f"{path}: not a valid safetensors file ({problem})")
+
+
 def _safetensors_problem(header: bytes, data_size: int) -> str | None:
     try:
         table = json.loads(header)
@@ -446,6 +502,14 @@ def _safetensors_problem(header: bytes, data_size: int) -> str | None:
         if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
                 or not 0 <= offsets[0] <= offsets[1] <= data_size):
             return f"tensor {shorten(name, 60)} lies outside the file's {data_size:,} data bytes"
+        dtype = entry.get("dtype")
+        shape, width = entry.get("shape"), DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+        if (width is None or not isinstance(shape, list)
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+            return f"tensor {shorten(name, 60)} has no valid dtype and shape"
+        if math.prod(shape) * width != offsets[1] - offsets[0]:
+            return (f"tensor {shorten(name, 60)} declares {shorten(shape, 60)} {entry['dtype']} in "
+                    f"{offsets[1] - offsets[0]:,} bytes")
         spans.append(tuple(offsets))
     covered = 0
     for begin, end in sorted(spans):
@@ -463,6 +527,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     import torch
 
     path = Path(path)
+    check_zip_records(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -479,6 +544,41 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     return checkpoint
 
 
+def check_zip_records(path: Path) -> None:
+    """A zip-format checkpoint's members, checked against the file before torch reads one: each
+    record's declared size must lie inside the file (torch writes them uncompressed), so a 3 KB file
+    cannot declare gigabytes for torch to allocate. Not a zip: torch.load says what it is."""
+    try:
+        size = path.stat().st_size
+        if not zipfile.is_zipfile(path):
+            return
+        with zipfile.ZipFile(path) as archive:
+            records = archive.infolist()
+    except (OSError, zipfile.BadZipFile, ValueError, RuntimeError) as exc:
+        raise UserError(f"{path}: not a readable checkpoint ({shorten(str(exc), 120)})") from None
+    for info in records:
+        stored = info.compress_type == zipfile.ZIP_STORED
+        if (info.header_offset + info.compress_size > size or (stored and info.file_size != info.compress_size)
+                or info.file_size > MAX_CHECKPOINT_RATIO * max(info.compress_size, 1)):
+            raise UserError(f"{path}: refused, its record {shorten(info.filename, 80)} declares "
+                            f"{info.file_size:,} bytes that the {size:,}-byte file does not hold (damaged or forged)")
+
+
+#: the most a compressed checkpoint record may expand (torch writes uncompressed records)
+MAX_CHECKPOINT_RATIO = 100
+
+
+def check_finite(state: dict, source: str) -> None:
+    """Refuse weights holding NaN or infinity (a diverged run, or a forged file): every number the
+    model would compute from them, and every picture drawn of it, would be NaN."""
+    import torch
+
+    for name, tensor in state.items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UserError(f"{source}: refused, tensor {shorten(name, 80)} holds NaN or infinite values "
+                            "(a diverged run or a damaged file)")
+
+
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
     """Return (state_dict, zoo_config or None) from a .safetensors or Lightning .ckpt file; the config
     in current hyperparameter names (zoo.hparams), however old the file."""
@@ -488,12 +588,13 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
     if path.suffix == ".safetensors":
         from safetensors import safe_open
 
+        check_safetensors(path)
         try:
             with safe_open(str(path), framework="pt") as f:
                 metadata = f.metadata() or {}
                 state = {k: f.get_tensor(k) for k in f.keys()}
         except Exception as exc:
-            raise UserError(f"{path}: not a valid safetensors file ({exc})") from None
+            raise UserError(f"{path}: not a valid safetensors file ({shorten(str(exc), 160)})") from None
         sidecar = path.with_suffix(".json")
         try:
             if CONFIG_KEY in metadata:
@@ -504,17 +605,16 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
                     raise UserError(f"{sidecar}: refused, a config of more than {MAX_CONFIG_BYTES:,} bytes")
             if text is not None and len(text) > MAX_CONFIG_BYTES:
                 raise UserError(f"{path}: refused, its zoo config is more than {MAX_CONFIG_BYTES:,} characters")
-            config = json.loads(text) if text is not None else None
-        except RecursionError:
-            raise UserError(f"{path}: refused, its zoo config is nested too deep") from None
-        except (json.JSONDecodeError, OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"{path}: its zoo config is not readable JSON ({shorten(exc)})") from None
-        check_tree(config, f"{path}: its zoo config")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"{path}: its zoo config is not readable ({shorten(exc)})") from None
+        config = parse_json(text, f"{path}: its zoo config") if text is not None else None
+        check_finite(state, str(path))
         return state, current_config(config) if isinstance(config, dict) or config is None else {"class_path": config}
     checkpoint = read_checkpoint(path)
     state = checkpoint.get("state_dict", checkpoint)
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
+    check_finite(state, str(path))
     config = checkpoint.get("zoo")
     return state, current_config(config) if isinstance(config, dict) or config is None else {"class_path": config}
 

@@ -56,7 +56,7 @@ def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
     except UserError:
         raise
     except Exception as exc:  # PIL raises many types for bad files
-        raise UserError(f"{path}: not a readable image ({type(exc).__name__}: {exc})") from None
+        raise UserError(f"{path}: not a readable image ({type(exc).__name__}: {str(exc)[:160]})") from None
     if max(img.size) > MAX_SIDE:
         img.thumbnail((MAX_SIDE, MAX_SIDE))
     return img.convert("RGB" if channels == 3 else "L")
@@ -320,6 +320,55 @@ def atomic_save_image(img: Image.Image, path: str | os.PathLike, **save_kwargs) 
     fmt = save_kwargs.pop("format", None) or Path(path).suffix.lstrip(".").upper().replace("JPG", "JPEG")
     img.save(buffer, format=fmt, **save_kwargs)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def check_npz(path: str | os.PathLike) -> None:
+    """An .npz written by the zoo (a data cache), checked before numpy allocates an array of it: each
+    member's header declares exactly the bytes the member holds, and all of them together fit the
+    memory budget (zoo.limits). Raises ValueError (a cache is then rebuilt) or UserError."""
+    import math
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    from zoo.limits import check_memory
+
+    total = 0
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                version = npy.read_magic(member)
+                read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                shape, _, dtype = read_header(member, max_header_size=10_000)
+                declared = math.prod(shape) * dtype.itemsize
+                if dtype.hasobject or declared != info.file_size - member.tell():
+                    raise ValueError(f"{info.filename} declares {shape} {dtype}, not what it holds")
+            total += declared
+    check_memory({f"the arrays of {path}": float(total)}, str(path))
+
+
+# ----------------------------------------------------------------------------- strict JSON out
+def finite(value):
+    """`value` with every non-finite number (NaN, +-inf: a model's output, a diverged score) as None,
+    since strict JSON (RFC 8259) has no NaN and strict parsers refuse the bare token."""
+    import math
+
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def json_text(value, **dumps_kwargs) -> str:
+    """Strict JSON of `value` (non-finite numbers as null): what every --json output prints."""
+    import json
+
+    return json.dumps(finite(value), allow_nan=False, **dumps_kwargs)
 
 
 def swap_in_folder(staging: Path, target: Path, problem_of: Callable[[Path], str | None]) -> None:

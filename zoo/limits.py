@@ -14,17 +14,29 @@ field and the limit, in well under a second.
 - the dimensions of models and data modules, by argument name: the shared ones (`DIMENSION_LIMITS`)
   and each family's own (its card's `dimensions`).
 
+- the memory a command would take (`check_memory`): a model built on the `meta` device (its
+  weights and one forward pass, allocating nothing), the arrays a data module would generate, a
+  beam search's hypotheses, `--boxes` scoring: above `memory_mb` (MEMORY_MB, 4 GiB) it is refused
+  in one line naming the biggest part and how to raise the budget.
+
 The defaults are far above every recipe here; `ZOO_LIMITS="hidden_size=32768,tree_nodes=1000000"`
-raises any of them (a dimension's name, or `tree_nodes`, `tree_depth`, `string_length`).
+raises any of them (a dimension's name, or `tree_nodes`, `tree_depth`, `string_length`,
+`memory_mb`). Every environment variable the zoo reads a number from is checked once, up front
+(`check_environment`): `nan`, `inf`, a negative value or a word is one line, never a limit
+silently switched off.
 """
 from __future__ import annotations
 
+import difflib
+import functools
+import json
+import math
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import is_dataclass
+from pathlib import Path
 from typing import Any
-
 
 from zoo.errors import UserError
 
@@ -34,6 +46,8 @@ MAX_DEPTH = 64
 MAX_STRING = 100_000
 #: characters of a file-provided value an error message quotes
 QUOTE = 200
+#: the memory budget of one command (MB): what a model, its data and its decoding may ask for
+MEMORY_MB = 4096
 
 #: argument name -> the largest value a model or data module may be asked for (a list of ints, an
 #: image size [H, W], is checked element by element): the names several share (backbone blocks, data
@@ -47,6 +61,7 @@ DIMENSION_LIMITS: dict[str, float] = {
     "canvas_size": 1_024, "patch_size": 1_024,
     # decoding (a captioner's defaults, and the commands' flags)
     "beam_size": 100, **dict.fromkeys(["decode_max_len", "max_len"], 1_000),
+    "export_max_len": 200,  # `zoo export --max-len`: steps unrolled into one program
     # data
     **dict.fromkeys(["num_train", "num_val", "num_test", "val_items", "val_size", "limit_train", "limit_eval",
                      "max_vocab"], 10_000_000),
@@ -55,29 +70,91 @@ DIMENSION_LIMITS: dict[str, float] = {
 }
 
 
+def _defaults() -> dict[str, float]:
+    return {**DIMENSION_LIMITS, "tree_nodes": MAX_NODES, "tree_depth": MAX_DEPTH, "string_length": MAX_STRING,
+            "memory_mb": MEMORY_MB}
+
+
+@functools.cache
+def _family_limit_names() -> frozenset[str]:
+    """The sizes the families' cards bound, as the model index lists them (read without importing a
+    family, so a ZOO_LIMITS name is checked before any model is loaded)."""
+    try:
+        names = json.loads(Path(__file__).with_name("model_index.json").read_text()).get("limit_names", [])
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
+    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
+
+
 def _overrides() -> dict[str, float]:
     raw = os.environ.get("ZOO_LIMITS", "")
-    out = {}
+    known, out = {**_defaults(), **dict.fromkeys(_family_limit_names(), 0)}, {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
-        name, _, value = item.partition("=")
-        try:
-            out[name.strip()] = float(value)
-        except ValueError:
-            raise UserError(f"ZOO_LIMITS: {shorten(item)!r} is not name=number") from None
+        name, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not name:
+            raise UserError(f"ZOO_LIMITS: {shorten(item, 60)!r} is not name=number")
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else " (the names: zoo/limits.py)"
+            raise UserError(f"ZOO_LIMITS: {shorten(name, 60)!r} is not a limit{hint}")
+        out[name] = positive_number(value, f"ZOO_LIMITS {name}", allow_zero=True)
     return out
+
+
+def positive_number(raw: Any, what: str, allow_zero: bool = False) -> float:
+    """`raw` (a string from the environment or a file) as a finite number > 0 (>= 0 with
+    `allow_zero`); `nan`, `inf`, a negative value or a word is one line naming `what`."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise UserError(f"{what}={shorten(raw, 40)!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise UserError(f"{what}={shorten(raw, 40)!r}: give a finite number {bound}")
+    return value
+
+
+def env_number(name: str, default: float) -> float:
+    """The environment variable `name` as a finite positive number (`default` when unset or empty)."""
+    raw = os.environ.get(name, "")
+    return default if not raw.strip() else positive_number(raw, name)
+
+
+#: the numeric environment variables and their defaults (read through `env_number`)
+NUMERIC_ENVIRONMENT = {"ZOO_DOWNLOAD_TIMEOUT": 30.0, "ZOO_MAX_DOWNLOAD_MB": 4096.0}
+#: what W&B accepts as WANDB_MODE (wandb.sdk.wandb_settings)
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
+
+
+def check_environment(logging: bool = False) -> None:
+    """Every setting the zoo reads from the environment, checked once before any work: a typo or a
+    non-number is one line now, not a traceback (or a limit silently off) minutes later. `logging`:
+    the command logs to W&B (training), so WANDB_MODE is checked too."""
+    _overrides()
+    for name, default in NUMERIC_ENVIRONMENT.items():
+        env_number(name, default)
+    mode = os.environ.get("WANDB_MODE", "").strip()
+    if logging and mode and mode not in WANDB_MODES:
+        close = difflib.get_close_matches(mode, WANDB_MODES, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise UserError(f"WANDB_MODE={shorten(mode, 40)!r} is not one of {', '.join(WANDB_MODES)}{hint}")
 
 
 def limit(name: str, own: Mapping[str, float] | None = None) -> float:
     """The limit of `name`: ZOO_LIMITS's, else `own` (a family's card), else the shared one."""
-    defaults = {**DIMENSION_LIMITS, **(own or {}), "tree_nodes": MAX_NODES, "tree_depth": MAX_DEPTH,
-                "string_length": MAX_STRING}
-    return _overrides().get(name, defaults.get(name, float("inf")))
+    return _overrides().get(name, {**_defaults(), **(own or {})}.get(name, float("inf")))
 
 
 def shorten(value: Any, width: int = QUOTE) -> str:
     """A file-provided value as at most `width` characters for an error line (never formats a huge
     or shared structure in full)."""
-    if isinstance(value, (list, tuple, dict)):
+    scalar = (int, float, bool, type(None))
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        text = f"<an integer of {value.bit_length():,} bits>"  # Python refuses to format 4,300+ digits
+    elif isinstance(value, (list, tuple)) and len(value) <= 16 and all(
+            isinstance(v, scalar) and not (isinstance(v, int) and v.bit_length() > 1000) for v in value):
+        text = repr(list(value))  # a shape, a size, a box: short, and worth showing
+    elif isinstance(value, (list, tuple, dict)):
         text = f"<{type(value).__name__} of {len(value)}>"
     else:
         text = str(value) if isinstance(value, str) else repr(value) if isinstance(value, (int, float, bool)) \
@@ -94,11 +171,13 @@ def _children(node: Any):
         yield from node
 
 
-def check_tree(tree: Any, what: str) -> None:
+def check_tree(tree: Any, what: str, max_nodes: float | None = None) -> None:
     """Refuse (UserError, one line) a structure from a file that is too big once its shared
     references are resolved, nested too deep, cyclic, or holds too long a string. Tensors are leaves
-    (their size is the weights', checked by the loaders). Runs in time linear in the DISTINCT objects."""
-    max_nodes, max_depth, max_string = limit("tree_nodes"), limit("tree_depth"), limit("string_length")
+    (their size is the weights', checked by the loaders). Runs in time linear in the DISTINCT objects.
+    `max_nodes`: a data file's own bound instead of `tree_nodes` (a COCO captions file is millions)."""
+    max_depth, max_string = limit("tree_depth"), limit("string_length")
+    max_nodes = limit("tree_nodes") if max_nodes is None else max_nodes
     sizes: dict[int, int] = {}  # id -> expanded node count of a finished container
     keep = []  # the objects whose ids are in `sizes` stay alive while we count
     on_path: set[int] = set()
@@ -186,7 +265,223 @@ def check_arguments(cls: type, args: tuple, kwargs: dict, where: str, own: Mappi
     check_dimensions({k: v for k, v in list(given.items())[1:]}, where, own)
 
 
+def check_flags(values: Mapping[str, Any], limit_name: str | None = None) -> None:
+    """Command-line numbers through the same limits as a file's (`--beam-size` is `beam_size` of
+    DIMENSION_LIMITS; `limit_name` names another limit for a single flag): one line naming the flag."""
+    for flag, value in values.items():
+        if value is None:
+            continue
+        name = limit_name or flag.lstrip("-").replace("-", "_")
+        top = limit(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= top:
+            raise UserError(f"{flag} {shorten(value, 40)}: outside the sane range 1..{top:,.0f} (raise it with "
+                            f"ZOO_LIMITS={name}=N if you mean it)")
+
+
 def _is_tensor(node) -> bool:
     """A torch tensor (a leaf here), without importing torch where nothing has: then none exists."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(node, torch.Tensor)
+
+
+# ----------------------------------------------------------------------------- memory
+def human_bytes(n: float) -> str:
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def check_memory(parts: Mapping[str, float], what: str) -> None:
+    """Refuse (one line) a command whose estimated allocations `parts` (name -> bytes) add up to
+    more than the memory budget, naming the biggest part: the culprit a user would change."""
+    budget = limit("memory_mb") * 2**20
+    total = sum(parts.values())
+    if total <= budget:
+        return
+    culprit = max(parts, key=parts.get)
+    raise UserError(f"{what}: refused, it would need about {human_bytes(total)} of memory, more than the "
+                    f"{human_bytes(budget)} budget ({culprit}: {human_bytes(parts[culprit])}); raise the budget "
+                    f"with ZOO_LIMITS=memory_mb=N if you mean it")
+
+
+def model_memory(cls, init_args: Mapping, batch: int = 1) -> dict[str, float]:
+    """What `cls(**init_args)` would allocate, measured without allocating: the model is built on
+    torch's `meta` device (shapes, no storage) for its parameters and buffers, and a forward pass of
+    `batch` inputs of its own input size runs there too, for the peak of the activations alive at
+    once. {} when the class cannot be built on `meta` (the real build then decides). Measured once
+    per class and arguments in a process (a meta forward pass costs up to a second)."""
+    try:
+        key = (f"{cls.__module__}.{cls.__qualname__}", json.dumps(init_args, sort_keys=True, default=repr), batch)
+    except (TypeError, ValueError, RecursionError):
+        return _model_memory(cls, init_args, batch)
+    if key not in _MEASURED:
+        _MEASURED[key] = _model_memory(cls, init_args, batch)
+    return dict(_MEASURED[key])
+
+
+_MEASURED: dict[tuple, dict[str, float]] = {}
+
+
+def _model_memory(cls, init_args: Mapping, batch: int) -> dict[str, float]:
+    import logging
+    import warnings
+
+    import torch
+
+    disabled = logging.root.manager.disable
+    logging.disable(max(disabled, logging.WARNING))  # a build's notices would print twice
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                model = cls(**init_args)
+            except UserError:
+                raise
+            except (TypeError, ValueError) as exc:  # an argument it does not take, or a value it refuses
+                raise UserError(f"{cls.__name__}: bad arguments ({shorten(str(exc), 200)})") from None
+            except Exception:  # a class that needs real data to be built: measured by the real build
+                return {}
+            parts = {_largest_tensor(model, init_args): float(sum(t.numel() * t.element_size() for t in
+                                                                   [*model.parameters(), *model.buffers()]))}
+            activations, largest = _forward_peak(model, batch)
+            if activations:
+                parts[f"activations of a forward pass of {batch} input(s), the largest {largest}"] = activations
+            return parts
+    finally:
+        logging.disable(disabled)
+
+
+def _largest_tensor(model, init_args: Mapping) -> str:
+    """'the weights (largest: <name> [shape], from <arg>=<value>)': the tensor a user would shrink,
+    and the hyperparameters whose values are among its dimensions."""
+    named = [*model.named_parameters(), *model.named_buffers()]
+    if not named:
+        return "the weights"
+    name, tensor = max(named, key=lambda item: item[1].numel())
+    dims = list(tensor.shape)
+
+    def sizes_it(value) -> bool:  # a dimension is the value, a small multiple of it, or it plus a little
+        return (isinstance(value, int) and not isinstance(value, bool) and value >= 16
+                and any(d % value == 0 and d // value <= 8 or value < d <= value + 64 for d in dims))
+
+    flat = {}
+    stack = [("", init_args)]
+    while stack:
+        prefix, node = stack.pop()
+        for key, value in (node.items() if isinstance(node, Mapping) else vars(node).items()
+                           if hasattr(node, "__dataclass_fields__") else ()):
+            if isinstance(value, Mapping) or hasattr(value, "__dataclass_fields__"):
+                stack.append((f"{prefix}{key}.", value))
+            elif sizes_it(value):
+                flat[f"{prefix}{key}"] = value
+            elif isinstance(value, (list, tuple)) and any(sizes_it(v) for v in value):
+                flat[f"{prefix}{key}"] = shorten(value, 40)
+    cause = ", from " + ", ".join(f"{k}={v}" for k, v in sorted(flat.items())) if flat else ""
+    return f"the weights (largest: {name} {list(tensor.shape)}{cause})"
+
+
+def _forward_peak(model, batch: int) -> tuple[float | None, str]:
+    """The peak bytes of tensors alive at once during `model`'s forward pass (on `meta`) of `batch`
+    inputs of its input size, and the largest of them ('[shape] from op': the shape says which
+    setting grew it); None when it cannot run there (an op without a meta kernel)."""
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    size, chans = getattr(model, "input_size", None), getattr(model, "input_chans", None)
+    probe = getattr(model, "memory_probe", None) or model
+    if size is None or chans is None:
+        return None, ""
+
+    class LiveBytes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live = self.peak = self.largest = 0
+            self.largest_is = ""
+            self.seen: set[int] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and id(t) not in self.seen and not t._is_view():
+                    n = t.numel() * t.element_size()
+                    self.live += n
+                    self.peak = max(self.peak, self.live)
+                    if n > self.largest:
+                        self.largest, self.largest_is = n, f"{list(t.shape)} from {func.overloadpacket.__name__}"
+                    self.seen.add(id(t))
+                    weakref.finalize(t, self._free, id(t), n)
+            return out
+
+        def _free(self, key: int, n: int) -> None:
+            self.live -= n
+            self.seen.discard(key)
+
+    try:
+        images = torch.zeros(batch, int(chans), *map(int, size), device="meta")
+        counter = LiveBytes()
+        model.eval()
+        with torch.no_grad(), counter:
+            probe(images)
+        return float(counter.peak + images.numel() * images.element_size()), counter.largest_is or "the input"
+    except UserError:
+        raise
+    except Exception:  # an op without a meta kernel, or a data-dependent step: no estimate
+        return None, ""
+
+
+def data_memory(cls, init_args: Mapping) -> dict[str, float]:
+    """The arrays a data module would generate or hold (its `memory_for`, by name), or {}."""
+    estimate = getattr(cls, "memory_for", None)
+    if estimate is None:
+        return {}
+    try:
+        return dict(estimate(**init_args))
+    except TypeError:  # arguments it does not take: the real build reports them
+        return {}
+
+
+# ----------------------------------------------------------------------------- JSON from files
+#: Python objects of parsed JSON per byte of its text, at most (a file of small numbers)
+JSON_EXPANSION = 12
+
+
+def parse_json(text: str | bytes, what: str, expect: type | tuple[type, ...] | None = None,
+               max_nodes: float | None = None) -> Any:
+    """JSON text from a file as one line on every failure: not JSON, a 5,000-digit number (Python's
+    int limit), nested past the recursion limit, past `check_tree`'s limits, or not of the
+    `expect`ed type (dict, list...)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise UserError(f"{what}: refused, nested too deep") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, an integer of too many digits
+        raise UserError(f"{what}: not valid JSON ({shorten(str(exc), 120)})") from None
+    check_tree(value, what, max_nodes)
+    if expect is not None and not isinstance(value, expect):
+        names = " or ".join(t.__name__ for t in (expect if isinstance(expect, tuple) else (expect,)))
+        kind = {"dict": "an object", "list": "a list"}.get(names, names)
+        raise UserError(f"{what}: expected {kind}, got {'null' if value is None else type(value).__name__}")
+    return value
+
+
+def read_json(path: str | os.PathLike, what: str | None = None, expect: type | tuple[type, ...] | None = None,
+              max_bytes: int = 64 * 2**20, max_nodes: float | None = None) -> Any:
+    """A JSON file, read and parsed with one-line errors (see `parse_json`); `what` prefixes them
+    (default: the path). Its parsed size is checked against the memory budget before it is read."""
+    path = Path(path)
+    what = what or str(path)
+    try:
+        if path.is_dir():
+            raise UserError(f"{what}: is a directory, not a JSON file")
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise UserError(f"{what}: refused, {size:,} bytes is more than a {max_bytes:,}-byte JSON file may hold")
+        check_memory({f"{what}, parsed": float(size * JSON_EXPANSION)}, what)
+        text = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{what}: cannot read ({exc.strerror or exc})") from None
+    return parse_json(text, what, expect, max_nodes)

@@ -30,7 +30,7 @@ from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, is_allowed, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
-from zoo.limits import check_tree
+from zoo.limits import check_memory, check_tree, data_memory, model_memory, shorten
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: the model index: facts that take torch to know, per entry, and each model class's family
@@ -75,9 +75,30 @@ def _family(class_path: str, folder: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _parsed(path: Path, mtime_ns: int, size: int) -> dict:
-    """A recipe's YAML, parsed once per version of the file (keyed by its mtime and size)."""
-    return yaml.safe_load(path.read_text()) or {}
+def _parsed(path: Path, mtime_ns: int, size: int) -> dict | str:
+    """A recipe's YAML, parsed once per version of the file (keyed by its mtime and size); the
+    reason, as a string, when it is not a readable recipe."""
+    if size > hub.MAX_CONFIG_BYTES:
+        return f"more than {hub.MAX_CONFIG_BYTES:,} bytes"
+    try:
+        recipe = yaml.safe_load(path.read_text()) or {}
+        check_tree(recipe, "it")
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        return "not valid YAML" + (f" at line {mark.line + 1}" if mark is not None else "")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read it ({getattr(exc, 'strerror', None) or exc})"
+    except RecursionError:
+        return "nested too deep"
+    except UserError as exc:
+        return str(exc).removeprefix("it: ")
+    return recipe if isinstance(recipe, dict) else f"a {type(recipe).__name__}, not a mapping"
+
+
+@functools.lru_cache(maxsize=None)
+def _skip(path: Path, reason: str) -> None:
+    """One warning per unreadable recipe and version: the registry and every other recipe work on."""
+    warnings.warn(f"{path}: skipped, {reason}", UserWarning, stacklevel=2)
 
 
 def _entries() -> dict[str, Entry]:
@@ -87,10 +108,19 @@ def _entries() -> dict[str, Entry]:
         family = path.parent.name
         if family == "base" or family.startswith("_") or path.stem.startswith("_"):
             continue
-        stat = path.stat()
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
         recipe = _parsed(path, stat.st_mtime_ns, stat.st_size)
+        if isinstance(recipe, str):
+            _skip(path, recipe)
+            continue
         model = recipe.get("model")
-        if not isinstance(model, dict) or "class_path" not in model:
+        if not isinstance(model, dict) or not isinstance(model.get("class_path"), str):
+            continue
+        if not isinstance(model.get("init_args") or {}, dict) or not isinstance(recipe.get("data") or {}, dict):
+            _skip(path, "its model or data init_args are not mappings")
             continue
         name = f"{family}_{path.stem}"
         model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
@@ -220,10 +250,33 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
     # an override of a block (a backbone spec) changes the fields it gives, as a second config would
     init_args.update({k: {**init_args[k], **v} if isinstance(v, dict) and isinstance(init_args.get(k), dict) else v
                       for k, v in overrides.items()})
+    # the memory it would take, measured before it is taken (zoo.limits); its sizes are checked
+    # against the limits (its card's too) when it is built
+    check_memory(model_memory(cls, init_args) if kind == "model" else data_memory(cls, init_args),
+                 f"{kind} {spec['class_path']}")
     try:
         return cls(**init_args)
-    except TypeError as exc:
-        raise UserError(f"{spec['class_path']}: bad arguments ({exc})") from None
+    except (TypeError, ValueError) as exc:  # an argument the class does not take, or a value it refuses
+        raise UserError(f"{spec['class_path']}: bad arguments ({shorten(str(exc), 200)})") from None
+
+
+def check_run_memory(data, model) -> None:
+    """What a training run of a parsed config (jsonargparse Namespaces `data`, `model`) would
+    allocate, refused above the memory budget before anything is built (zoo.limits): the model built
+    on the meta device, its weights counted four times (with their gradients and the optimizer's two
+    moments), and the arrays its data module would generate."""
+    def plain(init_args) -> dict:
+        return init_args.as_dict() if hasattr(init_args, "as_dict") else dict(init_args or {})
+
+    parts = {}
+    if is_allowed(model.class_path, "model"):
+        for key, value in model_memory(resolve_class(model.class_path, "model"), plain(model.init_args)).items():
+            if key.startswith("the weights"):
+                key, value = f"{key} with gradients and optimizer state (x4)", 4 * value
+            parts[key] = value
+    if is_allowed(data.class_path, "data"):
+        parts.update(data_memory(resolve_class(data.class_path, "data"), plain(data.init_args)))
+    check_memory(parts, "this run")
 
 
 def data_config(model) -> dict | None:
@@ -237,9 +290,13 @@ def build(config: dict, **overrides):
     """A model from its config; the data config rides along (see `data_config`), both in current
     hyperparameter names (zoo.hparams)."""
     config = current_config(config)
+    data = config.get("data") if isinstance(config, dict) else None
+    if data and not (isinstance(data, dict) and isinstance(data.get("class_path"), str)
+                     and isinstance(data.get("init_args") or {}, dict)):
+        raise UserError("refused: the data config must be a mapping with a class_path and init_args")
     model = instantiate(config, "model", **overrides)
-    if config.get("data"):
-        model._zoo_data_config = config["data"]
+    if data:
+        model._zoo_data_config = data
     if config.get("_ignored_paths"):
         model._zoo_ignored_paths = list(config["_ignored_paths"])
     return model

@@ -3,7 +3,6 @@ the device, the wall time, the seed and the config that produced them."""
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.io import atomic_write_bytes
+from zoo.io import atomic_write_bytes, json_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,8 +51,9 @@ def provenance() -> dict:
 
 
 def write_json(path: str | os.PathLike, payload: dict) -> Path:
-    """Write payload + provenance atomically; returns the path."""
+    """Write payload + provenance atomically, as strict JSON (a non-finite number is null); returns
+    the path."""
     path = Path(path)
     record = {**payload, **{k: v for k, v in provenance().items() if k not in payload}}
-    atomic_write_bytes(path, (json.dumps(record, indent=2, sort_keys=False, default=str) + "\n").encode())
+    atomic_write_bytes(path, (json_text(record, indent=2, sort_keys=False, default=str) + "\n").encode())
     return path

@@ -159,11 +159,12 @@ def drop_inherited_identity(config, argv: list[str]) -> None:
 
 
 # ----------------------------------------------------------------------------- resuming
-def check_resume(config, argv: list[str], fitting: bool) -> None:
+def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] | None:
     """`--ckpt_path` of a parsed training config (a jsonargparse Namespace: `ckpt_path`, `model`,
     `data`, `trainer`, `checkpoint.dirpath`), checked before anything is built or written: the file
     fetched and verified, its model and data the config's, its run not training elsewhere; then the
-    config resumes it (the verified local path, the run's W&B id). `argv`: the command line."""
+    config resumes it (the verified local path, the run's W&B id). `argv`: the command line.
+    Returns the checkpoint's path and weights (for `check_resume_weights` once the model is built)."""
     drop_inherited_identity(config, argv)  # a resume is asked for, never inherited from a file
     if config.get("weights_only") is False:
         raise UserError("--weights_only false would let a checkpoint run code when it loads; refused")
@@ -172,7 +173,7 @@ def check_resume(config, argv: list[str], fitting: bool) -> None:
     if config.get("ckpt_path") and config.get("init_from"):
         raise UserError("give --ckpt_path (resume a run) or --init_from (start a new run from weights), not both")
     if not config.get("ckpt_path"):
-        return
+        return None
     path = resume_path(str(config["ckpt_path"]), Path(config["checkpoint"]["dirpath"]), config.get("sha256"))
     checkpoint = read_resume_checkpoint(path)
     config["ckpt_path"] = str(path)
@@ -186,6 +187,22 @@ def check_resume(config, argv: list[str], fitting: bool) -> None:
     for init_args in _wandb_logger_args(config) if isinstance(run.get("wandb_id"), str) else []:
         if init_args.get("id") is None:  # the same W&B run goes on
             init_args["id"], init_args["resume"] = run["wandb_id"], "allow"
+    return path, checkpoint.get("state_dict")
+
+
+def check_resume_weights(model, path: Path | None, state) -> None:
+    """A resumed checkpoint's weights must be this model's (a checkpoint stripped of its zoo config
+    and hyperparameters says nothing else of what it is): refused before the run folder,
+    config.yaml or a W&B run exist."""
+    from zoo.registry import check_state_dict
+
+    if path is None:
+        return
+    if not isinstance(state, dict):
+        raise UserError(f"--ckpt_path {path}: not a training checkpoint (it holds no state_dict)")
+    if getattr(model, "embed", True) is None:  # a captioner whose vocabulary comes at setup
+        state = {k: v for k, v in state.items() if k not in model.card.vocab_keys}
+    check_state_dict(model, state, source=f"--ckpt_path {path}")
 
 
 def resume_path(ckpt: str, checkpoint_dir: Path, sha256: str | None = None) -> Path:

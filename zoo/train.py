@@ -46,8 +46,9 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 
 from zoo import recipe_args, registry, runs
 from zoo.callbacks import Accelerate, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
-from zoo.errors import UserError, one_line_warnings, quiet_lightning
+from zoo.errors import UserError, environment_error, one_line_warnings, printable, quiet_lightning
 from zoo.hparams import renamed_for
+from zoo.limits import check_environment
 from zoo.models.accel import MODES
 from zoo.models.base import ZooModule
 
@@ -163,8 +164,8 @@ class ZooCLI(LightningCLI):
         # hyperparameters over the command line and would build the class the file names; here the
         # file is checked against the recipe (zoo.runs.check_resume) before anything is built.
         subcommand = self.config.get("subcommand")
-        if subcommand:
-            runs.check_resume(self.config[subcommand], self._argv, fitting=subcommand == "fit")
+        if subcommand:  # the resumed weights are checked against the model once it is built (_preflight)
+            self._resume_state = runs.check_resume(self.config[subcommand], self._argv, fitting=subcommand == "fit")
 
     def before_instantiate_classes(self) -> None:
         """The data decides the image size, channels and label set (zoo.registry.link_data). A
@@ -181,7 +182,10 @@ class ZooCLI(LightningCLI):
             if not vocab or "vocab" not in model.init_args or "vocab" not in data.init_args:
                 raise UserError(f"--init_vocab release: {config.init_from} is not a captioner with a vocabulary, "
                                 "or this config's data has none to replace")
+            if not isinstance(vocab, list) or not all(isinstance(w, str) and w for w in vocab) or len(set(vocab)) != len(vocab):
+                raise UserError(f"--init_vocab release: {config.init_from}'s vocabulary is not a list of distinct words")
             model.init_args["vocab"] = data.init_args["vocab"] = list(vocab)
+        registry.check_run_memory(data, model)  # before anything is built (zoo.limits)
         backbone = model.init_args.get("backbone")
         weights = any(model.init_args.get(k) or getattr(backbone, k, None) for k in ("pretrained", "pretrained_file"))
         if any(FINETUNE_RECIPE in Path(str(r)).stem for r in config.get("config") or []) and not weights \
@@ -215,6 +219,7 @@ class ZooCLI(LightningCLI):
     def _preflight(self, run, root: Path) -> None:
         """Checks that end a bad run before the trainer and W&B start: the data (its sizes, its
         files), the run folder (writable, not in use, not an earlier run's), the --init_from source."""
+        runs.check_resume_weights(self.model, *(getattr(self, "_resume_state", None) or (None, None)))
         data = self.datamodule
         for key in ("batch_size", "eval_batch_size"):
             value = getattr(data, "hparams", {}).get(key)
@@ -244,12 +249,15 @@ def _launching_process() -> bool:
     return rank == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
-def _user_error(exc: BaseException | None) -> UserError | None:
-    """The UserError behind `exc` (jsonargparse wraps what a class raises), following its causes."""
+def _user_error(exc: BaseException | None) -> str | None:
+    """The one line of the UserError (or the machine's OSError: zoo.errors.environment_error)
+    behind `exc` (jsonargparse wraps what a class raises), following its causes."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, UserError):
-            return exc
+            return str(exc)
+        if environment_error(exc):
+            return environment_error(exc)
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
@@ -257,7 +265,7 @@ def _user_error(exc: BaseException | None) -> UserError | None:
 
 def _fail(message: str, code: int = 2):
     _finish_wandb()
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(message)}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -274,6 +282,7 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
     warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training")
     base = {"default_config_files": [recipe_args.BASE_CONFIG]}
     try:
+        check_environment(logging=True)
         argv = recipe_args.prepare(sys.argv[1:] if args is None else args)
         ZooCLI(ZooModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
                parser_kwargs={"prog": PROG, "fit": base, "validate": base, "test": base, "predict": base},
@@ -288,14 +297,15 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
     except MisconfigurationException as exc:  # Lightning's "the settings contradict each other"
         _fail(str(exc).splitlines()[0])
     except OSError as exc:
-        if exc.errno not in (28, 13, 30):  # ENOSPC, EACCES, EROFS: the machine, not a bug
+        message = environment_error(exc)  # a full disk, a read-only or missing folder: the machine, not a bug
+        if message is None:
             raise
-        _fail(f"cannot write {exc.filename or 'a file'}: {exc.strerror}")
+        _fail(message)
     except Exception as exc:  # jsonargparse wraps errors raised while instantiating classes
         user_error = _user_error(exc)
         if user_error is None:
             raise
-        _fail(str(user_error))
+        _fail(user_error)
     finally:
         runs.release()  # the run folder, for a next run in this process (a notebook, a test)
     _finish_wandb()

@@ -1,5 +1,7 @@
-"""Caption an image with a `zoo export` of a captioner and nothing else: onnxruntime, numpy and PIL
-(no torch, no zoo). Everything the programs need besides their weights is in the export's
+"""Caption an image with a `zoo export` of a captioner and no torch: onnxruntime, numpy and PIL, and
+the zoo's torch-free `zoo.export_set`, which checks the set before anything runs (the files are the
+ones export.json names by sha256, the decoder scores its vocabulary, the sizes are bounded), as
+`zoo.load_export` does. Everything the programs need besides their weights is in the export's
 export.json: the vocabulary and special token ids, how to prepare an image, the decoding settings.
 
     zoo export --model sat_soft_scenes --out exported/
@@ -14,19 +16,26 @@ best score / length ** length_penalty (the length counts <end>), else the best u
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import onnxruntime
 from PIL import Image
 
+from zoo.errors import UserError, printable
+from zoo.export_set import check_set
+from zoo.limits import check_flags
+
 
 def prepare(path: str, spec: dict) -> np.ndarray:
     """The image as the model's evaluation data was: float [1, C, H, W] in [0, 1] (the programs
     normalise it themselves)."""
-    image = Image.open(path)
-    image = image.convert("RGB" if spec["in_chans"] == 3 else "L")
+    try:
+        image = Image.open(path)
+        image = image.convert("RGB" if spec["in_chans"] == 3 else "L")
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise UserError(f"{path}: not a readable image ({exc})") from None
     height, width = spec["size"]
     if spec["resize"] == "crop":  # the shorter side to resize_size, then the centre
         shorter = spec.get("resize_size") or min(height, width)
@@ -81,28 +90,39 @@ def beam_search(step, h, c, projected, annotations, k: int, start: int, end: int
     return words[:n_words], bool(finished[choice])
 
 
-def main() -> None:
+def caption(folder: Path, images: list[str], beam_size: int | None, max_len: int | None) -> None:
+    info = check_set(folder)  # the set export.json names, or one line saying what is wrong
+    if info.get("vocabulary") is None:
+        raise UserError(f"{folder}: an export of a {info.get('family')} model, not of a captioner")
+    check_flags({"--beam-size": beam_size, "--max-len": max_len})
+    special, decoding = info["special_tokens"], info["decoding"]
+    vocabulary = info["vocabulary"]
+    providers = ["CPUExecutionProvider"]
+    encoder = onnxruntime.InferenceSession(str(folder / "encoder.onnx"), providers=providers)
+    step = onnxruntime.InferenceSession(str(folder / "decoder_step.onnx"), providers=providers)
+    for path in images:
+        annotations, projected, h, c = encoder.run(None, {"images": prepare(path, info["preprocessing"])})
+        words, finished = beam_search(step, h, c, projected, annotations, beam_size or decoding["beam_size"],
+                                      special["start"], special["end"], max_len or decoding["decode_max_len"],
+                                      decoding["length_penalty"])
+        text = printable(" ".join(vocabulary[i] for i in words))  # words from a file: shown, never obeyed
+        print(f"{printable(path)}\t{text}" + ("" if finished else "\t[cut at --max-len]"))
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("export", help="a folder written by `zoo export` for a captioner")
     parser.add_argument("images", nargs="+")
     parser.add_argument("--beam-size", type=int, help="default: the model's")
     parser.add_argument("--max-len", type=int, help="default: the model's")
     args = parser.parse_args()
-    folder = Path(args.export)
-    info = json.loads((folder / "export.json").read_text())
-    special, decoding = info["special_tokens"], info["decoding"]
-    vocabulary = info["vocabulary"]
-    providers = ["CPUExecutionProvider"]
-    encoder = onnxruntime.InferenceSession(str(folder / "encoder.onnx"), providers=providers)
-    step = onnxruntime.InferenceSession(str(folder / "decoder_step.onnx"), providers=providers)
-    for path in args.images:
-        annotations, projected, h, c = encoder.run(None, {"images": prepare(path, info["preprocessing"])})
-        words, finished = beam_search(step, h, c, projected, annotations, args.beam_size or decoding["beam_size"],
-                                      special["start"], special["end"], args.max_len or decoding["decode_max_len"],
-                                      decoding["length_penalty"])
-        caption = " ".join(vocabulary[i] for i in words)
-        print(f"{path}\t{caption}" + ("" if finished else "\t[cut at --max-len]"))
+    try:
+        caption(Path(args.export), args.images, args.beam_size, args.max_len)
+    except UserError as exc:
+        print(f"{parser.prog}: error: {printable(exc)}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -131,7 +131,10 @@ class AttentionRecord:
         return out
 
     def to_json(self, maps: bool = True) -> str:
-        return json.dumps(self.as_dict(maps=maps))
+        """Strict JSON: a non-finite number (a NaN map's peak, a score) is null."""
+        from zoo.io import json_text
+
+        return json_text(self.as_dict(maps=maps))
 
 
 def _plain(prediction: dict[str, Any], b: int) -> dict[str, Any]:

@@ -21,13 +21,12 @@ identity weight); `zoo glimpses` and `zoo attention` were these presets and are 
 says (the size rule in the README); coordinates in the record are the prepared image's pixels."""
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 from zoo.commands.common import (add_model_arguments, exit_code, print_records, report_bad_files, resolve_model,
                                  unique_names)
-from zoo.errors import UserError
+from zoo.errors import UserError, printable
+from zoo.limits import shorten
 
 CHUNK = 64  # images per forward pass
 
@@ -47,12 +46,9 @@ def add_arguments(parser) -> None:
 def read_boxes(path: str, images: list[str], size: tuple[int, int]) -> dict[str, list[list[float]]]:
     """The --boxes file, checked: every box has four numbers with x0 < x1, y0 < y1, inside the
     prepared image (size (H, W))."""
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"--boxes {path}: not a readable JSON file ({exc})") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"--boxes {path}: expected an object mapping image paths to box lists")
+    from zoo.limits import read_json
+
+    raw = read_json(path, f"--boxes {path}", expect=dict)  # one line for what json and the limits refuse
     H, W = size
     boxes = {}
     for image in images:
@@ -62,10 +58,10 @@ def read_boxes(path: str, images: list[str], size: tuple[int, int]) -> dict[str,
         for box in entry:
             if (not isinstance(box, list) or len(box) != 4
                     or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box)):
-                raise UserError(f"--boxes {path}: {image}: a box is four numbers [x0, y0, x1, y1], got {str(box)[:60]}")
+                raise UserError(f"--boxes {path}: {image}: a box is four numbers [x0, y0, x1, y1], got {shorten(box, 60)}")
             x0, y0, x1, y1 = box
             if not (0 <= x0 < x1 <= W and 0 <= y0 < y1 <= H):
-                raise UserError(f"--boxes {path}: {image}: box {box} is not inside the {W}x{H} input image")
+                raise UserError(f"--boxes {path}: {image}: box {shorten(box, 60)} is not inside the {W}x{H} input image")
         boxes[image] = [[float(v) for v in box] for box in entry]
     return boxes
 
@@ -138,7 +134,7 @@ def run(args) -> int:
         atomic_write_bytes(args.html, page.encode())
     for entry in records:
         if entry["degenerate_steps"]:
-            print(f"zoo attend: {entry['image']}: {entry['degenerate_steps']} step(s) have a degenerate map "
+            print(f"zoo attend: {printable(entry['image'])}: {entry['degenerate_steps']} step(s) have a degenerate map "
                   "(all zero or NaN); drawn grey, not as attention", file=sys.stderr)
     print_records(records, args.json, lambda r: f"{r['image']}: {r['summary']} -> {r['figure']}")
     return exit_code(len(good), errors)

@@ -6,7 +6,6 @@ and captioned in batches. Bad files are reported one line each on stderr while t
 captioned; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad model/argument)."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -31,7 +30,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from zoo.io import atomic_save_image, check_writable
+    from zoo.errors import printable
+    from zoo.io import atomic_save_image, check_writable, json_text
+    from zoo.limits import check_flags
     from zoo.preprocess import for_model, load_batch
 
     if args.beam_size is not None and args.beam_size < 1:
@@ -40,6 +41,7 @@ def run(args) -> int:
         raise UserError(f"--max-len must be >= 1, got {args.max_len}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
+    check_flags({"--beam-size": args.beam_size, "--max-len": args.max_len, "--batch-size": args.batch_size})
     attention_dir = Path(args.attention_dir) if args.attention_dir else None
     if attention_dir is not None:
         check_writable(attention_dir, "--attention-dir", directory=True)
@@ -81,12 +83,12 @@ def run(args) -> int:
             if path in overlays:
                 record["attention_png"] = overlays[path]
             records.append(record)
-        print(json.dumps({"model": args.checkpoint or args.model, "beam_size": beam_size, "results": records,
-                          "errors": errors}, indent=1))
+        print(json_text({"model": args.checkpoint or args.model, "beam_size": beam_size, "results": records,
+                         "errors": errors}, indent=1))
     else:
         for path, result in zip(good, results):
             cut = "" if result["finished"] else f" [{CUT_MARK} at {len(result['words'])} words]"
-            print(f"{path}\t{' '.join(result['words'])}{cut}")
+            print(f"{printable(path)}\t{printable(' '.join(result['words']))}{cut}")
         if overlays:
             print(f"zoo caption: attention overlays in {attention_dir}/", file=sys.stderr)
     return exit_code(len(good), errors)

@@ -2,7 +2,6 @@
 naming output files."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -41,18 +40,23 @@ def resolve_model(args, fits=lambda card: True, what: str = "a zoo model"):
 
 def report_bad_files(errors: list[str], command: str, notes: list[str] = ()) -> None:
     """The bad files, one line each, and the notes on what was done to the good ones (stderr)."""
+    from zoo.errors import printable
+
     for line in [*errors, *notes]:
-        print(f"zoo {command}: {line}", file=sys.stderr)
+        print(f"zoo {command}: {printable(line)}", file=sys.stderr)
 
 
 def print_records(records: list[dict], as_json: bool, line) -> None:
-    """Print the per-image records as JSON, or one `line(record)` each."""
+    """Print the per-image records as strict JSON (non-finite numbers as null), or one `line(record)`
+    each with the text a file supplied (class names, words, paths) made inert for the terminal."""
+    from zoo.errors import printable
+    from zoo.io import json_text
+
     if as_json:
-        json.dump(records, sys.stdout, indent=2)
-        print()
+        print(json_text(records, indent=2))
     else:
         for record in records:
-            print(line(record))
+            print(printable(line(record)))
 
 
 def exit_code(n_good: int, errors: list[str]) -> int:

@@ -1,8 +1,6 @@
 """zoo list: registered models, with their released weights and metrics."""
 from __future__ import annotations
 
-import json
-
 # the metrics `zoo list` shows first, when a release has them
 HEADLINE = ("test/acc", "test/acc_mc10", "test/CIDEr", "test/Bleu_4", "test/localization", "test/nelbo", "test/item_acc")
 
@@ -16,7 +14,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import difflib
 
-    from zoo.errors import UserError
+    from zoo.errors import UserError, printable
+    from zoo.io import json_text
     from zoo.registry import family_of, find_entries
 
     entries = find_entries(args.pattern, pretrained=args.pretrained)
@@ -35,7 +34,7 @@ def run(args) -> int:
             facts = stored_facts(entries[n]) or {}  # the model index: no model is built here
             listing[n] = {"pretrained": entries[n].weights is not None, "description": description(entries[n]),
                           "num_params": facts.get("num_params"), **entries[n].metadata}
-        print(json.dumps(listing, indent=2, default=str))
+        print(json_text(listing, indent=2, default=str))
         return 0
     from zoo.info import stored_facts
 
@@ -43,12 +42,13 @@ def run(args) -> int:
         print(f"{'name':32s} {'weights':10s} headline metrics of the release; where it looks (`zoo info NAME`)")
     for n in names:
         e = entries[n]
-        metrics = e.metadata.get("metrics") or {}
+        metrics = e.metadata.get("metrics")
+        metrics = metrics if isinstance(metrics, dict) else {}
         headline = [k for k in HEADLINE if k in metrics] or list(metrics)[:3]
         shown = ", ".join(f"{k}={metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k}={metrics[k]}"
                           for k in headline)
         looks = attention_brief(((stored_facts(e) or {}) if e.weights else {}).get("attention"))
-        print(f"{n:32s} {'pretrained' if e.weights else '-':10s} {shown}{'; ' + looks if looks else ''}")
+        print(printable(f"{n:32s} {'pretrained' if e.weights else '-':10s} {shown}{'; ' + looks if looks else ''}"))
     return 0
 
 

@@ -103,6 +103,7 @@ def run(args) -> int:
     import torch
 
     from zoo.io import atomic_save_image
+    from zoo.limits import check_memory
     from zoo.viz import draw as viz
 
     reconstructing = args.reconstruct is not None or args.reconstruct_split is not None
@@ -118,6 +119,10 @@ def run(args) -> int:
     out = Path(args.out)
     _check_out(out)
     model = resolve_model(args, lambda card: card.output == "sample", "a generator (zoo sample draws from one)")
+    # every step's canvas of every image is kept for the figures (and thrice over for the GIF's frames)
+    height, width = model.input_size
+    check_memory({f"--n {n} x T={model.T} canvases of {model.C}x{height}x{width}":
+                  float(n) * model.T * model.C * height * width * 4 * (3 if args.gif else 1)}, "sampling")
     generator = torch.Generator().manual_seed(args.seed)
     attention = model.hparams.attention == "filterbank"
     read_n = model.hparams.read_n if attention else None

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ import torch
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
 from zoo.data.vocab import tokenize
 from zoo.errors import UserError
+from zoo.limits import read_json
 
 FORMATS = ("coco", "karpathy")
 KARPATHY_SPLITS = ("train", "restval", "val", "test")
@@ -50,19 +50,19 @@ class CaptionedImage:
 
 
 # ----------------------------------------------------------------------------- readers
+#: the largest caption file read (COCO's train2014 captions are about 80 MB, Karpathy's COCO split
+#: 150 MB) and the most values it may hold
+MAX_CAPTION_FILE_BYTES = 256 * 2**20
+MAX_CAPTION_VALUES = 50_000_000
+
+
 def _read_json(path: str | os.PathLike, what: str):
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file ({what})")
     if path.is_dir():
         raise UserError(f"{path}: is a directory, expected a {what} JSON file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON ({what}): {exc.msg} at line {exc.lineno}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read {what} ({exc})") from None
+    return read_json(path, str(path), max_bytes=MAX_CAPTION_FILE_BYTES, max_nodes=MAX_CAPTION_VALUES)
 
 
 def _looks_like(data) -> str | None:

@@ -28,7 +28,9 @@ translated task), the same items at the same places, each canvas's first distrac
 from __future__ import annotations
 
 import gzip
+import math
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -56,25 +58,30 @@ MULTI_ITEM = {"two_items60": 2}
 # ----------------------------------------------------------------------------- IDX files
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Parse an IDX file (plain or gzip) of unsigned bytes into an array, checking its header."""
+    from zoo.limits import check_memory
+
     path = Path(path)
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as exc:
+            raw = f.read(4)
+            if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or not 1 <= raw[3] <= 4:
+                raise UserError(f"{path}: not an IDX file of unsigned bytes (bad magic number)")
+            ndim = raw[3]
+            raw += f.read(4 * ndim)
+            if len(raw) < 4 + 4 * ndim:
+                raise UserError(f"{path}: truncated IDX header")
+            shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+            expected = math.prod(shape)
+            # the size the header declares, checked before it is read (a small .gz can inflate to gigabytes)
+            check_memory({f"the {shape} array it declares": float(expected)}, str(path))
+            data = f.read(expected + 1)
+    except (OSError, EOFError, zlib.error) as exc:
         raise UserError(f"{path}: cannot read IDX file ({exc})") from None
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or not 1 <= raw[3] <= 4:
-        raise UserError(f"{path}: not an IDX file of unsigned bytes (bad magic number)")
-    ndim = raw[3]
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise UserError(f"{path}: truncated IDX header")
-    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    expected = int(np.prod(shape))
-    if len(raw) - header != expected:
+    if len(data) != expected:
         raise UserError(f"{path}: corrupt IDX file: header says {shape} ({expected} bytes), "
-                        f"file holds {len(raw) - header} bytes of data")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+                        f"file holds {len(data)}{'+' if len(data) > expected else ''} bytes of data")
+    return np.frombuffer(data, dtype=np.uint8).reshape(shape)
 
 
 def _find(directory: Path, stem: str) -> Path | None:

@@ -82,12 +82,29 @@ class Scenes:
         return buffer.getvalue()
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Scenes":
+    def load(cls, path: str | os.PathLike, canvas_size: int) -> "Scenes":
+        """A cached split, whose arrays' declared shapes are checked against the file before they are
+        read, and against each other after (ValueError: the cache is rebuilt, never trusted)."""
+        from zoo.io import check_npz
+
+        check_npz(path)
         with np.load(path, allow_pickle=False) as z:
             if int(z["version"]) != FORMAT_VERSION:
                 raise ValueError("old cache format")
-            return cls(z["images"], z["n_items"], z["labels"], z["colours"], z["boxes"],
-                       z["source_index"], json.loads(str(z["captions"])), json.loads(str(z["caption_items"])))
+            scenes = cls(z["images"], z["n_items"], z["labels"], z["colours"], z["boxes"],
+                         z["source_index"], json.loads(str(z["captions"])), json.loads(str(z["caption_items"])))
+        n, k = len(scenes.images), scenes.labels.shape[1] if scenes.labels.ndim == 2 else -1
+        shapes = {"images": (n, 3, canvas_size, canvas_size), "n_items": (n,), "labels": (n, k), "colours": (n, k),
+                  "boxes": (n, k, 4), "source_index": (n, k)}
+        for name, shape in shapes.items():
+            if getattr(scenes, name).shape != shape:
+                raise ValueError(f"{name} has shape {getattr(scenes, name).shape}, not {shape}")
+        if (len(scenes.captions) != n or len(scenes.caption_items) != n
+                or not all(isinstance(c, list) and c and all(isinstance(s, str) for s in c) for c in scenes.captions)
+                or int(scenes.n_items.min(initial=1)) < 1 or int(scenes.n_items.max(initial=0)) > k
+                or int(scenes.labels.max(initial=0)) >= len(HEAD_WORDS)):
+            raise ValueError("inconsistent captions or items")
+        return scenes
 
 
 def _resize_items(items: np.ndarray, size: int) -> np.ndarray:

@@ -89,6 +89,19 @@ class FashionScenesDataModule(CaptionDataModule):
     item_words = ITEM_WORDS
     provides_word_boxes = True  # batches carry item_boxes + word_items (supervised attention)
 
+    #: bytes a scene holds besides its canvas: captions as Python strings, their encoded rows, boxes
+    SCENE_OVERHEAD = 4096
+
+    @classmethod
+    def memory_for(cls, num_train: int = 10000, num_val: int = 500, num_test: int = 1000, canvas_size: int = 64,
+                   **_) -> dict[str, float]:
+        """What the splits would hold (zoo.limits.check_memory), by the argument that sets each: its
+        canvases uint8 [N, 3, S, S] twice while it is generated (the blocks, then their
+        concatenation), and SCENE_OVERHEAD per scene."""
+        per_scene = 2 * 3 * int(canvas_size) ** 2 + cls.SCENE_OVERHEAD
+        return {f"data.init_args.{name}={int(n):,} scenes of 3x{canvas_size}x{canvas_size} px": float(n) * per_scene
+                for name, n in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test))}
+
     def __init__(self, num_train: int = 10000, num_val: int = 500, num_test: int = 1000,
                  seed: int = 0, test_seed: int = 1234, batch_size: int = 64,
                  eval_batch_size: int | None = None, max_len: int = 24, min_freq: int = 1,
@@ -149,7 +162,9 @@ class FashionScenesDataModule(CaptionDataModule):
         scenes = None
         if path is not None and path.is_file():
             try:
-                scenes = Scenes.load(path)
+                scenes = Scenes.load(path, self.hparams.canvas_size)
+                if len(scenes) != self._settings(split)["num"]:
+                    raise ValueError("another number of scenes")
             except Exception:  # a stale or damaged cache file is rebuilt, not trusted
                 scenes = None
         if scenes is None:
@@ -163,7 +178,11 @@ class FashionScenesDataModule(CaptionDataModule):
                                      hp.canvas_size, hp.item_sizes, hp.min_items, hp.max_items,
                                      hp.min_captions, hp.max_captions, hp.gap)
             if path is not None:
-                atomic_write_bytes(path, scenes.to_bytes())
+                try:
+                    atomic_write_bytes(path, scenes.to_bytes())
+                except OSError as exc:
+                    raise UserError(f"the scenes cache {path.parent}: cannot write there ({exc.strerror or exc}); set "
+                                    "ZOO_DATA_DIR or data cache_dir to a writable folder, or cache: false") from None
         self.scenes[split] = scenes
         return scenes
 

@@ -42,13 +42,24 @@ def _boxes(boxes: torch.Tensor) -> torch.Tensor:
     return boxes[:, None] if boxes.dim() == 2 else boxes
 
 
+#: elements of box coverage computed at once: the union of many boxes is taken in slices of them,
+#: so a file of 20,000 boxes costs time, never gigabytes
+MASK_CHUNK = 1 << 22
+
+
 def target_mask(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
     """Target boxes [N, 4] or [N, M, 4] (a box of -1s is an empty slot) -> the union of their pixel
     coverage [N, H, W] in [0, 1]."""
     boxes = _boxes(boxes).float()
     valid = (boxes >= 0).all(-1)  # [N, M]
-    cover = box_coverage(boxes, image_size) * valid[..., None, None]
-    return cover.amax(1)
+    H, W = image_size
+    step = max(1, MASK_CHUNK // max(1, boxes.shape[0] * H * W))
+    mask = boxes.new_zeros(boxes.shape[0], H, W)
+    for start in range(0, boxes.shape[1], step):
+        part = slice(start, start + step)
+        cover = box_coverage(boxes[:, part], image_size) * valid[:, part, None, None]
+        mask = torch.maximum(mask, cover.amax(1))
+    return mask
 
 
 def pointing_game(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:

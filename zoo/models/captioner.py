@@ -60,11 +60,12 @@ from zoo.backbones.spec import BackboneSpec
 from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
+from zoo.limits import check_dimensions, check_memory
 from zoo.models import caption_losses
 from zoo.models import optim
 from zoo.models.base import ZooModule
 from zoo.models.card import CompileHints, FamilyCard
-from zoo.models.captioner_network import ShowAttendTellNetwork
+from zoo.models.captioner_network import COORDS, ShowAttendTellNetwork
 
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "strides": [2, 2, 2]}
 CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax", "marginal"),
@@ -184,7 +185,11 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
 
     # ------------------------------------------------------------------ vocabulary
     def _build_vocab_layers(self, vocab: list[str]) -> None:
-        vocab = [str(w) for w in vocab]
+        if not isinstance(vocab, (list, tuple)) or not all(isinstance(w, str) for w in vocab):
+            raise UserError("captioner: the vocabulary must be a list of words (strings)")
+        if len(set(vocab)) != len(vocab):
+            raise UserError("captioner: the vocabulary names a word twice")
+        vocab = list(vocab)
         if vocab[:len(SPECIALS)] != list(SPECIALS):
             raise UserError(f"captioner: vocabulary must start with {list(SPECIALS)}, got {vocab[:len(SPECIALS)]}")
         if len(vocab) <= len(SPECIALS):
@@ -480,6 +485,23 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"caption() wants images in [0, 1], got values from {low:.3g} to {high:.3g} "
                             "(the model normalises them itself: do not normalise beforehand)")
 
+    def memory_probe(self, images: torch.Tensor):
+        """What zoo.limits runs on the meta device to measure a forward pass: the encoder and the
+        decoder's start (a whole caption's decoding is `decoding_memory`'s)."""
+        return self.decode_start(images)
+
+    def decoding_memory(self, images: torch.Tensor, beam_size: int, max_len: int) -> dict[str, float]:
+        """Bytes a `caption` of images [B, 3, H, W] would hold at once (zoo.limits.check_memory):
+        per hypothesis (B x k rows) its copy of the annotation vectors [L, D] and their keys [L, P],
+        the LSTM state and three vocabulary-wide score rows; per step of max_len, each row's token,
+        back-pointer, attention map [L] and gate."""
+        rows = images.shape[0] * max(1, int(beam_size))
+        hp, cells = self.hparams, self._cells(images)
+        width = self.encoder.out_dim + (COORDS if hp.annotation_coords else 0)
+        per_row = 4 * (cells * (width + hp.attention_dim) + 4 * hp.hidden_dim + 3 * len(self.itos))
+        return {f"{rows:,} hypotheses (beam_size {beam_size} x {images.shape[0]} image(s))": float(rows) * per_row,
+                f"their history over max_len {max_len}": float(rows) * max_len * (16 + 4 * (cells + 2))}
+
     @torch.no_grad()
     def caption(self, images: torch.Tensor, beam_size: int | None = None, max_len: int | None = None,
                 length_penalty: float | None = None) -> list[dict[str, Any]]:
@@ -495,11 +517,13 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         self._require_vocab()
         self._check_images(images)
         beam_size = self.hparams.beam_size if beam_size is None else beam_size
+        max_len = int(max_len or self.hparams.decode_max_len)
+        check_dimensions({"beam_size": beam_size, "max_len": max_len}, "caption()")
+        check_memory(self.decoding_memory(images, beam_size, max_len), "caption()")
         was_training = self.training
         self.eval()
         try:
             step_fn, state, static, grid = self.decoder(images)
-            max_len = int(max_len or self.hparams.decode_max_len)
             if beam_size <= 1:
                 decoded = greedy_decode(step_fn, state, static, images.shape[0], START_ID, END_ID, max_len)
             else:

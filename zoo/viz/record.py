@@ -8,12 +8,12 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 
 import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
+from zoo.io import json_text
 from zoo.viz.common import colormap, font, to_rgb_uint8
 
 BOX_COLOURS = [(0, 230, 255), (255, 60, 60), (80, 255, 80), (255, 200, 0)]  # per box kind (scale, read, write)
@@ -189,8 +189,21 @@ def html_report(record, images: torch.Tensor, names: list[str], title: str, metr
                          f"(bright = more attention; one colour scale per image)"
                          + (f"; boxes: {', '.join(record.box_labels)}" if record.box_labels else "")
                          + ("; white boxes: the known targets" if metrics else ""))
-    data = json.dumps(record.as_dict(maps=False)).replace("</", "<\\/")
+    data = script_json(record.as_dict(maps=False))
     return PAGE.format(title=html.escape(title), legend=legend, sections="\n".join(sections), data=data)
+
+
+#: characters a string inside <script> must not hold as themselves: `<` starts `</script>`, `<!--`
+#: and `<script` (which switch the HTML parser's script states), `>` and `&` other markup, U+2028/9
+#: end a line in older JavaScript
+_SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def script_json(value) -> str:
+    """Strict JSON (non-finite numbers as null) that is inert inside an HTML <script> element,
+    whatever strings a model or a file supplied: every unsafe character as its JavaScript escape."""
+    text = json_text(value)
+    return text.translate(str.maketrans(_SCRIPT_UNSAFE))
 
 
 def _fmt(value) -> str:
