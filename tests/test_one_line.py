@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -226,3 +229,15 @@ def test_a_5000_digit_integer_in_a_checkpoint_is_one_line(tmp_path):
         zoo.load_checkpoint(tmp_path / "w.ckpt")
     with pytest.raises(UserError, match=r"x.embed_dim: <an integer of 16,610 bits> is outside the sane range"):
         check_dimensions({"embed_dim": 7 * 10**4999}, "x")
+
+
+@pytest.mark.slow
+def test_eval_with_an_unusable_data_folder_is_one_line(tmp_path):
+    """eval.py reads or builds its data before the trainer starts, so a data folder that is a file
+    is one line on stderr (not Lightning's device lines first) and exit 2."""
+    (tmp_path / "a_file").write_text("not a folder")
+    env = {**os.environ, "ZOO_DATA_DIR": str(tmp_path / "a_file"), "WANDB_MODE": "disabled"}
+    result = subprocess.run([sys.executable, "eval.py", "--model", "sat_soft_scenes", "--data", "num_test=8"], env=env,
+                            capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "a_file" in result.stderr, result.stderr

@@ -92,6 +92,10 @@ def evaluate(args) -> int:
         data_args["limit_eval"] = args.limit
     datamodule = zoo.build_datamodule(model, **data_args)
     datamodule.test_split = args.split
+    # our data modules read or build their files here, idempotently: a missing or unwritable data
+    # folder is one line now, before the trainer prints its device lines
+    datamodule.prepare_data()
+    datamodule.setup("test")
     from zoo.callbacks import Accelerate
 
     trainer = L.Trainer(accelerator=args.accelerator, devices=1, logger=False, callbacks=[Accelerate(args.accel)],
