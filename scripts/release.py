@@ -32,6 +32,7 @@ from tools import release  # noqa: E402
 from zoo import hub, registry  # noqa: E402
 from zoo.errors import OneLineParser, UserError, report_user_errors  # noqa: E402
 from zoo.io import atomic_write_bytes, held_lock, sweep_folder  # noqa: E402
+from zoo.limits import check_environment  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -137,6 +138,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def run():
+        check_environment()  # every setting read from the environment, before any work
         if args.remake:
             remake(args.remake, args.recipe, args.seed)
             return 0

@@ -44,6 +44,13 @@ def build_parser(command: str | None = None) -> OneLineParser:
     return parser
 
 
+def _checked_run(args):
+    from zoo.limits import check_environment
+
+    check_environment()  # every setting read from the environment, before any work
+    return args._run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in PASSTHROUGH:
@@ -54,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"give a command: {', '.join([*SUBCOMMANDS, *PASSTHROUGH])}")
     args = parser.parse_args(argv)
     try:
-        return report_user_errors(f"zoo {args.command}", lambda: args._run(args))
+        return report_user_errors(f"zoo {args.command}", lambda: _checked_run(args))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `zoo list | head`: the reader has all it wanted

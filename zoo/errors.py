@@ -102,9 +102,6 @@ def report_user_errors(prog: str, main: Callable[[], int | None]) -> int:
     folder) becomes `prog: error: <message>` on stderr, one line, and exit code 2."""
     one_line_warnings()
     try:
-        from zoo.limits import check_environment
-
-        check_environment()
         return int(main() or 0)
     except UserError as exc:
         print(f"{prog}: error: {printable(exc)}", file=sys.stderr)

@@ -64,9 +64,10 @@ def evaluate(args) -> int:
     import zoo
     from zoo import hub
     from zoo.io import check_writable
-    from zoo.limits import check_flags
+    from zoo.limits import check_environment, check_flags
     from zoo.results import write_json
 
+    check_environment()  # every setting read from the environment, before any work
     started = time.perf_counter()
     if args.json:
         check_writable(args.json, "--json")
