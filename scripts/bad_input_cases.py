@@ -136,7 +136,8 @@ def build(work: Path, ROOT: Path, trained: Path):
     # recipes: the clone's, plus one unparsable
     configs = work / "configs"
     shutil.copytree(ROOT / "configs", configs)
-    (configs / "ram" / "broken.yaml").write_text("model: [\n  class_path: x\n")
+    family_folder = next(p for p in sorted(configs.iterdir()) if p.is_dir() and p.name != "base")
+    (family_folder / "broken.yaml").write_text("model: [\n  class_path: x\n")
     return files
 
 

@@ -409,7 +409,7 @@ def test_zoo_attend_writes_figures_json_and_scores_known_boxes(canvases, tmp_pat
 
 @pytest.mark.parametrize("case, args, message", [
     ("no attention", ["--checkpoint", "BASELINE"], "Classifier (baseline) has no attention to record"),
-    ("box outside", ["--model", "ram_fmnist_cluttered60", "--boxes", "OUTSIDE"], "is not inside the 60x60 input image"),
+    ("box outside", ["--model", "ram_fmnist_cluttered60", "--boxes", "OUTSIDE"], "is not inside the 60x60 image"),
     ("html unwritable", ["--model", "ram_fmnist_cluttered60", "--html", "FILE/report.html"], "--html"),
 ])
 def test_zoo_attend_bad_input_is_one_line(canvases, tmp_path, capsys, case, args, message):

@@ -279,7 +279,7 @@ def boxes_inputs(draw, world):
 
 
 def check_boxes(world, data: bytes) -> str:
-    from zoo.commands.attend import read_boxes
+    from zoo.commands.boxes import read_boxes
     from zoo.metrics.attention import mass_in_box, pointing_game
 
     box = sandbox(world)
@@ -288,16 +288,16 @@ def check_boxes(world, data: bytes) -> str:
     maps = torch.from_numpy(fuzzing.random_array((3, 28, 28)))
 
     def read():
-        boxes = read_boxes(str(path), ["img.png", "other.png"], (28, 28))
-        for targets in boxes.values():
-            if targets:
-                t = torch.tensor(targets)[None].expand(3, -1, -1)
+        boxes = read_boxes(str(path), ["img.png", "other.png"], [(28, 28), (28, 28)])
+        for targets in boxes.values():  # [K, 4] in the image's pixels
+            if len(targets):
+                t = targets[None].expand(3, -1, -1)
                 pointing_game(maps, t), mass_in_box(maps, t)
         return boxes
 
     def check(boxes):
         for targets in boxes.values():
-            assert all(len(b) == 4 and 0 <= b[0] < b[2] <= 28 and 0 <= b[1] < b[3] <= 28 for b in targets)
+            assert all(len(b) == 4 and 0 <= b[0] < b[2] <= 28 and 0 <= b[1] < b[3] <= 28 for b in targets.tolist())
 
     return holds("boxes", data, box, read, check)
 

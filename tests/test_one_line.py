@@ -159,11 +159,11 @@ def test_a_5000_digit_integer_in_a_weights_config_is_one_line(tmp_path):
 
 
 def test_deep_boxes_are_one_line(tmp_path):
-    from zoo.commands.attend import read_boxes
+    from zoo.commands.boxes import read_boxes
 
     (tmp_path / "boxes.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(UserError, match="boxes.json: refused, nested too deep"):
-        read_boxes(str(tmp_path / "boxes.json"), ["a.png"], (28, 28))
+        read_boxes(str(tmp_path / "boxes.json"), ["a.png"], [(28, 28)])
 
 
 def _fit(tmp_path, *extra, config="configs/baseline/mlp_centered.yaml"):

@@ -182,3 +182,27 @@ def test_check_resume_names_the_newest_readable_checkpoint_beside_a_damaged_one(
         config = _resume_config(root)
         config.weights_only = False
         runs.check_resume(config, GIVEN, fitting=True)
+
+
+def test_resuming_a_fine_tune_with_init_from_on_the_command_line_says_drop_it(tmp_path):
+    root = tmp_path / "run"
+    _saved_run(root)
+    config = _resume_config(root)
+    config.init_from = "vit_fmnist"
+    with pytest.raises(runs.UserError, match="drop --init_from to resume"):
+        runs.check_resume(config, [*GIVEN, "--init_from", "vit_fmnist"], fitting=True)
+    with pytest.raises(runs.UserError, match="drop --init_from to resume"):
+        runs.check_resume(config, [*GIVEN, "--init_from=vit_fmnist"], fitting=False)
+
+
+@pytest.mark.parametrize("fitting", [True, False])
+def test_a_fine_tunes_saved_init_from_gives_way_to_its_checkpoint(tmp_path, fitting):
+    """`validate --config RUN/config.yaml --ckpt_path last` (or fit, resuming) needs no --init_from null:
+    the run's checkpoint holds the weights its saved init_from gave."""
+    root = tmp_path / "run"
+    _saved_run(root)
+    config = _resume_config(root)
+    config.init_from = "vit_fmnist"
+    runs.check_resume(config, ["validate", "--config", str(root / "config.yaml"), "--ckpt_path", "last"],
+                      fitting=fitting)
+    assert config.init_from is None and config.ckpt_path == str(root / "checkpoints" / runs.LAST)

@@ -86,9 +86,10 @@ def facts(model) -> dict:
 
     spec = for_model(model)
     record = {"num_params": num_params(model), "preprocessing": spec.as_dict()}
-    record["preprocessing"].pop("class_names", None)  # the manifest or the recipe holds the names
+    record["preprocessing"].pop("class_names", None)  # not a preprocessing fact
     if spec.class_names:
         record["num_classes"] = len(spec.class_names)
+        record["class_names"] = list(spec.class_names)  # a release's from before its model stored them too
     elif model.hparams.get("num_classes"):
         record["num_classes"] = int(model.hparams["num_classes"])
     vocab = model.hparams.get("vocab")

@@ -37,8 +37,7 @@ SPECIAL_TOKENS = ("pad", "start", "end", "unk")
 
 def programs_of(manifest: dict) -> tuple[str, ...]:
     """The program names an export of this family holds."""
-    return CAPTION_PROGRAMS if manifest.get("vocabulary") is not None or manifest.get("family") == "captioner" \
-        else CLASSIFIER_PROGRAMS
+    return CAPTION_PROGRAMS if manifest.get("vocabulary") is not None else CLASSIFIER_PROGRAMS  # a captioner's has one
 
 
 def check_set(folder: str | os.PathLike) -> dict:

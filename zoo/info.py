@@ -118,7 +118,7 @@ def describe(name: str) -> dict:
     pre = {**facts.get("preprocessing", {}), **{k: v for k, v in (meta.get("preprocessing") or {}).items()
                                                 if k != "class_names"}}
     names = meta.get("class_names") or (meta.get("preprocessing") or {}).get("class_names") \
-        or entry.model.get("init_args", {}).get("class_names")
+        or entry.model.get("init_args", {}).get("class_names") or facts.get("class_names")
     vocab = meta.get("vocab")
     record = {
         "name": name,

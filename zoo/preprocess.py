@@ -76,6 +76,23 @@ class Preprocessing:
         """The transform itself (torchvision's `weights.transforms()` convention)."""
         return self
 
+    def map_boxes(self, boxes: torch.Tensor, original: tuple[int, int]) -> torch.Tensor:
+        """Boxes [K, 4] (x0, y0, x1, y1) in the pixels of an image of size `original` (H, W) -> the
+        same boxes in the prepared input's pixels, through the resize rule `__call__` applies
+        ("crop": parts outside the centre crop are cut off, a box wholly outside it has no area)."""
+        H, W = self.size
+        h, w = original
+        if self.resize == "exact":
+            return boxes.clone().float()
+        if self.resize == "squash":
+            return boxes.float() * torch.tensor([W / w, H / h, W / w, H / h])
+        short = self.resize_size or min(H, W)  # torchvision's resize of the shorter side, then its centre crop
+        rh, rw = (short, int(short * w / h)) if h <= w else (int(short * h / w), short)
+        top, left = int(round((rh - H) / 2.0)), int(round((rw - W) / 2.0))
+        mapped = boxes.float() * torch.tensor([rw / w, rh / h, rw / w, rh / h]) - torch.tensor([left, top, left, top])
+        return torch.stack([mapped[:, 0].clamp(0, W), mapped[:, 1].clamp(0, H),
+                            mapped[:, 2].clamp(0, W), mapped[:, 3].clamp(0, H)], 1)
+
     # ------------------------------------------------------------------ records
     def as_dict(self) -> dict[str, Any]:
         record = asdict(self)
@@ -114,11 +131,12 @@ def _as_pil(image):
     return Image.fromarray(np.ascontiguousarray(image))
 
 
-def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None):
+def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None, sizes: list | None = None):
     """Load and prepare many image files: (tensor [N, C, H, W] of the good ones, good paths,
     one-line errors for the bad ones), so a partly bad batch still processes the good images.
     `notes`, when given, gets one line saying how many images the rule resized or made grey: the
-    model sees what it was trained on, and the user is told it is not what they gave."""
+    model sees what it was trained on, and the user is told it is not what they gave. `sizes`, when
+    given, gets each good image's original (H, W)."""
     from zoo.io import load_image
 
     tensors, good, errors = [], [], []
@@ -128,6 +146,8 @@ def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None):
             image = load_image(path, channels=3)
             tensors.append(spec(image))
             good.append(str(path))
+            if sizes is not None:
+                sizes.append((image.size[1], image.size[0]))
             resized += (image.size[1], image.size[0]) != tuple(spec.size)
             if spec.in_chans == 1:
                 pixels = np.asarray(image)

@@ -297,6 +297,7 @@ def build(config: dict, **overrides):
     model = instantiate(config, "model", **overrides)
     if data:
         model._zoo_data_config = data
+        model.take_names_of_data_config()  # a release or checkpoint from before its model stored them
     if config.get("_ignored_paths"):
         model._zoo_ignored_paths = list(config["_ignored_paths"])
     return model

@@ -139,10 +139,15 @@ def as_recipe(config):
     return config
 
 
+def _given(argv: list[str]) -> list[str]:
+    """The options a command line gives (`--key` of `--key value` and `--key=value`)."""
+    return [arg.split("=", 1)[0] for arg in argv if arg.startswith("--")]
+
+
 def drop_inherited_identity(config, argv: list[str]) -> None:
     """Drop `ckpt_path` and the W&B run identity where they came from a --config file rather than
     the command line (a run's config.yaml saved by an older zoo), with one warning."""
-    given = [arg.split("=", 1)[0] for arg in argv if arg.startswith("--")]
+    given = _given(argv)
     dropped = []
     if config.get("ckpt_path") and "--ckpt_path" not in given:
         dropped.append(f"ckpt_path {config['ckpt_path']}")
@@ -171,7 +176,10 @@ def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] 
     if "weights_only" in config:
         config["weights_only"] = True
     if config.get("ckpt_path") and config.get("init_from"):
-        raise UserError("give --ckpt_path (resume a run) or --init_from (start a new run from weights), not both")
+        if "--init_from" in _given(argv):
+            raise UserError("--ckpt_path resumes a run from its checkpoint, --init_from starts a new run from other "
+                            "weights: drop --init_from to resume (or drop --ckpt_path to start a new run)")
+        config["init_from"] = None  # a fine-tune's saved config: its checkpoint holds the weights already
     if not config.get("ckpt_path"):
         return None
     path = resume_path(str(config["ckpt_path"]), Path(config["checkpoint"]["dirpath"]), config.get("sha256"))

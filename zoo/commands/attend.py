@@ -15,14 +15,17 @@ the per-pixel maps); `--html FILE` writes one self-contained page with a step sl
 the old `zoo attention` drew them), `head_fusion` (mean, max or min) and `residual` (rollout's
 identity weight); `zoo glimpses` and `zoo attention` were these presets and are gone.
 
-`--boxes` is a JSON object mapping each image path (as given) to a list of target boxes
-[x0, y0, x1, y1] in the pixels of the model's input (after preparation); each step is then scored
-(the map's peak inside a box, the mass inside). Images are prepared as `zoo.preprocessing(model)`
+`--boxes FILE` gives known targets (zoo/commands/boxes.py): a JSON object from image (its path,
+the same file by another path, or its basename) to boxes [x0, y0, x1, y1] in the ORIGINAL image's
+pixels, as a list or under "boxes" (the scene export's references.json as it is). Each step is then
+scored (the map's peak inside a box, the mass inside), one line sums the scores up, one says how
+many images had no boxes. Images are prepared as `zoo.preprocessing(model)`
 says (the size rule in the README); coordinates in the record are the prepared image's pixels."""
 from __future__ import annotations
 
 import sys
 
+from zoo.commands.boxes import FRAME, read_boxes, summary, to_input
 from zoo.commands.common import (add_model_arguments, exit_code, print_records, report_bad_files, resolve_model,
                                  unique_names)
 from zoo.errors import UserError, printable
@@ -38,37 +41,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the attention records as JSON")
     parser.add_argument("--maps", action="store_true", help="with --json: include the per-pixel maps")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
-    parser.add_argument("--boxes", metavar="FILE", help="JSON {image: [[x0, y0, x1, y1], ...]} of known targets")
+    parser.add_argument("--boxes", metavar="FILE",
+                        help="JSON {image: [[x0, y0, x1, y1], ...] or {\"boxes\": [...]}} of known targets in the "
+                             "original image's pixels (a scene export's references.json as it is); keys are paths "
+                             "or basenames; mapped to the model input's pixels by its resize rule, the record's frame")
     parser.add_argument("--record", action="append", default=[], metavar="KEY=VALUE",
                         help="an option of the family's attention record, e.g. policy=sample (RAM), heads=true (ViT)")
 
 
-def read_boxes(path: str, images: list[str], size: tuple[int, int]) -> dict[str, list[list[float]]]:
-    """The --boxes file, checked: every box has four numbers with x0 < x1, y0 < y1, inside the
-    prepared image (size (H, W))."""
-    from zoo.limits import read_json
-
-    raw = read_json(path, f"--boxes {path}", expect=dict)  # one line for what json and the limits refuse
-    H, W = size
-    boxes = {}
-    for image in images:
-        entry = raw.get(image, [])
-        if not isinstance(entry, list):
-            raise UserError(f"--boxes {path}: {image}: expected a list of [x0, y0, x1, y1] boxes")
-        for box in entry:
-            if (not isinstance(box, list) or len(box) != 4
-                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box)):
-                raise UserError(f"--boxes {path}: {image}: a box is four numbers [x0, y0, x1, y1], got {shorten(box, 60)}")
-            x0, y0, x1, y1 = box
-            if not (0 <= x0 < x1 <= W and 0 <= y0 < y1 <= H):
-                raise UserError(f"--boxes {path}: {image}: box {shorten(box, 60)} is not inside the {W}x{H} input image")
-        boxes[image] = [[float(v) for v in box] for box in entry]
-    return boxes
-
-
 def run(args) -> int:
-    import torch
-
     import inspect
 
     from zoo.evaluate import key_values
@@ -92,8 +73,10 @@ def run(args) -> int:
                         f"{', '.join(takes) or 'no options'}")
     spec = for_model(model)
     notes: list[str] = []
-    batch, good, errors = load_batch(args.images, spec, notes)
-    targets = read_boxes(args.boxes, good, spec.size) if args.boxes else None
+    sizes: list[tuple[int, int]] = []
+    batch, good, errors = load_batch(args.images, spec, notes, sizes)
+    given = read_boxes(args.boxes, good, sizes) if args.boxes else {}
+    targets = to_input(spec, given, good, sizes)
     report_bad_files(errors, "attend", notes)
     if not good:
         return exit_code(0, errors)
@@ -110,12 +93,14 @@ def run(args) -> int:
         bad = record.degenerate()
         for i in range(images.shape[0]):
             path, name = good[start + i], names[start + i]
-            boxes = torch.tensor(targets[path]) if targets and targets[path] else None
+            boxes = targets.get(path)
             figure = out_dir / f"{name}_attend.png"
             atomic_save_image(strip(record, i, images[i], boxes), figure)
             entry = {"image": path, "summary": prediction_text(record, i), "figure": str(figure),
                      "degenerate_steps": int(bad[i].sum()), **plain["images"][i]}
             if boxes is not None:
+                entry["target_boxes"] = {"frame": f"{FRAME} {spec.resize!r}", "input": boxes.tolist(),
+                                         "original": given[path].tolist()}
                 steps = record.step_mask[i].nonzero().flatten()
                 maps = record.maps[i, steps]
                 hits = pointing_game(maps, boxes[None].expand(len(steps), -1, -1))
@@ -128,8 +113,8 @@ def run(args) -> int:
 
         record = concatenate(pages)
         metrics = [[{"step": s["label"], "pointing": s.get("pointing"), "mass in box": s.get("mass_in_box")}
-                    for s in r["steps"]] if targets and targets[r["image"]] else None for r in records]
-        boxes = [torch.tensor(targets[p]) if targets and targets[p] else None for p in good]
+                    for s in r["steps"]] if r["image"] in targets else None for r in records]
+        boxes = [targets.get(p) for p in good]
         page = html_report(record, batch, good, f"zoo attend: {args.model or args.checkpoint}", metrics, boxes)
         atomic_write_bytes(args.html, page.encode())
     for entry in records:
@@ -137,4 +122,6 @@ def run(args) -> int:
             print(f"zoo attend: {printable(entry['image'])}: {entry['degenerate_steps']} step(s) have a degenerate map "
                   "(all zero or NaN); drawn grey, not as attention", file=sys.stderr)
     print_records(records, args.json, lambda r: f"{r['image']}: {r['summary']} -> {r['figure']}")
+    for line in summary(records, len(good)) if args.boxes else ():
+        print(f"zoo attend: {line}", file=sys.stderr if args.json else sys.stdout)
     return exit_code(len(good), errors)

@@ -56,6 +56,7 @@ class ZooModule(L.LightningModule):
         anything is built, whoever builds the model (a recipe, a file, Python): the family's own
         limits are its card's `dimensions`, beside the shared ones of zoo.limits."""
         check_arguments(cls, args, kwargs, "model.init_args", cls.card.dimensions)
+        _check_label_set(cls, args, kwargs)
         return super().__new__(cls)
 
     @property
@@ -83,6 +84,50 @@ class ZooModule(L.LightningModule):
         data = checkpoint.get("zoo", {}).get("data")
         if data:
             self._zoo_data_config = current_spec(data)
+            self.take_names_of_data_config()
+
+    # ------------------------------------------------------------------ what the data decides
+    @property
+    def class_names(self) -> list[str] | None:
+        """The names of the classifier head's outputs, in order (None: unnamed, or no head)."""
+        names = self.hparams.get("class_names")
+        return list(names) if names else None
+
+    def take_class_names(self, names, source: str, replace: bool = False, strict: bool = False) -> bool:
+        """Name the head's outputs after the label set `names` that `source` (a data module) serves,
+        where the family takes `class_names` and has none yet (or `replace`). A label set of another
+        size than the head is refused in one line with `strict`, else left (a new head's data is not
+        the release's). Returns whether the names were taken."""
+        if "class_names" not in self.hparams or not names or (self.class_names and not replace):
+            return False
+        names, outputs = [str(name) for name in names], self.hparams.get("num_classes")
+        if outputs is not None and len(names) != outputs:
+            if strict:
+                raise UserError(f"{source} serves {len(names)} classes; the model's head has {outputs} "
+                                f"(give the model num_classes: {len(names)}, or data of {outputs} classes)")
+            return False
+        self.hparams.class_names = names
+        return True
+
+    def take_names_of_data_config(self) -> bool:
+        """Class names of the data module this model was trained with (its config: a release's or a
+        checkpoint's from before the model stored them), where the model has none."""
+        from zoo.classes import is_allowed, resolve_class
+
+        config = getattr(self, "_zoo_data_config", None) or {}
+        if self.class_names or not is_allowed(config.get("class_path"), "data"):
+            return False
+        data_class = resolve_class(config["class_path"], "data")
+        return self.take_class_names(getattr(data_class, "class_names", None), config["class_path"])
+
+    def setup(self, stage: str) -> None:
+        """Lightning's hook before any verb runs: the model takes what its data module decides (the
+        names of its classes), whoever runs it: train.py, or a plain `Trainer.fit(model, datamodule)`.
+        Fitting names the head after the data it learns; the other verbs name an unnamed head."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None:
+            self.take_class_names(getattr(datamodule, "class_names", None), type(datamodule).__name__,
+                                  replace=stage == "fit", strict=True)
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
@@ -271,6 +316,27 @@ class ClassifierModule(ZooModule):
         hp = self.hparams
         return optim.configure(self, self.parameters(), "adam", lr=hp.lr, weight_decay=hp.weight_decay,
                                schedule=hp.lr_schedule)
+
+
+def _check_label_set(cls: type, args: tuple, kwargs: dict) -> None:
+    """One line where given class names are no list of strings, or not one per output of a
+    `num_classes` head."""
+    import inspect
+
+    signature = inspect.signature(cls.__init__)
+    if "class_names" not in signature.parameters:
+        return
+    given = signature.bind_partial(None, *args, **kwargs).arguments
+    names = given.get("class_names")
+    if names is None:
+        return
+    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+        raise UserError(f"{cls.__name__}: class_names must be a list of strings, got {str(names)[:60]}")
+    head = signature.parameters.get("num_classes")
+    outputs = given.get("num_classes", head.default if head is not None else None)
+    if isinstance(outputs, int) and len(names) != outputs:
+        raise UserError(f"{cls.__name__}: {len(names)} class_names for a head of num_classes {outputs}; "
+                        "give one name per class (and num_classes for a new label set)")
 
 
 def _named(batch) -> dict:

@@ -211,6 +211,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                 "word_items": torch.where(captions == 5, 0, -1)}
 
     def setup(self, stage: str) -> None:
+        super().setup(stage)
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         data_vocab = getattr(datamodule, "vocab", None) if datamodule is not None else None
         if self.embed is None:

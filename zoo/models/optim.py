@@ -107,7 +107,8 @@ def warmup_cosine_factor(module, warmup_epochs: float, floor: float) -> Callable
         trainer = _trainer(module)
         total = max(1, int(trainer.estimated_stepping_batches)) if trainer is not None else 1
         epochs = getattr(trainer, "max_epochs", None) if trainer is not None else None
-        per_epoch = total / epochs if epochs and epochs > 0 else max(1, getattr(trainer, "num_training_batches", 1))
+        batches = getattr(trainer, "num_training_batches", 1)  # inf until a plain Trainer(max_steps=...) fits
+        per_epoch = total / epochs if epochs and epochs > 0 else max(1, batches if math.isfinite(batches) else total)
         return total, min(int(round(warmup_epochs * per_epoch)), total - 1)
 
     def factor(step: int) -> float:

@@ -89,6 +89,7 @@ class ViTClassifier(ZooModule):
         return self.backbone.vit
 
     def setup(self, stage: str | None = None) -> None:
+        super().setup(stage)
         self.speed_setup()
 
     # ------------------------------------------------------------------ forward

@@ -1,0 +1,112 @@
+"""`zoo attend --boxes FILE`: the known targets of each image, read from a JSON object whose keys
+name images and whose values are their boxes [x0, y0, x1, y1] in the ORIGINAL image's pixels:
+either a list of boxes or an object with a "boxes" list (the `references.json` that
+FashionScenesDataModule.export_pngs writes, as it is).
+
+A key names an image when it is the path as given, the same file (a relative key is read from the
+current folder or from the boxes file's folder, symlinks resolved), or its basename where no other
+given image has that basename. Boxes are then mapped into the model input's pixels by the resize
+rule the model's preprocessing records (zoo.preprocess.Preprocessing.map_boxes): the frame of every
+other coordinate in the attention record."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from zoo.errors import UserError
+from zoo.limits import read_json, shorten
+
+FRAME = "model input pixels (x0, y0, x1, y1), mapped from the original image's pixels by the resize rule"
+
+
+def _resolved(path: str | os.PathLike) -> Path | None:
+    try:
+        return Path(path).resolve()
+    except (OSError, ValueError, RuntimeError):  # a key no file system can name (NUL, loops)
+        return None
+
+
+def match_keys(keys, images: list[str], boxes_file: str) -> dict[str, str]:
+    """{image as given: the key naming it} for the images some key names."""
+    folder = Path(boxes_file).parent
+    by_file: dict[Path, str] = {}
+    for key in keys:
+        for root in (Path.cwd(), folder):
+            resolved = _resolved(root / key)
+            if resolved is not None:
+                by_file.setdefault(resolved, key)
+    matched = {}
+    for image in images:
+        key = image if image in keys else by_file.get(_resolved(image))
+        if key is not None:
+            matched[image] = key
+    unmatched = [image for image in images if image not in matched]
+    for image in unmatched:
+        name = Path(image).name
+        if name not in keys:
+            continue
+        namesakes = [other for other in unmatched if Path(other).name == name]
+        if len(namesakes) > 1:
+            raise UserError(f"--boxes {boxes_file}: key {name!r} names {len(namesakes)} images "
+                            f"({', '.join(namesakes[:3])}); give their paths as keys")
+        matched[image] = name
+    return matched
+
+
+def read_boxes(path: str, images: list[str], sizes: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
+    """{image: boxes [K, 4] in its original pixels} for the given `images` of original `sizes`
+    (H, W) that the file names, checked: four numbers with x0 < x1, y0 < y1, inside the image."""
+    # one line for what json and the limits refuse (size, depth, nodes: a 20,000-box file is fine)
+    raw = read_json(path, f"--boxes {path}", expect=dict)
+    boxes, size_of = {}, dict(zip(images, sizes))
+    for image, key in match_keys(raw, images, path).items():
+        entry = raw[key]
+        if isinstance(entry, dict):
+            entry = entry.get("boxes")
+        if not isinstance(entry, list):
+            raise UserError(f"--boxes {path}: {image}: expected a list of [x0, y0, x1, y1] boxes "
+                            "(or an object with one under \"boxes\")")
+        H, W = size_of[image]
+        for box in entry:
+            if (not isinstance(box, list) or len(box) != 4
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in box)):
+                raise UserError(f"--boxes {path}: {image}: a box is four numbers [x0, y0, x1, y1], got {shorten(box, 60)}")
+            x0, y0, x1, y1 = box
+            if not (0 <= x0 < x1 <= W and 0 <= y0 < y1 <= H):
+                raise UserError(f"--boxes {path}: {image}: box {shorten(box, 60)} is not inside the {W}x{H} image "
+                                "(boxes are in the original image's pixels)")
+        if entry:
+            boxes[image] = torch.tensor(entry, dtype=torch.float32).reshape(-1, 4)
+    return boxes
+
+
+def to_input(spec, boxes: dict[str, torch.Tensor], images: list[str], sizes: list[tuple[int, int]]):
+    """{image: boxes [K, 4] in the model input's pixels} (`spec`'s resize rule); a box the centre
+    crop cuts away entirely is left out, and an image left without boxes is not scored."""
+    mapped = {}
+    for image, size in zip(images, sizes):
+        if image in boxes:
+            inside = spec.map_boxes(boxes[image], size)
+            inside = inside[(inside[:, 2] > inside[:, 0]) & (inside[:, 3] > inside[:, 1])]
+            if len(inside):
+                mapped[image] = inside
+    return mapped
+
+
+def summary(records: list[dict], n_images: int) -> list[str]:
+    """The scores in one line, and one line on the images without boxes (none: nothing scored)."""
+    scored = [r for r in records if "target_boxes" in r]
+    lines = []
+    if scored:
+        steps = [s for r in scored for s in r["steps"]]
+        pointing = sum(s["pointing"] for s in steps) / len(steps)
+        mass = sum(s["mass_in_box"] for s in steps) / len(steps)
+        lines.append(f"boxes: {len(scored)} image(s), {len(steps)} step(s): pointing {100 * pointing:.1f}% "
+                     f"of steps, mean mass in box {mass:.3f}")
+    if len(scored) < n_images:
+        missing = [r["image"] for r in records if "target_boxes" not in r]
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        lines.append(f"boxes: {len(missing)} of {n_images} image(s) have no boxes in the file, not scored ({shown})")
+    return lines
