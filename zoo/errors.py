@@ -59,6 +59,8 @@ def quiet_lightning() -> None:
     """Drop the lines of Lightning that are not ours to fix and say nothing to a user (training
     and evaluation alike): its adverts, and torch's LeafSpec deprecation inside Lightning 2.6."""
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    # validate/test/predict leave the checkpoint callback out on purpose: they write no checkpoints
+    warnings.filterwarnings("ignore", message=r"(?s)Be aware that when using `ckpt_path`, callbacks used to create")
     for name in ("lightning.pytorch", "pytorch_lightning", "lightning.pytorch.utilities.rank_zero",
                  "lightning.pytorch.trainer.connectors.checkpoint_connector",
                  "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",

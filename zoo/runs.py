@@ -192,8 +192,8 @@ def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] 
     if fitting:
         check_resume_owner(path, checkpoint, Path(config["trainer"].get("default_root_dir") or os.getcwd()))
     run = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
-    for init_args in _wandb_logger_args(config) if isinstance(run.get("wandb_id"), str) else []:
-        if init_args.get("id") is None:  # the same W&B run goes on
+    for init_args in _wandb_logger_args(config) if fitting and isinstance(run.get("wandb_id"), str) else []:
+        if init_args.get("id") is None:  # the same W&B run goes on (validate, test, predict: a run of their own)
             init_args["id"], init_args["resume"] = run["wandb_id"], "allow"
     return path, checkpoint.get("state_dict")
 

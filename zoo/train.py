@@ -8,6 +8,9 @@
     python train.py fit --config ... --trainer.devices 2 --trainer.strategy ddp         # DDP
     python train.py fit --config ... --accel compile                                   # speed: the run's choice
     python train.py fit --config ... --print_config
+    python train.py validate|test --config RUN/config.yaml --ckpt_path RUN/checkpoints/last.ckpt
+    python train.py predict --config RUN/config.yaml --ckpt_path ... --predictions FILE.jsonl
+                                          # read a run, never write it (zoo/verbs.py, zoo/predict.py)
 
 configs/base/trainer.yaml (W&B offline logger, progress bar, checkpointing) is applied first;
 the recipe overrides it (zoo/recipe_args.py: the command line before LightningCLI parses it).
@@ -44,7 +47,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from zoo import recipe_args, registry, runs
+from zoo import recipe_args, registry, runs, verbs
 from zoo.callbacks import Accelerate, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
 from zoo.errors import UserError, environment_error, one_line_warnings, printable, quiet_lightning
 from zoo.hparams import renamed_for
@@ -128,10 +131,11 @@ class SaveConfigToRunDir(SaveConfigCallback):
         if self.already_saved:
             return
         if trainer.is_global_zero:
-            os.makedirs(trainer.default_root_dir, exist_ok=True)
             recipe = runs.as_recipe(self.config)
-            self.parser.save(recipe, os.path.join(trainer.default_root_dir, self.config_filename),
-                             skip_none=False, overwrite=True, multifile=self.multifile)
+            if stage == "fit":  # validate, test and predict read a run, never write it (zoo.verbs)
+                os.makedirs(trainer.default_root_dir, exist_ok=True)
+                self.parser.save(recipe, os.path.join(trainer.default_root_dir, self.config_filename),
+                                 skip_none=False, overwrite=True, multifile=self.multifile)
             for logger in trainer.loggers:
                 logger.log_hyperparams({"config": recipe.as_dict()})
         self.already_saved = trainer.strategy.broadcast(True)
@@ -158,6 +162,11 @@ class ZooCLI(LightningCLI):
                             help="pin a --ckpt_path or --init_from URL (or file) to its sha256 (8+ hex digits)")
         parser.add_argument("--accel", type=Literal[MODES], default="auto",
                             help="speed, the run's choice (zoo.models.accel): auto | eager | compile | reduce-overhead")
+
+    def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        verbs.add_arguments(parser, subcommand)  # predict's --predictions
+        return parser
 
     def _parse_ckpt_path(self) -> None:
         # Replaces LightningCLI's (checked: lightning 2.6.6), which merges the checkpoint's
@@ -206,6 +215,7 @@ class ZooCLI(LightningCLI):
         callbacks = [c for c in config.get("callbacks") or [] if not isinstance(c, off)] + [Accelerate(run.get("accel"))]
         if ModelCheckpoint not in off:
             callbacks.append(ZooCheckpoint(**run["checkpoint"].as_dict()))
+        callbacks = verbs.callbacks(self.subcommand, run, self.model, callbacks)
         if ProgressBar in off or not sys.stdout.isatty() and any(isinstance(c, RichProgressBar) for c in callbacks):
             # Rich draws nothing without a terminal (a log, CI, `| tee`): report each epoch instead
             callbacks = [c for c in callbacks if not isinstance(c, (RichProgressBar, EpochSummary))] + [EpochSummary()]

@@ -28,8 +28,9 @@ def batch_identity(batch):
 class SplitDataModule(L.LightningDataModule):
     """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test".
 
-    `test_split` names the split `test_dataloader()` serves: "test", or "val" when eval.py runs
-    with `--split val` (it runs `trainer.test`, whose metrics code then serves both splits)."""
+    `test_split` names the split `test_dataloader()` and `predict_dataloader()` serve: "test", or
+    "val" when eval.py runs with `--split val` (it runs `trainer.test`, whose metrics code then
+    serves both splits)."""
 
     test_split = "test"
 
@@ -123,6 +124,10 @@ class SplitDataModule(L.LightningDataModule):
         return self.loader("val")
 
     def test_dataloader(self) -> DataLoader:
+        return self.loader(self.test_split)
+
+    def predict_dataloader(self) -> DataLoader:
+        """`train.py predict` answers the split `test_dataloader()` serves (zoo.predict)."""
         return self.loader(self.test_split)
 
     def plain_loader(self, dataset, train: bool = False, collate_fn=None, **kwargs) -> DataLoader:

@@ -275,7 +275,7 @@ class CaptionsDataModule(CaptionDataModule):
             captions, lengths, pairs = self.encode_pairs([r.tokens for r in records])
             transform = build_transform(hp.image_size, hp.resize_size, True, hp.random_crop)
             self.datasets["train"] = CaptionedFiles(records, captions, lengths, [i for i, _ in pairs], transform)
-        wanted = {"fit": ["val"], "validate": ["val"], "test": [self.test_split]}.get(stage, ["val", "test"])
+        wanted = {"fit": ["val"], "validate": ["val"], "test": [self.test_split], "predict": [self.test_split]}.get(stage, ["val", "test"])
         for split in wanted:
             if split in self.datasets:
                 continue

@@ -32,6 +32,7 @@ from zoo.limits import check_arguments
 from zoo.models import optim
 from zoo.models.accel import StepAccelerator
 from zoo.models.card import FamilyCard, register
+from zoo.predict import TOP_K, predictions
 
 
 def class_path(obj_or_cls: Any) -> str:
@@ -43,6 +44,8 @@ class ZooModule(L.LightningModule):
     #: The family's facts (zoo.models.card.FamilyCard). A subclass that declares its own card is a
     #: family: registered when it is defined, after its hooks are checked.
     card: FamilyCard = FamilyCard("zoo")
+    #: classes per image that `predict_step` answers (zoo.predict.PredictionWriter sets it)
+    predict_top_k: int = TOP_K
     #: the card's name (the CLI uses it to refuse a checkpoint of the wrong family clearly)
     family: str = "zoo"
 
@@ -234,6 +237,13 @@ class ZooModule(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         self.log_step_metrics("val", self.accel.eval_step(self, batch, "val"), _batch_size(batch))
+
+    def predict_step(self, batch, batch_idx):
+        """One plain record per image (zoo.predict: classes with names, a caption); a generator refuses."""
+        named = _named(batch)
+        records = predictions(self, named["images"], self.predict_top_k)
+        ids = named.get("image_ids")
+        return records if ids is None else [{"image_id": i, **r} for i, r in zip(ids, records)]
 
     def test_step(self, batch, batch_idx):
         self.log_step_metrics("test", self.accel.eval_step(self, batch, "test"), _batch_size(batch))
