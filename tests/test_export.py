@@ -91,7 +91,8 @@ def test_what_cannot_be_exported_is_one_line(tmp_path, capsys):
 def test_the_torch_free_onnx_example_captions_as_zoo_caption_does(tmp_path, capsys):
     """docs/examples/onnx_caption.py (onnxruntime, numpy, PIL and the torch-free zoo.export_set; torch
     made unimportable) reads only the export folder and gives zoo caption's beam-search captions word
-    for word."""
+    for word, on opaque scenes and on transparent ones whose hidden pixels are white (export.json's
+    alpha rule: composite on black)."""
     import subprocess
     import sys
 
@@ -107,6 +108,12 @@ def test_the_torch_free_onnx_example_captions_as_zoo_caption_does(tmp_path, caps
     for i, image in enumerate(images):
         paths.append(tmp_path / f"scene{i}.png")
         Image.fromarray((image.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)).save(paths[-1])
+    pixels = np.asarray(Image.open(paths[0]).convert("RGB")).copy()
+    alpha = np.where(pixels.max(-1) < 40, 0, 255).astype(np.uint8)  # the dark background: see-through
+    for hidden in (0, 255):
+        pixels[alpha == 0] = hidden
+        paths.append(tmp_path / f"transparent{hidden}.png")
+        Image.fromarray(np.dstack([pixels, alpha]), "RGBA").save(paths[-1])
     assert cli.main(["export", "--model", "sat_soft_scenes", "--out", str(tmp_path / "exported")]) == 0
     capsys.readouterr()
     assert cli.main(["caption", "--model", "sat_soft_scenes", *map(str, paths)]) == 0
@@ -117,4 +124,4 @@ def test_the_torch_free_onnx_example_captions_as_zoo_caption_does(tmp_path, caps
                              str(tmp_path / "exported"), *map(str, paths)], env=cli_env(None), capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout == expected and len(expected.splitlines()) == 3
+    assert result.stdout == expected and len(expected.splitlines()) == 5

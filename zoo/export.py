@@ -39,7 +39,7 @@ from torch import nn
 
 from zoo.errors import UserError
 from zoo.export_set import MANIFEST, METADATA_KEY, check_set
-from zoo.io import atomic_write_bytes, check_writable, sigterm_raises, swap_in_folder, writing
+from zoo.io import atomic_write_bytes, check_writable, image_rules, sigterm_raises, swap_in_folder, writing
 from zoo.limits import shorten
 
 FORMATS = ("onnx", "torch")
@@ -185,14 +185,20 @@ def describe(model, fmt: str) -> dict:
     spec = for_model(model)
     info = {"family": model.family, "class_path": f"{type(model).__module__}.{type(model).__qualname__}",
             "format": fmt, "zoo_version": zoo_version,
-            "preprocessing": {**spec.as_dict(), "value_range": [0.0, 1.0],
-                              "normalisation": "inside the program (mean/std above are applied by it)"},
+            "preprocessing": preprocessing_record(spec),
             "class_names": list(spec.class_names) if spec.class_names else None}
     if getattr(model, "itos", None):
         info["vocabulary"] = list(model.itos)
         info["special_tokens"] = {"pad": PAD_ID, "start": START_ID, "end": END_ID, "unk": UNK_ID}
         info["decoding"] = {key: model.hparams.get(key) for key in ("beam_size", "length_penalty", "decode_max_len")}
     return info
+
+
+def preprocessing_record(spec) -> dict:
+    """export.json's `preprocessing`: a zoo.preprocess.Preprocessing with the rules a deployment
+    follows to match it pixel for pixel (zoo.io.image_rules: alpha, colour, orientation)."""
+    return {**spec.as_dict(), **image_rules(spec.in_chans), "value_range": [0.0, 1.0],
+            "normalisation": "inside the program (mean/std above are applied by it)"}
 
 
 def check_target(out_dir: str | os.PathLike) -> Path:

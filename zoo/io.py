@@ -30,6 +30,16 @@ MAX_PIXELS = 16384 * 16384
 #: the rules below in words, for the records that state them (`zoo info`, model cards)
 ALPHA_RULE = "transparent pixels are composited on black"
 INTERPOLATION = "bilinear"
+#: the same rules as export.json states them for a deployment (`image_rules`), which must follow them
+ALPHA = "composite on black"  # out = alpha * colour + (1 - alpha) * black, as PIL's alpha_composite
+COLOUR = {3: "RGB", 1: "L (PIL's convert('L') of the RGB: ITU-R 601-2 luma)"}
+ORIENTATION = "EXIF orientation applied"
+
+
+def image_rules(in_chans: int) -> dict[str, str]:
+    """How `load_image` and zoo.preprocess turn a file into pixels, as export.json's preprocessing
+    states it: transparency, colour, orientation, interpolation."""
+    return {"alpha": ALPHA, "colour": COLOUR[in_chans], "orientation": ORIENTATION, "interpolation": INTERPOLATION}
 
 
 def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:

@@ -2,7 +2,9 @@
 the zoo's torch-free `zoo.export_set`, which checks the set before anything runs (the files are the
 ones export.json names by sha256, the decoder scores its vocabulary, the sizes are bounded), as
 `zoo.load_export` does. Everything the programs need besides their weights is in the export's
-export.json: the vocabulary and special token ids, how to prepare an image, the decoding settings.
+export.json: the vocabulary and special token ids, how to prepare an image (size, resize rule, and
+how a file becomes pixels: `alpha` "composite on black", `colour`, `orientation`; `prepare` follows
+them, so a transparent PNG gives the caption `zoo caption` gives), the decoding settings.
 
     zoo export --model sat_soft_scenes --out exported/
     python docs/examples/onnx_caption.py exported/ scene.png [--beam-size K] [--max-len N]
@@ -21,27 +23,45 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime
-from PIL import Image
+from PIL import Image, ImageOps
 
 from zoo.errors import UserError, printable
 from zoo.export_set import check_set
 from zoo.limits import check_flags
 
 
+#: export.json's preprocessing.alpha rules this example knows (an export written before the rule was
+#: stated composited on black as well)
+ALPHA_RULES = ("composite on black",)
+
+
 def prepare(path: str, spec: dict) -> np.ndarray:
-    """The image as the model's evaluation data was: float [1, C, H, W] in [0, 1] (the programs
-    normalise it themselves)."""
+    """The image as the model's evaluation data was, by export.json's rules (`spec`, its
+    preprocessing): float [1, C, H, W] in [0, 1] (the programs normalise it themselves)."""
+    alpha = spec.get("alpha", ALPHA_RULES[0])
+    if alpha not in ALPHA_RULES:
+        raise UserError(f"export.json: preprocessing.alpha {alpha!r} is not a rule this example follows "
+                        f"({', '.join(ALPHA_RULES)})")
     try:
-        image = Image.open(path)
-        image = image.convert("RGB" if spec["in_chans"] == 3 else "L")
+        image = ImageOps.exif_transpose(Image.open(path))  # orientation: EXIF applied
+        image.load()
+        if image.mode == "P":
+            image = image.convert("RGBA")
+        if image.mode in ("RGBA", "LA", "PA"):  # a transparent pixel is its colour over black, by its alpha
+            black = Image.new("RGBA", image.size, (0, 0, 0, 255))
+            image = Image.alpha_composite(black, image.convert("RGBA"))
+        if image.mode not in ("RGB", "L"):
+            image = image.convert("RGB")
+        image = image.convert("RGB" if spec["in_chans"] == 3 else "L")  # colour: RGB, or PIL's luma
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise UserError(f"{path}: not a readable image ({exc})") from None
     height, width = spec["size"]
-    if spec["resize"] == "crop":  # the shorter side to resize_size, then the centre
+    if spec["resize"] == "crop":  # the shorter side to resize_size (the longer scaled, cut down), the centre
         shorter = spec.get("resize_size") or min(height, width)
-        scale = shorter / min(image.size)
-        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BILINEAR)
-        left, top = (image.width - width) // 2, (image.height - height) // 2
+        longer = int(shorter * max(image.size) / min(image.size))
+        size = (shorter, longer) if image.width <= image.height else (longer, shorter)
+        image = image.resize(size, Image.BILINEAR)
+        left, top = int(round((image.width - width) / 2.0)), int(round((image.height - height) / 2.0))
         image = image.crop((left, top, left + width, top + height))
     elif image.size != (width, height):
         image = image.resize((width, height), Image.BILINEAR)
