@@ -81,7 +81,7 @@ def plain_loop(cfg, batch, steps: int, warmup: int, device, bf16: bool, compile:
     vit, backbone = module.vit, module.backbone
     mean, std = backbone.mean.to(device), backbone.std.to(device)
     # the same optimizer as the module's (fused AdamW)
-    optimizer = build_optimizer(module.parameter_groups(), "adamw", lr=TRAIN["lr"], impl="fused")
+    optimizer = build_optimizer(module.parameter_groups(), "adamw", lr=TRAIN["lr"])  # fused on CUDA, foreach elsewhere (zoo.models.optim)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     forward = torch.compile(vit) if compile else vit
     x_host, y_host = batch

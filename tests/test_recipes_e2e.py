@@ -102,13 +102,13 @@ def test_vit_finetune_recipe_trains_on_an_image_folder(tmp_path):
     root = tmp_path / "run"
     checkpoint = _fit(str(REPO / "configs/vit/imagenet_finetune.yaml"), root, *TINY_BUDGET,
                       "--data.init_args.root", str(tmp_path / "imagenet"), "--data.init_args.eval_batch_size", "2",
-                      "--model.init_args.pretrained", "false")  # offline: no timm hub
+                      "--model.init_args.backbone.pretrained", "false")  # offline: no timm hub
     out = tmp_path / "eval.json"
     rc, _, err = run_cli(["eval.py", "--checkpoint", checkpoint, "--split", "val", "--json", out,
                           *_data(root=tmp_path / "imagenet")], cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]
     assert "val/acc" in json.loads(out.read_text())["metrics"]
-    rc, _, err = run_cli(["-m", "zoo.cli", "attention", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
+    rc, _, err = run_cli(["-m", "zoo.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
                           next((tmp_path / "imagenet" / "val" / "cat").glob("*.jpg"))],
                          cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]

@@ -120,8 +120,17 @@ def test_ctrl_c_saves_and_says_so_in_one_line(tmp_path, tiny_data_dir):
     deadline = time.monotonic() + 120
     while not (root / "checkpoints" / "last.ckpt").exists() and time.monotonic() < deadline:  # an epoch has run
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    # Ctrl-C, pressed again while the run goes on: on a loaded machine one SIGINT was seen to vanish
+    # (the run finished its 500 epochs); once Lightning handles one it ignores the rest
+    for _ in range(60):
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=2)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    else:
+        out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     assert err.strip().splitlines()[-1] == (f"train.py: error: stopped by Ctrl-C: saved {root}/checkpoints/last.ckpt; "
                                             "resume with --ckpt_path last")
