@@ -89,13 +89,18 @@ def read_coco_captions(annotation_file: str | os.PathLike, image_root: str | os.
     if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
             or not isinstance(data.get("annotations"), list):
         raise UserError(f"{path}: not a COCO captions file (needs 'images' and 'annotations' lists)")
+    def is_id(value) -> bool:  # pycocotools indexes by these: a number or a string, never a structure
+        return isinstance(value, (int, str)) and not isinstance(value, bool)
+
     for k, img in enumerate(data["images"]):
-        if not isinstance(img, dict) or "id" not in img or not isinstance(img.get("file_name"), str):
-            raise UserError(f"{path}: images[{k}] needs an 'id' and a 'file_name'")
+        if not isinstance(img, dict) or not is_id(img.get("id")) or not isinstance(img.get("file_name"), str):
+            raise UserError(f"{path}: images[{k}] needs an 'id' (a number or string) and a 'file_name'")
     for k, ann in enumerate(data["annotations"]):
-        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
-            raise UserError(f"{path}: annotations[{k}] needs an 'image_id' and a 'caption' string")
+        if not isinstance(ann, dict) or not is_id(ann.get("image_id")) or not isinstance(ann.get("caption"), str):
+            raise UserError(f"{path}: annotations[{k}] needs an 'image_id' (a number or string) and a 'caption' string")
         ann.setdefault("id", k)  # pycocotools indexes annotations by id
+        if not is_id(ann["id"]):
+            raise UserError(f"{path}: annotations[{k}]: its 'id' must be a number or string")
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
         coco = COCO()
         coco.dataset = data
