@@ -138,6 +138,8 @@ def read_karpathy(split_file: str | os.PathLike, image_root: str | os.PathLike,
                 or img.get("split") not in KARPATHY_SPLITS or not isinstance(img.get("sentences"), list):
             raise UserError(f"{path}: images[{k}] needs 'filename', 'sentences' and a 'split' in "
                             f"{list(KARPATHY_SPLITS)}")
+        if not isinstance(img.get("filepath", ""), str):
+            raise UserError(f"{path}: images[{k}]: its 'filepath' must be a folder name (a string)")
         split = img["split"]
         if split == "restval":
             if not restval_in_train:
@@ -156,6 +158,8 @@ def read_karpathy(split_file: str | os.PathLike, image_root: str | os.PathLike,
         if not refs:
             continue
         image_id = img.get("cocoid", img.get("imgid", k))
+        if not isinstance(image_id, (int, str)) or isinstance(image_id, bool):
+            raise UserError(f"{path}: images[{k}]: its 'cocoid' / 'imgid' must be a number or string")
         splits[split].append(CaptionedImage(image_id, root / img.get("filepath", "") / img["filename"],
                                             refs, tokens))
     return splits
