@@ -16,6 +16,23 @@ def _load_script():
     return module
 
 
+def _fake_run(tmp_path, best: str, calls: list | None = None, **record):
+    """results_run.run without processes: train.py leaves the checkpoint `best` in its run folder,
+    eval.py writes an accuracy of 0.5 for its split (plus `record`); each command joins `calls`."""
+    def run(cmd):
+        if calls is not None:
+            calls.append(cmd)
+        if cmd[1] == "train.py":
+            checkpoints = tmp_path / cmd[cmd.index("--trainer.default_root_dir") + 1] / "checkpoints"
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            (checkpoints / best).write_bytes(f"this run's {best}".encode())
+        else:
+            split = cmd[cmd.index("--split") + 1]
+            Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps(
+                {"metrics": {f"{split}/acc": 0.5}, "config": {"model": {}}, **record}))
+    return run
+
+
 def test_a_stale_checkpoint_is_never_evaluated_and_the_starting_commit_is_recorded(tmp_path, monkeypatch):
     script = _load_script()
     monkeypatch.setattr(script, "ROOT", tmp_path)
@@ -25,19 +42,7 @@ def test_a_stale_checkpoint_is_never_evaluated_and_the_starting_commit_is_record
     (stale / "best-epoch=007.ckpt").write_bytes(b"an earlier run's best")  # sorts after this run's
 
     calls = []
-
-    def fake_run(cmd):
-        calls.append(cmd)
-        if cmd[1] == "train.py":
-            checkpoints = tmp_path / cmd[cmd.index("--trainer.default_root_dir") + 1] / "checkpoints"
-            checkpoints.mkdir(parents=True, exist_ok=True)
-            (checkpoints / "best-epoch=002.ckpt").write_bytes(b"this run's best")
-        else:
-            split = cmd[cmd.index("--split") + 1]
-            Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps(
-                {"metrics": {f"{split}/acc": 0.5}, "config": {"model": {}}, "parameters": 1234}))
-
-    monkeypatch.setattr(script, "run", fake_run)
+    monkeypatch.setattr(script, "run", _fake_run(tmp_path, "best-epoch=002.ckpt", calls, parameters=1234))
     commits = iter(["commit-at-start", "commit-later"])
     monkeypatch.setattr(script, "git_commit", lambda: next(commits))
     assert script.main(["configs/fam/recipe.yaml", "--seeds", "0", "--", "--trainer.max_epochs", "1"]) == 0
@@ -157,17 +162,7 @@ def test_an_earlier_seed_joins_the_summary_only_if_its_recipe_then_is_the_recipe
 
     monkeypatch.setattr(script, "recipe_drift", fake_drift)
 
-    def fake_run(cmd):
-        if cmd[1] == "train.py":
-            checkpoints = tmp_path / cmd[cmd.index("--trainer.default_root_dir") + 1] / "checkpoints"
-            checkpoints.mkdir(parents=True, exist_ok=True)
-            (checkpoints / "best-epoch=001.ckpt").write_bytes(b"best")
-        else:
-            split = cmd[cmd.index("--split") + 1]
-            Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps(
-                {"metrics": {f"{split}/acc": 0.5}, "config": {"model": {}}}))
-
-    monkeypatch.setattr(script, "run", fake_run)
+    monkeypatch.setattr(script, "run", _fake_run(tmp_path, "best-epoch=001.ckpt"))
     monkeypatch.setattr(script, "git_commit", lambda: "now")
     assert script.main(["configs/fam/recipe.yaml", "--seeds", "2"]) == 0
     summary = json.loads((tmp_path / "results/fam_recipe.json").read_text())
