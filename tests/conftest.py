@@ -113,7 +113,10 @@ def offline_in_tmp(tmp_path, monkeypatch):
 def cli_env(data_dir: Path | None = None, **extra: str) -> dict:
     """Environment for entry-point subprocesses: tiny data, offline W&B, one thread each,
     tests/ importable (for test-only classes named by class_path)."""
-    env = dict(os.environ)
+    # a W&B service an earlier in-process test started (wandb puts its address in WANDB_SERVICE)
+    # belongs to this test process: a CLI run must start its own, or its offline run file is
+    # written by another process's service, whenever that gets to it
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     env.update({"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_CONSOLE": "off",
                 "WANDB_DISABLE_GIT": "true", "WANDB_DISABLE_CODE": "true",
                 "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
