@@ -60,7 +60,9 @@ def test_an_unusable_download_cache_is_one_line(tmp_path, monkeypatch, capsys, c
         cache = str(tmp_path / "a_file")
     monkeypatch.setenv("ZOO_CACHE_DIR", cache)
     assert cli.main(["caption", _image(tmp_path), "--checkpoint", "http://127.0.0.1:9/w.safetensors"]) == 2
-    line = _one_line(capsys.readouterr().err, "zoo caption")
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err  # nothing before it (no "not pinned" warning: nothing was served)
+    line = _one_line(err, "zoo caption")
     assert f"the download cache {cache}: cannot write there" in line and "ZOO_CACHE_DIR" in line
 
 

@@ -346,9 +346,12 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
     if pin is None:
         in_name = HASH_IN_NAME.search(name)
         pin = in_name.group(1) if in_name else None
-    if pin is None:
-        warnings.warn(f"{url} is not pinned to a sha256, so its content is not verified; pin it with "
-                      "--sha256 HASH (or a file name ending in -<hash prefix>)", UserWarning, stacklevel=2)
+    def served(path: Path) -> Path:  # said when unverified content is handed over, not before a refusal
+        if pin is None:
+            warnings.warn(f"{url} is not pinned to a sha256, so its content is not verified; pin it with "
+                          "--sha256 HASH (or a file name ending in -<hash prefix>)", UserWarning, stacklevel=3)
+        return path
+
     # One cache folder per pin (a content address) or, unpinned, per URL.
     key = pin[:16] if pin else "url-" + hashlib.sha256(url.encode()).hexdigest()[:16]
     target = cache_dir() / key / name
@@ -360,7 +363,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
                 return target  # the pin vouches for every byte
             if pin is None:
                 check_whole(target, url, crc=False)  # an unpinned entry: whole, or evicted
-                return target
+                return served(target)
         except UserError:
             pass
         target.unlink()  # a cached file that is damaged or no longer matches its pin is not served again
@@ -377,7 +380,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
     except OSError as exc:  # the cache folder: a file, read-only or full
         raise UserError(f"the download cache {cache_dir()}: cannot write there ({exc.strerror or exc}); set "
                         "ZOO_CACHE_DIR to a writable folder") from None
-    return target
+    return served(target)
 
 
 def _download(url: str, dest: Path) -> None:
