@@ -123,7 +123,7 @@ def _test_hook(point: str) -> None:
 
 
 def remake(name: str, recipe: str | None, seed: int | None) -> Path:
-    entry = hub.manifest().get(name, {}).get("metadata", {})
+    entry = hub.manifest().get(name, {}).get("metadata") or {}
     recipe, seed = recipe or entry.get("recipe"), entry.get("seed", 0) if seed is None else seed
     if not recipe:
         raise UserError(f"'{name}' is not released yet: give --recipe (and --seed)")

@@ -132,7 +132,7 @@ def _entries() -> dict[str, Entry]:
         entry = entries.get(name) or Entry(name, None, record["config"], record["config"].get("data"))
         entry.weights = record
         family = {"family": record["config"]["family"]} if record["config"].get("family") else {}
-        released = record.get("metadata", {})
+        released = record.get("metadata") or {}  # a record may say "metadata": null
         # `recipe` is the command that trains the entry (a release's: with its seed), `recipe_file` the YAML
         recipe = {"recipe": released.get("command") or entry.metadata.get("recipe"),
                   "recipe_file": released.get("recipe") or entry.metadata.get("recipe_file")}
