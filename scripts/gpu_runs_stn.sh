@@ -30,8 +30,11 @@ TIER1="
 configs/stn/fmnist_cluttered60.yaml 0 1 2
 configs/stn/fmnist_cluttered100.yaml 0 1 2
 "
-# tier 2: does the recurrent transformer's second glimpse earn its place?
+# tier 2: cluttered100's plain recipe never leaves the identity transform: does a distractor
+# curriculum (with the six-parameter or the attention transform) or a second, recurrent glimpse find the item?
 TIER2="
+configs/stn/fmnist_cluttered100_curriculum.yaml 0 1
+configs/stn/fmnist_cluttered100_attention_curriculum.yaml 0 1
 configs/stn/fmnist_cluttered100_2glimpses.yaml 0 1
 "
 
