@@ -45,15 +45,8 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 JOBS=${JOBS:-14}
 EXTRA=${EXTRA:-}
-export WANDB_MODE=disabled OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_COMPILE_THREADS=1 PYTHONUNBUFFERED=1
-LOGS=logs/gpu_runs_ram
-mkdir -p "$LOGS" results
+PREFIX=ram CONFIGS=configs/ram LOGS=logs/gpu_runs_ram
 
-# Where each line ran so far is noted beside it; the JSON under results/ says so too ("device",
-# "training"). A line whose results exist needs no rerun.
-# tier 1: the headline recipes, 3 seeds each: cluttered60 (also with 4 paths per image: on a GPU
-# four times the rollouts cost little) and cluttered100 (the paper's 4 scales, and 2 scales with a
-# 9 px policy); the best on validation is the one to release
 TIER1="
 configs/ram/fmnist_cluttered60_dram.yaml 0 1 2
 configs/ram/fmnist_cluttered60_dram_paths4.yaml 0 1 2
@@ -86,18 +79,8 @@ configs/ram/fmnist_cluttered100_dram_curriculum.yaml 0 1 2
 # (the second H200 lease, commit ab2d3f8: `JOBS=6 timeout 505 bash scripts/gpu_runs_ram.sh train 4`, all 6
 # lines side by side finished 30 epochs and their evaluation in 452 s, ~330 s of training each)
 
-lines() {  # the "recipe seed" lines of the given tiers (each tier: a recipe and its seeds per line)
-  for tier in "$@"; do
-    case $tier in 1) echo "$TIER1" ;; 2) echo "$TIER2" ;; 3) echo "$TIER3" ;; 4) echo "$TIER4" ;;
-      *) echo "gpu_runs_ram.sh: error: no tier $tier (1, 2, 3 or 4)" >&2; exit 2 ;; esac
-  done | sed '/^$/d' | while read -r recipe seeds; do for seed in $seeds; do echo "$recipe $seed"; done; done
-}
+source scripts/gpu_lines.sh
 
-train_one() {  # recipe seed
-  local name; name=ram_$(basename "$1" .yaml)
-  "$PY" scripts/results_run.py "$1" --seeds "$2" ${EXTRA:+-- $EXTRA} >"$LOGS/${name}_seed$2.log" 2>&1
-  echo "$name seed $2: exit $?"
-}
 resume_one() {  # recipe seed: finish a line stopped by a time limit, from its last.ckpt, and evaluate it
   local name root; name=ram_$(basename "$1" .yaml); root=runs/results/$name/seed$2
   [ -f "results/${name}_seed$2.json" ] && { echo "$name seed $2: done already"; return 0; }
@@ -107,49 +90,22 @@ resume_one() {  # recipe seed: finish a line stopped by a time limit, from its l
     "$PY" scripts/results_run.py "$1" --seeds "$2" --eval-only ${EXTRA:+-- $EXTRA} >>"$LOGS/${name}_seed$2_resume.log" 2>&1
   echo "$name seed $2: resume exit $?"
 }
-export -f train_one resume_one
-export PY LOGS EXTRA
+export -f resume_one
 
-score() {  # summarise every recipe trained here over all its seeds, then score each seed
-  for log in "$LOGS"/ram_*_seed*.log; do
-    [ -e "$log" ] || continue
-    base=$(basename "$log" .log); echo "${base%_seed*} ${base##*_seed}"
-  done | sort -u | awk '{seeds[$1] = seeds[$1] " " $2} END {for (n in seeds) print n seeds[n]}' | {
-  while read -r name seeds; do
-    recipe=configs/ram/${name#ram_}.yaml
-    ok=""
-    for s in $seeds; do [ -f "results/${name}_seed$s.json" ] && ok="$ok $s"; done
-    [ -n "$ok" ] || { echo "$name: no seed finished"; continue; }
-    # the summary once more, after every seed has written its own JSON (parallel seeds race for it)
-    "$PY" scripts/results_run.py "$recipe" --seeds $ok --eval-only ${EXTRA:+-- $EXTRA} >"$LOGS/${name}_summary.log" 2>&1
-    echo "$name seeds$ok: summary exit $?"
-    ( "$PY" scripts/attention_results.py --results-run "$name" --seeds $ok --n 500 >"$LOGS/${name}_attention.log" 2>&1
-      echo "$name: attention exit $?" ) &
-    for s in $ok; do
-      ( ckpt=$("$PY" -c "import json; print(json.load(open('results/${name}_seed$s.json'))['checkpoint'])")
-        "$PY" scripts/ram_policy_probe.py "$ckpt" --tag "${name#ram_}_seed$s" --n 2000 \
-          --trained-with "python scripts/results_run.py $recipe --seeds $s" >"$LOGS/${name}_probe$s.log" 2>&1
-        echo "$name seed $s: probe exit $?" ) &
-    done
+after_summary() {  # name recipe seeds: the policy probe of each seed (scripts/ram_policy_probe.py)
+  local s
+  for s in $3; do
+    ( ckpt=$("$PY" -c "import json; print(json.load(open('results/${1}_seed$s.json'))['checkpoint'])")
+      "$PY" scripts/ram_policy_probe.py "$ckpt" --tag "${1#ram_}_seed$s" --n 2000 \
+        --trained-with "python scripts/results_run.py $2 --seeds $s" >"$LOGS/${1}_probe$s.log" 2>&1
+      echo "$1 seed $s: probe exit $?" ) &
   done
-  wait  # (inside the pipeline's shell, whose children the scoring jobs are)
-  }
-}
-
-pack() {
-  [ -n "${OUT:-}" ] || return 0
-  tar czf "$OUT/ram_results.tgz" results/ram_*.json results/attention_ram_*.json "$LOGS" 2>/dev/null
-  echo "packed $OUT/ram_results.tgz"
 }
 
 stage=${1:-all}
 [ $# -gt 0 ] && shift
 tiers=${*:-1 2}
 case $stage in
-  list) lines $tiers | while read -r recipe seed; do echo "$PY scripts/results_run.py $recipe --seeds $seed"; done ;;
-  train) lines $tiers | xargs -P "$JOBS" -L 1 bash -c 'train_one "$0" "$1"' ;;
   resume) lines $tiers | xargs -P "$JOBS" -L 1 bash -c 'resume_one "$0" "$1"' ;;
-  score) score; pack ;;
-  all) lines $tiers | xargs -P "$JOBS" -L 1 bash -c 'train_one "$0" "$1"'; score; pack ;;
-  *) echo "gpu_runs_ram.sh: error: stage is all, train, resume, score or list" >&2; exit 2 ;;
+  *) EXTRA_STAGES=" (or resume)" run_stage "$stage" $tiers ;;
 esac
