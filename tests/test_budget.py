@@ -9,7 +9,6 @@ import contextlib
 import json
 import resource
 import struct
-import time
 import zipfile
 
 import numpy as np
@@ -76,11 +75,10 @@ def test_the_budget_message_names_the_culprit_and_how_to_raise_it(monkeypatch):
 ])
 def test_models_that_would_take_gigabytes_are_refused_without_allocating(tmp_path, release, args, culprit):
     path = _weights_file(tmp_path, "wide", release, **args)
-    started = time.perf_counter()
-    with allocation_cap(), pytest.raises(UserError) as info:
+    with allocation_cap(), pytest.raises(UserError) as info:  # the cap proves nothing was allocated
         zoo.load_checkpoint(path)
     assert "refused, it would need about" in str(info.value) and culprit in str(info.value)
-    assert "\n" not in str(info.value) and time.perf_counter() - started < 60
+    assert "\n" not in str(info.value)
 
 
 def test_every_release_and_recipe_fits_the_budget():
@@ -99,14 +97,18 @@ def test_every_release_and_recipe_fits_the_budget():
             assert sum(data.values()) < 2**30, (name, data)
 
 
-def test_a_data_module_of_ten_million_scenes_is_refused_before_generating():
+def test_a_data_module_of_ten_million_scenes_is_refused_before_generating(monkeypatch):
     from zoo import registry
+    from zoo.data import scene_generation, scenes
 
+    def generating(*args, **kwargs):  # before: 81 s of generation, then numpy's MemoryError
+        raise AssertionError("scenes were generated before the refusal")
+
+    monkeypatch.setattr(scene_generation, "generate_block", generating)
+    monkeypatch.setattr(scenes, "generate_scenes", generating)
     spec = {"class_path": "zoo.data.scenes.FashionScenesDataModule", "init_args": {"num_train": 10_000_000}}
-    started = time.perf_counter()
-    with pytest.raises(UserError, match=r"data\.init_args\.num_train=10,000,000 scenes of 3x64x64 px"):
+    with allocation_cap(), pytest.raises(UserError, match=r"data\.init_args\.num_train=10,000,000 scenes of 3x64x64 px"):
         registry.instantiate(spec, "data")
-    assert time.perf_counter() - started < 10  # before: 81 s of generation, then numpy's MemoryError
 
 
 @pytest.mark.slow

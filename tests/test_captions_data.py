@@ -238,3 +238,18 @@ def test_missing_images_and_bad_settings(coco, tmp_path):
     with pytest.raises(UserError, match="val2014_000010.png: not a readable image"):
         dm.setup("validate")
         next(iter(dm.val_dataloader()))
+
+
+def test_a_given_vocabulary_says_how_many_training_words_become_unk(coco, caplog):
+    dm = coco_dm(*coco, vocab=["<pad>", "<start>", "<end>", "<unk>", "dog", "grass"])
+    words = [w for image in dm.training_tokens() for caption in image if 0 < len(caption) <= 10 for w in caption]
+    unknown = [w for w in words if w not in ("dog", "grass")]
+    assert 0 < len(unknown) < len(words)
+    with caplog.at_level("WARNING", logger="zoo"):
+        dm.setup("fit")
+    assert (f"{len(unknown)} of {len(words)} training caption words ({len(set(unknown))} distinct) are not in "
+            "the given vocabulary of 2 words: they read as <unk>") in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="zoo"):
+        coco_dm(*coco).setup("fit")  # a vocabulary built from these captions loses nothing to say
+    assert "read as <unk>" not in caplog.text

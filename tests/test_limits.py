@@ -335,3 +335,22 @@ def test_a_weights_files_data_paths_are_ignored(tmp_path):
     assert not target.exists()
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digest  # the file itself is untouched
+
+
+def test_a_data_path_without_a_default_is_asked_for_in_one_line(tmp_path):
+    """An ImageFolder run's root is a path, so a checkpoint never chooses it; eval needs --data root=."""
+    from zoo import registry
+
+    model = zoo.create_model("vit_fmnist", pretrained=True)
+    config = model.zoo_config()
+    config["data"] = {"class_path": "zoo.data.imagefolder.ImageFolderDataModule",
+                      "init_args": {"root": str(tmp_path / "elsewhere"), "image_size": 28, "in_chans": 1}}
+    path = tmp_path / "w.safetensors"
+    hub.save_release(model, config, path)
+    loaded = zoo.load_checkpoint(path)
+    with pytest.raises(UserError) as info:
+        registry.build_datamodule(loaded)
+    assert str(info.value) == ("the checkpoint's data (ImageFolderDataModule) reads its files from root, which comes "
+                               "from you, not from a checkpoint: give it with --data root=PATH")
+    data = registry.build_datamodule(loaded, root=str(tmp_path))
+    assert data.hparams.root == str(tmp_path)

@@ -579,3 +579,12 @@ def test_the_gpu_run_list_resumes_only_lines_a_time_limit_stopped(tmp_path):
         "--trainer.default_root_dir runs/results/ram_fmnist_cluttered60_dram/seed1 --ckpt_path last",
         "scripts/results_run.py configs/ram/fmnist_cluttered60_dram.yaml --seeds 1 --eval-only"]
     assert "ram_fmnist_cluttered60_dram seed 0: done already" in result.stdout
+
+
+@pytest.mark.parametrize("shape, expected", [((1, 1, 28, 28), r"images are \(1, 28, 28\), the model expects \(1, 60, 60\)"),
+                                             ((1, 3, 60, 60), r"images are \(3, 60, 60\), the model expects \(1, 60, 60\)")])
+def test_rollout_checks_its_images_as_forward_does(shape, expected):
+    model = zoo.create_model("ram_fmnist_cluttered60", pretrained=False)
+    for run in (lambda x: model.rollout(x, "mean"), model, lambda x: model.attention_record(x)):
+        with pytest.raises(UserError, match=expected):
+            run(torch.rand(*shape))

@@ -469,3 +469,15 @@ def test_sigterm_during_a_download_leaves_no_partial_file(bad_server, tmp_path):
     proc.wait(timeout=30)
     assert proc.returncode == 143
     assert _cache_files(tmp_path) == []
+
+
+def test_a_truncated_checkpoint_is_one_whole_sentence(trained_run, tmp_path):
+    from zoo.hub import read_checkpoint
+
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(trained_run["last"].read_bytes()[:4096])
+    with pytest.raises(UserError) as info:
+        read_checkpoint(cut)
+    message = str(info.value)
+    assert message.startswith(f"{cut}: not a readable checkpoint (truncated or damaged? ") and "\n" not in message
+    assert message.endswith(".)") and "If you are seeing this error" not in message  # torch's advice cut mid-way

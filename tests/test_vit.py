@@ -86,10 +86,13 @@ def _timm_source(**kw):
     return timm.create_model("vit_tiny_patch16_224", **{**args, **kw})
 
 
-def test_local_timm_checkpoint_loads_with_head_and_in_chans_adaptation(tmp_path):
+def test_local_timm_checkpoint_loads_with_head_and_in_chans_adaptation(tmp_path, caplog):
     source = _timm_source()  # an RGB, 1000-class checkpoint, like a downloaded model.safetensors
     path = tmp_path / "model.safetensors"
     save_file(source.state_dict(), str(path))
+    with caplog.at_level("WARNING", logger="zoo"):
+        tiny(pretrained_file=str(path))
+    assert "model.safetensors: its 1000-class head does not fit 10 classes: the head starts fresh" in caplog.text
     model = tiny(pretrained_file=str(path), image_size=42)  # 1 channel, 10 classes, 6x6 grid
     vit, src = model.vit, source.state_dict()
     assert torch.equal(vit.blocks[1].mlp.fc2.weight, src["blocks.1.mlp.fc2.weight"])
@@ -105,11 +108,13 @@ def test_local_timm_checkpoint_loads_with_head_and_in_chans_adaptation(tmp_path)
     assert model(torch.rand(2, 1, 42, 42)).shape == (2, 10)
 
 
-def test_local_checkpoint_of_same_head_keeps_it_and_pth_files_work(tmp_path):
+def test_local_checkpoint_of_same_head_keeps_it_and_pth_files_work(tmp_path, caplog):
     source = _timm_source(in_chans=1, num_classes=10)
     path = tmp_path / "mine.pth"
     torch.save(source.state_dict(), path)
-    model = tiny(pretrained_file=str(path))
+    with caplog.at_level("WARNING", logger="zoo"):
+        model = tiny(pretrained_file=str(path))
+    assert "head starts fresh" not in caplog.text
     assert torch.equal(model.vit.head.weight, source.head.weight)
     assert torch.equal(model.vit.patch_embed.proj.weight, source.patch_embed.proj.weight)
 

@@ -539,8 +539,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         raise UserError(f"{path}: refused, the checkpoint holds objects that only an unsafe (code-running) "
                         f"load could restore ({what})") from None
     except Exception as exc:
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise UserError(f"{path}: not a readable checkpoint (truncated or damaged? {reason})") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = re.split(r"(?<=\.)\s", first, maxsplit=1)[0]  # its first sentence, whole
+        raise UserError(f"{path}: not a readable checkpoint (truncated or damaged? {shorten(reason, 200)})") from None
     if not isinstance(checkpoint, dict):
         raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
     check_tree(checkpoint, str(path))  # before anything reads, formats or builds from it

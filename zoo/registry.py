@@ -313,11 +313,15 @@ def build_datamodule(model, **overrides):
         raise UserError("the model carries no data config; use a checkpoint written by train.py or a "
                         "registry model")
     cls = resolve_class(config.get("class_path"), "data")
+    accepted = inspect.signature(cls).parameters
     ignored = [key for key in getattr(model, "_zoo_ignored_paths", ()) if key not in overrides]
+    required = [key for key in ignored if key in accepted and accepted[key].default is inspect.Parameter.empty]
+    if required:
+        raise UserError(f"the checkpoint's data ({cls.__name__}) reads its files from {', '.join(required)}, which "
+                        f"comes from you, not from a checkpoint: give it with --data {required[0]}=PATH")
     if ignored:
         warnings.warn(f"the checkpoint's data config names paths ({', '.join(ignored)}); paths come from you, "
                       f"so the defaults are used (set them with --data {ignored[0]}=PATH)", UserWarning, stacklevel=2)
-    accepted = inspect.signature(cls).parameters
     unknown = sorted(k for k in overrides if k not in accepted)
     if unknown:
         raise UserError(f"{config['class_path']} has no argument {', '.join(unknown)}")

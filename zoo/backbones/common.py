@@ -4,6 +4,7 @@ errors for the mistakes users make (unknown names, missing or ill-fitting weight
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 import socket
@@ -15,6 +16,8 @@ import torch
 from torch import nn
 
 from zoo.errors import UserError
+
+log = logging.getLogger("zoo")
 
 
 class PatchFeatures(NamedTuple):
@@ -176,7 +179,7 @@ def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str 
                                 f"download its model.safetensors elsewhere and {_file_hint()}")
             overlay = {"file": cached}
     try:
-        return timm.create_model(model_name, pretrained=pretrained, pretrained_cfg_overlay=overlay, **kwargs)
+        net = timm.create_model(model_name, pretrained=pretrained, pretrained_cfg_overlay=overlay, **kwargs)
     except TypeError as exc:
         raise UserError(f"timm model '{model_name}': bad arguments ({exc})") from None
     except RuntimeError as exc:
@@ -186,6 +189,12 @@ def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str 
             raise UserError(f"{pretrained_file}: cannot read ({exc})") from None
         raise UserError(f"cannot download pretrained weights for '{model_name}' ({type(exc).__name__}); "
                         f"download its model.safetensors elsewhere and {_file_hint()}") from None
+    source_classes = (overlay.get("num_classes") if pretrained_file
+                      else getattr(timm.models.get_pretrained_cfg(model_name), "num_classes", None))
+    if pretrained and kwargs.get("num_classes") and source_classes and kwargs["num_classes"] != source_classes:
+        log.warning("%s: its %d-class head does not fit %d classes: the head starts fresh; every other weight is "
+                    "pretrained", pretrained_file or model_name, source_classes, kwargs["num_classes"])
+    return net
 
 
 def _weights_error(exc: RuntimeError, source: str) -> Exception:

@@ -11,6 +11,7 @@ compiled training step meets a few caption lengths, not every one).
 """
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -20,6 +21,8 @@ from torch.utils.data import DataLoader, Dataset
 from zoo.data.base import SplitDataModule, batch_identity
 from zoo.data.vocab import Vocab, pad_captions
 from zoo.errors import UserError
+
+log = logging.getLogger("zoo")
 
 
 def padded_length(longest: int, multiple: int | None, limit: int) -> int:
@@ -128,6 +131,12 @@ class CaptionDataModule(SplitDataModule, ABC):
                  if 0 < len(caption) <= max_len]
         if not pairs:
             raise UserError(f"{self.label}: no training caption has 1..max_len={max_len} words")
+        if self.hparams.get("vocab"):  # a release's words: say what this data loses to <unk>
+            words = [w for i, j in pairs for w in tokens[i][j]]
+            unknown = [w for w in words if w not in self.vocab]
+            log.warning("%s: %d of %d training caption words (%d distinct) are not in the given vocabulary "
+                        "of %d words: they read as <unk>", self.label, len(unknown), len(words),
+                        len(set(unknown)), self.vocab.num_words)
         return *self._pad([self.vocab.encode_caption(tokens[i][j]) for i, j in pairs]), pairs
 
     def encode_first(self, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:

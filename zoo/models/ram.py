@@ -310,6 +310,7 @@ class RAM(ZooModule):
         every h_t), locations [B, T, 2] (clamped, as read), log_probs [B, T], baselines [B, T]."""
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}")
+        self.check_images(images)
         hp = self.hparams
         B, T = images.shape[0], hp.num_glimpses
         if noise is None:
@@ -363,7 +364,6 @@ class RAM(ZooModule):
 
     def forward(self, images: torch.Tensor, policy: str = "mean") -> torch.Tensor:
         """images [B, C, H, W] -> logits [B, num_classes] (deterministic policy by default)."""
-        self.check_images(images)
         return self.rollout(images, policy)["logits"]
 
     # ------------------------------------------------------------------ losses
@@ -517,7 +517,6 @@ class RAM(ZooModule):
 
         if policy not in (None, "mean", "sample"):
             raise ValueError(f"policy must be mean or sample, got {policy!r}")
-        self.check_images(images)
         out = self.rollout(images, self._eval_policy() if policy is None else self._train_policy()
                            if policy == "sample" else "mean")
         B, T = out["locations"].shape[:2]
