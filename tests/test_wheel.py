@@ -36,8 +36,10 @@ def _build_wheel(tmp_path: Path) -> Path:
     (src / "weights").mkdir()
     shutil.copy(REPO / "weights" / "MANIFEST.json", src / "weights" / "MANIFEST.json")
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-w", str(dist), str(src)], check=True, capture_output=True, cwd=tmp_path)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                            "-w", str(dist), str(src)], check=True, capture_output=True, text=True, cwd=tmp_path)
+    # `make setup` stays quiet: no setuptools banner taking the recipe folders for undeclared packages
+    assert "would be ignored" not in built.stdout + built.stderr, built.stderr[-2000:]
     return next(dist.glob("attention_zoo-*.whl"))
 
 

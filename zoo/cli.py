@@ -14,7 +14,9 @@ from zoo.errors import OneLineParser, report_user_errors
 SUBCOMMANDS = {
     "list": ("zoo.commands.list_models", "list registered models and released weights"),
     "caption": ("zoo.commands.caption", "caption images with a Show-Attend-Tell model"),
-    "sample": ("zoo.commands.sample", "sample images (and canvas animations) from DRAW"),
+    "sample": ("zoo.commands.sample", "sample images (and canvas animations) from DRAW (inputs to try: zoo samples)"),
+    "samples": ("zoo.commands.samples", "write example inputs per family: test images and their boxes, to try "
+                "zoo attend / zoo caption on (not zoo sample, which draws from DRAW)"),
     "attend": ("zoo.commands.attend", "where any model looked: overlays, JSON and an HTML report"),
     "export": ("zoo.commands.export", "export a model as ONNX or a torch.export program"),
     "info": ("zoo.commands.info", "what a model is: input, classes, parameters, GMACs, file, metrics (no torch)"),

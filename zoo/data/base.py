@@ -120,6 +120,12 @@ class SplitDataModule(L.LightningDataModule):
         the box it looks at (captions)}. Data without boxes says so in one line."""
         raise UserError(f"{type(self).__name__} has no item boxes to score attention on")
 
+    @classmethod
+    def few_examples(cls, n: int) -> dict:
+        """Arguments that build little beyond the first n test examples (`zoo samples`), which stay
+        the examples the module's own arguments give."""
+        return {}
+
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")
 

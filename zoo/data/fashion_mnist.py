@@ -328,6 +328,10 @@ class FashionMNISTDataModule(SplitDataModule):
             self.datasets["train"], self.boxes["train"] = self._build(images, labels, self.hparams.seed, source, count)
             self._train_distractors = count
 
+    @classmethod
+    def few_examples(cls, n: int) -> dict:
+        return {"limit_train": max(n, 2), "limit_eval": max(n, 2)}  # the test split is built whole, then cut
+
     def boxed_examples(self, split: str, n: int) -> dict:
         """The target item's box (every item's, on multi-item canvases): see SplitDataModule."""
         self.setup()

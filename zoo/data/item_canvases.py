@@ -130,6 +130,16 @@ class ItemCanvasesDataModule(SplitDataModule):
                                    hp.min_items, hp.max_items, hp.gap)
             self.datasets[split] = ItemCanvases(items, labels, layouts, hp.canvas_size)
 
+    @classmethod
+    def few_examples(cls, n: int) -> dict:
+        return {"num_train": 1, "num_val": 1}  # a split's first canvases do not depend on its size
+
+    def boxed_examples(self, split: str, n: int) -> dict:
+        """Every item's box (see SplitDataModule)."""
+        self.setup()
+        batch = self.datasets[split].__getitems__(list(range(min(n, len(self.datasets[split])))))
+        return {"images": batch["images"], "targets": batch["boxes"]}
+
     def loader(self, split: str):
         if split not in self.datasets:
             raise UserError(f"ItemCanvases: no split '{split}' (train, val or test)")

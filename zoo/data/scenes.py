@@ -210,6 +210,10 @@ class FashionScenesDataModule(CaptionDataModule):
                 self.datasets[split] = SceneCaptions(scenes, captions, lengths, range(len(scenes)), items, multiple,
                                                      references=True)
 
+    @classmethod
+    def few_examples(cls, n: int) -> dict:
+        return {"num_train": 1, "num_val": 1, "cache": False}  # the test scenes do not depend on the others
+
     def boxed_examples(self, split: str, n: int) -> dict:
         """Every item's box and head word: a word's attention is scored on the boxes of the items
         it names (see SplitDataModule)."""

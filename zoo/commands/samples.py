@@ -1,0 +1,76 @@
+"""zoo samples: example inputs to try the zoo on, without training or downloading anything. For
+every registered family, each of its releases (a family without one: its first recipe) gets a
+folder of the first N test images of the data it was trained on, rebuilt from its data config
+(Fashion-MNIST variants, FashionScenes, item canvases), at the model's input size, and a
+boxes.json of the items in them (what `zoo attend --boxes` reads):
+
+    zoo samples --out samples
+    zoo attend --model ram_fmnist_cluttered60 --out attend samples/ram_fmnist_cluttered60/*.png \
+        --boxes samples/ram_fmnist_cluttered60/boxes.json
+
+Not `zoo sample`, which draws new images from a DRAW generator."""
+from __future__ import annotations
+
+import json
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the samples (new or empty)")
+    parser.add_argument("--n", type=int, default=4, help="test images per folder (1-100, default 4)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into a folder that is not empty (files of the same names are replaced)")
+
+
+def folders() -> dict[str, tuple[str, dict]]:
+    """{folder name: (family, data config)}: every release by name, and the first recipe of each
+    registered family that has no release."""
+    from zoo import registry
+    from zoo.models.card import families
+
+    entries = registry.find_entries()
+    chosen = {}
+    for family in families():
+        mine = sorted(name for name, entry in entries.items() if registry.family_of(entry) == family)
+        for name in [n for n in mine if entries[n].weights] or mine[:1]:
+            entry = entries[name]
+            data = (entry.weights["config"].get("data") if entry.weights else None) or entry.data
+            if data:
+                chosen[name] = (family, registry.scrub_paths({"data": data})["data"])
+    return chosen
+
+
+def run(args) -> int:
+    import torch
+    from PIL import Image
+
+    from zoo import registry
+    from zoo.errors import UserError
+    from zoo.io import atomic_save_image, atomic_write_bytes, check_writable
+
+    if not 1 <= args.n <= 100:
+        raise UserError(f"--n must be 1 to 100, got {args.n}")
+    out = check_writable(args.out, "--out", directory=True)
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise UserError(f"--out {out}: not empty; give --overwrite to write into it, or name a new folder")
+    built: dict[str, dict] = {}  # releases trained on the same data share its examples
+    for name, (family, data) in folders().items():
+        key = json.dumps(data, sort_keys=True)
+        if key not in built:
+            few = registry.resolve_class(data.get("class_path"), "data").few_examples(args.n)
+            built[key] = registry.instantiate(data, "data", **few).boxed_examples("test", args.n)
+        examples, boxes = built[key], {}
+        images = (examples["images"] * 255).round().clamp(0, 255).to(torch.uint8)  # [n, C, H, W]
+        for i, image in enumerate(images):
+            file = f"test_{i:05d}.png"
+            pixels = image.permute(1, 2, 0).numpy()
+            atomic_save_image(Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels), out / name / file)
+            kept = [k for k, box in enumerate(examples["targets"][i].tolist()) if box[2] > box[0] >= 0]
+            boxes[file] = {"boxes": [[round(v, 2) if v % 1 else int(v) for v in examples["targets"][i][k].tolist()]
+                                     for k in kept]}
+            if "target_words" in examples:
+                boxes[file]["box_words"] = [examples["target_words"][i][k] for k in kept]
+        lines = ",\n".join(f" {json.dumps(file)}: {json.dumps(entry)}" for file, entry in boxes.items())
+        atomic_write_bytes(out / name / "boxes.json", f"{{\n{lines}\n}}\n".encode())
+        C, H, W = images.shape[1:]
+        print(f"{out / name}: {len(images)} test images, {W}x{H} px, {C} channel(s), boxes.json ({family})")
+    return 0
