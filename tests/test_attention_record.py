@@ -3,6 +3,7 @@ synthetic maps whose answers are known."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -522,3 +523,148 @@ def test_ram_results_run_seeds_are_scored_one_by_one_and_summarised(tiny_data, t
     capsys.readouterr()
     assert script.main(["--results-run", "ram_y", "--seeds", "0", "--out", out]) == 2
     assert "ram_y_seed0.json: no such results file" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- pictures
+def _brightness(picture) -> np.ndarray:
+    """A panel over a black image is 0.4 x the colour map of its level: its brightness per pixel."""
+    return np.asarray(picture, dtype=np.float32).mean(-1)
+
+
+def test_a_near_uniform_map_looks_near_uniform():
+    """An out-of-domain caption's maps (entropy within 1% of ln 64) are drawn dark and flat, a peaked
+    map stands out; stretched to its own peak, as figures used to be, the flat map was a pattern."""
+    from zoo.viz.common import colormap
+    from zoo.viz.record import attention_panels
+
+    flat = 1 + 0.5 * torch.rand(1, 8, 8, generator=torch.Generator().manual_seed(0))
+    flat /= flat.sum()
+    peaked = torch.full((1, 8, 8), 0.2 / 63)
+    peaked[0, 3, 4] = 0.8
+    assert -(flat * flat.log()).sum() > 0.99 * np.log(64)
+    black = torch.zeros(3, 64, 64)
+    flat_panel = _brightness(attention_panels(black, flat, ["flat"], size=64)[0][0][0])
+    peaked_panel = _brightness(attention_panels(black, peaked, ["peaked"], size=64)[0][0][0])
+    stretched = colormap((flat[0] / flat.max()).numpy()).astype(np.float32).mean(-1) * 0.4
+    assert flat_panel.std() < 0.2 * peaked_panel.std() and flat_panel.max() < 0.3 * peaked_panel.max()
+    assert flat_panel.std() < 0.2 * stretched.std() and stretched.max() > 0.8 * peaked_panel.max()
+
+
+def test_each_step_prints_its_peak_and_entropy_beside_the_uniform_level():
+    import math
+    import re
+
+    from zoo.viz.record import CONTRAST, attention_panels
+
+    maps = torch.rand(3, 5, 7, generator=torch.Generator().manual_seed(1)) ** 3
+    maps /= maps.sum((1, 2), keepdim=True)
+    panels, bars, bar_of = attention_panels(torch.rand(1, 35, 49), maps, ["a", "b", "c"])
+    p = maps.flatten(1).double().numpy()
+    for t, (_, lines) in enumerate(panels):
+        peak, entropy = (float(v) for v in re.fullmatch(r"peak ([\d.]+)x  H ([\d.]+)", lines[1]).groups())
+        assert lines[0] == "abc"[t] and peak == pytest.approx(p[t].max() * 35, abs=0.05)
+        assert entropy == pytest.approx(-(p[t] * np.log(p[t])).sum(), abs=0.005)
+    top = max(CONTRAST, p.max() * 35)
+    assert bar_of == [0, 0, 0] and bars[0][1] == [f"0 to {top:.1f}x uniform", f"uniform H {math.log(35):.2f}"]
+
+
+def _rollout_record(headline: str):
+    """Two sharp layer maps (60.8 x uniform) and a milder last step (9.6 x) on an 8 x 8 grid."""
+    cells = torch.full((1, 3, 8, 8), 0.05 / 63)
+    cells[0, :2, 0, 0] = 0.95
+    cells[0, 2] = 0.85 / 63
+    cells[0, 2, 5, 5] = 0.15
+    return record.AttentionRecord(family="x", kind="rollout", maps=record.maps_from_cells(cells, (32, 32)),
+                                  labels=[["layer 1", "layer 2", "rollout"]], step_mask=record.full_mask(1, 3),
+                                  headline=headline)
+
+
+def test_a_step_that_sums_up_the_others_gets_its_own_scale():
+    """The rollout is not drawn near black beside sharper layer maps: a record whose headline is its
+    last step gives that step its own colour bar; a record of steps of one kind has one bar."""
+    from zoo.viz.record import record_panels
+
+    black = torch.zeros(1, 32, 32)
+    own, own_bars, own_of, _ = record_panels(_rollout_record("last"), 0, black)
+    shared, shared_bars, _, _ = record_panels(_rollout_record("steps"), 0, black)
+    assert own_of == [0, 0, 1] and [lines[0] for _, lines in own_bars] == ["layer 1 .. layer 2", "rollout"]
+    assert len(shared_bars) == 1
+    assert _brightness(own[2][0]).max() > 3 * _brightness(shared[2][0]).max()
+    assert np.array_equal(np.asarray(own[0][0]), np.asarray(shared[0][0]))  # the layers' scale is unchanged
+
+
+@pytest.mark.parametrize("family", ATTENDING)
+def test_every_familys_strip_has_one_bar_per_kind_of_step(family):
+    from zoo.viz.record import record_panels
+
+    model = _tiny(family)
+    spec = zoo.preprocessing(model)
+    images = torch.rand(1, spec.in_chans, *spec.size, generator=torch.Generator().manual_seed(0))
+    rec = model.attention_record(images)
+    panels, bars, bar_of, _ = record_panels(rec, 0, images[0])
+    assert len(panels) == int(rec.step_mask[0].sum()) and len(bar_of) == len(panels)
+    assert len(bars) == (2 if rec.headline == "last" else 1) and max(bar_of) == len(bars) - 1
+
+
+def test_box_legends_are_named_and_shown_only_where_there_are_boxes():
+    """The HTML names each box's colour, says "known target" only for an image given targets, and
+    shows a step counter, each step's peak and entropy and the uniform level."""
+    from dataclasses import replace
+
+    from zoo.viz.record import html_report, strip
+
+    plain = _rollout_record("last")
+    boxed = replace(plain, boxes=torch.tensor([[8.0, 8, 16, 16], [4, 4, 24, 24]]).expand(1, 3, 2, 4).clone(),
+                    box_labels=["scale 1", "scale 2"])
+    images = torch.rand(2, 1, 32, 32)
+    for rec, kinds in ((plain, []), (boxed, ["cyan box: scale 1", "red box: scale 2"])):
+        rec = record.concatenate([rec, rec])
+        page = html_report(rec, images, ["a.png", "b.png"], "t", None, [None, torch.tensor([[4.0, 4, 12, 12]])])
+        first, second = page.split("<section")[1:]
+        legends = [re.findall(r'<p class="boxes">([^<]*)</p>', section) for section in (first, second)]
+        assert legends == [[", ".join(kinds)] if kinds else [], [", ".join(kinds + ["white box: known target"])]]
+        assert "known target" not in page.split("<section")[0]
+        labels = re.findall(r'data-label="([^"]*)"', first)
+        assert [label.split(":")[0] for label in labels] == ["step 1 of 3", "step 2 of 3", "step 3 of 3"]
+        assert all(re.search(r"; peak [\d.]+x  H [\d.]+; uniform H 6\.93$", label) for label in labels)
+    with_targets = np.asarray(strip(boxed, 0, images[0], torch.tensor([[4.0, 4, 12, 12]])))
+    without = np.asarray(strip(boxed, 0, images[0]))
+    assert with_targets.shape[0] > without.shape[0]  # one more legend line under the input
+
+
+def test_wandb_panels_are_drawn_by_the_shared_renderer(monkeypatch):
+    """The validation callback logs to W&B the pictures `attention_panels` drew: a renderer that
+    paints every panel magenta shows up, panel for panel, in the logged images."""
+    import types
+
+    from lightning.pytorch.loggers import WandbLogger
+    from PIL import Image
+
+    from zoo.callbacks import AttentionImageLogger
+    from zoo.viz import record as pictures
+
+    real, areas, magenta = pictures.attention_panels, [], (255, 0, 255)
+
+    def painted(*args, **kwargs):
+        panels, bars, bar_of = real(*args, **kwargs)
+        areas.append(sum(p.width * p.height for p, _ in panels))
+        return [(Image.new("RGB", p.size, magenta), lines) for p, lines in panels], bars, bar_of
+
+    class Logger(WandbLogger):
+        def __init__(self):
+            self.logged = []
+
+        def log_image(self, key, images, caption, step):
+            self.logged.append((key, images[0]))
+
+    monkeypatch.setattr(pictures, "attention_panels", painted)
+    family = next(name for name in ATTENDING if "figures" not in families()[name].card.skip)
+    model, logger = _tiny(family), Logger()
+    trainer = types.SimpleNamespace(sanity_checking=False, is_global_zero=True, current_epoch=0, global_step=3,
+                                    loggers=[logger])
+    callback = AttentionImageLogger()
+    callback.on_validation_batch_end(trainer, model, None, model.example_batch(2), 0)
+    callback.on_validation_epoch_end(trainer, model)
+    assert [key for key, _ in logger.logged] == ["val/attention/0", "val/attention/1"] and len(areas) == 2
+    for (_, image), area in zip(logger.logged, areas):
+        assert (np.asarray(image) == magenta).all(-1).sum() == area

@@ -66,14 +66,11 @@ def test_init_from_another_family_is_one_line(trained_run, tmp_path, tiny_data, 
 def test_caption_figure_uses_one_scale(tmp_path):
     """A uniform map must look dark next to a peaked one (each map used to be stretched to full
     brightness, so a flat map looked as sharp as any)."""
-    from zoo.viz.caption import caption_figure
+    from zoo.viz.record import attention_panels
 
     alpha = torch.full((2, 8, 8), 1 / 64)
     alpha[1] = 0
     alpha[1, 3, 4] = 1.0
-    result = {"words": ["flat", "sharp"], "alpha": alpha, "beta": torch.ones(2)}
-    figure = np.asarray(caption_figure(torch.zeros(3, 64, 64), result, panel_size=64, columns=4)).astype(float)
-    pad, panel = 4, 64
-    flat = figure[pad:pad + panel, pad + (panel + pad):pad + (panel + pad) + panel]
-    sharp = figure[pad:pad + panel, pad + 2 * (panel + pad):pad + 2 * (panel + pad) + panel]
-    assert flat.max() < 40 and sharp.max() > 80  # uint8 brightness on a black image
+    panels, bars, _ = attention_panels(torch.zeros(3, 64, 64), alpha, ["flat", "sharp"], size=64)
+    flat, sharp = (np.asarray(picture).astype(float) for picture, _ in panels)
+    assert len(bars) == 1 and flat.max() < 40 and sharp.max() > 80  # uint8 brightness on a black image

@@ -1,6 +1,7 @@
 """zoo attend: where any model looked, the same way for every family that attends (every family
 whose card names an attention kind). For each image, writes DIR/<name>_attend.png (the input and
-one panel per step: each word, glimpse, DRAW step, layer or head, with its boxes) and prints the
+one panel per step: each word, glimpse, DRAW step, layer or head, with its boxes, peak and entropy;
+colour bars on an absolute scale, zoo/viz/record.py) and prints the
 prediction; `--json` prints the attention record (steps, peaks, boxes, prediction; `--maps` adds
 the per-pixel maps); `--html FILE` writes one self-contained page with a step slider.
 

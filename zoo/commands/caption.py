@@ -63,7 +63,7 @@ def run(args) -> int:
 
     overlays = {}
     if attention_dir is not None and good:
-        from zoo.viz.caption import caption_figure
+        from zoo.viz.record import caption_figure
 
         for path, name, image, result in zip(good, unique_names(good, ".png"), images, results):
             target = attention_dir / name

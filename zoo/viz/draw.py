@@ -13,20 +13,12 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
+from zoo.viz.common import to_rgb_uint8
+
 READ_COLOUR = (0, 220, 0)
 WRITE_COLOUR = (230, 0, 0)
 FIGURE_GREY = (40, 40, 40)  # between cells
 CELL_GREY = (90, 90, 90)  # the margin around an image, where windows past its border show
-
-
-def _to_rgb_array(image: torch.Tensor) -> np.ndarray:
-    """[C, H, W] in [0, 1] (C = 1 or 3) -> uint8 [H, W, 3]."""
-    image = image.detach().float().clamp(0, 1).cpu()
-    if image.shape[0] == 1:
-        image = image.expand(3, -1, -1)
-    elif image.shape[0] != 3:
-        image = image[:1].expand(3, -1, -1)  # other channel counts: show the first channel
-    return (image.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
 
 
 def _box(params, index: int, n: int, scale: int) -> tuple[list[float], int]:
@@ -56,7 +48,7 @@ def compose(cells: list[list[tuple[torch.Tensor, list]]], scale: int = 3, pad: i
     for r, row in enumerate(cells):
         for c, (image, boxes) in enumerate(row):
             tile = Image.new("RGB", (cw, ch), CELL_GREY)
-            tile.paste(Image.fromarray(_to_rgb_array(image)).resize((W * scale, H * scale), Image.NEAREST), (m, m))
+            tile.paste(Image.fromarray(to_rgb_uint8(image)).resize((W * scale, H * scale), Image.NEAREST), (m, m))
             draw = ImageDraw.Draw(tile)
             for params, index, n, colour in boxes:
                 if params is None:

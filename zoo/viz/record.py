@@ -1,6 +1,12 @@
-"""Pictures of an `AttentionRecord`, the same for every family: a step's map over the image (one
-colour scale per image: 0 to the largest weight of any of its steps, so a flat map looks flat), its
-boxes, and the self-contained HTML report (`zoo attend --html`).
+"""Pictures of attention, the same wherever they show (`zoo attend`'s strips and HTML report, the
+W&B panels at validation, `zoo caption --attention-dir`): `attention_panels` draws every one.
+
+Honest by construction. A map is drawn on an absolute scale from 0, in multiples of the uniform
+level 1/N (N cells), never stretched to its own range: steps of one kind share a scale, a step that
+sums up the others (a record whose headline is its last step, as rollout sums up the layers) gets its
+own, and no scale tops below `CONTRAST` x uniform, so a near-uniform map looks dark and flat. Each
+scale has a colour bar with the uniform level marked; each step prints its peak (x uniform) and its
+entropy in nats, beside the uniform map's entropy ln N on the bar.
 
 A degenerate map (all zero, NaN or Inf) is never drawn as a picture: its panel is grey and says so."""
 from __future__ import annotations
@@ -8,73 +14,146 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
+from itertools import cycle
+from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image, ImageDraw
 
 from zoo.io import json_text
 from zoo.viz.common import colormap, font, to_rgb_uint8
 
-BOX_COLOURS = [(0, 230, 255), (255, 60, 60), (80, 255, 80), (255, 200, 0)]  # per box kind (scale, read, write)
-TARGET_COLOUR = (255, 255, 255)
+CONTRAST = 8.0  # the lowest top of a colour scale, x the uniform level (a flat map stays dark)
+BOX_COLOURS = [("cyan", (0, 230, 255)), ("red", (255, 60, 60)), ("green", (80, 255, 80)), ("yellow", (255, 200, 0))]
+TARGET_COLOUR = ("white", (255, 255, 255))
 DEGENERATE_GREY = (110, 110, 110)
 
 
-def step_panel(image: torch.Tensor, heat: torch.Tensor | None, top: float, boxes=None, targets=None,
-               size: int = 192) -> Image.Image:
-    """image [C, H, W] in [0, 1]; heat [H, W] (a probability map) or None for a degenerate map;
-    boxes [K, 4] and targets [M, 4] in the image's pixels -> an RGB panel `size` pixels on its long side."""
-    base = to_rgb_uint8(image).astype(np.float32)
+def map_stats(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """maps [T, ...], each a probability map over its N cells -> (peak [T] in multiples of the
+    uniform weight 1/N, entropy [T] in nats, ln N: the uniform map's entropy)."""
+    flat = torch.nan_to_num(maps.detach().flatten(1).double().cpu(), nan=0.0, posinf=0.0, neginf=0.0)
+    return flat.amax(1) * flat.shape[1], -(flat * flat.clamp_min(1e-300).log()).sum(1), math.log(flat.shape[1])
+
+
+def attention_panels(image: Any, maps: torch.Tensor, labels: list[str], groups=None, boxes=None,
+                     degenerate=None, size: int = 128):
+    """image [C, H, W] in [0, 1] (or PIL); maps [T, h, w] probability maps over the image on any grid
+    of h x w cells; labels T strings; groups T values (steps with one value share a colour scale;
+    default: one scale); boxes T lists of (x0, y0, x1, y1, rgb) in the image's pixels; degenerate
+    [T] bool (drawn grey) -> (panels, bars, bar_of): a (picture, text lines) per step, one per colour
+    scale, and each step's bar index."""
+    base = to_rgb_uint8(image)
     H, W = base.shape[:2]
-    if heat is None:
-        panel = np.full_like(base, DEGENERATE_GREY[0])
-    else:
-        level = (heat.float().cpu().numpy() / max(top, 1e-30)).clip(0, 1)
-        panel = base * (0.3 + 0.7 * level[..., None]) * 0.6 + colormap(level).astype(np.float32) * 0.4
     scale = size / max(H, W)
-    picture = Image.fromarray(panel.clip(0, 255).astype(np.uint8)).resize(
-        (max(1, round(W * scale)), max(1, round(H * scale))), Image.NEAREST)
-    draw = ImageDraw.Draw(picture)
-    if heat is None:
-        draw.text((4, 4), "degenerate map (zero or NaN)", fill=(255, 255, 255), font=font(11))
-    for target in ([] if targets is None else targets):
-        if float(target.min()) >= 0:
-            draw.rectangle([float(v) * scale for v in target], outline=TARGET_COLOUR, width=1)
-    for k, box in enumerate([] if boxes is None else boxes):
-        draw.rectangle([float(v) * scale for v in box], outline=BOX_COLOURS[k % len(BOX_COLOURS)], width=2)
-    return picture
+    pw, ph = max(1, round(W * scale)), max(1, round(H * scale))
+    base = np.asarray(Image.fromarray(base).resize((pw, ph), Image.NEAREST if scale >= 2 else Image.BILINEAR),
+                      dtype=np.float32)
+    T = len(labels)
+    groups = [0] * T if groups is None else list(groups)
+    bad = [False] * T if degenerate is None else [bool(d) for d in degenerate]
+    peak, entropy, uniform = map_stats(maps) if T else (torch.zeros(0), torch.zeros(0), 0.0)
+    order = list(dict.fromkeys(groups))  # one bar per group, in the order of its first step
+    tops = {g: max([CONTRAST] + [float(peak[t]) for t in range(T) if groups[t] == g and not bad[t]]) for g in order}
+    levels = F.interpolate(torch.nan_to_num(maps.detach().float().cpu())[:, None] * maps[0].numel(),
+                           size=(ph, pw), mode="nearest-exact")[:, 0] if T else None  # x uniform
+    panels = []
+    for t in range(T):
+        if bad[t]:
+            picture, stats = np.full_like(base, DEGENERATE_GREY[0]), "degenerate map (zero or NaN)"
+        else:
+            level = (levels[t] / tops[groups[t]]).clamp(0, 1).numpy()
+            picture = base * (0.3 + 0.7 * level[..., None]) * 0.6 + colormap(level).astype(np.float32) * 0.4
+            stats = f"peak {float(peak[t]):.1f}x  H {float(entropy[t]):.2f}"
+        picture = Image.fromarray(picture.clip(0, 255).astype(np.uint8))
+        draw = ImageDraw.Draw(picture)
+        for x0, y0, x1, y1, rgb in ([] if boxes is None else boxes[t]):
+            draw.rectangle([x0 * pw / W, y0 * ph / H, x1 * pw / W - 1, y1 * ph / H - 1], outline=rgb, width=2)
+        panels.append((picture, [labels[t][:24], stats]))
+    bars = []
+    for g in order:
+        steps = [labels[t] for t in range(T) if groups[t] == g]
+        scope = [f"{steps[0]}" + (f" .. {steps[-1]}" if len(steps) > 1 else "")] if len(order) > 1 else []
+        bars.append((colour_bar(tops[g], ph), scope + [f"0 to {tops[g]:.1f}x uniform", f"uniform H {uniform:.2f}"]))
+    return panels, bars, [order.index(g) for g in groups]
 
 
-def image_panels(record, b: int, image: torch.Tensor, targets=None, size: int = 192) -> list[Image.Image]:
-    """One panel per existing step of image b."""
-    steps = record.step_mask[b].nonzero().flatten().tolist()
-    bad = record.degenerate()[b]
-    good = [t for t in steps if not bool(bad[t])]
-    top = float(record.maps[b, good].max()) if good else 1.0
-    boxes = record.boxes[b] if record.boxes is not None else None
-    return [step_panel(image, None if bool(bad[t]) else record.maps[b, t], top,
-                       None if boxes is None else boxes[t], targets, size) for t in steps]
+def colour_bar(top: float, height: int) -> Image.Image:
+    """A vertical colour scale from 0 (bottom) to `top` x uniform, the uniform level marked."""
+    strip_width = max(8, height // 10)
+    bar = Image.new("RGB", (strip_width + 64, height), (255, 255, 255))
+    bar.paste(Image.fromarray(colormap(np.linspace(1, 0, height)[:, None].repeat(strip_width, 1))), (0, 0))
+    draw, small = ImageDraw.Draw(bar), font(10)
+    y = round((height - 1) * (1 - 1 / top))
+    draw.line([(0, y), (strip_width + 3, y)], fill=(0, 200, 255), width=2)
+    for text, at in ((f"{top:.1f}x", 0), ("1x uniform", min(max(y - 5, 12), height - 24)), ("0", height - 12)):
+        draw.text((strip_width + 5, at), text, fill=(0, 0, 0), font=small)
+    return bar
 
 
-def strip(record, b: int, image: torch.Tensor, targets=None, size: int = 128, columns: int = 8) -> Image.Image:
-    """The input and every step of image b in one figure, each panel labelled."""
-    panels = [_plain(image, size)]
-    panels += image_panels(record, b, image, targets, size)
-    labels = ["input"] + [record.labels[b][t] for t in record.step_mask[b].nonzero().flatten().tolist()]
-    pw, ph, text_h, pad = panels[0].width, panels[0].height, 14, 3
-    cols = max(1, min(columns, len(panels)))
-    rows = -(-len(panels) // cols)
-    figure = Image.new("RGB", (cols * (pw + pad) + pad, rows * (ph + text_h + pad) + pad), (255, 255, 255))
+def layout(cells: list[tuple[Image.Image, list[str]]], columns: int = 8) -> Image.Image:
+    """Pictures in a grid, each with its text lines beneath (a column is as wide as its widest line)."""
+    small, pad = font(11), 4
+    widths = [max([c[0].width] + [ImageDraw.Draw(c[0]).textlength(line, font=small) + 2 for line in c[1]])
+              for c in cells]
+    cols = max(1, min(columns, len(cells)))
+    col_w = [max(widths[k::cols]) for k in range(cols)]
+    ph, text_h = max(c[0].height for c in cells), 13 * max(len(c[1]) for c in cells) + 2
+    rows = -(-len(cells) // cols)
+    figure = Image.new("RGB", (round(sum(col_w)) + pad * (cols + 1), rows * (ph + text_h + pad) + pad), (255, 255, 255))
     draw = ImageDraw.Draw(figure)
-    for k, (panel, label) in enumerate(zip(panels, labels)):
-        x, y = pad + (k % cols) * (pw + pad), pad + (k // cols) * (ph + text_h + pad)
-        figure.paste(panel, (x, y))
-        draw.text((x + 2, y + ph + 1), label[:24], fill=(0, 0, 0), font=font(11))
+    for k, (picture, lines) in enumerate(cells):
+        x, y = pad + round(sum(col_w[:k % cols])) + pad * (k % cols), pad + (k // cols) * (ph + text_h + pad)
+        figure.paste(picture, (x, y))
+        for i, line in enumerate(lines):
+            draw.text((x + 1, y + picture.height + 1 + 13 * i), line, fill=(0, 0, 0), font=small)
     return figure
 
 
-def _plain(image: torch.Tensor, size: int) -> Image.Image:
+def record_panels(record, b: int, image: torch.Tensor, targets=None, size: int = 128):
+    """`attention_panels` of image b's existing steps, with the record's boxes and the known
+    `targets` [M, 4] (image pixels; a negative coordinate marks no box), and the legend naming them."""
+    steps = record.step_mask[b].nonzero().flatten().tolist()
+    kinds = list(zip(record.box_labels, cycle(BOX_COLOURS))) if record.boxes is not None else []
+    known = [] if targets is None else [[float(v) for v in box] for box in targets if float(min(box)) >= 0]
+    boxes = [[(*record.boxes[b, t, k].tolist(), rgb) for k, (_, (_, rgb)) in enumerate(kinds)]
+             + [(*box, TARGET_COLOUR[1]) for box in known] for t in steps]
+    legend = [f"{colour} box: {name}" for name, (colour, _) in kinds + [("known target", TARGET_COLOUR)] * bool(known)]
+    panels, bars, bar_of = attention_panels(image, record.maps[b, steps], [record.labels[b][t] for t in steps],
+                                            record.headline_steps()[b, steps].tolist(), boxes,
+                                            record.degenerate()[b, steps], size)
+    return panels, bars, bar_of, legend
+
+
+def strip(record, b: int, image: torch.Tensor, targets=None, size: int = 128, columns: int = 8) -> Image.Image:
+    """The input (with the box legend), every step of image b, and the colour bars in one figure."""
+    panels, bars, _, legend = record_panels(record, b, image, targets, size)
+    return layout([(_plain(image, size), ["input", *legend])] + panels + bars, columns)
+
+
+def caption_figure(image: Any, result: dict, panel_size: int = 160, columns: int = 5,
+                   show_beta: bool = True) -> Image.Image:
+    """Show-Attend-Tell: image [3, H, W] in [0, 1] (or PIL); result one `Captioner.caption()` entry
+    (`words`, `alpha` [n, h, w], `beta` [n], optional `locations` [n, 2] (row, column): hard
+    attention's chosen cell, outlined) -> the input, a panel per word (its gate beta_t), the bar."""
+    words, beta, locations = list(result.get("words", [])), result.get("beta"), result.get("locations")
+    alpha = torch.as_tensor(result.get("alpha", torch.zeros(0, 1, 1)), dtype=torch.float32)[: len(words)]
+    H, W = to_rgb_uint8(image).shape[:2]
+    h, w = alpha.shape[-2:]
+    labels = [word + (f"  beta {float(beta[t]):.2f}" if show_beta and beta is not None and len(beta) > t else "")
+              for t, word in enumerate(words)]
+    cells = [] if locations is None else torch.as_tensor(locations).tolist()[: len(words)]
+    boxes = [[(c * W / w, r * H / h, (c + 1) * W / w, (r + 1) * H / h, BOX_COLOURS[0][1])] for r, c in cells]
+    boxes += [[] for _ in range(len(words) - len(boxes))]
+    panels, bars, _ = attention_panels(image, alpha, labels, boxes=boxes, size=panel_size)
+    legend = [f"{BOX_COLOURS[0][0]} box: chosen cell"] if locations is not None else []
+    return layout([(_plain(image, panel_size), ["input", *legend])] + panels + bars, columns)
+
+
+def _plain(image: Any, size: int) -> Image.Image:
     base = Image.fromarray(to_rgb_uint8(image))
     scale = size / max(base.size)
     return base.resize((max(1, round(base.width * scale)), max(1, round(base.height * scale))), Image.NEAREST)
@@ -164,14 +243,16 @@ window.addEventListener("load", () => {{
 def html_report(record, images: torch.Tensor, names: list[str], title: str, metrics: list | None = None,
                 targets: list | None = None, size: int = 256) -> str:
     """One self-contained page (images embedded, no network): per image the input, the prediction,
-    and a slider over its steps (words, glimpses, DRAW steps, layers); with `metrics` (per image a
-    list of per-step dicts, or None) a table of them."""
+    the boxes' legend (where it has boxes), and a slider over its steps (words, glimpses, DRAW steps,
+    layers), each frame the step's panel beside its colour bar under a step counter; with `metrics`
+    (per image a list of per-step dicts, or None) a table of them."""
     sections = []
     for b, name in enumerate(names):
-        steps = record.step_mask[b].nonzero().flatten().tolist()
-        panels = image_panels(record, b, images[b], None if targets is None else targets[b], size=size)
-        frames = "\n".join(f'<img alt="step {k + 1}" data-label="{html.escape(record.labels[b][t])}" '
-                           f'src="{_data_uri(p)}">' for k, (t, p) in enumerate(zip(steps, panels)))
+        panels, bars, bar_of, legend = record_panels(record, b, images[b], None if targets is None else targets[b], size)
+        frames = "\n".join(f'<img alt="step {k + 1}" data-label="step {k + 1} of {len(panels)}: '
+                           f'{html.escape("; ".join(lines + bars[bar_of[k]][1][-1:]))}" '
+                           f'src="{_data_uri(layout([(picture, lines), bars[bar_of[k]]], 2))}">'
+                           for k, (picture, lines) in enumerate(panels))
         table = ""
         if metrics and metrics[b]:
             keys = list(metrics[b][0])
@@ -181,14 +262,14 @@ def html_report(record, images: torch.Tensor, names: list[str], title: str, metr
         sections.append(
             f'<section id="image-{b}"><h2>{html.escape(name)}</h2>'
             f"<p>prediction: {html.escape(prediction_text(record, b))}</p>"
+            + (f'<p class="boxes">{html.escape(", ".join(legend))}</p>' if legend else "") +
             f'<div class="row"><div class="input"><img alt="input" src="{_data_uri(_plain(images[b], size))}"></div>'
             f'<div><div class="label"></div><div class="step">{frames}</div>'
-            f'<input type="range" min="0" max="{max(len(steps) - 1, 0)}" value="0" aria-label="step"></div>'
+            f'<input type="range" min="0" max="{max(len(panels) - 1, 0)}" value="0" aria-label="step"></div>'
             f"{table}</div></section>")
-    legend = html.escape(f"{record.family} ({record.kind} attention): each step's map over the input "
-                         f"(bright = more attention; one colour scale per image)"
-                         + (f"; boxes: {', '.join(record.box_labels)}" if record.box_labels else "")
-                         + ("; white boxes: the known targets" if metrics else ""))
+    legend = html.escape(f"{record.family} ({record.kind} attention): each step's map over the input on an "
+                         "absolute scale from 0 in multiples of the uniform level (the colour bar beside it marks "
+                         "uniform), with its peak and entropy H in nats; the bar gives the uniform map's H")
     data = script_json(record.as_dict(maps=False))
     return PAGE.format(title=html.escape(title), legend=legend, sections="\n".join(sections), data=data)
 
