@@ -242,6 +242,8 @@ def main(argv=None) -> int:
         if time.perf_counter() > deadline:
             skipped.append(what)
             continue
+        if phase == "compile":  # each release compiles afresh, as in its own training process: the
+            torch.compiler.reset()  # cache is per code object, and releases of one family share it
         try:
             if kind == "infer":
                 model, run, step = infer_step(name, phase, batch, device)
