@@ -559,7 +559,8 @@ def test_the_gpu_run_list_resumes_only_lines_a_time_limit_stopped(tmp_path):
     `results_run.py --eval-only`; a line never started is left alone."""
     repo = Path(__file__).resolve().parent.parent
     (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts/gpu_runs_ram.sh").write_text((repo / "scripts/gpu_runs_ram.sh").read_text())
+    for script in ("gpu_runs_ram.sh", "gpu_lines.sh"):  # the script and the stages it shares
+        (tmp_path / "scripts" / script).write_text((repo / "scripts" / script).read_text())
     (tmp_path / "results").mkdir()
     (tmp_path / "results/ram_fmnist_cluttered60_dram_seed0.json").write_text("{}")
     stopped = tmp_path / "runs/results/ram_fmnist_cluttered60_dram/seed1/checkpoints"
