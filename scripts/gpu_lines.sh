@@ -1,7 +1,12 @@
 # Sourced by scripts/gpu_runs_<name>.sh: what every GPU results script does with its lines. The
-# caller sets PREFIX (its results' prefix: results/<PREFIX>_<recipe>_seed<N>.json), CONFIGS (the
-# recipes' folder), LOGS, PY, EXTRA and TIER1, TIER2, ... ("recipe seed seed ..." per line), and may
-# define `after_summary NAME RECIPE SEEDS` (more scoring per recipe, run in the background).
+# caller sets PREFIX (its results' prefix, results/<PREFIX>_<recipe>_seed<N>.json, and its recipes'
+# folder, configs/<PREFIX>) and JOBS before sourcing, then TIER1, TIER2, ... ("recipe seed seed ..."
+# per line), and may define `after_summary NAME RECIPE SEEDS` (more scoring per recipe, in the background).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+EXTRA=${EXTRA:-}
+CONFIGS=configs/$PREFIX LOGS=logs/gpu_runs_$PREFIX
 export WANDB_MODE=disabled OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_COMPILE_THREADS=1 PYTHONUNBUFFERED=1
 mkdir -p "$LOGS" results
 

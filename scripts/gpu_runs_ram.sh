@@ -40,12 +40,8 @@
 # paths per image 2.5-3.5 hours (1 s per step eager): run that one on a GPU.
 # Scoring per recipe: attention_results on 500 test canvases and the policy probe on 2,000, ~1 min
 # per seed on one core.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-JOBS=${JOBS:-14}
-EXTRA=${EXTRA:-}
-PREFIX=ram CONFIGS=configs/ram LOGS=logs/gpu_runs_ram
+PREFIX=ram JOBS=${JOBS:-14}
+source "$(dirname "$0")/gpu_lines.sh"
 
 TIER1="
 configs/ram/fmnist_cluttered60_dram.yaml 0 1 2
@@ -78,8 +74,6 @@ configs/ram/fmnist_cluttered100_dram_curriculum.yaml 0 1 2
 "
 # (the second H200 lease, commit ab2d3f8: `JOBS=6 timeout 505 bash scripts/gpu_runs_ram.sh train 4`, all 6
 # lines side by side finished 30 epochs and their evaluation in 452 s, ~330 s of training each)
-
-source scripts/gpu_lines.sh
 
 resume_one() {  # recipe seed: finish a line stopped by a time limit, from its last.ckpt, and evaluate it
   local name root; name=ram_$(basename "$1" .yaml); root=runs/results/$name/seed$2

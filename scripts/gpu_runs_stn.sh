@@ -17,12 +17,8 @@
 # it is not shared: cluttered60 ~45 (about 75 s an epoch, 30 epochs), cluttered100 ~60; under the
 # load of other jobs x3-4. On a GPU a line is a few minutes.
 # Scoring: attention_results on 500 test canvases per seed, ~1 minute a seed on one core.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-JOBS=${JOBS:-8}
-EXTRA=${EXTRA:-}
-PREFIX=stn CONFIGS=configs/stn LOGS=logs/gpu_runs_stn
+PREFIX=stn JOBS=${JOBS:-8}
+source "$(dirname "$0")/gpu_lines.sh"
 
 # tier 1: the two recipes of the tables, 3 seeds each
 TIER1="
@@ -36,8 +32,6 @@ configs/stn/fmnist_cluttered100_curriculum.yaml 0 1
 configs/stn/fmnist_cluttered100_attention_curriculum.yaml 0 1
 configs/stn/fmnist_cluttered100_2glimpses.yaml 0 1
 "
-
-source scripts/gpu_lines.sh
 
 stage=${1:-all}
 [ $# -gt 0 ] && shift
