@@ -237,10 +237,9 @@ class StepAccelerator:
         return _owned(out) if mode == "reduce-overhead" else out
 
     def _admit(self, name: str, inputs: dict, limit: int) -> bool:
-        """Whether a compiled mode runs step `name` compiled for these input shapes: the first
-        `limit` shapes it sees get a static graph each (the run's batch; a family with a few
-        fixed shapes, such as caption length buckets, raises `card.compile.max_shapes`); any other shape
-        (an epoch's smaller last batch) runs eagerly rather than compiling again (a minute on CPU)."""
+        """Whether step `name` runs compiled for these input shapes: the first `limit` shapes get a
+        static graph each (`card.compile.max_shapes`); another (an epoch's smaller last batch) runs
+        eagerly rather than compiling again (a minute on CPU)."""
         signature, seen = _signature(inputs), self._shapes.setdefault(name, [])
         if signature in seen:
             return True
@@ -272,8 +271,8 @@ class StepAccelerator:
 
 class _Compiled:
     """torch.compile(fn) that runs fn as is when compiling fails: a user's mistake inside the step
-    (a wrong image size) then raises its own one-line error, and a function or machine the
-    compiler cannot handle (a missing toolchain) trains eagerly after one logged warning."""
+    (a wrong image size) raises its own one-line error; what the compiler cannot handle (a missing
+    toolchain) trains eagerly after one logged warning."""
 
     def __init__(self, runner: StepAccelerator, name: str, fn: Callable, mode: str) -> None:
         self.runner, self.name, self.fn, self.failed = runner, name, fn, False
