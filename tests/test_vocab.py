@@ -23,7 +23,7 @@ def test_tokenize_lowercases_and_strips_punctuation():
 def test_specials_have_fixed_ids():
     v = Vocab.build([["a", "b"]])
     assert v.itos[:4] == ["<pad>", "<start>", "<end>", "<unk>"]
-    assert (PAD_ID, START_ID, END_ID, UNK_ID) == (0, 1, 2, 3)
+    assert (PAD_ID, START_ID, END_ID, UNK_ID) == (0, 1, 2, 3) == tuple(v.stoi[w] for w in SPECIALS)
 
 
 def test_build_counts_min_freq_max_size_and_order():
