@@ -1,8 +1,8 @@
 """What the caption data modules share: FashionScenes (zoo.data.scenes) and COCO / Flickr
-(zoo.data.captions) both serve (image, caption) pairs for training and each image once, with its
-references, for evaluation, through a vocabulary of the training captions only (Xu et al. 2015:
-a vocabulary that counts test captions leaks test words into the model). That is written here
-once; a module says where its images and captions come from and what else its batches carry.
+(zoo.data.captions) both serve (image, caption) pairs for training (length-bucketed; captions of
+more than `max_len` words left out) and each image once, with its references, for evaluation
+(free-running decoding, coco-caption scoring), through a vocabulary of the training captions only
+(zoo.data.vocab). A module says where its images and captions come from and what its batches add.
 
 Batches: `images float [B, 3, H, W]` in [0, 1], `captions int64 [B, T]` (<start> w1 .. wn <end>
 <pad>..), `lengths int64 [B]` (with <start>/<end>) and `image_ids`. T is the batch's longest
@@ -19,18 +19,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.base import SplitDataModule, batch_identity
-from zoo.data.vocab import Vocab, pad_captions
+from zoo.data.vocab import Vocab, pad_captions, padded_length
 from zoo.errors import UserError
 
 log = logging.getLogger("zoo")
-
-
-def padded_length(longest: int, multiple: int | None, limit: int) -> int:
-    """Columns of a caption batch: the longest caption, or that rounded up to a multiple of
-    `multiple` (capped at the data's widest, `limit`), so a compiled step sees few shapes."""
-    if not multiple:
-        return longest
-    return min(-(-longest // multiple) * multiple, limit)
 
 
 class CaptionBatches(Dataset, ABC):
