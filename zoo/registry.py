@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import fnmatch
+import inspect
 import json
 import logging
 import os
@@ -48,9 +49,6 @@ def config_dir() -> Path:
     return installed if installed.is_dir() else REPO_ROOT / "configs"
 
 
-weights_dir = hub.weights_dir
-
-
 @dataclass
 class Entry:
     name: str
@@ -64,14 +62,6 @@ class Entry:
         """The recipe's model config as train.py trains it, with what its data decides filled in
         (image size, channels, label set: `linked`), and the data config beside it."""
         return {**(linked(self.model, self.data) if self.data else self.model), "data": self.data}
-
-
-def _family(class_path: str, folder: str) -> str:
-    """A recipe's family is its model class's card's name (which need not be its folder's); the
-    folder for a class off the list."""
-    if not is_allowed(class_path):
-        return folder
-    return getattr(resolve_class(class_path), "family", folder)
 
 
 @functools.lru_cache(maxsize=None)
@@ -151,11 +141,13 @@ def index() -> dict:
 
 
 def family_of(entry: Entry) -> str:
-    """The entry's model family (filled into its metadata on first use): the model index's
-    (no import), else the model class's."""
+    """The entry's model family (filled into its metadata on first use): the model index's (no
+    import), else its model class's card's name (which need not be its folder's), else the folder
+    for a class off the list."""
     if "family" not in entry.metadata:
-        folder = entry.recipe.parent.name if entry.recipe else "?"
-        entry.metadata["family"] = index()["families"].get(entry.model["class_path"]) or _family(entry.model["class_path"], folder)
+        class_path, folder = entry.model["class_path"], entry.recipe.parent.name if entry.recipe else "?"
+        entry.metadata["family"] = index()["families"].get(class_path) or (
+            getattr(resolve_class(class_path), "family", folder) if is_allowed(class_path) else folder)
     return entry.metadata["family"]
 
 
@@ -178,8 +170,6 @@ def link_data(model_class: type, model_args, data_class: type, data_args) -> Non
     (`class_names_for`), its size as `num_classes` and its names as `class_names` where the model
     takes them and its config names none. train.py links a run's config, the registry a recipe's
     entry, tools/release a recipe it holds against a release: so no recipe restates them."""
-    import inspect
-
     from zoo.data.base import as_size
 
     params = inspect.signature(model_class).parameters
@@ -306,8 +296,6 @@ def build(config: dict, **overrides):
 def build_datamodule(model, **overrides):
     """The data module `model` was trained with, rebuilt from its data config (allow-listed),
     with `overrides` on top of its arguments (e.g. batch_size, limit_eval)."""
-    import inspect
-
     config = data_config(model)
     if not config:
         raise UserError("the model carries no data config; use a checkpoint written by train.py or a "
@@ -382,14 +370,14 @@ def check_state_dict(model, state: dict, source: str) -> None:
     unexpected = sorted(set(state) - set(own))
     mismatched = [f"{k} {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
                   for k in own if k in state and own[k].shape != state[k].shape]
-    if missing or unexpected or mismatched:
-        parts = []
-        if mismatched:
-            parts.append("shapes differ: " + "; ".join(mismatched[:5]) + (" …" if len(mismatched) > 5 else ""))
-        if missing:
-            parts.append(f"missing {len(missing)} tensors (e.g. {', '.join(missing[:3])})")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} tensors (e.g. {', '.join(unexpected[:3])})")
+    parts = []
+    if mismatched:
+        parts.append("shapes differ: " + "; ".join(mismatched[:5]) + (" …" if len(mismatched) > 5 else ""))
+    if missing:
+        parts.append(f"missing {len(missing)} tensors (e.g. {', '.join(missing[:3])})")
+    if unexpected:
+        parts.append(f"unexpected {len(unexpected)} tensors (e.g. {', '.join(unexpected[:3])})")
+    if parts:
         raise UserError(f"{source}: weights do not fit the model: " + "; ".join(parts))
 
 
@@ -410,9 +398,7 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     if pretrained and checkpoint:
         raise UserError("give either pretrained=True or checkpoint=..., not both")
     if pretrained:
-        if entry.weights is None:
-            available = ", ".join(list_models(pretrained=True)) or "none yet"
-            raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
+        _check_released(entry)
         config = {**entry.weights["config"], "data": entry.weights["config"].get("data") or entry.data}
         released = config.get("init_args") or {}
         new_head = "num_classes" in overrides and overrides["num_classes"] != released.get("num_classes")
@@ -423,6 +409,13 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     if checkpoint is not None:
         load_into(model, checkpoint, sha256, new_head="num_classes" in overrides)
     return model
+
+
+def _check_released(entry: Entry) -> Entry:
+    if entry.weights is None:
+        available = ", ".join(list_models(pretrained=True)) or "none yet"
+        raise UserError(f"'{entry.name}' has no released weights (pretrained models: {available})")
+    return entry
 
 
 @dataclass(frozen=True)
@@ -468,10 +461,7 @@ def release_meta(model, metadata: dict | None = None) -> dict:
 def get_weights(name: str) -> Weights:
     """The release `name` (see `list_models(pretrained=True)`)."""
     entry = get_entry(name)
-    if entry.weights is None:
-        available = ", ".join(list_models(pretrained=True)) or "none yet"
-        raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
-    record = entry.weights
+    record = _check_released(entry).weights
     meta = dict(record.get("metadata") or {})
     if "preprocessing" not in meta:  # releases from before the manifest recorded it
         config = record["config"]

@@ -35,12 +35,6 @@ def run(args) -> int:
     from zoo.limits import check_flags
     from zoo.preprocess import for_model, load_batch
 
-    if args.beam_size is not None and args.beam_size < 1:
-        raise UserError(f"--beam-size must be >= 1, got {args.beam_size}")
-    if args.max_len is not None and args.max_len < 1:
-        raise UserError(f"--max-len must be >= 1, got {args.max_len}")
-    if args.batch_size < 1:
-        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     check_flags({"--beam-size": args.beam_size, "--max-len": args.max_len, "--batch-size": args.batch_size})
     attention_dir = Path(args.attention_dir) if args.attention_dir else None
     if attention_dir is not None:
