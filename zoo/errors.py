@@ -63,9 +63,7 @@ def quiet_lightning() -> None:
                  "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
                  "lightning.pytorch.trainer.connectors.callback_connector", "lightning.pytorch.trainer.call",
                  "lightning.fabric.utilities.seed"):
-        logger = logging.getLogger(name)
-        if _not_noise not in logger.filters:
-            logger.addFilter(_not_noise)  # a filter acts on its own logger's records only
+        logging.getLogger(name).addFilter(_not_noise)  # added once; it acts on its own logger's records only
 
 
 # C0 and C1 control characters (ESC starts the sequences that recolour, move the cursor or retitle a

@@ -104,8 +104,7 @@ def positive_number(raw: Any, what: str, allow_zero: bool = False) -> float:
     except ValueError:
         raise UserError(f"{what}={shorten(raw, 40)!r} is not a number") from None
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise UserError(f"{what}={shorten(raw, 40)!r}: give a finite number {bound}")
+        raise UserError(f"{what}={shorten(raw, 40)!r}: give a finite number {'>= 0' if allow_zero else '> 0'}")
     return value
 
 
