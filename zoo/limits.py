@@ -2,20 +2,14 @@
 
 A small file can ask for gigabytes: a pickle whose memo shares one list a billion ways, YAML anchors
 that do the same, a config nested 200,000 deep, a 50 MB class name, or plain numbers
-(`hidden_size: 60000`, `num_test: 1e9`). Every config read from a file (a checkpoint's
-hyper-parameters and zoo config, a safetensors header, a recipe) passes `check_tree`, and every
-model or data config from a file passes `check_dimensions`, so a bad value is one line naming the
-field and the limit, in well under a second:
-
-- size: the number of nodes AFTER shared references (pickle memo, YAML aliases) are resolved,
-  counted WITHOUT expanding them (each distinct object is sized once), and a cycle is refused;
-- depth of nesting; the length of any string;
-- the dimensions of models and data modules, by argument name: the shared ones (`DIMENSION_LIMITS`)
-  and each family's own (its card's `dimensions`);
-- the memory a command would take (`check_memory`): a model built on the `meta` device (its
-  weights and one forward pass, allocating nothing), the arrays a data module would generate, a
-  beam search's hypotheses, `--boxes` scoring: above `memory_mb` (4 GiB) it is refused in one
-  line naming the biggest part and how to raise the budget.
+(`hidden_size: 60000`, `num_test: 1e9`). So every config read from a file (a checkpoint's
+hyper-parameters and zoo config, a safetensors header, a recipe) passes `check_tree` (its size once
+shared references are resolved, counted WITHOUT expanding them; no cycle; its depth; each string's
+length), every model or data config from a file `check_dimensions` (by argument name: the shared
+`DIMENSION_LIMITS` and each family card's `dimensions`), and a command's memory `check_memory` (a
+model built on the `meta` device, its weights and one forward pass allocating nothing; a data
+module's arrays; a beam search's hypotheses; `--boxes` scoring; 4 GiB, `memory_mb`). A bad value is
+one line naming the field (or the biggest part) and the limit, in well under a second.
 
 The defaults are far above every recipe here; `ZOO_LIMITS="hidden_size=32768,tree_nodes=1000000"`
 raises any of them (a dimension's name, or `tree_nodes`, `tree_depth`, `string_length`,

@@ -24,8 +24,7 @@ from zoo.hub import MAX_CONFIG_BYTES
 from zoo.limits import check_tree, shorten
 
 log = logging.getLogger("zoo")
-_INSTALLED_BASE = Path(__file__).resolve().parent / "recipes" / "base" / "trainer.yaml"  # what a wheel installs
-BASE_CONFIG = str(_INSTALLED_BASE if _INSTALLED_BASE.is_file() else registry.REPO_ROOT / "configs/base/trainer.yaml")
+BASE_CONFIG = str(registry.SHIPPED_CONFIGS / "base" / "trainer.yaml")
 CONFIG = ("--config", "-c")
 ACCEL = "--model.init_args.accel"  # an old recipe's model option, now the run's --accel
 NESTED_NULL = re.compile(r"^(--model\.init_args\.backbone)\.(\w+)$")  # a BackboneSpec field

@@ -38,15 +38,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: (written by scripts/model_index.py; zoo.info reads the facts)
 INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
 log = logging.getLogger("zoo")
+_INSTALLED = Path(__file__).resolve().parent / "recipes"
+#: the recipes that come with the code: those a wheel installs as zoo/recipes, else the clone's configs/
+SHIPPED_CONFIGS = _INSTALLED if _INSTALLED.is_dir() else REPO_ROOT / "configs"
 
 
 def config_dir() -> Path:
-    """The recipes: $ZOO_CONFIG_DIR, else those installed with the package (a wheel ships them as
-    zoo/recipes), else the clone's configs/."""
-    if os.environ.get("ZOO_CONFIG_DIR"):
-        return Path(os.environ["ZOO_CONFIG_DIR"])
-    installed = Path(__file__).resolve().parent / "recipes"
-    return installed if installed.is_dir() else REPO_ROOT / "configs"
+    """The recipes: $ZOO_CONFIG_DIR, else SHIPPED_CONFIGS."""
+    return Path(os.environ["ZOO_CONFIG_DIR"]) if os.environ.get("ZOO_CONFIG_DIR") else SHIPPED_CONFIGS
 
 
 @dataclass
@@ -163,13 +162,12 @@ def get_entry(name: str) -> Entry:
 
 def link_data(model_class: type, model_args, data_class: type, data_args) -> None:
     """Give the model what its data decides, in `model_args` (a recipe's init_args, or
-    LightningCLI's, changed in place): the image size (`image_size_for`) and channels
-    (`image_chans_for`) the data serves, which a model left at its class default takes and one
-    set to another value refuses in one line (a captioner trained on 96 px scenes with
-    image_size 128 would be prepared at 128 px by `zoo caption`); and the label set
-    (`class_names_for`), its size as `num_classes` and its names as `class_names` where the model
-    takes them and its config names none. train.py links a run's config, the registry a recipe's
-    entry, tools/release a recipe it holds against a release: so no recipe restates them."""
+    LightningCLI's, changed in place): the image size and channels the data serves
+    (`image_size_for`, `image_chans_for`), which a model left at its class default takes and one set
+    to another value refuses in one line (a captioner trained on 96 px scenes with image_size 128
+    would be prepared at 128 px by `zoo caption`); and the label set (`class_names_for`) as
+    `num_classes` and, where the model takes them and its config names none, `class_names`.
+    train.py, the registry and tools/release all link, so no recipe restates them."""
     from zoo.data.base import as_size
 
     params = inspect.signature(model_class).parameters
@@ -341,8 +339,7 @@ def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_h
     state, own = dict(state), model.state_dict()
     fresh = [k for k in own if new_head and k.startswith(tuple(model.head_keys)) and k in state
              and state[k].shape != own[k].shape]
-    for key in fresh:
-        state[key] = own[key]
+    state.update({key: own[key] for key in fresh})
     if fresh:
         log.warning("%s: new classifier head %s starts fresh; every other weight is the release's",
                  source, ", ".join(f"{k} {tuple(own[k].shape)}" for k in fresh))
@@ -383,13 +380,11 @@ def check_state_dict(model, state: dict, source: str) -> None:
 
 def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathLike | None = None,
                  sha256: str | None = None, **overrides):
-    """Build the registered model `name`.
+    """Build the registered model `name` (`hf-hub:ORG/NAME`: that model card on the Hugging Face hub).
 
     pretrained: load its released weights (verified against the manifest's sha256).
-    checkpoint: load weights from this .ckpt/.safetensors (a path or URL) instead; it must be this
-    model's kind. sha256 pins a checkpoint URL (or file).
-    overrides: hyperparameters replacing the recipe's.
-    A name `hf-hub:ORG/NAME` loads that model card from the Hugging Face hub (zoo.hub)."""
+    checkpoint: load weights from this .ckpt/.safetensors (a path or URL, pinned by `sha256`)
+    instead; it must be this model's kind. overrides: hyperparameters replacing the recipe's."""
     if hub.is_hub_id(name):
         if checkpoint is not None:
             raise UserError(f"{name} is a whole model with its weights; give it without checkpoint=...")

@@ -55,9 +55,7 @@ def read_boxes(path: str, images: list[str], sizes: list[tuple[int, int]]) -> di
     raw = read_json(path, f"--boxes {path}", expect=dict)
     boxes, size_of = {}, dict(zip(images, sizes))
     for image, key in match_keys(raw, images, path).items():
-        entry = raw[key]
-        if isinstance(entry, dict):
-            entry = entry.get("boxes")
+        entry = raw[key].get("boxes") if isinstance(raw[key], dict) else raw[key]
         if not isinstance(entry, list):
             raise UserError(f"--boxes {path}: {image}: expected a list of [x0, y0, x1, y1] boxes "
                             "(or an object with one under \"boxes\")")

@@ -7,7 +7,6 @@ captioned; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad model/argu
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model, unique_names
 from zoo.errors import UserError
@@ -36,9 +35,7 @@ def run(args) -> int:
     from zoo.preprocess import for_model, load_batch
 
     check_flags({"--beam-size": args.beam_size, "--max-len": args.max_len, "--batch-size": args.batch_size})
-    attention_dir = Path(args.attention_dir) if args.attention_dir else None
-    if attention_dir is not None:
-        check_writable(attention_dir, "--attention-dir", directory=True)
+    attention_dir = args.attention_dir and check_writable(args.attention_dir, "--attention-dir", directory=True)
 
     if not args.checkpoint and args.model == DEFAULT_MODEL:
         print(f"zoo caption: model {DEFAULT_MODEL} (the default; --model NAME or --checkpoint PATH picks another)",
@@ -56,7 +53,7 @@ def run(args) -> int:
         results += model.caption(images[start:start + args.batch_size], beam_size=beam_size, max_len=args.max_len)
 
     overlays = {}
-    if attention_dir is not None and good:
+    if attention_dir and good:
         from zoo.viz.record import caption_figure
 
         for path, name, image, result in zip(good, unique_names(good, ".png"), images, results):

@@ -43,9 +43,7 @@ def report_bad_files(errors: list[str], command: str, notes: list[str] = ()) -> 
 
 def exit_code(n_good: int, errors: list[str]) -> int:
     """All bad -> 2 (user error); some bad -> 1; none bad -> 0."""
-    if errors and n_good == 0:
-        return 2
-    return 1 if errors else 0
+    return (1 if n_good else 2) if errors else 0
 
 
 def unique_names(paths: list[str], suffix: str) -> list[str]:
