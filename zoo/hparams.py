@@ -110,21 +110,17 @@ def current_init_args(class_path: Any, init_args: Any) -> Any:
 
 
 def current_spec(spec: Any) -> Any:
-    """A {class_path, init_args} mapping (a model's or a data module's) in current names."""
+    """A {class_path, init_args} mapping (a model's or a data module's; or a zoo config, as
+    checkpoints and releases carry it, with its `data` spec) in current names."""
     if not isinstance(spec, Mapping):
         return spec
-    init_args = current_init_args(spec.get("class_path"), spec.get("init_args"))
-    return spec if init_args is spec.get("init_args") else {**spec, "init_args": init_args}
+    new = {"init_args": current_init_args(spec.get("class_path"), spec.get("init_args")),
+           "data": current_spec(spec.get("data"))}
+    changed = {key: value for key, value in new.items() if value is not spec.get(key)}
+    return {**spec, **changed} if changed else spec
 
 
-def current_config(config: Any) -> Any:
-    """A zoo config (a model's {class_path, init_args} with its `data` spec, as checkpoints and
-    releases carry it) in current names."""
-    config = current_spec(config)
-    if not isinstance(config, Mapping) or not isinstance(config.get("data"), Mapping):
-        return config
-    data = current_spec(config["data"])
-    return config if data is config["data"] else {**config, "data": data}
+current_config = current_spec  # a zoo config: the model's spec with its data spec
 
 
 def _converted(old: str, value: Any) -> Any:

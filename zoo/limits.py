@@ -31,6 +31,7 @@ import warnings
 import weakref
 from collections.abc import Mapping
 from dataclasses import is_dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,8 @@ def positive_number(raw: Any, what: str, allow_zero: bool = False) -> float:
     except ValueError:
         raise UserError(f"{what}={shorten(raw, 40)!r} is not a number") from None
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise UserError(f"{what}={shorten(raw, 40)!r}: give a finite number {'>= 0' if allow_zero else '> 0'}")
+        bound = ">= 0" if allow_zero else "> 0"
+        raise UserError(f"{what}={shorten(raw, 40)!r}: give a finite number {bound}")
     return value
 
 
@@ -176,8 +178,7 @@ def check_tree(tree: Any, what: str, max_nodes: float | None = None) -> None:
             raise UserError(f"{what}: refused, the structure contains itself (a cycle)")
         if depth > max_depth:
             raise UserError(f"{what}: refused, nested more than {int(max_depth)} levels deep")
-        children = [part for key, value in node.items() for part in (key, value)] if isinstance(node, Mapping) \
-            else list(node)
+        children = list(chain.from_iterable(node.items())) if isinstance(node, Mapping) else list(node)
         stack.append([node, iter(children), 1])
         on_path.add(id(node))
         return 0
@@ -196,8 +197,8 @@ def check_tree(tree: Any, what: str, max_nodes: float | None = None) -> None:
             if stack:
                 stack[-1][2] += frame[2]
         if stack and stack[-1][2] > max_nodes:
-            raise UserError(f"{what}: refused, more than {int(max_nodes):,} values once its shared references are "
-                            "resolved (a small file that expands to gigabytes)")
+            raise UserError(f"{what}: refused, more than {int(max_nodes):,} values once its shared "
+                            "references are resolved (a small file that expands to gigabytes)")
 
 
 def check_dimensions(init_args: Any, where: str, own: Mapping[str, float] | None = None) -> None:
@@ -239,8 +240,9 @@ def check_flags(values: Mapping[str, Any], limit_name: str | None = None) -> Non
         name = limit_name or flag.lstrip("-").replace("-", "_")
         top = limit(name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= top:
-            raise UserError(f"{flag} {shorten(value, 40)}: outside the sane range 1..{top:,.0f}" + (
-                f" (raise it with ZOO_LIMITS={name}=N if you mean it)" if isinstance(value, (int, float)) and value > top else ""))
+            raising = isinstance(value, (int, float)) and value > top
+            raise UserError(f"{flag} {shorten(value, 40)}: outside the sane range 1..{top:,.0f}"
+                            + (f" (raise it with ZOO_LIMITS={name}=N if you mean it)" if raising else ""))
 
 
 def _is_tensor(node) -> bool:
@@ -404,7 +406,7 @@ def data_memory(cls, init_args: Mapping) -> dict[str, float]:
 JSON_EXPANSION = 12
 
 
-def parse_json(text: str | bytes, what: str, expect: type | tuple[type, ...] | None = None,
+def parse_json(text: str | bytes, what: str, expect: type | None = None,
                max_nodes: float | None = None) -> Any:
     """JSON text from a file as one line on every failure: not JSON, a 5,000-digit number (Python's
     int limit), nested past the recursion limit, past `check_tree`'s limits, or not of the
@@ -417,13 +419,12 @@ def parse_json(text: str | bytes, what: str, expect: type | tuple[type, ...] | N
         raise UserError(f"{what}: not valid JSON ({shorten(str(exc), 120)})") from None
     check_tree(value, what, max_nodes)
     if expect is not None and not isinstance(value, expect):
-        names = " or ".join(t.__name__ for t in (expect if isinstance(expect, tuple) else (expect,)))
-        kind = {"dict": "an object", "list": "a list"}.get(names, names)
+        kind = {"dict": "an object", "list": "a list"}.get(expect.__name__, expect.__name__)
         raise UserError(f"{what}: expected {kind}, got {'null' if value is None else type(value).__name__}")
     return value
 
 
-def read_json(path: str | os.PathLike, what: str | None = None, expect: type | tuple[type, ...] | None = None,
+def read_json(path: str | os.PathLike, what: str | None = None, expect: type | None = None,
               max_bytes: int = 64 * 2**20, max_nodes: float | None = None) -> Any:
     """A JSON file, read and parsed with one-line errors (see `parse_json`); `what` prefixes them
     (default: the path). Its parsed size is checked against the memory budget before it is read."""

@@ -73,8 +73,8 @@ def with_nested_nulls(argv: list[str]) -> list[str]:
     out = []
     for key, value, items in _options(argv, NESTED_NULL.match):
         field = NESTED_NULL.match(key)
-        out += [field.group(1), json.dumps({field.group(2): None})] if field and value in ("null", "None", "~") \
-            else items
+        null = field and value in ("null", "None", "~")
+        out += [field.group(1), json.dumps({field.group(2): None})] if null else items
     return out
 
 

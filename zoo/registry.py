@@ -314,15 +314,14 @@ def build_datamodule(model, **overrides):
     return instantiate(config, "data", **overrides)
 
 
-def load_into(model, path: str | os.PathLike, sha256: str | None = None, expected_class: str | None = None,
-              new_head: bool = False):
+def load_into(model, path: str | os.PathLike, sha256: str | None = None, new_head: bool = False):
     """Load weights from `path` (a file or URL; `sha256` pins it) into `model`, refusing another
     model's checkpoint clearly. `new_head`: the model's label set differs on purpose, so its
     classifier head starts fresh (see `adapt_state_dict`)."""
     from zoo.models.base import class_path
 
     state, config = hub.load_fetched(path, sha256)
-    expected = expected_class or class_path(model)
+    expected = class_path(model)
     if config and config.get("class_path") != expected:
         raise UserError(f"{path}: checkpoint is a {config.get('family', '?')} model "
                         f"({config.get('class_path')}), not {expected}")
@@ -441,16 +440,11 @@ def release_meta(model, metadata: dict | None = None) -> dict:
     its class names or vocabulary (plus any given `metadata`)."""
     from zoo.preprocess import for_model
 
-    meta = dict(metadata or {})
-    spec = for_model(model)
-    meta["preprocessing"] = spec.as_dict()
-    if spec.class_names:
-        meta["class_names"] = list(spec.class_names)
-    vocab = model.hparams.get("vocab")
-    if vocab:
-        meta["vocab"] = list(vocab)
-    meta["num_params"] = sum(p.numel() for p in model.parameters())
-    return meta
+    spec, vocab = for_model(model), model.hparams.get("vocab")
+    return {**(metadata or {}), "preprocessing": spec.as_dict(),
+            **({"class_names": list(spec.class_names)} if spec.class_names else {}),
+            **({"vocab": list(vocab)} if vocab else {}),
+            "num_params": sum(p.numel() for p in model.parameters())}
 
 
 def get_weights(name: str) -> Weights:

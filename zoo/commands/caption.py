@@ -35,7 +35,8 @@ def run(args) -> int:
     from zoo.preprocess import for_model, load_batch
 
     check_flags({"--beam-size": args.beam_size, "--max-len": args.max_len, "--batch-size": args.batch_size})
-    attention_dir = args.attention_dir and check_writable(args.attention_dir, "--attention-dir", directory=True)
+    attention_dir = args.attention_dir and check_writable(args.attention_dir, "--attention-dir",
+                                                          directory=True)
 
     if not args.checkpoint and args.model == DEFAULT_MODEL:
         print(f"zoo caption: model {DEFAULT_MODEL} (the default; --model NAME or --checkpoint PATH picks another)",

@@ -20,9 +20,7 @@ def add_model_arguments(parser, default_model: str | None = None) -> None:
 
 def resolve_model(args, fits=lambda card: True, what: str = "a zoo model"):
     """Load the model from --checkpoint or the pretrained --model, refusing one whose family card
-    does not `fits` the command (e.g. `lambda card: card.output == "caption"`).
-
-    `what` names the command's need for the error line, e.g. "a captioner"."""
+    does not `fits` the command (`lambda card: card.output == "caption"`; `what`: "a captioner")."""
     import zoo
 
     if args.sha256 and not args.checkpoint:

@@ -8,7 +8,6 @@ zoo/export.py says what each program takes and returns."""
 from __future__ import annotations
 
 from zoo.commands.common import add_model_arguments, resolve_model
-from zoo.errors import UserError
 
 
 def add_arguments(parser) -> None:

@@ -7,12 +7,11 @@ an animated canvas.
     zoo sample --model draw_fmnist_t16 --reconstruct a.png b.png --out recon.png
 
 Sampling (eqs. 13-14) has no encoder, so its figures show the write box only (red, border width
-proportional to sigma): --out is a grid of the n samples and the GIF (beside --out, suffix .gif)
-the canvas at every step. Reconstruction encodes images (fixed binarization, as the model's test
-set) and redraws them: --out is a strip per image (the input, then the canvas at 8 steps) and the
-GIF shows input and canvas at every step, both with the step's read box (green) and write box
-(red). --reconstruct takes grayscale images of the model's size; --reconstruct-split the first n
-images of a split of the data set the model was trained on.
+proportional to sigma): --out is a grid of the n samples, the GIF (beside --out) the canvas at
+every step. Reconstruction encodes images (the test sets' fixed binarization) and redraws them:
+--out is a strip per image (the input, then the canvas at 8 steps), the GIF input and canvas at
+every step, with each step's read box (green) and write box (red). --reconstruct takes grayscale
+images of the model's size, --reconstruct-split the first n of a split of the model's own data.
 """
 from __future__ import annotations
 
