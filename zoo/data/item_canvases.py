@@ -28,30 +28,19 @@ from torch.utils.data import Dataset
 
 from zoo.data.base import SplitDataModule, batch_identity
 from zoo.data.fashion_mnist import CLASS_NAMES
-from zoo.data.layout import place_items
-from zoo.data.scene_generation import PALETTE, fashion_mnist_items, paint
+from zoo.data.scene_generation import draw_layouts, fashion_mnist_items, paint
 from zoo.errors import UserError
 
 SPLIT_CODES = {"train": 10, "val": 11, "test": 12}  # RNG streams apart from the scenes' (0, 1, 2)
 LAYOUT_BLOCK = 4096  # canvases per RNG block: a split's first K canvases do not depend on its size
 
 
-def draw_layouts(pool: np.ndarray, num: int, seed: int, split: str, canvas_size: int, item_sizes,
-                 min_items: int, max_items: int, gap: int) -> dict[str, np.ndarray]:
-    """num layouts: n_items [N], source_index [N, K] (into the item source, -1 empty), colours
-    [N, K], sizes [N, K], corners [N, K, 2]; block b from the RNG (seed, split, b)."""
-    parts = []
-    for b in range(-(-num // LAYOUT_BLOCK)):
-        rng = np.random.default_rng([seed, SPLIT_CODES[split], b])
-        m, k = min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), max_items
-        n_items = rng.integers(min_items, max_items + 1, size=m)
-        active = np.arange(k)[None, :] < n_items[:, None]
-        source = np.where(active, pool[rng.integers(0, len(pool), size=(m, k))], -1)
-        colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, k)), -1)
-        sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, k))]
-        corners = place_items(rng, sizes, n_items, canvas_size, gap)
-        parts.append({"n_items": n_items, "source_index": source, "colours": colours, "sizes": sizes,
-                      "corners": corners})
+def split_layouts(pool: np.ndarray, num: int, seed: int, split: str, canvas_size: int, item_sizes,
+                  min_items: int, max_items: int, gap: int) -> dict[str, np.ndarray]:
+    """num layouts (scene_generation.draw_layouts'), block b from the RNG (seed, split, b)."""
+    parts = [draw_layouts(np.random.default_rng([seed, SPLIT_CODES[split], b]), pool,
+                          min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), canvas_size, item_sizes, min_items, max_items, gap)
+             for b in range(-(-num // LAYOUT_BLOCK))]
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
@@ -65,12 +54,9 @@ class ItemCanvases(Dataset):
         return len(self.layouts["n_items"])
 
     def __getitems__(self, indices):
-        idx = np.asarray(indices, dtype=np.int64)
-        lay = {key: value[idx] for key, value in self.layouts.items()}
-        active = lay["source_index"] >= 0
-        images, boxes = paint(self.items, np.maximum(lay["source_index"], 0), np.maximum(lay["colours"], 0),
-                              lay["sizes"], lay["corners"], active, self.canvas_size)
-        labels = np.where(active, self.labels[np.maximum(lay["source_index"], 0)], -1)
+        lay = {key: value[np.asarray(indices, dtype=np.int64)] for key, value in self.layouts.items()}
+        images, boxes = paint(self.items, lay, self.canvas_size)
+        labels = np.where(lay["source_index"] >= 0, self.labels[np.maximum(lay["source_index"], 0)], -1)
         return {"images": torch.from_numpy(images.astype(np.float32) / np.float32(255.0)),
                 "labels": torch.from_numpy(labels.astype(np.int64)),
                 "colours": torch.from_numpy(lay["colours"].astype(np.int64)),
@@ -102,8 +88,6 @@ class ItemCanvasesDataModule(SplitDataModule):
             raise UserError(f"ItemCanvases: need 1 <= min_items <= max_items <= 3, got {min_items}..{max_items}")
         self.item_loader = item_loader
         self.image_size = canvas_size
-        self.in_chans = 3
-        self.image_mean, self.image_std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # [0, 1], not normalised
         self.datasets: dict[str, ItemCanvases] = {}
 
     def _source(self, fm_split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -126,8 +110,8 @@ class ItemCanvasesDataModule(SplitDataModule):
             items, labels = (test_items, test_labels) if split == "test" else (train_items, train_labels)
             seed = {"train": hp.seed, "val": hp.seed + 1, "test": hp.test_seed}[split]
             num = {"train": hp.num_train, "val": hp.num_val, "test": hp.num_test}[split]
-            layouts = draw_layouts(pools[split], num, seed, split, hp.canvas_size, hp.item_sizes,
-                                   hp.min_items, hp.max_items, hp.gap)
+            layouts = split_layouts(pools[split], num, seed, split, hp.canvas_size, hp.item_sizes,
+                                    hp.min_items, hp.max_items, hp.gap)
             self.datasets[split] = ItemCanvases(items, labels, layouts, hp.canvas_size)
 
     @classmethod

@@ -116,14 +116,25 @@ def _resize_items(items: np.ndarray, size: int) -> np.ndarray:
     return t[:, 0].round().clamp(0, 255).to(torch.uint8).numpy()
 
 
-def paint(items: np.ndarray, source_index: np.ndarray, colours: np.ndarray, sizes: np.ndarray,
-          corners: np.ndarray, active: np.ndarray, canvas_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Paint tinted items on black canvases, vectorised over canvases.
+def draw_layouts(rng: np.random.Generator, pool: np.ndarray, m: int, canvas_size: int, item_sizes: Sequence[int],
+                 min_items: int, max_items: int, gap: int) -> dict[str, np.ndarray]:
+    """m layouts of K = max_items item slots: n_items [m]; source_index [m, K] (an item index from
+    `pool`, -1 for empty slots), colours [m, K] (palette index, -1), sizes [m, K] (px), corners [m, K, 2] (x, y)."""
+    n_items = rng.integers(min_items, max_items + 1, size=m)
+    active = np.arange(max_items)[None, :] < n_items[:, None]
+    source_index = np.where(active, pool[rng.integers(0, len(pool), size=(m, max_items))], -1)
+    colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, max_items)), -1)
+    sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, max_items))]
+    return {"n_items": n_items, "source_index": source_index, "colours": colours, "sizes": sizes,
+            "corners": place_items(rng, sizes, n_items, canvas_size, gap)}
 
-    items uint8 [M, 28, 28]; per canvas n and slot k: source_index [N, K] (into items), colours
-    [N, K] (palette index), sizes [N, K] (px), corners [N, K, 2] (x, y), active bool [N, K] ->
-    (images uint8 [N, 3, S, S], boxes float32 [N, K, 4], the tight x0, y0, x1, y1 of the drawn
-    pixels, -1 for inactive slots)."""
+
+def paint(items: np.ndarray, layouts: dict[str, np.ndarray], canvas_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Paint tinted items (uint8 [M, 28, 28]) on black canvases by `layouts` (draw_layouts'), vectorised
+    over canvases -> (images uint8 [N, 3, S, S], boxes float32 [N, K, 4], the tight x0, y0, x1, y1 of
+    the drawn pixels, -1 for empty slots)."""
+    source_index, colours, sizes, corners = (layouts[key] for key in ("source_index", "colours", "sizes", "corners"))
+    active = source_index >= 0
     n, k = source_index.shape
     images = np.zeros((n, 3, canvas_size, canvas_size), dtype=np.uint8)
     boxes = np.full((n, k, 4), -1.0, dtype=np.float32)
@@ -155,22 +166,15 @@ def generate_block(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, n: i
                    gap: int) -> Scenes:
     """n <= BLOCK scenes from the items whose indices are in `pool`; vectorised except the
     captions. Layouts are drawn for a full block and cut, so scene i does not depend on n."""
-    k, m = max_items, BLOCK  # a full block is drawn, then cut to n
-    n_items = rng.integers(min_items, max_items + 1, size=m)
-    active = np.arange(k)[None, :] < n_items[:, None]
-    source_index = np.where(active, pool[rng.integers(0, len(pool), size=(m, k))], -1)
-    item_labels = np.where(active, labels[np.maximum(source_index, 0)], -1)
-    colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, k)), -1)
-    sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, k))]
-    corners = place_items(rng, sizes, n_items, canvas_size, gap)
-    counts = rng.integers(min_captions, max_captions + 1, size=m)
-    n_items, active, source_index, item_labels, colours, sizes, corners, counts = (
-        a[:n] for a in (n_items, active, source_index, item_labels, colours, sizes, corners, counts))
-
-    images, boxes = paint(items, source_index, colours, sizes, corners, active, canvas_size)
+    layouts = draw_layouts(rng, pool, BLOCK, canvas_size, item_sizes, min_items, max_items, gap)
+    counts = rng.integers(min_captions, max_captions + 1, size=BLOCK)[:n]
+    layouts = {key: value[:n] for key, value in layouts.items()}
+    n_items, source_index, colours = layouts["n_items"], layouts["source_index"], layouts["colours"]
+    item_labels = np.where(source_index >= 0, labels[np.maximum(source_index, 0)], -1)
+    images, boxes = paint(items, layouts, canvas_size)
     rel = relations(boxes)
     described = [captions_for_scene(item_labels[i, :n_items[i]], colours[i, :n_items[i]],
-                                    rel[i, :n_items[i], :n_items[i]], int(counts[i]), rng, with_items=True)
+                                    rel[i, :n_items[i], :n_items[i]], int(counts[i]), rng)
                  for i in range(n)]
     return Scenes(images, n_items.astype(np.int64), item_labels.astype(np.int64),
                   colours.astype(np.int64), boxes, source_index.astype(np.int64),
