@@ -7,7 +7,7 @@ Determinism and splits:
   first K scenes of a split are the same whatever the requested size, and a cut evaluation set is
   a prefix of the full one.
 - train scenes draw items from Fashion-MNIST train (`seed`). val and test draw from Fashion-MNIST
-  test, split into two disjoint halves by `test_seed` (`split_pools`); val scenes use `seed + 1`,
+  test, split into two disjoint halves by `test_seed` (`split_pool`); val scenes use `seed + 1`,
   test scenes always `test_seed`, so every run is scored on the same test scenes.
 - Each split is cached as .npz under $ZOO_DATA_DIR/scenes (or ./data/scenes), named by a hash of
   every generation setting (`cache_file_name`), and written atomically.
@@ -39,6 +39,8 @@ BLOCK = 256  # scenes per RNG block (prefix stability, see the module docstring)
 SPLITS = ("train", "val", "test")
 PALETTE = np.array(list(COLOURS.values()), dtype=np.float32)  # [C, 3], in COLOUR_NAMES' order
 MAX_ITEMS = max(TEMPLATES)  # the most items a caption template names
+ARRAYS = ("images", "n_items", "labels", "colours", "boxes", "source_index")  # Scenes' fields, in order
+TEXTS = ("captions", "caption_items")
 
 
 @dataclass
@@ -67,17 +69,11 @@ class Scenes:
     def item_words(self, i: int) -> list[str]:
         return [HEAD_WORDS[c] for c in self.labels[i, :self.n_items[i]]]
 
-    def cut(self, n: int) -> "Scenes":
-        return Scenes(self.images[:n], self.n_items[:n], self.labels[:n], self.colours[:n],
-                      self.boxes[:n], self.source_index[:n], self.captions[:n], self.caption_items[:n])
-
-    # npz round-trip (no pickles: captions travel as one JSON string)
+    # npz round-trip (no pickles: captions travel as JSON strings)
     def to_bytes(self) -> bytes:
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, images=self.images, n_items=self.n_items, labels=self.labels,
-                            colours=self.colours, boxes=self.boxes, source_index=self.source_index,
-                            captions=np.array(json.dumps(self.captions)),
-                            caption_items=np.array(json.dumps(self.caption_items)),
+        np.savez_compressed(buffer, **{name: getattr(self, name) for name in ARRAYS},
+                            **{name: np.array(json.dumps(getattr(self, name))) for name in TEXTS},
                             version=np.array(FORMAT_VERSION))
         return buffer.getvalue()
 
@@ -91,8 +87,7 @@ class Scenes:
         with np.load(path, allow_pickle=False) as z:
             if int(z["version"]) != FORMAT_VERSION:
                 raise ValueError("old cache format")
-            scenes = cls(z["images"], z["n_items"], z["labels"], z["colours"], z["boxes"],
-                         z["source_index"], json.loads(str(z["captions"])), json.loads(str(z["caption_items"])))
+            scenes = cls(*(z[name] for name in ARRAYS), *(json.loads(str(z[name])) for name in TEXTS))
         n, k = len(scenes.images), scenes.labels.shape[1] if scenes.labels.ndim == 2 else -1
         shapes = {"images": (n, 3, canvas_size, canvas_size), "n_items": (n,), "labels": (n, k), "colours": (n, k),
                   "boxes": (n, k, 4), "source_index": (n, k)}
@@ -208,17 +203,17 @@ def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num
                                      max_captions, gap))
     if not blocks:
         raise UserError(f"the {split} split needs at least one scene")
-    return Scenes(*(np.concatenate([getattr(x, f) for x in blocks]) for f in
-                    ("images", "n_items", "labels", "colours", "boxes", "source_index")),
-                  [c for x in blocks for c in x.captions], [c for x in blocks for c in x.caption_items])
+    return Scenes(*(np.concatenate([getattr(x, name) for x in blocks]) for name in ARRAYS),
+                  *([c for x in blocks for c in getattr(x, name)] for name in TEXTS))
 
 
-def split_pools(num_train_items: int, num_test_items: int, test_seed: int) -> dict[str, np.ndarray]:
-    """Item indices each split may use: train from the train items; val and test from two
-    disjoint halves of the test items."""
-    order = np.random.default_rng([test_seed, 99]).permutation(num_test_items)
-    half = num_test_items // 2
-    return {"train": np.arange(num_train_items), "val": np.sort(order[:half]), "test": np.sort(order[half:])}
+def split_pool(split: str, num_items: int, test_seed: int) -> np.ndarray:
+    """Item indices `split` may use: train all of the train items; val and test two disjoint
+    halves of the test items."""
+    if split == "train":
+        return np.arange(num_items)
+    order = np.random.default_rng([test_seed, 99]).permutation(num_items)
+    return np.sort(order[:num_items // 2] if split == "val" else order[num_items // 2:])
 
 
 # ----------------------------------------------------------------------------- items + cache

@@ -29,7 +29,7 @@ import torch
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
 from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file_name,
                                        default_cache_dir, fashion_mnist_items, fingerprint,
-                                       generate_scenes, split_pools)
+                                       generate_scenes, split_pool)
 from zoo.data.scene_grammar import COLOURS, ITEM_NAMES, ITEM_WORDS
 from zoo.data.vocab import pad_captions, tokenize
 from zoo.errors import UserError
@@ -158,25 +158,21 @@ class FashionScenesDataModule(CaptionDataModule):
         """Generate (or load from the cache) one split."""
         if split in self.scenes:
             return self.scenes[split]
-        path = self.cache_path(split) if self.hparams.cache else None
+        hp, settings = self.hparams, self._settings(split)
+        path = self.cache_path(split) if hp.cache else None
         scenes = None
         if path is not None and path.is_file():
             try:
-                scenes = Scenes.load(path, self.hparams.canvas_size)
-                if len(scenes) != self._settings(split)["num"]:
+                scenes = Scenes.load(path, hp.canvas_size)
+                if len(scenes) != settings["num"]:
                     raise ValueError("another number of scenes")
             except Exception:  # a stale or damaged cache file is rebuilt, not trusted
                 scenes = None
         if scenes is None:
-            settings = self._settings(split)
-            fm_split = "train" if split == "train" else "test"
-            items, labels = self._source(fm_split)
-            test_items = len(self._source("test")[0]) if split != "train" else 0
-            pools = split_pools(len(items) if split == "train" else 0, test_items, self.hparams.test_seed)
-            hp = self.hparams
-            scenes = generate_scenes(items, labels, pools[split], settings["num"], settings["seed"], split,
-                                     hp.canvas_size, hp.item_sizes, hp.min_items, hp.max_items,
-                                     hp.min_captions, hp.max_captions, hp.gap)
+            items, labels = self._source("train" if split == "train" else "test")
+            scenes = generate_scenes(items, labels, split_pool(split, len(items), hp.test_seed), settings["num"],
+                                     settings["seed"], split, hp.canvas_size, hp.item_sizes, hp.min_items,
+                                     hp.max_items, hp.min_captions, hp.max_captions, hp.gap)
             if path is not None:
                 try:
                     atomic_write_bytes(path, scenes.to_bytes())
