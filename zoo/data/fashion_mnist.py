@@ -1,29 +1,26 @@
 """Fashion-MNIST and the RAM paper's task variants (Mnih et al. 2014, sec. 4.1).
 
-Where the IDX files are looked for, in order:
-1. `$ZOO_DATA_DIR/fashion-mnist`, then `./data/fashion-mnist` (plain or .gz IDX files);
-2. Debian's `/usr/share/datasets/fashion-mnist` (package dataset-fashion-mnist);
-3. torchvision's download into `./data` (online users);
-4. otherwise a UserError that says how to get the data.
+IDX files (plain or .gz) are looked for in `$ZOO_DATA_DIR/fashion-mnist`, `./data/fashion-mnist`,
+then Debian's `/usr/share/datasets/fashion-mnist` (package dataset-fashion-mnist); else torchvision
+downloads them into `./data` (online users); else a UserError says how to get them.
 
 Variants (canvases are built once, vectorised, from a seed; the test set uses a fixed seed):
 - centered:     the 28x28 images as they are;
 - translated:   the item at a uniformly random position on a 60x60 canvas;
-- cluttered60:  translated 60x60 plus 4 distractors;
+- cluttered60:  translated 60x60 plus 4 distractors (random 8x8 crops of other training images
+                pasted at random positions, pixel max);
 - cluttered100: translated 100x100 plus 8 distractors;
 - two_items60:  two items of the same split on a 60x60 canvas, their 28x28 frames apart (DRAW's
                 two-digit 60x60 task, Gregor et al. 2015 sec. 4.3, without overlaps): a mostly
-                empty canvas, where attention should pay. Labels are both items' classes [N, 2],
-                boxes both frames [N, 2, 4].
-Distractors are random 8x8 crops of other training images pasted at random positions (pixel max).
+                empty canvas, where attention should pay. Labels [N, 2], boxes [N, 2, 4].
 
 Two options for training RAM (issue 33): `curriculum_epochs` N > 0 trains on canvases with fewer
 distractors first: epoch e < N carries floor(D * e / N) of the variant's D distractors (epoch 0: the
-translated task), the same items at the same places, each canvas's first distractors the same ones
-(the draws are nested); the trainer then rebuilds its training loader every epoch
-(`reload_dataloaders_every_n_epochs: 1`, set by the module where the trainer leaves it at 0). `with_boxes` serves the item's box with every batch
-(images, labels, boxes float [B, 4]) for a model that learns from it (RAM's labelled
-`location_supervision` row).
+translated task), nested in the full canvases (same items and places, each canvas's first
+distractors the same); the trainer then rebuilds its training loader every epoch (the module sets
+`reload_dataloaders_every_n_epochs: 1` where the trainer leaves it at 0). `with_boxes` serves the
+item's box with every batch (images, labels, boxes float [B, 4]), for RAM's labelled
+`location_supervision` row.
 """
 from __future__ import annotations
 
@@ -46,6 +43,7 @@ DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 ITEM_SIZE = 28
+PATCH = 8  # a distractor's side
 
 
 # variant name -> (canvas size, number of distractors)
@@ -85,22 +83,12 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
 
 
 def _find(directory: Path, stem: str) -> Path | None:
-    for candidate in (directory / stem, directory / f"{stem}.gz"):
-        if candidate.is_file():
-            return candidate
-    return None
+    return next((path for path in (directory / stem, directory / f"{stem}.gz") if path.is_file()), None)
 
 
 def data_dirs() -> list[Path]:
-    dirs = []
-    if os.environ.get("ZOO_DATA_DIR"):
-        dirs.append(Path(os.environ["ZOO_DATA_DIR"]) / "fashion-mnist")
-    dirs += [Path("data/fashion-mnist"), DEBIAN_DIR]
-    return dirs
-
-
-def _download_root() -> Path:
-    return Path(os.environ.get("ZOO_DATA_DIR", "data"))
+    root = os.environ.get("ZOO_DATA_DIR")
+    return ([Path(root) / "fashion-mnist"] if root else []) + [Path("data/fashion-mnist"), DEBIAN_DIR]
 
 
 def locate(split: str) -> tuple[Path, Path]:
@@ -115,12 +103,13 @@ def locate(split: str) -> tuple[Path, Path]:
                 missing = image_stem if images is None else label_stem
                 raise UserError(f"{directory}: {missing}[.gz] is missing")
             return images, labels
-    raw = _download_root() / "FashionMNIST" / "raw"  # torchvision's layout
+    download_root = Path(os.environ.get("ZOO_DATA_DIR", "data"))
+    raw = download_root / "FashionMNIST" / "raw"  # torchvision's layout
     if _find(raw, image_stem) is None:
         try:
             from torchvision.datasets import FashionMNIST
 
-            FashionMNIST(str(_download_root()), train=(split == "train"), download=True)
+            FashionMNIST(str(download_root), train=(split == "train"), download=True)
         except Exception as exc:
             raise UserError(
                 "Fashion-MNIST not found (looked in " + ", ".join(map(str, data_dirs())) +
@@ -157,35 +146,27 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
     size, n_distractors = VARIANTS[variant]
     images = np.asarray(images, dtype=np.uint8)
     n = len(images)
+    sources = np.arange(n)[:, None]
     if variant in MULTI_ITEM:
         canvases, boxes, sources = _multi_item(images, size, MULTI_ITEM[variant], seed)
-        return (canvases, boxes, sources) if return_sources else (canvases, boxes)
-    if return_sources:
-        canvases, boxes = make_variant(images, variant, seed, distractor_source, distractors=distractors)
-        return canvases, boxes, np.arange(n)[:, None]
-    if distractors is not None:
-        n_distractors = min(n_distractors, distractors)
-    if size == ITEM_SIZE:
-        boxes = np.tile(np.array([0, 0, ITEM_SIZE, ITEM_SIZE]), (n, 1))
-        return images.copy(), boxes
-    rng = np.random.default_rng(seed)
-    canvases = np.zeros((n, size, size), dtype=np.uint8)
-    top = rng.integers(0, size - ITEM_SIZE + 1, size=n)
-    left = rng.integers(0, size - ITEM_SIZE + 1, size=n)
-    _paste_max(canvases, images, top, left)
-    if n_distractors:
+    elif size == ITEM_SIZE:
+        canvases, boxes = images.copy(), np.tile(np.array([0, 0, ITEM_SIZE, ITEM_SIZE]), (n, 1))
+    else:
+        rng = np.random.default_rng(seed)
+        canvases = np.zeros((n, size, size), dtype=np.uint8)
+        top = rng.integers(0, size - ITEM_SIZE + 1, size=n)
+        left = rng.integers(0, size - ITEM_SIZE + 1, size=n)
+        _paste_max(canvases, images, top, left)
         source = images if distractor_source is None else np.asarray(distractor_source, dtype=np.uint8)
-        patch = 8
-        for _ in range(n_distractors):
+        for _ in range(n_distractors if distractors is None else min(n_distractors, distractors)):
             # an 8x8 crop of another random image, at a random place on the canvas
             which = rng.integers(0, len(source), size=n)
-            cy = rng.integers(0, ITEM_SIZE - patch + 1, size=n)
-            cx = rng.integers(0, ITEM_SIZE - patch + 1, size=n)
-            crops = _crop(source[which], cy, cx, patch)
-            _paste_max(canvases, crops, rng.integers(0, size - patch + 1, size=n),
-                       rng.integers(0, size - patch + 1, size=n))
-    boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
-    return canvases, boxes
+            cy = rng.integers(0, ITEM_SIZE - PATCH + 1, size=n)
+            cx = rng.integers(0, ITEM_SIZE - PATCH + 1, size=n)
+            _paste_max(canvases, source[which][_window(cy, cx, PATCH, PATCH)],
+                       rng.integers(0, size - PATCH + 1, size=n), rng.integers(0, size - PATCH + 1, size=n))
+        boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
+    return (canvases, boxes, sources) if return_sources else (canvases, boxes)
 
 
 def _multi_item(images: np.ndarray, size: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -219,17 +200,15 @@ def _distinct_offsets(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
     return offsets
 
 
-def _crop(images: np.ndarray, top: np.ndarray, left: np.ndarray, size: int) -> np.ndarray:
-    rows = top[:, None] + np.arange(size)  # [N, size]
-    cols = left[:, None] + np.arange(size)
-    return images[np.arange(len(images))[:, None, None], rows[:, :, None], cols[:, None, :]]
+def _window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:
+    """The index of each image n's h x w window at (top[n], left[n]): images[index] is [N, h, w]."""
+    return (np.arange(len(top))[:, None, None], (top[:, None] + np.arange(h))[:, :, None],
+            (left[:, None] + np.arange(w))[:, None, :])
 
 
 def _paste_max(canvases: np.ndarray, patches: np.ndarray, top: np.ndarray, left: np.ndarray) -> None:
     """canvases[n, top:top+h, left:left+w] = max(canvas, patch) for every n at once."""
-    h, w = patches.shape[1:]
-    index = (np.arange(len(canvases))[:, None, None], (top[:, None] + np.arange(h))[:, :, None],
-             (left[:, None] + np.arange(w))[:, None, :])
+    index = _window(top, left, *patches.shape[1:])
     canvases[index] = np.maximum(canvases[index], patches)
 
 
@@ -266,18 +245,18 @@ class FashionMNISTDataModule(SplitDataModule):
         self.variant = variant
         self.image_size = VARIANTS[variant][0]
         self.num_classes = len(CLASS_NAMES)
-        self.class_names = CLASS_NAMES
         self.datasets: dict[str, TensorDataset] = {}
         self.boxes: dict[str, torch.Tensor] = {}
 
-    def _build(self, images, labels, seed, distractors, count: int | None = None):
-        canvases, boxes, sources = make_variant(images.numpy(), self.variant, seed, distractors,
+    def _build(self, split: str, images, labels, seed: int, count: int | None = None) -> None:
+        """datasets[split] and boxes[split]: `images` on canvases with `count` distractors (None: the variant's)."""
+        canvases, boxes, sources = make_variant(images.numpy(), self.variant, seed, self._distractor_source,
                                                 return_sources=True, distractors=count)
         if self.variant in MULTI_ITEM:
             labels = labels[torch.from_numpy(sources)]  # [N, K]: every item's class
-        boxes = torch.from_numpy(boxes)
-        served = (boxes.float(),) if self.hparams.with_boxes else ()
-        return TensorDataset(torch.from_numpy(canvases).unsqueeze(1), labels, *served), boxes
+        self.boxes[split] = torch.from_numpy(boxes)
+        served = (self.boxes[split].float(),) if self.hparams.with_boxes else ()
+        self.datasets[split] = TensorDataset(torch.from_numpy(canvases).unsqueeze(1), labels, *served)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
@@ -288,21 +267,18 @@ class FashionMNISTDataModule(SplitDataModule):
         val_idx, train_idx = order[:hp.val_size], order[hp.val_size:]
         if hp.limit_train:
             train_idx = train_idx[:hp.limit_train]
-        distractors = train_images.numpy()
-        self._train_source = (train_images[train_idx], train_labels[train_idx], distractors)
         test_images, test_labels = load_fashion_mnist("test")
-        val_eval = val_idx[:hp.limit_eval] if hp.limit_eval else val_idx
-        test_slice = slice(0, hp.limit_eval) if hp.limit_eval else slice(None)
-        self.datasets["train"], self.boxes["train"] = self._build(
-            train_images[train_idx], train_labels[train_idx], hp.seed, distractors)
+        self._distractor_source = train_images.numpy()
+        self._train_source = (train_images[train_idx], train_labels[train_idx])
+        self._build("train", *self._train_source, hp.seed)
         self._train_distractors = VARIANTS[self.variant][1]
-        self.datasets["val"], self.boxes["val"] = self._build(
-            train_images[val_eval], train_labels[val_eval], hp.seed + 1, distractors)
+        val_eval = val_idx[:hp.limit_eval] if hp.limit_eval else val_idx
+        self._build("val", train_images[val_eval], train_labels[val_eval], hp.seed + 1)
         # The test canvases come from the whole fixed test set, then are cut, so a limited
         # evaluation sees exactly the first examples of the full one.
-        dataset, boxes = self._build(test_images, test_labels, hp.test_seed, distractors)
-        self.datasets["test"] = TensorDataset(*(t[test_slice] for t in dataset.tensors))
-        self.boxes["test"] = boxes[test_slice]
+        self._build("test", test_images, test_labels, hp.test_seed)
+        self.datasets["test"] = TensorDataset(*(t[:hp.limit_eval or None] for t in self.datasets["test"].tensors))
+        self.boxes["test"] = self.boxes["test"][:hp.limit_eval or None]
 
     def loader(self, split: str) -> DataLoader:
         if split == "train" and self.hparams.curriculum_epochs:
@@ -324,8 +300,7 @@ class FashionMNISTDataModule(SplitDataModule):
                             f"trainer.reload_dataloaders_every_n_epochs is {trainer.reload_dataloaders_every_n_epochs}")
         count = self.distractors_at(trainer.current_epoch if trainer is not None else self.hparams.curriculum_epochs)
         if getattr(self, "_train_distractors", None) != count:
-            images, labels, source = self._train_source
-            self.datasets["train"], self.boxes["train"] = self._build(images, labels, self.hparams.seed, source, count)
+            self._build("train", *self._train_source, self.hparams.seed, count)
             self._train_distractors = count
 
     @classmethod
