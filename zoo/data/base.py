@@ -105,13 +105,9 @@ class SplitDataModule(L.LightningDataModule):
         """One line for the start of training: examples per split, and a vocabulary's size."""
         datasets = getattr(self, "datasets", None) or {}
         parts = [f"{split} {len(data):,}" for split, data in datasets.items() if hasattr(data, "__len__")]
-        vocab = getattr(self, "_vocab", None) or getattr(self, "vocab_", None)
-        if vocab is not None and hasattr(vocab, "__len__"):
-            parts.append(f"vocabulary {len(vocab):,} words")
+        if getattr(self, "_vocab", None) is not None:
+            parts.append(f"vocabulary {len(self._vocab):,} words")
         return f"{type(self).__name__}: " + (", ".join(parts) or "no split built yet")
-
-    def train_dataloader(self) -> DataLoader:
-        return self.loader("train")
 
     def boxed_examples(self, split: str, n: int) -> dict:
         """The first n examples of a split whose item boxes are known, for scoring attention:
@@ -126,15 +122,16 @@ class SplitDataModule(L.LightningDataModule):
         the examples the module's own arguments give."""
         return {}
 
+    def train_dataloader(self) -> DataLoader:
+        return self.loader("train")
+
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")
 
     def test_dataloader(self) -> DataLoader:
         return self.loader(self.test_split)
 
-    def predict_dataloader(self) -> DataLoader:
-        """`train.py predict` answers the split `test_dataloader()` serves (zoo.predict)."""
-        return self.loader(self.test_split)
+    predict_dataloader = test_dataloader  # `train.py predict` answers the split test serves (zoo.predict)
 
     def plain_loader(self, dataset, train: bool = False, collate_fn=None, **kwargs) -> DataLoader:
         """A loader over `dataset` with this module's `batch_size` (`eval_batch_size`, when set,

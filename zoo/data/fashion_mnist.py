@@ -249,7 +249,8 @@ class FashionMNISTDataModule(SplitDataModule):
         self.boxes: dict[str, torch.Tensor] = {}
 
     def _build(self, split: str, images, labels, seed: int, count: int | None = None) -> None:
-        """datasets[split] and boxes[split]: `images` on canvases with `count` distractors (None: the variant's)."""
+        """Fill datasets[split] and boxes[split]: `images` on canvases with `count` distractors
+        (None: the variant's)."""
         canvases, boxes, sources = make_variant(images.numpy(), self.variant, seed, self._distractor_source,
                                                 return_sources=True, distractors=count)
         if self.variant in MULTI_ITEM:
@@ -277,7 +278,8 @@ class FashionMNISTDataModule(SplitDataModule):
         # The test canvases come from the whole fixed test set, then are cut, so a limited
         # evaluation sees exactly the first examples of the full one.
         self._build("test", test_images, test_labels, hp.test_seed)
-        self.datasets["test"] = TensorDataset(*(t[:hp.limit_eval or None] for t in self.datasets["test"].tensors))
+        test = self.datasets["test"].tensors
+        self.datasets["test"] = TensorDataset(*(t[:hp.limit_eval or None] for t in test))
         self.boxes["test"] = self.boxes["test"][:hp.limit_eval or None]
 
     def loader(self, split: str) -> DataLoader:

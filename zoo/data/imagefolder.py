@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 
 from zoo.data.base import SplitDataModule
 from zoo.errors import UserError
+from zoo.io import load_image
 from zoo.preprocess import Preprocessing
 
 
@@ -69,7 +70,8 @@ class ImageFolderDataModule(SplitDataModule):
         else:
             tf = Preprocessing(hp.in_chans, (hp.image_size, hp.image_size), "crop", int(round(hp.image_size / hp.crop_pct)))
         try:
-            dataset = datasets.ImageFolder(str(path), transform=tf, loader=partial(_load, channels=hp.in_chans))
+            dataset = datasets.ImageFolder(str(path), transform=tf,
+                                           loader=partial(load_image, channels=hp.in_chans))
         except FileNotFoundError as exc:  # no class folder, or class folders without images
             raise UserError(f"ImageFolder {path}: {exc} (expected {path}/<class>/<image>)") from None
         if self.class_names and dataset.classes != self.class_names:
@@ -96,8 +98,3 @@ class ImageFolderDataModule(SplitDataModule):
             raise UserError(f"no '{split}' images under {self.hparams.root}")
         return self.plain_loader(dataset, train=shuffle, pin_memory=True, drop_last=shuffle)
 
-
-def _load(path: str, channels: int):
-    from zoo.io import load_image
-
-    return load_image(path, channels=channels)

@@ -28,7 +28,7 @@ from torch.utils.data import Dataset
 
 from zoo.data.base import SplitDataModule, batch_identity
 from zoo.data.fashion_mnist import CLASS_NAMES
-from zoo.data.scene_generation import draw_layouts, fashion_mnist_items, paint
+from zoo.data.scene_generation import draw_layouts, load_items, paint
 from zoo.errors import UserError
 
 SPLIT_CODES = {"train": 10, "val": 11, "test": 12}  # RNG streams apart from the scenes' (0, 1, 2)
@@ -39,8 +39,8 @@ def split_layouts(pool: np.ndarray, num: int, seed: int, split: str, canvas_size
                   min_items: int, max_items: int, gap: int) -> dict[str, np.ndarray]:
     """num layouts (scene_generation.draw_layouts'), block b from the RNG (seed, split, b)."""
     parts = [draw_layouts(np.random.default_rng([seed, SPLIT_CODES[split], b]), pool,
-                          min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), canvas_size, item_sizes, min_items, max_items, gap)
-             for b in range(-(-num // LAYOUT_BLOCK))]
+                          min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), canvas_size, item_sizes, min_items,
+                          max_items, gap) for b in range(-(-num // LAYOUT_BLOCK))]
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
@@ -90,21 +90,17 @@ class ItemCanvasesDataModule(SplitDataModule):
         self.image_size = canvas_size
         self.datasets: dict[str, ItemCanvases] = {}
 
-    def _source(self, fm_split: str) -> tuple[np.ndarray, np.ndarray]:
-        images, labels = (self.item_loader or fashion_mnist_items)(fm_split)
-        return np.asarray(images, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
-
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
         hp = self.hparams
-        train_items, train_labels = self._source("train")
+        train_items, train_labels = load_items(self.item_loader, "train", "ItemCanvases")
         if hp.val_items >= len(train_items):
             raise UserError(f"ItemCanvases: val_items={hp.val_items} leaves no training items "
                             f"(the source has {len(train_items)})")
         order = np.random.default_rng([hp.test_seed, 98]).permutation(len(train_items))
         pools = {"train": np.sort(order[hp.val_items:]), "val": np.sort(order[:hp.val_items])}
-        test_items, test_labels = self._source("test")
+        test_items, test_labels = load_items(self.item_loader, "test", "ItemCanvases")
         pools["test"] = np.arange(len(test_items))
         for split in ("train", "val", "test"):
             items, labels = (test_items, test_labels) if split == "test" else (train_items, train_labels)

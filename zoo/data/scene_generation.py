@@ -111,10 +111,12 @@ def _resize_items(items: np.ndarray, size: int) -> np.ndarray:
     return t[:, 0].round().clamp(0, 255).to(torch.uint8).numpy()
 
 
-def draw_layouts(rng: np.random.Generator, pool: np.ndarray, m: int, canvas_size: int, item_sizes: Sequence[int],
-                 min_items: int, max_items: int, gap: int) -> dict[str, np.ndarray]:
+def draw_layouts(rng: np.random.Generator, pool: np.ndarray, m: int, canvas_size: int,
+                 item_sizes: Sequence[int], min_items: int, max_items: int,
+                 gap: int) -> dict[str, np.ndarray]:
     """m layouts of K = max_items item slots: n_items [m]; source_index [m, K] (an item index from
-    `pool`, -1 for empty slots), colours [m, K] (palette index, -1), sizes [m, K] (px), corners [m, K, 2] (x, y)."""
+    `pool`, -1 for empty slots), colours [m, K] (palette index, -1), sizes [m, K] (px), corners
+    [m, K, 2] (x, y)."""
     n_items = rng.integers(min_items, max_items + 1, size=m)
     active = np.arange(max_items)[None, :] < n_items[:, None]
     source_index = np.where(active, pool[rng.integers(0, len(pool), size=(m, max_items))], -1)
@@ -124,11 +126,11 @@ def draw_layouts(rng: np.random.Generator, pool: np.ndarray, m: int, canvas_size
             "corners": place_items(rng, sizes, n_items, canvas_size, gap)}
 
 
-def paint(items: np.ndarray, layouts: dict[str, np.ndarray], canvas_size: int) -> tuple[np.ndarray, np.ndarray]:
+def paint(items: np.ndarray, layouts: dict[str, np.ndarray], canvas_size: int) -> tuple[np.ndarray, ...]:
     """Paint tinted items (uint8 [M, 28, 28]) on black canvases by `layouts` (draw_layouts'), vectorised
     over canvases -> (images uint8 [N, 3, S, S], boxes float32 [N, K, 4], the tight x0, y0, x1, y1 of
     the drawn pixels, -1 for empty slots)."""
-    source_index, colours, sizes, corners = (layouts[key] for key in ("source_index", "colours", "sizes", "corners"))
+    source_index, colours, sizes = layouts["source_index"], layouts["colours"], layouts["sizes"]
     active = source_index >= 0
     n, k = source_index.shape
     images = np.zeros((n, 3, canvas_size, canvas_size), dtype=np.uint8)
@@ -139,7 +141,7 @@ def paint(items: np.ndarray, layouts: dict[str, np.ndarray], canvas_size: int) -
             grey = _resize_items(items[source_index[sel, slot]], size).astype(np.float32)  # [M, s, s]
             tint = PALETTE[colours[sel, slot]]  # [M, 3]
             patch = np.rint(grey[:, None] * tint[:, :, None, None]).astype(np.uint8)  # [M, 3, s, s]
-            x, y = corners[sel, slot, 0], corners[sel, slot, 1]
+            x, y = layouts["corners"][sel, slot].T
             rows = (y[:, None] + np.arange(size))[:, None, :, None]
             cols = (x[:, None] + np.arange(size))[:, None, None, :]
             images[sel[:, None, None, None], np.arange(3)[None, :, None, None], rows, cols] = patch
@@ -217,12 +219,17 @@ def split_pool(split: str, num_items: int, test_seed: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- items + cache
-def fashion_mnist_items(split: str):
-    """The default item source: Fashion-MNIST's "train" or "test" split, (images uint8 [N, 28, 28],
-    labels int64 [N])."""
-    from zoo.data.fashion_mnist import load_fashion_mnist
-
-    return load_fashion_mnist(split)
+def load_items(item_loader, split: str, label: str) -> tuple[np.ndarray, np.ndarray]:
+    """An item source's (images uint8 [N, H, W], labels int64 [N]) of Fashion-MNIST's "train" or
+    "test" split: `item_loader(split)`'s (tests), or Fashion-MNIST's where it is None."""
+    if item_loader is None:
+        from zoo.data.fashion_mnist import load_fashion_mnist as item_loader
+    images, labels = item_loader(split)
+    images, labels = np.asarray(images, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
+    if images.ndim != 3 or len(images) != len(labels):
+        raise UserError(f"{label}: item source '{split}' must give [N, H, W] images "
+                        f"and [N] labels, got {images.shape} and {labels.shape}")
+    return images, labels
 
 
 def fingerprint(items: np.ndarray, labels: np.ndarray) -> str:

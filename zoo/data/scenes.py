@@ -28,8 +28,8 @@ import torch
 
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
 from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file_name,
-                                       default_cache_dir, fashion_mnist_items, fingerprint,
-                                       generate_scenes, split_pool)
+                                       default_cache_dir, fingerprint, generate_scenes,
+                                       load_items, split_pool)
 from zoo.data.scene_grammar import COLOURS, ITEM_NAMES, ITEM_WORDS
 from zoo.data.vocab import pad_captions, tokenize
 from zoo.errors import UserError
@@ -128,12 +128,7 @@ class FashionScenesDataModule(CaptionDataModule):
     # ------------------------------------------------------------------ generation + cache
     def _source(self, fm_split: str) -> tuple[np.ndarray, np.ndarray]:
         if fm_split not in self._sources:
-            images, labels = (self.item_loader or fashion_mnist_items)(fm_split)
-            images, labels = np.asarray(images, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
-            if images.ndim != 3 or len(images) != len(labels):
-                raise UserError(f"FashionScenes: item source '{fm_split}' must give [N, H, W] images "
-                                f"and [N] labels, got {images.shape} and {labels.shape}")
-            self._sources[fm_split] = (images, labels)
+            self._sources[fm_split] = load_items(self.item_loader, fm_split, "FashionScenes")
         return self._sources[fm_split]
 
     def _settings(self, split: str) -> dict:
@@ -170,9 +165,9 @@ class FashionScenesDataModule(CaptionDataModule):
                 scenes = None
         if scenes is None:
             items, labels = self._source("train" if split == "train" else "test")
-            scenes = generate_scenes(items, labels, split_pool(split, len(items), hp.test_seed), settings["num"],
-                                     settings["seed"], split, hp.canvas_size, hp.item_sizes, hp.min_items,
-                                     hp.max_items, hp.min_captions, hp.max_captions, hp.gap)
+            scenes = generate_scenes(items, labels, split_pool(split, len(items), hp.test_seed),
+                                     settings["num"], settings["seed"], split, hp.canvas_size, hp.item_sizes,
+                                     hp.min_items, hp.max_items, hp.min_captions, hp.max_captions, hp.gap)
             if path is not None:
                 try:
                     atomic_write_bytes(path, scenes.to_bytes())
