@@ -3,8 +3,8 @@ class, colour and box, for pretraining a backbone whose every grid cell says wha
 
 The canvases are FashionScenes' pictures without the captions: 1 to `max_items` items of
 `item_sizes` px, tinted with the scenes' palette, placed without overlap on a `canvas_size`
-canvas (zoo.data.scene_generation's placement and painting). So a backbone trained here sees the captioner's
-image statistics, but learns from item labels only (no caption, no word).
+canvas (zoo.data.scene_generation's placement and painting). So a backbone trained here sees the
+captioner's image statistics, but learns from item labels only (no caption, no word).
 
 Splits (no Fashion-MNIST test item reaches training or model selection):
 - train: Fashion-MNIST train items except `val_items` of them, held out by a fixed permutation;
@@ -35,15 +35,6 @@ SPLIT_CODES = {"train": 10, "val": 11, "test": 12}  # RNG streams apart from the
 LAYOUT_BLOCK = 4096  # canvases per RNG block: a split's first K canvases do not depend on its size
 
 
-def split_layouts(pool: np.ndarray, num: int, seed: int, split: str, canvas_size: int, item_sizes,
-                  min_items: int, max_items: int, gap: int) -> dict[str, np.ndarray]:
-    """num layouts (scene_generation.draw_layouts'), block b from the RNG (seed, split, b)."""
-    parts = [draw_layouts(np.random.default_rng([seed, SPLIT_CODES[split], b]), pool,
-                          min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), canvas_size, item_sizes, min_items,
-                          max_items, gap) for b in range(-(-num // LAYOUT_BLOCK))]
-    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-
-
 class ItemCanvases(Dataset):
     """One split's canvases, painted a batch at a time."""
 
@@ -67,9 +58,8 @@ class ItemCanvases(Dataset):
 
 
 class ItemCanvasesDataModule(SplitDataModule):
-    """Tinted Fashion-MNIST item canvases with per-item class, colour and box (see the module
-    docstring). `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])` replaces Fashion-MNIST
-    (tests); it is not a hyperparameter."""
+    """The canvases of the module docstring. `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])`
+    replaces Fashion-MNIST (tests); it is not a hyperparameter."""
 
     image_size_argument = "canvas_size"
     image_chans = 3
@@ -82,8 +72,8 @@ class ItemCanvasesDataModule(SplitDataModule):
         super().__init__()
         self.save_hyperparameters(ignore=["item_loader"])
         for name in ("num_train", "num_val", "num_test", "val_items"):
-            if getattr(self.hparams, name) < 1:
-                raise UserError(f"ItemCanvases: {name} must be >= 1, got {getattr(self.hparams, name)}")
+            if self.hparams[name] < 1:
+                raise UserError(f"ItemCanvases: {name} must be >= 1, got {self.hparams[name]}")
         if not 1 <= min_items <= max_items <= 3:
             raise UserError(f"ItemCanvases: need 1 <= min_items <= max_items <= 3, got {min_items}..{max_items}")
         self.item_loader = item_loader
@@ -105,9 +95,11 @@ class ItemCanvasesDataModule(SplitDataModule):
         for split in ("train", "val", "test"):
             items, labels = (test_items, test_labels) if split == "test" else (train_items, train_labels)
             seed = {"train": hp.seed, "val": hp.seed + 1, "test": hp.test_seed}[split]
-            num = {"train": hp.num_train, "val": hp.num_val, "test": hp.num_test}[split]
-            layouts = split_layouts(pools[split], num, seed, split, hp.canvas_size, hp.item_sizes,
-                                    hp.min_items, hp.max_items, hp.gap)
+            num = hp[f"num_{split}"]  # in blocks, block b from the RNG (seed, split, b)
+            blocks = [draw_layouts(np.random.default_rng([seed, SPLIT_CODES[split], b]), pools[split],
+                                   min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), hp.canvas_size, hp.item_sizes,
+                                   hp.min_items, hp.max_items, hp.gap) for b in range(-(-num // LAYOUT_BLOCK))]
+            layouts = {key: np.concatenate([block[key] for block in blocks]) for key in blocks[0]}
             self.datasets[split] = ItemCanvases(items, labels, layouts, hp.canvas_size)
 
     @classmethod

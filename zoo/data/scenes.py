@@ -113,13 +113,9 @@ class FashionScenesDataModule(CaptionDataModule):
                  vocab: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["item_loader"])
-        for name in ("num_train", "num_val", "num_test"):
-            if getattr(self.hparams, name) < 1:
-                raise UserError(f"FashionScenes: {name} must be >= 1, got {getattr(self.hparams, name)}")
-        if max_len < 1:
-            raise UserError(f"FashionScenes: max_len must be >= 1, got {max_len}")
-        if pad_to_multiple is not None and pad_to_multiple < 1:
-            raise UserError(f"FashionScenes: pad_to_multiple must be >= 1, got {pad_to_multiple}")
+        for name in ("num_train", "num_val", "num_test", "max_len", "pad_to_multiple"):
+            if self.hparams[name] is not None and self.hparams[name] < 1:
+                raise UserError(f"FashionScenes: {name} must be >= 1, got {self.hparams[name]}")
         self.item_loader = item_loader
         self.image_size = canvas_size
         self.scenes: dict[str, Scenes] = {}
