@@ -58,13 +58,9 @@ class BatchAugment(nn.Module):
         super().__init__()
         self.translate, self.hflip, self.erase, self.erase_area = translate, hflip, erase, erase_area
 
-    @property
-    def active(self) -> bool:
-        return self.translate > 0 or self.hflip > 0 or (self.erase > 0 and self.erase_area > 0)
-
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        # images [B, C, H, W] -> [B, C, H, W]
-        if not self.training or not self.active:
+        # images [B, C, H, W] -> [B, C, H, W]; each op is the identity where its probability or size is 0
+        if not self.training:
             return images
         images = random_translate(images, self.translate)
         images = random_hflip(images, self.hflip)

@@ -65,33 +65,28 @@ class SplitDataModule(L.LightningDataModule):
                     if p.default is not inspect.Parameter.empty}
         return {**defaults, **init_args}
 
-    @classmethod
-    def image_size_for(cls, **init_args) -> tuple[int, int] | None:
-        """(height, width) of the images this module serves, from its arguments alone (before it is
-        built): the size a model trained on it takes. train.py passes it to the model, so a recipe
-        cannot train a model on images of another size. None: the module does not fix one."""
-        size = init_args.get(cls.image_size_argument) if cls.image_size_argument else None
-        return None if size is None else as_size(size)
-
     #: the argument that fixes the served image size (None: none does)
     image_size_argument: str | None = None
-
     #: channels of the images this module serves (None: it does not fix them)
     image_chans: int | None = None
-
     #: the label set it serves, known before it is built (None: none, e.g. captions)
     class_names: list[str] | None = None
 
     @classmethod
+    def image_size_for(cls, **init_args) -> tuple[int, int] | None:
+        """(height, width) of the images this module serves, from its arguments alone (before it is
+        built): the model's size, as `image_chans_for` is its `in_chans` and `class_names_for` its
+        label set (zoo.registry.link_data passes them on: no recipe copies them, and none trains a
+        model on other images). None: the module does not fix one."""
+        size = init_args.get(cls.image_size_argument) if cls.image_size_argument else None
+        return None if size is None else as_size(size)
+
+    @classmethod
     def class_names_for(cls, **init_args) -> list[str] | None:
-        """The class names this module serves, from its arguments alone: the model's label set
-        (zoo.registry.link_data gives it `num_classes` and `class_names`; no recipe copies them)."""
         return cls.class_names
 
     @classmethod
     def image_chans_for(cls, **init_args) -> int | None:
-        """Channels of the images this module serves, from its arguments alone: the model's
-        `in_chans` (train.py passes it on, as it does the size)."""
         return cls.image_chans
 
     @classmethod

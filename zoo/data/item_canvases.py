@@ -98,7 +98,8 @@ class ItemCanvasesDataModule(SplitDataModule):
             num = hp[f"num_{split}"]  # in blocks, block b from the RNG (seed, split, b)
             blocks = [draw_layouts(np.random.default_rng([seed, SPLIT_CODES[split], b]), pools[split],
                                    min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), hp.canvas_size, hp.item_sizes,
-                                   hp.min_items, hp.max_items, hp.gap) for b in range(-(-num // LAYOUT_BLOCK))]
+                                   hp.min_items, hp.max_items, hp.gap)
+                      for b in range(-(-num // LAYOUT_BLOCK))]
             layouts = {key: np.concatenate([block[key] for block in blocks]) for key in blocks[0]}
             self.datasets[split] = ItemCanvases(items, labels, layouts, hp.canvas_size)
 

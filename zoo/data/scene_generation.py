@@ -1,20 +1,15 @@
 """FashionScenes' pictures: tinted Fashion-MNIST items placed without overlap on a black canvas,
-with their tight boxes and captions (zoo.data.scene_grammar), generated deterministically and
-cached, so every run of a recipe trains and is scored on the same scenes.
+with their tight boxes (x0, y0, x1, y1 pixels of the drawn pixels, x1 and y1 exclusive) and
+captions (zoo.data.scene_grammar), generated deterministically and cached, so every run of a
+recipe trains and is scored on the same scenes.
 
-Determinism and splits:
-- Scenes are generated in blocks of BLOCK scenes, block b from the RNG (seed, split, b): the
-  first K scenes of a split are the same whatever the requested size, and a cut evaluation set is
-  a prefix of the full one.
-- train scenes draw items from Fashion-MNIST train (`seed`). val and test draw from Fashion-MNIST
-  test, split into two disjoint halves by `test_seed` (`split_pool`); val scenes use `seed + 1`,
-  test scenes always `test_seed`, so every run is scored on the same test scenes.
+- Scenes come in blocks of BLOCK, block b from the RNG (seed, split, b): a split's first K scenes
+  do not depend on its size, and a cut evaluation set is a prefix of the full one.
+- train scenes draw items from Fashion-MNIST train (`seed`); val (`seed + 1`) and test (always
+  `test_seed`: every run is scored on the same test scenes) from two disjoint halves of
+  Fashion-MNIST test (`split_pool`).
 - Each split is cached as .npz under $ZOO_DATA_DIR/scenes (or ./data/scenes), named by a hash of
   every generation setting (`cache_file_name`), and written atomically.
-
-Boxes are tight: x0, y0, x1, y1 in pixels (x1, y1 exclusive) of the drawn (non-zero) pixels of
-the item. An item's box word is its head word ("boot" for "ankle boot"), the word a caption uses
-to name it.
 """
 from __future__ import annotations
 

@@ -1,17 +1,14 @@
 """FashionScenes: an offline captioning dataset with known object boxes.
 
-A scene is a black `canvas_size` x `canvas_size` RGB canvas holding 1 to 3 colour-tinted
-Fashion-MNIST items that do not overlap. Each scene gets 3 to 5 reference captions from a small
-grammar that names the items, their colours and their spatial relations ("a red shirt left of a
-blue bag"). The item boxes are kept, so that attention localisation can be scored: does the
-model look at the shirt when it says "shirt"? The grammar is zoo.data.scene_grammar's, the
-scenes, their splits and their cache zoo.data.scene_generation's; this module serves them in
-zoo.data.caption_base's batches (images [B, 3, S, S] in [0, 1], never normalised), and besides:
-- train: length-bucketed (scene, caption) pairs sorted longest caption first, with `host_lengths`
-  (plain ints, so a model can skip finished rows without reading a tensor); for supervised
-  attention, `item_boxes float [B, K, 4]` (every item slot's box, -1 for empty slots) and
-  `word_items int64 [B, T]` (aligned with `captions`: the slot of the item a colour or item word
-  names, -1 elsewhere).
+A scene is a black `canvas_size` x `canvas_size` RGB canvas holding 1 to 3 colour-tinted,
+non-overlapping Fashion-MNIST items, with 3 to 5 reference captions that name the items, their
+colours and their spatial relations ("a red shirt left of a blue bag"; zoo.data.scene_grammar).
+The item boxes are kept, so that attention localisation can be scored: does the model look at the
+shirt when it says "shirt"? Pictures, splits and cache are zoo.data.scene_generation's; this module
+serves them in zoo.data.caption_base's batches (images [B, 3, S, S] in [0, 1], never normalised) with:
+- train (caption pairs): for supervised attention, `item_boxes float [B, K, 4]` (every item slot's
+  box, -1 for empty slots) and `word_items int64 [B, T]` (aligned with `captions`: the slot of the
+  item a colour or item word names, -1 elsewhere).
 - val / test: each scene once, its first reference as `captions`/`lengths`/`word_items` (for a
   teacher-forced validation loss), `item_boxes`, `references` (raw strings), `boxes` (list of
   float [n, 4]) and `box_words` (list of lists: each item's head word, "boot" for "ankle boot").
@@ -36,12 +33,6 @@ from zoo.errors import UserError
 from zoo.io import atomic_write_bytes
 
 
-def _to_float(images: np.ndarray, index: np.ndarray) -> torch.Tensor:
-    """uint8 [N, 3, S, S] gathered at index -> float32 in [0, 1]. numpy on purpose: small torch
-    ops on a busy CPU lose most of their time to intra-op thread handoffs."""
-    return torch.from_numpy(images[index].astype(np.float32) / np.float32(255.0))
-
-
 def _word_items(encoded_items: list[list[int]], multiple: int | None) -> torch.Tensor:
     """Per caption, the item slot of each token (aligned with <start> w1 .. wn <end>) -> int64
     [N, T], -1 for <start>, <end>, pads and words that name no item."""
@@ -63,7 +54,8 @@ class SceneCaptions(CaptionBatches):
             self.box_words = [scenes.item_words(i) for i in range(len(scenes))]
 
     def images(self, image: torch.Tensor) -> torch.Tensor:
-        return _to_float(self.scenes.images, image.numpy())
+        # numpy on purpose: small torch ops on a busy CPU lose most of their time to intra-op thread handoffs
+        return torch.from_numpy(self.scenes.images[image.numpy()].astype(np.float32) / np.float32(255.0))
 
     def extras(self, rows: torch.Tensor, image: torch.Tensor, width: int) -> dict:
         out = {"word_items": self.word_items[rows, :width], "item_boxes": self.item_boxes[image]}
@@ -75,12 +67,8 @@ class SceneCaptions(CaptionBatches):
 
 
 class FashionScenesDataModule(CaptionDataModule):
-    """FashionScenes splits as caption batches (see the module docstring for the batch layout).
-
-    `dm.vocab` (built from the training captions only) is available after `setup()`, and also
-    before it: reading it generates or loads the training split. `max_len` caps the words of a
-    caption: longer training captions are left out of training (so the model never learns to
-    stop mid-sentence); evaluation captions are cut. `item_loader(split) -> (uint8 [N, 28, 28],
+    """FashionScenes splits as caption batches (the module docstring's). Reading `dm.vocab` before
+    `setup()` generates or loads the training split. `item_loader(split) -> (uint8 [N, 28, 28],
     int64 [N])` replaces Fashion-MNIST (tests); it is not a hyperparameter."""
 
     label = "FashionScenes"
