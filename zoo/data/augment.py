@@ -1,13 +1,12 @@
-"""Batch augmentation on the device the batch is on: whole-batch tensor ops, no per-sample Python
-loop, so it costs little next to the model even on CPU and keeps a GPU fed without data workers.
+"""Batch augmentation on the batch's device: whole-batch tensor ops, no per-sample Python loop, so
+it costs little next to the model even on CPU and keeps a GPU fed without data workers.
 
-`BatchAugment` (an nn.Module without parameters) applies, per sample independently:
-- translate: a random shift of up to `translate` pixels in each direction, zero-filled (the
-  "random crop with padding" of small-image recipes);
+`BatchAugment` (no parameters; the identity in eval mode) applies, per sample independently:
+- translate: a random shift of up to `translate` pixels each way, zero-filled (the "random crop
+  with padding" of small-image recipes);
 - hflip: a horizontal flip with probability `hflip`;
-- erase: with probability `erase`, one random rectangle of `erase_area` of the image set to 0
-  (random erasing, Zhong et al. 2017, with a fixed area and aspect ratio 1).
-It is the identity in eval mode."""
+- erase: with probability `erase`, one random square of `erase_area` of the image set to 0
+  (random erasing, Zhong et al. 2017, with a fixed area and aspect ratio 1)."""
 from __future__ import annotations
 
 import torch

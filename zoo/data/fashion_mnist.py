@@ -284,26 +284,25 @@ class FashionMNISTDataModule(SplitDataModule):
 
     def loader(self, split: str) -> DataLoader:
         if split == "train" and self.hparams.curriculum_epochs:
-            self._curriculum_stage()
+            # a curriculum's canvases change every epoch: those of the trainer's (outside a fit: the full ones)
+            trainer, epoch = self.trainer, self.hparams.curriculum_epochs
+            if trainer is not None:
+                epoch = trainer.current_epoch
+                if trainer.reload_dataloaders_every_n_epochs == 0:
+                    trainer.reload_dataloaders_every_n_epochs = 1
+                if (every := trainer.reload_dataloaders_every_n_epochs) != 1:
+                    raise UserError("curriculum_epochs needs a new training loader every epoch; "
+                                    f"trainer.reload_dataloaders_every_n_epochs is {every}")
+            count = self.distractors_at(epoch)
+            if self._train_distractors != count:
+                self._build("train", *self._train_source, self.hparams.seed, count)
+                self._train_distractors = count
         return self.plain_loader(self.datasets[split], train=split == "train")
 
     def distractors_at(self, epoch: int) -> int:
         """Distractors per training canvas at `epoch` (0-based) of the curriculum."""
         full, stages = VARIANTS[self.variant][1], self.hparams.curriculum_epochs
         return full if epoch >= stages else full * epoch // stages
-
-    def _curriculum_stage(self) -> None:
-        """Rebuild the training canvases for the trainer's epoch (the full set outside a fit)."""
-        trainer = self.trainer
-        if trainer is not None and trainer.reload_dataloaders_every_n_epochs == 0:
-            trainer.reload_dataloaders_every_n_epochs = 1  # a curriculum's canvases change every epoch
-        if trainer is not None and trainer.reload_dataloaders_every_n_epochs != 1:
-            raise UserError("curriculum_epochs needs a new training loader every epoch; "
-                            f"trainer.reload_dataloaders_every_n_epochs is {trainer.reload_dataloaders_every_n_epochs}")
-        count = self.distractors_at(trainer.current_epoch if trainer is not None else self.hparams.curriculum_epochs)
-        if getattr(self, "_train_distractors", None) != count:
-            self._build("train", *self._train_source, self.hparams.seed, count)
-            self._train_distractors = count
 
     @classmethod
     def few_examples(cls, n: int) -> dict:

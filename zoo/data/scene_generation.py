@@ -191,13 +191,10 @@ def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num
     if max_items * min(item_sizes) ** 2 > canvas_size ** 2:
         raise UserError(f"cannot place {max_items} items of size {min(item_sizes)} on a "
                         f"{canvas_size}x{canvas_size} canvas without overlap")
-    split_code = SPLITS.index(split)
-    blocks = []
-    for b in range(-(-num // BLOCK)):
-        rng = np.random.default_rng([seed, split_code, b])
-        blocks.append(generate_block(items, labels, np.asarray(pool), min(BLOCK, num - b * BLOCK), rng,
-                                     canvas_size, item_sizes, min_items, max_items, min_captions,
-                                     max_captions, gap))
+    blocks = [generate_block(items, labels, np.asarray(pool), min(BLOCK, num - b * BLOCK),
+                             np.random.default_rng([seed, SPLITS.index(split), b]), canvas_size, item_sizes,
+                             min_items, max_items, min_captions, max_captions, gap)
+              for b in range(-(-num // BLOCK))]
     if not blocks:
         raise UserError(f"the {split} split needs at least one scene")
     return Scenes(*(np.concatenate([getattr(x, name) for x in blocks]) for name in ARRAYS),

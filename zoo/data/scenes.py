@@ -49,9 +49,6 @@ class SceneCaptions(CaptionBatches):
         super().__init__(captions, lengths, row_scene, multiple, longest_first=not references)
         self.scenes, self.word_items, self.references = scenes, word_items, references
         self.item_boxes = torch.from_numpy(scenes.boxes)  # [N, K, 4], -1 for empty slots
-        if references:
-            self.boxes = [torch.from_numpy(scenes.item_boxes(i).copy()) for i in range(len(scenes))]
-            self.box_words = [scenes.item_words(i) for i in range(len(scenes))]
 
     def images(self, image: torch.Tensor) -> torch.Tensor:
         # numpy on purpose: small torch ops on a busy CPU lose most of their time to intra-op thread handoffs
@@ -61,8 +58,8 @@ class SceneCaptions(CaptionBatches):
         out = {"word_items": self.word_items[rows, :width], "item_boxes": self.item_boxes[image]}
         if self.references:
             out.update(references=[list(self.scenes.captions[i]) for i in image.tolist()],
-                       boxes=[self.boxes[i] for i in image.tolist()],
-                       box_words=[list(self.box_words[i]) for i in image.tolist()])
+                       boxes=[torch.from_numpy(self.scenes.item_boxes(i).copy()) for i in image.tolist()],
+                       box_words=[self.scenes.item_words(i) for i in image.tolist()])
         return out
 
 
