@@ -35,6 +35,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.data.base import SplitDataModule
+from zoo.data.layout import place_items
 from zoo.errors import UserError
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -139,21 +140,31 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
     distractors: the canvases of a curriculum, nested in the full ones.
 
     Multi-item variants (MULTI_ITEM) put image i and K - 1 other images of `images` on canvas i
-    (never a second copy of image i) and return boxes [N, K, 4]; `return_sources` adds the
-    indices into `images` of each canvas's items, int [N, K] ([N, 1] for one item)."""
+    (never a second copy of image i), their frames apart, and return boxes [N, K, 4];
+    `return_sources` adds the indices into `images` of each canvas's items, int [N, K] ([N, 1] for
+    one item)."""
     if variant not in VARIANTS:
         raise UserError(f"unknown variant '{variant}' (choose from {', '.join(VARIANTS)})")
     size, n_distractors = VARIANTS[variant]
     images = np.asarray(images, dtype=np.uint8)
     n = len(images)
-    sources = np.arange(n)[:, None]
+    rng = np.random.default_rng(seed)
+    canvases, sources = np.zeros((n, size, size), dtype=np.uint8), np.arange(n)[:, None]
     if variant in MULTI_ITEM:
-        canvases, boxes, sources = _multi_item(images, size, MULTI_ITEM[variant], seed)
+        k = MULTI_ITEM[variant]
+        if n < k:
+            raise UserError(f"{k} items per canvas need at least {k} images, got {n}")
+        # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n)
+        others = _distinct_offsets(rng, n, k - 1)  # [N, K-1] in 1..n-1, distinct per row
+        sources = np.concatenate([sources, (sources + others) % n], 1)
+        # places uniform over the layouts whose 28x28 frames do not overlap
+        corners = place_items(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
+        for slot in range(k):  # K pastes, each over all canvases at once
+            _paste_max(canvases, images[sources[:, slot]], corners[:, slot, 1], corners[:, slot, 0])
+        boxes = np.concatenate([corners, corners + ITEM_SIZE], -1)  # x0, y0, x1, y1
     elif size == ITEM_SIZE:
         canvases, boxes = images.copy(), np.tile(np.array([0, 0, ITEM_SIZE, ITEM_SIZE]), (n, 1))
     else:
-        rng = np.random.default_rng(seed)
-        canvases = np.zeros((n, size, size), dtype=np.uint8)
         top = rng.integers(0, size - ITEM_SIZE + 1, size=n)
         left = rng.integers(0, size - ITEM_SIZE + 1, size=n)
         _paste_max(canvases, images, top, left)
@@ -167,26 +178,6 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
                        rng.integers(0, size - PATCH + 1, size=n), rng.integers(0, size - PATCH + 1, size=n))
         boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
     return (canvases, boxes, sources) if return_sources else (canvases, boxes)
-
-
-def _multi_item(images: np.ndarray, size: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """K items per canvas at places drawn uniformly over the layouts whose 28x28 frames do not
-    overlap: canvases [N, S, S], boxes [N, K, 4], sources [N, K] (item 0 of canvas i is image i)."""
-    from zoo.data.layout import place_items  # the captioning scenes' non-overlapping layout sampler
-
-    n = len(images)
-    if n < k:
-        raise UserError(f"{k} items per canvas need at least {k} images, got {n}")
-    rng = np.random.default_rng(seed)
-    # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n)
-    others = _distinct_offsets(rng, n, k - 1)  # [N, K-1] in 1..n-1, distinct per row
-    sources = np.concatenate([np.arange(n)[:, None], (np.arange(n)[:, None] + others) % n], 1)
-    corners = place_items(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
-    canvases = np.zeros((n, size, size), dtype=np.uint8)
-    for slot in range(k):  # K pastes, each over all canvases at once
-        _paste_max(canvases, images[sources[:, slot]], corners[:, slot, 1], corners[:, slot, 0])
-    boxes = np.concatenate([corners, corners + ITEM_SIZE], -1)  # x0, y0, x1, y1
-    return canvases, boxes, sources
 
 
 def _distinct_offsets(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
@@ -284,7 +275,7 @@ class FashionMNISTDataModule(SplitDataModule):
 
     def loader(self, split: str) -> DataLoader:
         if split == "train" and self.hparams.curriculum_epochs:
-            # a curriculum's canvases change every epoch: those of the trainer's (outside a fit: the full ones)
+            # a curriculum changes its canvases every epoch: the trainer's epoch's (no fit: the full ones)
             trainer, epoch = self.trainer, self.hparams.curriculum_epochs
             if trainer is not None:
                 epoch = trainer.current_epoch
