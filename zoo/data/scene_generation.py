@@ -9,7 +9,7 @@ recipe trains and is scored on the same scenes.
   `test_seed`: every run is scored on the same test scenes) from two disjoint halves of
   Fashion-MNIST test (`split_pool`).
 - Each split is cached as .npz under $ZOO_DATA_DIR/scenes (or ./data/scenes), named by a hash of
-  every generation setting (`cache_file_name`), and written atomically.
+  every generation setting (`cache_file`), and written atomically.
 """
 from __future__ import annotations
 
@@ -224,19 +224,16 @@ def load_items(item_loader, split: str, label: str) -> tuple[np.ndarray, np.ndar
     return images, labels
 
 
-def fingerprint(items: np.ndarray, labels: np.ndarray) -> str:
-    """The content hash of an item source other than Fashion-MNIST: its scenes' cache key."""
-    h = hashlib.sha1()
-    h.update(np.ascontiguousarray(items).tobytes())
-    h.update(np.ascontiguousarray(labels).astype(np.int64).tobytes())
-    return h.hexdigest()
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("ZOO_DATA_DIR", "data")) / "scenes"
-
-
-def cache_file_name(settings: dict) -> str:
-    """scenes-<split>-<num>-<hash of every generation setting>.npz: another setting, another file."""
+def cache_file(settings: dict, source: tuple[np.ndarray, np.ndarray] | None, cache_dir: str | None) -> Path:
+    """Where a split is cached: scenes-<split>-<num>-<key>.npz under `cache_dir`, else
+    $ZOO_DATA_DIR/scenes (./data/scenes); the key hashes every generation setting and the item
+    source (Fashion-MNIST, or an injected source's content): another setting, another file."""
+    if source is None:
+        settings = {**settings, "source": "fashion-mnist"}
+    else:
+        content = hashlib.sha1(np.ascontiguousarray(source[0]).tobytes())
+        content.update(np.ascontiguousarray(source[1]).astype(np.int64).tobytes())
+        settings = {**settings, "source": content.hexdigest()}
     key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    return f"scenes-{settings['split']}-{settings['num']}-{key}.npz"
+    root = Path(cache_dir) if cache_dir else Path(os.environ.get("ZOO_DATA_DIR", "data")) / "scenes"
+    return root / f"scenes-{settings['split']}-{settings['num']}-{key}.npz"

@@ -24,8 +24,7 @@ import numpy as np
 import torch
 
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
-from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file_name,
-                                       default_cache_dir, fingerprint, generate_scenes,
+from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file, generate_scenes,
                                        load_items, split_pool)
 from zoo.data.scene_grammar import COLOURS, ITEM_NAMES, ITEM_WORDS
 from zoo.data.vocab import pad_captions, tokenize
@@ -122,13 +121,9 @@ class FashionScenesDataModule(CaptionDataModule):
                 "max_captions": hp.max_captions, "gap": hp.gap, "items": ITEM_NAMES, "colours": COLOURS}
 
     def cache_path(self, split: str) -> Path:
-        settings = self._settings(split)
-        if self.item_loader is None:
-            settings["source"] = "fashion-mnist"
-        else:  # an injected source is identified by its content
-            settings["source"] = fingerprint(*self._source("train" if split == "train" else "test"))
-        root = Path(self.hparams.cache_dir) if self.hparams.cache_dir else default_cache_dir()
-        return root / cache_file_name(settings)
+        injected = self.item_loader is not None  # an injected source is identified by its content
+        source = self._source("train" if split == "train" else "test") if injected else None
+        return cache_file(self._settings(split), source, self.hparams.cache_dir)
 
     def build_split(self, split: str) -> Scenes:
         """Generate (or load from the cache) one split."""
