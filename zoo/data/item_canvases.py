@@ -1,18 +1,14 @@
-"""Item canvases: tinted Fashion-MNIST items at random places on a black canvas, with each item's
-class, colour and box, for pretraining a backbone whose every grid cell says what is at its place.
+"""Item canvases: FashionScenes' pictures without the captions, for pretraining a backbone whose
+every grid cell says what is at its place: 1 to `max_items` Fashion-MNIST items of `item_sizes` px,
+tinted with the scenes' palette, placed without overlap on a black `canvas_size` canvas
+(zoo.data.scene_generation's placement and painting), with each item's class, colour and box. So a
+backbone trained here sees the captioner's image statistics, but learns from item labels only.
 
-The canvases are FashionScenes' pictures without the captions: 1 to `max_items` items of
-`item_sizes` px, tinted with the scenes' palette, placed without overlap on a `canvas_size`
-canvas (zoo.data.scene_generation's placement and painting). So a backbone trained here sees the
-captioner's image statistics, but learns from item labels only (no caption, no word).
-
-Splits (no Fashion-MNIST test item reaches training or model selection):
-- train: Fashion-MNIST train items except `val_items` of them, held out by a fixed permutation;
-- val: canvases of those held-out train items;
-- test: canvases of Fashion-MNIST test items (reporting only).
-Layouts (which items, colours, places) are drawn for a whole split at setup, vectorised and
-deterministic in (seed, split); pixels are painted per batch, so a split costs a few bytes per
-canvas in memory. The test layouts use `test_seed` whatever the training seed.
+Splits (no Fashion-MNIST test item reaches training or model selection): train from Fashion-MNIST
+train items except `val_items` of them, held out by a fixed permutation for val; test from
+Fashion-MNIST test items (reporting only). Layouts (which items, colours, places) are drawn for a
+whole split at setup, vectorised and deterministic in (seed, split), the test's from `test_seed`
+whatever the training seed; pixels are painted per batch (a few bytes per canvas in memory).
 
 Batches: `images float [B, 3, S, S]` in [0, 1], `labels int64 [B, K]` (class per item slot, -1 for
 empty slots), `colours int64 [B, K]` (palette index, -1), `boxes float [B, K, 4]` (tight x0, y0,

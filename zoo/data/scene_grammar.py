@@ -1,10 +1,9 @@
 """FashionScenes' caption grammar: what a scene's items are called and how a caption names them.
 
-A scene's items are Fashion-MNIST classes tinted in one of a few colours; a caption names each
-item by a noun phrase ("a red shirt") and relates items by where their boxes lie ("left of",
-"above"). The grammar also knows which item each colour word and item word names: supervised
-attention (Liu et al. 2017, "Attention Correctness in Neural Image Captioning") needs that, and a
-scene with two red shirts still tells them apart. Only the tables and the words live here; the
+A caption names each item (a Fashion-MNIST class tinted in one of a few colours) by a noun phrase
+("a red shirt") and relates items by where their boxes lie ("left of", "above"). It also knows
+which item each colour word and item word names, as supervised attention needs (Liu et al. 2017,
+"Attention Correctness in Neural Image Captioning"), even in a scene with two red shirts. The
 pixels are zoo.data.scene_generation's.
 """
 from __future__ import annotations
