@@ -32,21 +32,19 @@ from zoo.errors import UserError
 from zoo.io import atomic_write_bytes
 
 
-def _word_items(encoded_items: list[list[int]], multiple: int | None) -> torch.Tensor:
-    """Per caption, the item slot of each token (aligned with <start> w1 .. wn <end>) -> int64
-    [N, T], -1 for <start>, <end>, pads and words that name no item."""
-    return pad_captions([[-1, *items, -1] for items in encoded_items], pad_value=-1, multiple=multiple)[0]
-
-
 class SceneCaptions(CaptionBatches):
     """Caption rows of scenes, each with its word_items and its scene's item boxes. Training:
     every (scene, caption) pair, sorted longest first. Evaluation (`references`): each scene once,
-    with what it is scored on (its references, item boxes and box words)."""
+    with what it is scored on (its references, item boxes and box words). `caption_items`: per
+    row, the item slot of each caption word (Scenes.caption_items')."""
 
     def __init__(self, scenes: Scenes, captions: torch.Tensor, lengths: torch.Tensor, row_scene: Sequence[int],
-                 word_items: torch.Tensor, multiple: int | None, references: bool):
+                 caption_items: list[list[int]], multiple: int | None, references: bool):
         super().__init__(captions, lengths, row_scene, multiple, longest_first=not references)
-        self.scenes, self.word_items, self.references = scenes, word_items, references
+        self.scenes, self.references = scenes, references
+        # int64 [N, T] aligned with <start> w1 .. wn <end>: -1 at <start>, <end>, pads and non-item words
+        self.word_items = pad_captions([[-1, *items, -1] for items in caption_items], pad_value=-1,
+                                       multiple=multiple)[0]
         self.item_boxes = torch.from_numpy(scenes.boxes)  # [N, K, 4], -1 for empty slots
 
     def images(self, image: torch.Tensor) -> torch.Tensor:
@@ -166,14 +164,14 @@ class FashionScenesDataModule(CaptionDataModule):
         if "train" not in self.datasets:
             train = self.build_split("train")
             captions, lengths, pairs = self.encode_pairs(self.training_tokens())
-            items = _word_items([train.caption_items[i][j] for i, j in pairs], multiple)
+            items = [train.caption_items[i][j] for i, j in pairs]
             self.datasets["train"] = SceneCaptions(train, captions, lengths, [i for i, _ in pairs], items, multiple,
                                                    references=False)
         for split in ("val", "test"):
             if split not in self.datasets:
                 scenes = self.build_split(split)
                 captions, lengths = self.encode_first([tokenize(caps[0]) for caps in scenes.captions])
-                items = _word_items([each[0][:max_len] for each in scenes.caption_items], multiple)
+                items = [each[0][:max_len] for each in scenes.caption_items]
                 self.datasets[split] = SceneCaptions(scenes, captions, lengths, range(len(scenes)), items, multiple,
                                                      references=True)
 
