@@ -14,13 +14,10 @@ Variants (canvases are built once, vectorised, from a seed; the test set uses a 
                 two-digit 60x60 task, Gregor et al. 2015 sec. 4.3, without overlaps): a mostly
                 empty canvas, where attention should pay. Labels [N, 2], boxes [N, 2, 4].
 
-Two options for training RAM (issue 33): `curriculum_epochs` N > 0 trains on canvases with fewer
-distractors first: epoch e < N carries floor(D * e / N) of the variant's D distractors (epoch 0: the
-translated task), nested in the full canvases (same items and places, each canvas's first
-distractors the same); the trainer then rebuilds its training loader every epoch (the module sets
-`reload_dataloaders_every_n_epochs: 1` where the trainer leaves it at 0). `with_boxes` serves the
-item's box with every batch (images, labels, boxes float [B, 4]), for RAM's labelled
-`location_supervision` row.
+For training RAM (issue 33): `curriculum_epochs` N > 0 trains on canvases with fewer distractors
+first, epoch e < N with floor(D * e / N) of the variant's D (epoch 0: the translated task), nested
+in the full canvases, and rebuilds the training loader every epoch; `with_boxes` serves the item's
+box with every batch (images, labels, boxes float [B, 4]), for RAM's `location_supervision` row.
 """
 from __future__ import annotations
 
@@ -206,12 +203,10 @@ def _paste_max(canvases: np.ndarray, patches: np.ndarray, top: np.ndarray, left:
 # ----------------------------------------------------------------------------- datamodule
 class FashionMNISTDataModule(SplitDataModule):
     """Fashion-MNIST variants as (images float [B, 1, S, S] in [0, 1], labels int64 [B]; [B, K]
-    for a variant with K items per canvas).
-
-    The validation split is carved out of train with `split_seed`; train canvases are drawn
-    with `seed`, validation canvases with `seed + 1`, and the test canvases always with
-    `test_seed`, so the test set is the same for every run. `limit_train` keeps the first N
-    training examples (after the split) for quick runs."""
+    for a variant with K items per canvas). The validation split is carved out of train with
+    `split_seed`; train canvases are drawn with `seed`, validation canvases with `seed + 1`, and
+    the test canvases always with `test_seed` (the same test set for every run). `limit_train`
+    keeps the first N training examples (after the split) for quick runs."""
 
     class_names = CLASS_NAMES  # what zoo.preprocess labels a model trained here with
     image_chans = 1
