@@ -51,16 +51,14 @@ class SplitDataModule(L.LightningDataModule):
 
     @property
     def hparams_initial(self) -> AttributeDict:
-        """What Lightning logs beside the model's hyperparameters, as `data.<key>`: a data module
-        and a model may both have an `image_size` (224 and [224, 224] in the COCO recipes), and
-        Lightning refuses to merge equal keys with different values."""
+        """Logged as `data.<key>`: Lightning refuses to merge a model's and a data module's equal keys
+        with different values (`image_size` 224 and [224, 224] in the COCO recipes)."""
         return AttributeDict({f"data.{k}": v for k, v in super().hparams_initial.items() if not k.startswith("_")})
 
     @classmethod
     def arguments(cls, **init_args) -> dict:
-        """`init_args` (a recipe's, a checkpoint's) with the class defaults filled in: what the facts
-        below (`image_size_for`, `eval_resize_for`, ...) are asked with, so that a recipe that
-        leaves an argument at its default states the same data as one that spells it out."""
+        """`init_args` (a recipe's, a checkpoint's) with the class defaults filled in, for the facts
+        below: a recipe that leaves an argument at its default states the data one spelling it out does."""
         defaults = {name: p.default for name, p in inspect.signature(cls).parameters.items()
                     if p.default is not inspect.Parameter.empty}
         return {**defaults, **init_args}
@@ -137,9 +135,8 @@ class SplitDataModule(L.LightningDataModule):
                           num_workers=hp.num_workers, persistent_workers=hp.num_workers > 0, **kwargs)
 
     def bucketed_loader(self, data, collate_fn) -> DataLoader:
-        """Training batches of captions of similar length (`data.lengths`, less padding),
-        reshuffled every epoch from the module's `seed`, `bucket_pool` batches sorted at a time.
-        Under DDP, Lightning swaps the sampler for a DistributedSampler."""
+        """Training batches of captions of similar length (`data.lengths`), reshuffled every epoch
+        from `seed`, `bucket_pool` batches sorted at a time (BucketBatchSampler)."""
         hp = self.hparams
         sampler = RandomSampler(data, generator=torch.Generator().manual_seed(hp.seed))
         batches = BucketBatchSampler(sampler, data.lengths.numpy(), hp.batch_size, drop_last=False,

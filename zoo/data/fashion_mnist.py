@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from zoo.data.base import SplitDataModule
 from zoo.data.layout import place_items
 from zoo.errors import UserError
+from zoo.limits import check_memory
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -54,8 +55,6 @@ MULTI_ITEM = {"two_items60": 2}
 # ----------------------------------------------------------------------------- IDX files
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Parse an IDX file (plain or gzip) of unsigned bytes into an array, checking its header."""
-    from zoo.limits import check_memory
-
     path = Path(path)
     try:
         opener = gzip.open if path.suffix == ".gz" else open

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from zoo.data.layout import place_items
 from zoo.data.scene_grammar import COLOURS, HEAD_WORDS, TEMPLATES, captions_for_scene, relations
 from zoo.errors import UserError
+from zoo.io import check_npz
 
 FORMAT_VERSION = 2  # 2: captions carry the item each word names
 BLOCK = 256  # scenes per RNG block (prefix stability, see the module docstring)
@@ -76,8 +77,6 @@ class Scenes:
     def load(cls, path: str | os.PathLike, canvas_size: int) -> "Scenes":
         """A cached split, whose arrays' declared shapes are checked against the file before they are
         read, and against each other after (ValueError: the cache is rebuilt, never trusted)."""
-        from zoo.io import check_npz
-
         check_npz(path)
         with np.load(path, allow_pickle=False) as z:
             if int(z["version"]) != FORMAT_VERSION:

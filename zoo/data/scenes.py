@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
 from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file, generate_scenes,
@@ -29,7 +30,7 @@ from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, ca
 from zoo.data.scene_grammar import COLOURS, ITEM_NAMES, ITEM_WORDS
 from zoo.data.vocab import pad_captions, tokenize
 from zoo.errors import UserError
-from zoo.io import atomic_write_bytes
+from zoo.io import atomic_save_image, atomic_write_bytes
 
 
 class SceneCaptions(CaptionBatches):
@@ -192,10 +193,6 @@ class FashionScenesDataModule(CaptionDataModule):
     def export_pngs(self, split: str, directory: str | os.PathLike, count: int) -> list[Path]:
         """Write the first `count` scenes of `split` as PNGs plus references.json (for the
         demo and for captioning held-out scenes from the CLI)."""
-        from PIL import Image
-
-        from zoo.io import atomic_save_image
-
         scenes = self.build_split(split)
         directory = Path(directory)
         paths, refs = [], {}
