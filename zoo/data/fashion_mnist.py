@@ -233,16 +233,18 @@ class FashionMNISTDataModule(SplitDataModule):
         self.datasets: dict[str, TensorDataset] = {}
         self.boxes: dict[str, torch.Tensor] = {}
 
-    def _build(self, split: str, images, labels, seed: int, count: int | None = None) -> None:
+    def _build(self, split: str, images, labels, seed: int, count: int | None = None,
+               keep: int | None = None) -> None:
         """Fill datasets[split] and boxes[split]: `images` on canvases with `count` distractors
-        (None: the variant's)."""
+        (None: the variant's), the first `keep` of them (None: all)."""
         canvases, boxes, sources = make_variant(images.numpy(), self.variant, seed, self._distractor_source,
                                                 return_sources=True, distractors=count)
         if self.variant in MULTI_ITEM:
             labels = labels[torch.from_numpy(sources)]  # [N, K]: every item's class
-        self.boxes[split] = torch.from_numpy(boxes)
+        self.boxes[split] = torch.from_numpy(boxes)[:keep]
         served = (self.boxes[split].float(),) if self.hparams.with_boxes else ()
-        self.datasets[split] = TensorDataset(torch.from_numpy(canvases).unsqueeze(1), labels, *served)
+        canvases = torch.from_numpy(canvases)[:keep].unsqueeze(1)  # [N, 1, S, S]
+        self.datasets[split] = TensorDataset(canvases, labels[:keep], *served)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
@@ -250,22 +252,17 @@ class FashionMNISTDataModule(SplitDataModule):
         hp = self.hparams
         train_images, train_labels = load_fashion_mnist("train")
         order = torch.randperm(len(train_images), generator=torch.Generator().manual_seed(hp.split_seed))
-        val_idx, train_idx = order[:hp.val_size], order[hp.val_size:]
-        if hp.limit_train:
-            train_idx = train_idx[:hp.limit_train]
+        val_idx = order[:hp.val_size][:hp.limit_eval or None]
+        train_idx = order[hp.val_size:][:hp.limit_train or None]
         test_images, test_labels = load_fashion_mnist("test")
         self._distractor_source = train_images.numpy()
         self._train_source = (train_images[train_idx], train_labels[train_idx])
         self._build("train", *self._train_source, hp.seed)
         self._train_distractors = VARIANTS[self.variant][1]
-        val_eval = val_idx[:hp.limit_eval] if hp.limit_eval else val_idx
-        self._build("val", train_images[val_eval], train_labels[val_eval], hp.seed + 1)
+        self._build("val", train_images[val_idx], train_labels[val_idx], hp.seed + 1)
         # The test canvases come from the whole fixed test set, then are cut, so a limited
         # evaluation sees exactly the first examples of the full one.
-        self._build("test", test_images, test_labels, hp.test_seed)
-        test = self.datasets["test"].tensors
-        self.datasets["test"] = TensorDataset(*(t[:hp.limit_eval or None] for t in test))
-        self.boxes["test"] = self.boxes["test"][:hp.limit_eval or None]
+        self._build("test", test_images, test_labels, hp.test_seed, keep=hp.limit_eval or None)
 
     def loader(self, split: str) -> DataLoader:
         if split == "train" and self.hparams.curriculum_epochs:
