@@ -96,8 +96,8 @@ class SplitDataModule(L.LightningDataModule):
 
     def summary(self) -> str:
         """One line for the start of training: examples per split, and a vocabulary's size."""
-        datasets = getattr(self, "datasets", None) or {}
-        parts = [f"{split} {len(data):,}" for split, data in datasets.items() if hasattr(data, "__len__")]
+        datasets = getattr(self, "datasets", {}).items()
+        parts = [f"{split} {len(data):,}" for split, data in datasets if hasattr(data, "__len__")]
         if getattr(self, "_vocab", None) is not None:
             parts.append(f"vocabulary {len(self._vocab):,} words")
         return f"{type(self).__name__}: " + (", ".join(parts) or "no split built yet")

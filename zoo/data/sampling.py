@@ -23,8 +23,7 @@ class BucketBatchSampler(BatchSampler):
         super().__init__(sampler, batch_size, drop_last)
         self.lengths = np.asarray(lengths)
         self.pool_batches = max(1, int(pool_batches))
-        self.seed = seed
-        self.epoch = 0
+        self.seed, self.epoch = seed, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

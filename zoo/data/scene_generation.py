@@ -167,9 +167,8 @@ def generate_block(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, n: i
     described = [captions_for_scene(item_labels[i, :n_items[i]], colours[i, :n_items[i]],
                                     rel[i, :n_items[i], :n_items[i]], int(counts[i]), rng)
                  for i in range(n)]
-    return Scenes(images, n_items.astype(np.int64), item_labels.astype(np.int64),
-                  colours.astype(np.int64), boxes, source_index.astype(np.int64),
-                  [d[0] for d in described], [d[1] for d in described])
+    return Scenes(images, n_items.astype(np.int64), item_labels.astype(np.int64), colours.astype(np.int64),
+                  boxes, source_index.astype(np.int64), *map(list, zip(*described)))
 
 
 def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num: int, seed: int,

@@ -97,8 +97,7 @@ def captions_for_scene(labels: Sequence[int], colours: Sequence[int], rel: np.nd
     caption, the item (index into labels) each token names, -1 for tokens that name none (the
     colour and item words of a noun phrase name its item)."""
     n = len(labels)
-    out: list[str] = []
-    items: list[list[int]] = []
+    out, items = [], []
     for _ in range(MAX_TRIES * count):
         if len(out) == count:
             break
