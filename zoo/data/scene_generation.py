@@ -226,12 +226,10 @@ def cache_file(settings: dict, source: tuple[np.ndarray, np.ndarray] | None, cac
     """Where a split is cached: scenes-<split>-<num>-<key>.npz under `cache_dir`, else
     $ZOO_DATA_DIR/scenes (./data/scenes); the key hashes every generation setting and the item
     source (Fashion-MNIST, or an injected source's content): another setting, another file."""
-    if source is None:
-        settings = {**settings, "source": "fashion-mnist"}
-    else:
+    if source is not None:
         content = hashlib.sha1(np.ascontiguousarray(source[0]).tobytes())
         content.update(np.ascontiguousarray(source[1]).astype(np.int64).tobytes())
-        settings = {**settings, "source": content.hexdigest()}
+    settings = {**settings, "source": "fashion-mnist" if source is None else content.hexdigest()}
     key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir else Path(os.environ.get("ZOO_DATA_DIR", "data")) / "scenes"
     return root / f"scenes-{settings['split']}-{settings['num']}-{key}.npz"

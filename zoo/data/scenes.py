@@ -120,8 +120,7 @@ class FashionScenesDataModule(CaptionDataModule):
                 "max_captions": hp.max_captions, "gap": hp.gap, "items": ITEM_NAMES, "colours": COLOURS}
 
     def cache_path(self, split: str) -> Path:
-        injected = self.item_loader is not None  # an injected source is identified by its content
-        source = self._source("train" if split == "train" else "test") if injected else None
+        source = None if self.item_loader is None else self._source("train" if split == "train" else "test")
         return cache_file(self._settings(split), source, self.hparams.cache_dir)
 
     def build_split(self, split: str) -> Scenes:
