@@ -26,11 +26,9 @@ def batch_identity(batch):
 
 
 class SplitDataModule(L.LightningDataModule):
-    """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test".
-
-    `test_split` names the split `test_dataloader()` and `predict_dataloader()` serve: "test", or
-    "val" when eval.py runs with `--split val` (it runs `trainer.test`, whose metrics code then
-    serves both splits)."""
+    """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test". `test_split`
+    names the split `test_dataloader()` and `predict_dataloader()` serve: "test", or "val" when
+    eval.py runs `trainer.test` with `--split val` (so one metrics code serves both splits)."""
 
     test_split = "test"
 

@@ -179,10 +179,7 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
 def _distinct_offsets(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
     """[n, m] offsets in 1..n-1, distinct within each row (rows with a repeat are redrawn)."""
     offsets = rng.integers(1, n, size=(n, m))
-    while m > 1:
-        clash = (np.sort(offsets, 1)[:, 1:] == np.sort(offsets, 1)[:, :-1]).any(1)
-        if not clash.any():
-            break
+    while m > 1 and (clash := (np.diff(np.sort(offsets, 1)) == 0).any(1)).any():
         offsets[clash] = rng.integers(1, n, size=(int(clash.sum()), m))
     return offsets
 

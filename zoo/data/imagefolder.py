@@ -49,8 +49,7 @@ class ImageFolderDataModule(SplitDataModule):
 
     @staticmethod
     def class_names_for(root: str, train_dir: str = "train", **_) -> list[str]:
-        """The label set, known before the module is built (train.py gives it to the model):
-        the sorted class folder names under ROOT/train_dir."""
+        """The sorted class folder names under ROOT/train_dir."""
         train = Path(root) / train_dir
         return sorted(p.name for p in train.iterdir() if p.is_dir()) if train.is_dir() else []
 

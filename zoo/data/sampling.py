@@ -47,7 +47,7 @@ class BucketBatchSampler(BatchSampler):
     def __len__(self) -> int:
         n = len(self.sampler)
         if not self.drop_last:
-            return -(-n // self.batch_size) if n else 0
+            return -(-n // self.batch_size)
         # drop_last drops at most one short batch per pool
         pool = self.batch_size * self.pool_batches
         full, rest = divmod(n, pool)

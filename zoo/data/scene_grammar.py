@@ -40,11 +40,9 @@ def noun_phrase(label: int, colour: int, definite: bool = False, slot: int | Non
     tag = "" if slot is None else f"{TAG}{slot}"
     colour_word = COLOUR_NAMES[colour] + tag
     name = " ".join(w + tag for w in ITEM_NAMES[label].split())
-    if definite:
-        return f"the {colour_word} {name}"
-    if ITEM_NAMES[label] == "trousers":
-        return f"a pair of {colour_word} {name}"
-    return f"{'an' if colour_word[0] in 'aeiou' else 'a'} {colour_word} {name}"
+    article = ("the" if definite else "a pair of" if ITEM_NAMES[label] == "trousers"
+               else "an" if colour_word[0] in "aeiou" else "a")
+    return f"{article} {colour_word} {name}"
 
 
 def untag(tagged: str) -> tuple[str, list[int]]:
