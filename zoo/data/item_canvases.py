@@ -80,19 +80,19 @@ class ItemCanvasesDataModule(SplitDataModule):
         if self.datasets:
             return
         hp = self.hparams
-        train_items, train_labels = load_items(self.item_loader, "train", "ItemCanvases")
-        if hp.val_items >= len(train_items):
+        train = load_items(self.item_loader, "train", "ItemCanvases")  # (items, labels)
+        if hp.val_items >= len(train[0]):
             raise UserError(f"ItemCanvases: val_items={hp.val_items} leaves no training items "
-                            f"(the source has {len(train_items)})")
-        order = np.random.default_rng([hp.test_seed, 98]).permutation(len(train_items))
-        pools = {"train": np.sort(order[hp.val_items:]), "val": np.sort(order[:hp.val_items])}
-        test_items, test_labels = load_items(self.item_loader, "test", "ItemCanvases")
-        pools["test"] = np.arange(len(test_items))
-        for split in ("train", "val", "test"):
-            items, labels = (test_items, test_labels) if split == "test" else (train_items, train_labels)
+                            f"(the source has {len(train[0])})")
+        order = np.random.default_rng([hp.test_seed, 98]).permutation(len(train[0]))
+        test = load_items(self.item_loader, "test", "ItemCanvases")
+        pools = {"train": np.sort(order[hp.val_items:]), "val": np.sort(order[:hp.val_items]),
+                 "test": np.arange(len(test[0]))}
+        for split, pool in pools.items():
+            items, labels = test if split == "test" else train
             seed = {"train": hp.seed, "val": hp.seed + 1, "test": hp.test_seed}[split]
             num = hp[f"num_{split}"]  # in blocks, block b from the RNG (seed, split, b)
-            blocks = [draw_layouts(np.random.default_rng([seed, SPLIT_CODES[split], b]), pools[split],
+            blocks = [draw_layouts(np.random.default_rng([seed, SPLIT_CODES[split], b]), pool,
                                    min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), hp.canvas_size, hp.item_sizes,
                                    hp.min_items, hp.max_items, hp.gap)
                       for b in range(-(-num // LAYOUT_BLOCK))]
