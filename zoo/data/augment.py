@@ -79,5 +79,4 @@ def mixup(images: torch.Tensor, labels: torch.Tensor, alpha: float):
         lam = torch.distributions.Beta(concentration, concentration, validate_args=False).sample()
     else:
         lam = torch.ones((), device=images.device)
-    partner = images.flip(0)
-    return lam * images + (1 - lam) * partner, labels, labels.flip(0), lam
+    return lam * images + (1 - lam) * images.flip(0), labels, labels.flip(0), lam

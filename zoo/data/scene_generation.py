@@ -141,12 +141,10 @@ def paint(items: np.ndarray, layouts: dict[str, np.ndarray], canvas_size: int) -
             images[sel[:, None, None, None], np.arange(3)[None, :, None, None], rows, cols] = patch
             # tight box of the drawn pixels (the whole patch if an item is blank)
             drawn = patch.max(1) > 0  # [M, s, s]
-            any_row, any_col = drawn.any(2), drawn.any(1)
-            blank = ~any_row.any(1)
-            r0 = np.where(blank, 0, any_row.argmax(1))
-            r1 = np.where(blank, size, size - any_row[:, ::-1].argmax(1))
-            c0 = np.where(blank, 0, any_col.argmax(1))
-            c1 = np.where(blank, size, size - any_col[:, ::-1].argmax(1))
+            blank = ~drawn.any((1, 2))
+            hits = drawn.any(1), drawn.any(2)  # [M, s] each: the columns, the rows holding a drawn pixel
+            c0, r0 = (np.where(blank, 0, hit.argmax(1)) for hit in hits)
+            c1, r1 = (np.where(blank, size, size - hit[:, ::-1].argmax(1)) for hit in hits)
             boxes[sel, slot] = np.stack([x + c0, y + r0, x + c1, y + r1], 1).astype(np.float32)
     return images, boxes
 
