@@ -44,8 +44,7 @@ def random_erase(images: torch.Tensor, p: float, area: float, generator: torch.G
     top = (torch.rand(B, device=device, generator=generator) * (H - side_h + 1)).long()
     left = (torch.rand(B, device=device, generator=generator) * (W - side_w + 1)).long()
     apply = torch.rand(B, device=device, generator=generator) < p
-    ys = torch.arange(H, device=device)[None, :]
-    xs = torch.arange(W, device=device)[None, :]
+    ys, xs = torch.arange(H, device=device), torch.arange(W, device=device)
     in_rows = (ys >= top[:, None]) & (ys < top[:, None] + side_h)  # [B, H]
     in_cols = (xs >= left[:, None]) & (xs < left[:, None] + side_w)  # [B, W]
     mask = in_rows[:, :, None] & in_cols[:, None, :] & apply[:, None, None]  # [B, H, W]

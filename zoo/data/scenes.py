@@ -6,12 +6,11 @@ colours and their spatial relations ("a red shirt left of a blue bag"; zoo.data.
 The item boxes are kept, so that attention localisation can be scored: does the model look at the
 shirt when it says "shirt"? Pictures, splits and cache are zoo.data.scene_generation's; this module
 serves them in zoo.data.caption_base's batches (images [B, 3, S, S] in [0, 1], never normalised) with:
-- train (caption pairs): for supervised attention, `item_boxes float [B, K, 4]` (every item slot's
-  box, -1 for empty slots) and `word_items int64 [B, T]` (aligned with `captions`: the slot of the
-  item a colour or item word names, -1 elsewhere).
-- val / test: each scene once, its first reference as `captions`/`lengths`/`word_items` (for a
-  teacher-forced validation loss), `item_boxes`, `references` (raw strings), `boxes` (list of
-  float [n, 4]) and `box_words` (list of lists: each item's head word, "boot" for "ankle boot").
+- every batch, for supervised attention: `item_boxes float [B, K, 4]` (every item slot's box, -1
+  for empty slots) and `word_items int64 [B, T]` (aligned with `captions`: the slot of the item a
+  colour or item word names, -1 elsewhere);
+- val / test, each scene once with its first reference as `captions`: `references` (raw strings),
+  `boxes` (list of float [n, 4]) and `box_words` (lists of each item's head word, "boot" for "ankle boot").
 """
 from __future__ import annotations
 
@@ -46,14 +45,14 @@ class SceneCaptions(CaptionBatches):
         # int64 [N, T] aligned with <start> w1 .. wn <end>: -1 at <start>, <end>, pads and non-item words
         self.word_items = pad_captions([[-1, *items, -1] for items in caption_items], pad_value=-1,
                                        multiple=multiple)[0]
-        self.item_boxes = torch.from_numpy(scenes.boxes)  # [N, K, 4], -1 for empty slots
 
     def images(self, image: torch.Tensor) -> torch.Tensor:
         # numpy on purpose: small torch ops on a busy CPU lose most of their time to intra-op thread handoffs
         return torch.from_numpy(self.scenes.images[image.numpy()].astype(np.float32) / np.float32(255.0))
 
     def extras(self, rows: torch.Tensor, image: torch.Tensor, width: int) -> dict:
-        out = {"word_items": self.word_items[rows, :width], "item_boxes": self.item_boxes[image]}
+        out = {"word_items": self.word_items[rows, :width],
+               "item_boxes": torch.from_numpy(self.scenes.boxes[image.numpy()])}  # [B, K, 4]; -1: empty slot
         if self.references:
             out.update(references=[list(self.scenes.captions[i]) for i in image.tolist()],
                        boxes=[torch.from_numpy(self.scenes.item_boxes(i).copy()) for i in image.tolist()],
@@ -193,13 +192,11 @@ class FashionScenesDataModule(CaptionDataModule):
         """Write the first `count` scenes of `split` as PNGs plus references.json (for the
         demo and for captioning held-out scenes from the CLI)."""
         scenes = self.build_split(split)
-        directory = Path(directory)
-        paths, refs = [], {}
-        for i in range(min(count, len(scenes))):
-            path = directory / f"{split}_{i:05d}.png"
+        directory, refs = Path(directory), {}
+        paths = [directory / f"{split}_{i:05d}.png" for i in range(min(count, len(scenes)))]
+        for i, path in enumerate(paths):
             atomic_save_image(Image.fromarray(scenes.images[i].transpose(1, 2, 0)), path)
             refs[path.name] = {"references": scenes.captions[i], "boxes": scenes.item_boxes(i).tolist(),
                                "box_words": scenes.item_words(i)}
-            paths.append(path)
         atomic_write_bytes(directory / "references.json", (json.dumps(refs, indent=1) + "\n").encode())
         return paths
