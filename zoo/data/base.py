@@ -56,7 +56,7 @@ class SplitDataModule(L.LightningDataModule):
     @classmethod
     def arguments(cls, **init_args) -> dict:
         """`init_args` (a recipe's, a checkpoint's) with the class defaults filled in, for the facts
-        below: a recipe that leaves an argument at its default states the data one spelling it out does."""
+        below: a recipe leaving an argument at its default states the same data as one spelling it out."""
         defaults = {name: p.default for name, p in inspect.signature(cls).parameters.items()
                     if p.default is not inspect.Parameter.empty}
         return {**defaults, **init_args}
