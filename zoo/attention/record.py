@@ -62,16 +62,10 @@ class AttentionRecord:
         return int(self.maps.shape[0])
 
     def to(self, device) -> "AttentionRecord":
-        def move(value):
-            if isinstance(value, torch.Tensor):
-                return value.to(device)
-            if isinstance(value, dict):
-                return {k: move(v) for k, v in value.items()}
-            return value
-
+        prediction = {key: value.to(device) if isinstance(value, torch.Tensor) else value
+                      for key, value in self.prediction.items()}
         return replace(self, maps=self.maps.to(device), step_mask=self.step_mask.to(device),
-                       boxes=None if self.boxes is None else self.boxes.to(device),
-                       prediction=move(self.prediction))
+                       boxes=None if self.boxes is None else self.boxes.to(device), prediction=prediction)
 
     def headline_steps(self) -> torch.Tensor:
         """[B, T] bool: the steps the headline metrics score."""

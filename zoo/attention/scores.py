@@ -146,14 +146,12 @@ SCORES = ("dot", "scaled_dot", "general", "additive")
 
 def build_score(name: str, key_dim: int, query_dim: int, attention_dim: int | None = None) -> AttentionScore:
     """The score `name` (one of SCORES) for keys of width key_dim and queries of width query_dim."""
-    if name == "dot":
-        return DotScore(key_dim, query_dim)
-    if name == "scaled_dot":
-        return DotScore(key_dim, query_dim, scaled=True)
+    if name not in SCORES:
+        raise ValueError(f"unknown attention score {name!r}; choose one of {', '.join(SCORES)}")
     if name == "general":
         return GeneralScore(key_dim, query_dim)
-    if name == "additive":
-        if not attention_dim:
-            raise ValueError("the additive score needs attention_dim")
-        return AdditiveScore(key_dim, query_dim, attention_dim)
-    raise ValueError(f"unknown attention score {name!r}; choose one of {', '.join(SCORES)}")
+    if name != "additive":
+        return DotScore(key_dim, query_dim, scaled=name == "scaled_dot")
+    if not attention_dim:
+        raise ValueError("the additive score needs attention_dim")
+    return AdditiveScore(key_dim, query_dim, attention_dim)

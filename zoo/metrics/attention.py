@@ -62,6 +62,11 @@ def target_mask(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tenso
     return mask
 
 
+def _contains(boxes: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """boxes [..., 4] (x0, y0, x1, y1; x1, y1 exclusive), points x, y [...] -> bool [...]."""
+    return (boxes[..., 0] <= x) & (x < boxes[..., 2]) & (boxes[..., 1] <= y) & (y < boxes[..., 3])
+
+
 def pointing_game(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """maps [N, H, W], target boxes [N, 4] or [N, M, 4] -> hits [N] bool: the peak pixel's centre
     (`record.peak_pixels`: the middle of a plateau) lies inside a target box. A map with no finite
@@ -71,9 +76,7 @@ def pointing_game(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     index = peak_pixels(maps)
     x, y = (index % W).float() + 0.5, (index // W).float() + 0.5
     b = _boxes(boxes).float()
-    inside = ((b[..., 0] <= x[:, None]) & (x[:, None] < b[..., 2]) & (b[..., 1] <= y[:, None])
-              & (y[:, None] < b[..., 3]) & (b >= 0).all(-1))
-    return inside.any(1) & (flat.amax(1) > 0)
+    return (_contains(b, x[:, None], y[:, None]) & (b >= 0).all(-1)).any(1) & (flat.amax(1) > 0)
 
 
 def mass_in_box(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
@@ -100,8 +103,7 @@ def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def centre_in_box(windows: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """windows [..., 4], target boxes [..., 4] -> bool [...]: the window's centre lies in the box."""
-    cx, cy = (windows[..., 0] + windows[..., 2]) / 2, (windows[..., 1] + windows[..., 3]) / 2
-    return (boxes[..., 0] <= cx) & (cx < boxes[..., 2]) & (boxes[..., 1] <= cy) & (cy < boxes[..., 3])
+    return _contains(boxes, (windows[..., 0] + windows[..., 2]) / 2, (windows[..., 1] + windows[..., 3]) / 2)
 
 
 def random_like(windows: torch.Tensor, image_size: tuple[int, int], generator: torch.Generator) -> torch.Tensor:

@@ -100,8 +100,8 @@ class DRAW(ZooModule):
                  num_figures: int = 8):
         super().__init__()
         self.save_hyperparameters()
-        S = _check_size(image_size, "image_size")
-        C = _check_size(in_chans, "in_chans")
+        self.S = S = _check_size(image_size, "image_size")
+        self.C = C = _check_size(in_chans, "in_chans")
         self.T = _check_size(T, "T")
         for name in ("enc_size", "dec_size", "z_size", "iwae_samples", "iwae_chunk"):
             _check_size(self.hparams[name], name)
@@ -112,7 +112,6 @@ class DRAW(ZooModule):
         if train_binarization not in BINARIZATIONS:
             raise UserError(f"DRAW config: train_binarization must be one of {BINARIZATIONS}, "
                             f"got {train_binarization!r}")
-        self.S, self.C = S, C
         if attention == "filterbank":
             _check_size(read_n, "read_n", 1, S)
             _check_size(write_n, "write_n", 1, S)
@@ -176,32 +175,25 @@ class DRAW(ZooModule):
         h_enc = c_enc = x.new_zeros(B, self.hparams.enc_size)
         h_dec = c_dec = x.new_zeros(B, self.hparams.dec_size)
         canvas = x.new_zeros(B, self.C, self.S, self.S)
-        kls, log_pq = [], x.new_zeros(B)
-        rec: dict[str, list] = {"mu": [], "logsigma": [], "z": [], "canvas": [], "read": [], "write": []}
+        kls, log_pq, steps = [], x.new_zeros(B), []
         for t in range(self.T):
-            (canvas, h_enc, c_enc, h_dec, c_dec, kl, log_pq_t, mu, logsigma, z,
-             read_params, write_params) = self._cell(x, canvas, h_enc, c_enc, h_dec, c_dec, noise[t])
+            canvas, h_enc, c_enc, h_dec, c_dec, kl, log_pq_t, *step = self._cell(
+                x, canvas, h_enc, c_enc, h_dec, c_dec, noise[t])
             kls.append(kl)
             log_pq = log_pq + log_pq_t
-            if record:
-                for key, value in (("mu", mu), ("logsigma", logsigma), ("z", z), ("canvas", canvas),
-                                   ("read", read_params), ("write", write_params)):
-                    rec[key].append(value)
+            steps.append((*step, canvas))  # mu, logsigma, z, read, write, canvas
         out = {"logits": canvas, "kl": torch.stack(kls), "log_pq": log_pq}
         if record:
-            out.update({k: (torch.stack(v) if k in ("mu", "logsigma", "z", "canvas") else v)
-                        for k, v in rec.items()})
+            mu, logsigma, z, read, write, canvases = zip(*steps)
+            out.update(mu=torch.stack(mu), logsigma=torch.stack(logsigma), z=torch.stack(z),
+                       canvas=torch.stack(canvases), read=list(read), write=list(write))
         return out
-
-    @staticmethod
-    def reconstruction_nll(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """-log Bernoulli(x | sigmoid(logits)) in nats per image (eq. 9): [B, ...] -> [B]."""
-        return F.binary_cross_entropy_with_logits(logits, x, reduction="none").flatten(1).sum(1)
 
     def negative_elbo(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> dict:
         """x binary [B, C, S, S] -> {nelbo, rec, kl: [B], kl_steps: [T, B], log_w: [B]}."""
         out = self(x, noise)
-        rec = self.reconstruction_nll(out["logits"], x)
+        # -log Bernoulli(x | sigmoid(c_T)) in nats per image (eq. 9)
+        rec = F.binary_cross_entropy_with_logits(out["logits"], x, reduction="none").flatten(1).sum(1)
         kl = out["kl"].sum(0)
         return {"nelbo": rec + kl, "rec": rec, "kl": kl, "kl_steps": out["kl"],
                 "log_w": -rec + out["log_pq"]}  # log p(x, z) - log q(z | x) at the sampled z
@@ -286,8 +278,9 @@ class DRAW(ZooModule):
         return fixed_binarize(images, self.hparams.binarize_seed)
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
-    def train_inputs(self, batch):
-        x = self.binarize(batch[0], train=True)
+    def train_inputs(self, batch, train: bool = True):
+        """The binarized images and the latent noise [T, B, Z] of one step."""
+        x = self.binarize(batch[0], train=train)
         return {"x": x, "noise": torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)}
 
     def train_loss(self, x, noise):
@@ -296,9 +289,7 @@ class DRAW(ZooModule):
         return loss, {"loss": loss.detach(), "kl": terms["kl"].mean().detach()}
 
     def eval_inputs(self, batch, stage):
-        # fixed binarization: the same binary images for every model, batch size and order
-        x = self.binarize(batch[0], train=False)
-        return {"x": x, "noise": torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)}
+        return self.train_inputs(batch, train=False)  # fixed binarization: the same images for every model
 
     def eval_metrics(self, stage, x, noise):
         terms = self.negative_elbo(x, noise)
@@ -337,9 +328,8 @@ class DRAW(ZooModule):
         x = self.binarize(images[: self.hparams.num_figures], train=False)
         out = self(x, record=True)
         canvases = torch.sigmoid(out["canvas"])  # [T, n, C, S, S]
-        read_n = self.hparams.read_n if self.hparams.attention == "filterbank" else None
-        write_n = self.hparams.write_n if self.hparams.attention == "filterbank" else None
-        strip = viz.reconstruction_strip(x, canvases, out["read"], out["write"], read_n, write_n)
+        strip = viz.reconstruction_strip(x, canvases, out["read"], out["write"], self.hparams.read_n,
+                                         self.hparams.write_n)
         samples = self.sample(16, generator=torch.Generator().manual_seed(0))
         return {"draw/reconstruction (input, steps, final)": strip,
                 "draw/samples": viz.sample_grid(samples["images"], nrow=4, scale=2)}
@@ -370,9 +360,8 @@ class DRAWClassifier(ClassifierModule):
         optim.check_schedule(lr_schedule, "DRAWClassifier")
         if read_init not in ("whole_image", "default"):
             raise UserError(f"DRAWClassifier: read_init must be whole_image or default, got '{read_init}'")
-        S = _check_size(image_size, "image_size")
+        self.S = S = _check_size(image_size, "image_size")
         self.C = _check_size(in_chans, "in_chans")
-        self.S = S
         self.T = _check_size(T, "T")
         _check_size(read_n, "read_n", 1, S)
         _check_size(num_classes, "num_classes", 2)

@@ -104,8 +104,7 @@ class ItemGridClassifier(ClassifierModule):
         colour_loss = F.cross_entropy(colour_logits.flatten(0, 1), colours.flatten(), ignore_index=-1)
         # per item: mean logits over its cells, as a classifier pooled over the item would decide
         weights = masks.to(class_logits.dtype)  # [B, K, L]
-        counts = weights.sum(-1)  # [B, K]
-        seen = counts > 0
+        seen = masks.any(-1)  # [B, K]: the items that hold a cell
         pooled = torch.einsum("bkl,blc->bkc", weights, class_logits[..., :self.hparams.num_classes])
         pooled_colour = torch.einsum("bkl,blc->bkc", weights, colour_logits)
         item_right = (pooled.argmax(-1) == batch["labels"]) & seen
