@@ -167,7 +167,7 @@ def vimco_signal(log_f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     log_k = math.log(K)
     bound = torch.logsumexp(log_f, dim=1) - log_k  # [B], with log_f's gradient
     log_f = log_f.detach()
-    log_fhat = (log_f.sum(1, keepdim=True) - log_f) / (K - 1)  # [B, K]: mean_{k != j} log f_k
+    log_fhat = leave_one_out_baseline(log_f)  # [B, K]: mean_{k != j} log f_k
     # for each j, the K terms with f_j replaced by fhat_j: [B, K (j), K (k)]
     replaced = torch.where(torch.eye(K, dtype=torch.bool, device=log_f.device), log_fhat.unsqueeze(-1),
                            log_f.unsqueeze(1))

@@ -23,7 +23,6 @@ is given (box corners, glimpse centres). `maps_from_cells`, `maps_from_boxes` an
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 

@@ -112,12 +112,11 @@ def _file_overlay(path: Path, model_name: str) -> dict:
     cfg = timm.models.get_pretrained_cfg(model_name)
     if cfg is None:
         return overlay
-    first = cfg.first_conv if isinstance(cfg.first_conv, str) else None
-    if first and len(shapes.get(f"{first}.weight", ())) == 4:
-        overlay["input_size"] = (shapes[f"{first}.weight"][1], *cfg.input_size[1:])
-    classifier = cfg.classifier if isinstance(cfg.classifier, str) else None
-    if classifier and len(shapes.get(f"{classifier}.weight", ())) >= 1:
-        overlay["num_classes"] = shapes[f"{classifier}.weight"][0]
+    first, classifier = f"{cfg.first_conv}.weight", f"{cfg.classifier}.weight"
+    if isinstance(cfg.first_conv, str) and len(shapes.get(first, ())) == 4:
+        overlay["input_size"] = (shapes[first][1], *cfg.input_size[1:])
+    if isinstance(cfg.classifier, str) and len(shapes.get(classifier, ())) >= 1:
+        overlay["num_classes"] = shapes[classifier][0]
     return overlay
 
 

@@ -125,13 +125,9 @@ class BackboneSpec:
 
     def to_dict(self) -> dict:
         """The set fields as plain values (kind always), for hparams and checkpoints."""
-        out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None and f.name != "kind":
-                continue
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-        return out
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()
+                if value is not None or name == "kind"}
 
     def build(self, **given) -> nn.Module:
         """Instantiate the backbone (loading a zoo weight when `pretrained` names one). The spec
@@ -195,10 +191,8 @@ class BackboneSpec:
             raise UserError(f"backbone weight '{source.name}' is a '{theirs.kind}' backbone, the config says "
                             f"kind '{self.kind}'")
         for f in dataclasses.fields(self):
-            if f.name in FREE_FIELDS:
-                continue
             mine, other = getattr(self, f.name), getattr(theirs, f.name)
-            if other is None:
+            if f.name in FREE_FIELDS or other is None:
                 continue
             if mine is None:
                 setattr(self, f.name, other)

@@ -1,32 +1,25 @@
 """Was the attention on the right thing, and does the model use what it attends? The same metrics for
 every family, from an `AttentionRecord`'s pixel maps and boxes and a target box per image.
 
-Correctness (per map; the target is the box of the thing the model should look at):
-- pointing game (Zhang et al. 2016): the map's peak pixel lies inside the target box;
-- mass in box: the share of the map's mass on the target box's pixels (counted per pixel, with
-  partial pixels at a fractional box edge counted by their covered fraction);
-- for windows and glimpses, the box overlap: IoU with the target box, and whether the window's
-  centre lies inside it.
-
-Each comes with its chance levels, computed on the same boxes:
-- uniform: a map that is the same everywhere (pointing game = mass in box = the box's area share);
-- centre prior: a Gaussian at the image centre (`record.centre_prior`), the model that always looks
-  at the middle;
-- random boxes: the model's own window sizes at uniformly random places (fixed seed).
+Correctness (per map, against the box of the thing the model should look at): the pointing game
+(Zhang et al. 2016: the map's peak pixel lies inside the box); mass in box (the map's mass on the
+box's pixels, a pixel at a fractional box edge counted by its covered fraction); for windows and
+glimpses, the IoU with the box and whether the window's centre lies inside it. Each comes with its
+chance levels on the same boxes: uniform (pointing game = mass in box = the box's area share); the
+centre prior (`record.centre_prior`, a Gaussian: the model that always looks at the middle); random
+boxes (the model's own window sizes at uniformly random places, fixed seed).
 
 Faithfulness (Petsiuk et al. 2018, deletion and insertion): blank the most-attended pixels first
 (to a background value) and follow the score the model gives its own prediction; a model that uses
-what it attends loses it faster than when the same number of random pixels (or the centre prior's
-pixels) are blanked. Insertion starts from the blank image and restores pixels in the same order.
-The area between the curves (random minus attention for deletion, attention minus random for
-insertion) is the score: above zero means the attention is faithful.
+what it attends loses it faster than when as many random (or centre-prior) pixels are blanked.
+Insertion restores pixels to the blank image in the same order. The score is the area between the
+curves (deletion: random minus attention; insertion: attention minus random); above 0 is faithful.
 
-Uncertainty: with the test item each map (or deletion row) comes from, every number gets a
-percentile-bootstrap 95% interval over test items (`bootstrap_ci`: items are resampled with
-replacement, all their maps with them, the same resamples for every number, so differences are
-paired). The differences to the controls (`pointing_minus_centre`, `..._minus_uniform`, a window's
-`..._minus_random`, the deletion gaps) carry theirs: "beats the centre prior" is a claim only when
-that difference's interval lies above 0.
+Uncertainty: every number gets a percentile-bootstrap 95% interval over the test items the maps (or
+deletion rows) come from (`bootstrap_ci`: items resampled with replacement, all their maps with them,
+the same resamples for every number, so differences are paired). The differences to the controls
+(`pointing_minus_centre`, `..._minus_uniform`, a window's `..._minus_random`, the deletion gaps)
+carry theirs: "beats the centre prior" is a claim only when that interval lies above 0.
 """
 from __future__ import annotations
 

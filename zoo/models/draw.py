@@ -52,19 +52,23 @@ def kl_std_normal(mu: torch.Tensor, logsigma: torch.Tensor) -> torch.Tensor:
     return 0.5 * (mu.pow(2) + torch.exp(2 * logsigma) - 2 * logsigma - 1).sum(-1)
 
 
-def _stack_params(steps: list) -> fb.FilterParams:
-    """T per-step FilterParams (each field [B]) -> one FilterParams with fields [T, B]."""
-    return fb.FilterParams(*(torch.stack(field) for field in zip(*steps)))
+def _window_record(model, windows: dict[str, tuple[list, int]], step: str, prediction: dict):
+    """The AttentionRecord of DRAW's windows: {box label: (T per-step FilterParams (fields [B]), N)},
+    the read first. One step per time step; the map is the read's filter weight per pixel
+    (`record.maps_from_filters`), the boxes are the windows."""
+    from zoo.attention import record
 
-
-def _filter_maps(params: fb.FilterParams, n: int, size: int) -> torch.Tensor:
-    """FilterParams with fields [T, B] -> the read's pixel weights [B, T, size, size]."""
-    from zoo.attention.record import maps_from_filters
-
-    T, B = params.gx.shape
-    flat = fb.FilterParams(*(field.reshape(T * B) for field in params))
-    fx, fy = fb.filterbank(flat, n, size, size)
-    return maps_from_filters(fx, fy).view(T, B, size, size).transpose(0, 1)
+    # each field [T, B]
+    stacked = [(fb.FilterParams(*(torch.stack(f) for f in zip(*steps))), n) for steps, n in windows.values()]
+    (reads, read_n), S = stacked[0], model.S
+    T, B = reads.gx.shape
+    fx, fy = fb.filterbank(fb.FilterParams(*(field.reshape(T * B) for field in reads)), read_n, S, S)
+    maps = record.maps_from_filters(fx, fy).view(T, B, S, S).transpose(0, 1)  # [B, T, S, S]
+    boxes = torch.stack([record.window_boxes(p.gx, p.gy, p.delta, n) for p, n in stacked], 2)  # [T, B, K, 4]
+    return record.AttentionRecord(
+        family=model.family, kind="window", maps=maps, labels=record.step_labels(step, B, T),
+        step_mask=record.full_mask(B, T, maps.device), boxes=boxes.transpose(0, 1), box_labels=list(windows),
+        prediction=prediction)
 
 
 def _check_size(value, name: str, lo: int = 1, hi: int | None = None) -> int:
@@ -245,25 +249,15 @@ class DRAW(ZooModule):
         test sets are, one fixed noise draw): one step per time step, the map is where it reads
         (`record.maps_from_filters`), boxes are the read and the write window; the prediction is
         the final canvas (Bernoulli means)."""
-        from zoo.attention import record
-
         if self.hparams.attention == "none":
             raise UserError("this DRAW model has no attention (attention: none) to record")
         x = self.binarize(images)
         noise = torch.randn(self.T, x.shape[0], self.hparams.z_size,
                             generator=torch.Generator().manual_seed(0)).to(x)
         out = self(x, noise=noise, record=True)
-        reads, writes = _stack_params(out["read"]), _stack_params(out["write"])  # each field [T, B]
-        maps = _filter_maps(reads, self.hparams.read_n, self.S)  # [B, T, S, S]
-        boxes = torch.stack([record.window_boxes(reads.gx, reads.gy, reads.delta, self.hparams.read_n),
-                             record.window_boxes(writes.gx, writes.gy, writes.delta, self.hparams.write_n)],
-                            2).transpose(0, 1)  # [B, T, 2, 4]
-        B, T = maps.shape[:2]
-        return record.AttentionRecord(
-            family=self.family, kind="window", maps=maps, labels=record.step_labels("step", B, T),
-            step_mask=record.full_mask(B, T, x.device), boxes=boxes, box_labels=["read", "write"],
-            prediction={"canvas": torch.sigmoid(out["logits"]),
-                        "canvases": torch.sigmoid(out["canvas"]).transpose(0, 1)})
+        windows = {"read": (out["read"], self.hparams.read_n), "write": (out["write"], self.hparams.write_n)}
+        canvas, canvases = torch.sigmoid(out["logits"]), torch.sigmoid(out["canvas"]).transpose(0, 1)
+        return _window_record(self, windows, "step", {"canvas": canvas, "canvases": canvases})
 
     def evidence(self, record, images, steps):
         return None  # a generator predicts no class or word to follow
@@ -397,17 +391,8 @@ class DRAWClassifier(ClassifierModule):
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
         """One step per glimpse: the map is the read's filter weight per pixel, the box its window."""
-        from zoo.attention import record
-
         logits, reads = self(images, record=True)
-        reads = _stack_params(reads)  # each field [T, B]
-        maps = _filter_maps(reads, self.hparams.read_n, self.S)
-        boxes = record.window_boxes(reads.gx, reads.gy, reads.delta, self.hparams.read_n).transpose(0, 1)[:, :, None]
-        B, T = maps.shape[:2]
         probs = logits.float().softmax(-1)
-        return record.AttentionRecord(
-            family=self.family, kind="window", maps=maps, labels=record.step_labels("glimpse", B, T),
-            step_mask=record.full_mask(B, T, images.device), boxes=boxes, box_labels=["read"],
-            prediction={"probs": probs, "label": probs.argmax(-1),
-                        "class_names": self.hparams.get("class_names")})
+        prediction = {"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names}
+        return _window_record(self, {"read": (reads, self.hparams.read_n)}, "glimpse", prediction)
 

@@ -67,6 +67,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.attention.glimpse import Retina
+from zoo.attention.hard import leave_one_out_baseline
 from zoo.data.base import as_size
 from zoo.errors import UserError
 from zoo.models import optim
@@ -377,8 +378,7 @@ class RAM(ZooModule):
         advantage = (returns - baselines).detach()
         M = hp.train_samples
         if M > 1:  # the M paths of an image (adjacent rows) are each other's baseline: leave-one-out
-            per_image = returns.view(-1, M, returns.shape[1])
-            others = (per_image.sum(1, keepdim=True) - per_image) / (M - 1)  # [B / M, M, T]
+            others = leave_one_out_baseline(returns.view(-1, M, returns.shape[1]))  # [B / M, M, T]
             advantage = (returns - others.reshape(returns.shape)).detach()
         # eq. 3: sum over steps of log pi (R - b_t), averaged over the batch; minimised, so negated
         reinforce = -(out["log_probs"] * advantage).sum(1).mean()

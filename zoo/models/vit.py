@@ -128,11 +128,9 @@ class ViTClassifier(ClassifierModule):
     def train_loss(self, images, labels, partner=None, lam=None):
         smoothing = self.hparams.label_smoothing
         logits = self(images)
-        if partner is None:
-            loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
-        else:
-            loss = (lam * F.cross_entropy(logits, labels, label_smoothing=smoothing)
-                    + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=smoothing))
+        loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
+        if partner is not None:  # mixup: both images' labels, weighted as their pixels are
+            loss = lam * loss + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=smoothing)
         return loss, {"loss": loss.detach(), "acc": (logits.argmax(-1) == labels).float().mean()}
 
     # ------------------------------------------------------------------ optimisation
