@@ -215,7 +215,7 @@ class Retina(nn.Module):
         # once per scale serves every larger scale (a pyramid) when the offsets line up.
         patches, level, cell = [], window, 1  # level: the window averaged over cell x cell boxes
         factor = int(self.scale_factor)
-        for i, w in enumerate(widths):
+        for w in widths:
             d = w // g
             if d != cell:
                 level, cell = _box_pool(level, factor), cell * factor

@@ -84,9 +84,7 @@ class AttentionRecord:
         """[B, T] bool: existing steps whose map is not a probability map (all zero, NaN or Inf).
         Such a step is reported as degenerate, never drawn as a bright picture."""
         flat = self.maps.flatten(2)
-        total = flat.sum(-1)
-        bad = ~torch.isfinite(flat).all(-1) | ~(total > 0)
-        return bad & self.step_mask
+        return (~torch.isfinite(flat).all(-1) | ~(flat.sum(-1) > 0)) & self.step_mask
 
     def peaks(self) -> torch.Tensor:
         """[B, T, 2] (x, y): the pixel centre of each map's peak (`peak_pixels`)."""

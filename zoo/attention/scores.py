@@ -36,8 +36,9 @@ class AttentionScore(nn.Module, abc.ABC):
 
     @property
     def query_linear(self) -> nn.Linear | None:
-        """The linear map applied to the query first (None: the query is used as it is)."""
-        return None
+        """The linear map applied to the query first, a score's `query_proj` (None: the query is used
+        as it is)."""
+        return getattr(self, "query_proj", None)
 
     @abc.abstractmethod
     def combine(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
@@ -56,12 +57,8 @@ class AttentionScore(nn.Module, abc.ABC):
 class DotScore(AttentionScore):
     def __init__(self, key_dim: int, query_dim: int, scaled: bool = False):
         super().__init__()
-        self.query_proj = nn.Identity() if key_dim == query_dim else nn.Linear(query_dim, key_dim, bias=False)
+        self.query_proj = None if key_dim == query_dim else nn.Linear(query_dim, key_dim, bias=False)
         self.scale = 1.0 / math.sqrt(key_dim) if scaled else 1.0
-
-    @property
-    def query_linear(self) -> nn.Linear | None:
-        return self.query_proj if isinstance(self.query_proj, nn.Linear) else None
 
     def combine(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         # query [B, Dk]
@@ -128,10 +125,6 @@ class AdditiveScore(AttentionScore):
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return self.key_proj(keys)  # [B, L, A]
-
-    @property
-    def query_linear(self) -> nn.Linear:
-        return self.query_proj
 
     def combine(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         # projected [B, L, A], query [B, A] (after query_proj) -> [B, L]

@@ -292,7 +292,7 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
     Every number carries its bootstrap 95% interval over the examples ("ci95" beside it)."""
     images_all, targets_all = examples["images"], examples["targets"]
     words_all = examples.get("target_words")
-    maps, windows, times, boxes, items = [], [], [], [], []
+    scored, windows = [], []  # (maps, steps, target boxes, items) per batch; the windows of the maps
     rows: list[tuple] = []  # (images, row maps, evidence, items) per batch, for faithfulness
     labelled: list[torch.Tensor] = []  # (item, hallucinated) per item word
     degenerate = 0
@@ -304,10 +304,7 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
         degenerate += int(record.degenerate().sum())
         idx, t, target, named = scored_steps(record, targets_all[start:start + batch_size], words)
         labelled.append(named + torch.tensor([start, 0]))
-        maps.append(record.maps[idx, t])
-        times.append(t)
-        boxes.append(target)
-        items.append(idx.cpu() + start)
+        scored.append((record.maps[idx, t], t, target, idx.cpu() + start))
         names = record.box_labels
         if record.boxes is not None:
             windows.append(record.boxes[idx, t])
@@ -320,7 +317,7 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
         evidence = model.evidence(record, idx, t) if len(idx) else None
         if evidence is not None:
             rows.append((images[idx], row_maps, evidence, idx.cpu() + start))
-    maps_t, times_t, boxes_t, items_t = torch.cat(maps), torch.cat(times), torch.cat(boxes), torch.cat(items)
+    maps_t, times_t, boxes_t, items_t = (torch.cat(parts) for parts in zip(*scored))
     out: dict = {"correctness": correctness(maps_t, boxes_t, torch.cat(windows) if windows else None, names, seed,
                                             groups=items_t),
                  "degenerate_maps": degenerate}

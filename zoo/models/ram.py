@@ -61,6 +61,7 @@ consume the same random stream.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -230,10 +231,9 @@ class RAM(ZooModule):
         except ValueError as exc:
             raise UserError(f"RAM: {exc}") from None
         self.glimpse = GlimpseNetwork(retina, in_chans, glimpse_hidden, location_hidden, glimpse_dim)
-        cell = nn.LSTMCell if core == "lstm" else nn.RNNCell
-        extra = {} if core == "lstm" else {"nonlinearity": "relu"}
+        cell = nn.LSTMCell if core == "lstm" else partial(nn.RNNCell, nonlinearity="relu")
         # f_h: h_t = ReLU(Linear(h_{t-1}) + Linear(g_t)) (sec. 4), or an LSTM
-        self.core = cell(glimpse_dim, hidden_size, **extra)
+        self.core = cell(glimpse_dim, hidden_size)
         policy_size = where_hidden if where_layer else hidden_size  # the state the policy reads
         self.locator = nn.Linear(policy_size, 2)  # mean of the location policy f_l
         self.log_std = nn.Parameter(torch.tensor(math.log(std)), requires_grad=std_mode == "learnable")
@@ -241,7 +241,7 @@ class RAM(ZooModule):
         self.baseline = nn.Linear(policy_size, 1 if baseline == "shared" else num_glimpses)
         self.classifier = nn.Linear(hidden_size, num_classes)  # f_a on h_T
         if where_layer:  # DRAM's r2 on r1 (built last: the paper's RAM initialises as it did)
-            self.where = cell(hidden_size, where_hidden, **extra)
+            self.where = cell(hidden_size, where_hidden)
         if context != "none":
             self.context_net = ContextNetwork(in_chans, context_size, context_channels, where_hidden)
 
