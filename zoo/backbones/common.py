@@ -80,8 +80,7 @@ class Backbone(nn.Module):
         return PatchFeatures(feats.flatten(2).transpose(1, 2), tuple(feats.shape[-2:]))
 
 
-def _file_hint() -> str:
-    return "pass it as pretrained_file=PATH (--model.init_args.backbone.pretrained_file PATH)"
+FILE_HINT = "pass it as pretrained_file=PATH (--model.init_args.backbone.pretrained_file PATH)"
 
 
 # ---------------------------------------------------------------------------- timm creation
@@ -113,12 +112,11 @@ def _file_overlay(path: Path, model_name: str) -> dict:
     cfg = timm.models.get_pretrained_cfg(model_name)
     if cfg is None:
         return overlay
-    first = cfg.first_conv if isinstance(cfg.first_conv, str) else None
-    if first and len(shapes.get(f"{first}.weight", ())) == 4:
-        overlay["input_size"] = (shapes[f"{first}.weight"][1], *cfg.input_size[1:])
-    classifier = cfg.classifier if isinstance(cfg.classifier, str) else None
-    if classifier and len(shapes.get(f"{classifier}.weight", ())) >= 1:
-        overlay["num_classes"] = shapes[f"{classifier}.weight"][0]
+    first, classifier = f"{cfg.first_conv}.weight", f"{cfg.classifier}.weight"
+    if isinstance(cfg.first_conv, str) and len(shapes.get(first, ())) == 4:
+        overlay["input_size"] = (shapes[first][1], *cfg.input_size[1:])
+    if isinstance(cfg.classifier, str) and len(shapes.get(classifier, ())) >= 1:
+        overlay["num_classes"] = shapes[classifier][0]
     return overlay
 
 
@@ -176,7 +174,7 @@ def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str 
             cached = _cached_hub_file(cfg)
             if cached is None:
                 raise UserError(f"cannot download pretrained weights for '{model_name}' (offline?); "
-                                f"download its model.safetensors elsewhere and {_file_hint()}")
+                                f"download its model.safetensors elsewhere and {FILE_HINT}")
             overlay = {"file": cached}
     try:
         net = timm.create_model(model_name, pretrained=pretrained, pretrained_cfg_overlay=overlay, **kwargs)
@@ -188,7 +186,7 @@ def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str 
         if pretrained_file:
             raise UserError(f"{pretrained_file}: cannot read ({exc})") from None
         raise UserError(f"cannot download pretrained weights for '{model_name}' ({type(exc).__name__}); "
-                        f"download its model.safetensors elsewhere and {_file_hint()}") from None
+                        f"download its model.safetensors elsewhere and {FILE_HINT}") from None
     source_classes = (overlay.get("num_classes") if pretrained_file
                       else getattr(timm.models.get_pretrained_cfg(model_name), "num_classes", None))
     if pretrained and kwargs.get("num_classes") and source_classes and kwargs["num_classes"] != source_classes:

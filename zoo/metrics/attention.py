@@ -1,32 +1,25 @@
 """Was the attention on the right thing, and does the model use what it attends? The same metrics for
 every family, from an `AttentionRecord`'s pixel maps and boxes and a target box per image.
 
-Correctness (per map; the target is the box of the thing the model should look at):
-- pointing game (Zhang et al. 2016): the map's peak pixel lies inside the target box;
-- mass in box: the share of the map's mass on the target box's pixels (counted per pixel, with
-  partial pixels at a fractional box edge counted by their covered fraction);
-- for windows and glimpses, the box overlap: IoU with the target box, and whether the window's
-  centre lies inside it.
-
-Each comes with its chance levels, computed on the same boxes:
-- uniform: a map that is the same everywhere (pointing game = mass in box = the box's area share);
-- centre prior: a Gaussian at the image centre (`record.centre_prior`), the model that always looks
-  at the middle;
-- random boxes: the model's own window sizes at uniformly random places (fixed seed).
+Correctness (per map, against the box of the thing the model should look at): the pointing game
+(Zhang et al. 2016: the map's peak pixel lies inside the box); mass in box (the map's mass on the
+box's pixels, a pixel at a fractional box edge counted by its covered fraction); for windows and
+glimpses, the IoU with the box and whether the window's centre lies inside it. Each comes with its
+chance levels on the same boxes: uniform (pointing game = mass in box = the box's area share); the
+centre prior (`record.centre_prior`, a Gaussian: the model that always looks at the middle); random
+boxes (the model's own window sizes at uniformly random places, fixed seed).
 
 Faithfulness (Petsiuk et al. 2018, deletion and insertion): blank the most-attended pixels first
 (to a background value) and follow the score the model gives its own prediction; a model that uses
-what it attends loses it faster than when the same number of random pixels (or the centre prior's
-pixels) are blanked. Insertion starts from the blank image and restores pixels in the same order.
-The area between the curves (random minus attention for deletion, attention minus random for
-insertion) is the score: above zero means the attention is faithful.
+what it attends loses it faster than when as many random (or centre-prior) pixels are blanked.
+Insertion restores pixels to the blank image in the same order. The score is the area between the
+curves (deletion: random minus attention; insertion: attention minus random); above 0 is faithful.
 
-Uncertainty: with the test item each map (or deletion row) comes from, every number gets a
-percentile-bootstrap 95% interval over test items (`bootstrap_ci`: items are resampled with
-replacement, all their maps with them, the same resamples for every number, so differences are
-paired). The differences to the controls (`pointing_minus_centre`, `..._minus_uniform`, a window's
-`..._minus_random`, the deletion gaps) carry theirs: "beats the centre prior" is a claim only when
-that difference's interval lies above 0.
+Uncertainty: every number gets a percentile-bootstrap 95% interval over the test items the maps (or
+deletion rows) come from (`bootstrap_ci`: items resampled with replacement, all their maps with them,
+the same resamples for every number, so differences are paired). The differences to the controls
+(`pointing_minus_centre`, `..._minus_uniform`, a window's `..._minus_random`, the deletion gaps)
+carry theirs: "beats the centre prior" is a claim only when that interval lies above 0.
 """
 from __future__ import annotations
 
@@ -62,6 +55,11 @@ def target_mask(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tenso
     return mask
 
 
+def _contains(boxes: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """boxes [..., 4] (x0, y0, x1, y1; x1, y1 exclusive), points x, y [...] -> bool [...]."""
+    return (boxes[..., 0] <= x) & (x < boxes[..., 2]) & (boxes[..., 1] <= y) & (y < boxes[..., 3])
+
+
 def pointing_game(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """maps [N, H, W], target boxes [N, 4] or [N, M, 4] -> hits [N] bool: the peak pixel's centre
     (`record.peak_pixels`: the middle of a plateau) lies inside a target box. A map with no finite
@@ -71,9 +69,7 @@ def pointing_game(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     index = peak_pixels(maps)
     x, y = (index % W).float() + 0.5, (index // W).float() + 0.5
     b = _boxes(boxes).float()
-    inside = ((b[..., 0] <= x[:, None]) & (x[:, None] < b[..., 2]) & (b[..., 1] <= y[:, None])
-              & (y[:, None] < b[..., 3]) & (b >= 0).all(-1))
-    return inside.any(1) & (flat.amax(1) > 0)
+    return (_contains(b, x[:, None], y[:, None]) & (b >= 0).all(-1)).any(1) & (flat.amax(1) > 0)
 
 
 def mass_in_box(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
@@ -100,8 +96,7 @@ def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def centre_in_box(windows: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """windows [..., 4], target boxes [..., 4] -> bool [...]: the window's centre lies in the box."""
-    cx, cy = (windows[..., 0] + windows[..., 2]) / 2, (windows[..., 1] + windows[..., 3]) / 2
-    return (boxes[..., 0] <= cx) & (cx < boxes[..., 2]) & (boxes[..., 1] <= cy) & (cy < boxes[..., 3])
+    return _contains(boxes, (windows[..., 0] + windows[..., 2]) / 2, (windows[..., 1] + windows[..., 3]) / 2)
 
 
 def random_like(windows: torch.Tensor, image_size: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
@@ -297,7 +292,7 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
     Every number carries its bootstrap 95% interval over the examples ("ci95" beside it)."""
     images_all, targets_all = examples["images"], examples["targets"]
     words_all = examples.get("target_words")
-    maps, windows, times, boxes, items = [], [], [], [], []
+    scored, windows = [], []  # (maps, steps, target boxes, items) per batch; the windows of the maps
     rows: list[tuple] = []  # (images, row maps, evidence, items) per batch, for faithfulness
     labelled: list[torch.Tensor] = []  # (item, hallucinated) per item word
     degenerate = 0
@@ -309,10 +304,7 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
         degenerate += int(record.degenerate().sum())
         idx, t, target, named = scored_steps(record, targets_all[start:start + batch_size], words)
         labelled.append(named + torch.tensor([start, 0]))
-        maps.append(record.maps[idx, t])
-        times.append(t)
-        boxes.append(target)
-        items.append(idx.cpu() + start)
+        scored.append((record.maps[idx, t], t, target, idx.cpu() + start))
         names = record.box_labels
         if record.boxes is not None:
             windows.append(record.boxes[idx, t])
@@ -325,7 +317,7 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
         evidence = model.evidence(record, idx, t) if len(idx) else None
         if evidence is not None:
             rows.append((images[idx], row_maps, evidence, idx.cpu() + start))
-    maps_t, times_t, boxes_t, items_t = torch.cat(maps), torch.cat(times), torch.cat(boxes), torch.cat(items)
+    maps_t, times_t, boxes_t, items_t = (torch.cat(parts) for parts in zip(*scored))
     out: dict = {"correctness": correctness(maps_t, boxes_t, torch.cat(windows) if windows else None, names, seed,
                                             groups=items_t),
                  "degenerate_maps": degenerate}

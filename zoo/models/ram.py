@@ -10,71 +10,66 @@ multi-scale glimpse there, and updates a recurrent state; after the last glimpse
     y   = softmax(f_a(h_T))                classifier on the last state
 
 Training is the paper's hybrid loss:
-- cross-entropy trains the classifier, the core and the glimpse network. The sampled location is
-  detached, so cross-entropy never reaches the location network (the read is not differentiable
-  in l in the paper either);
+- cross-entropy trains the classifier, the core and the glimpse network; the sampled location is
+  detached, so it never reaches the location network (the read is not differentiable in l in the
+  paper either);
 - REINFORCE (eqs. 1-3) with reward R = 1 for a correct final prediction trains the location
-  network: -sum_t log pi(l_t | h_{t-1}) (R - b_t). The log-probability is taken of the raw
-  Gaussian sample, *before* it is clamped into the image;
-- a learned per-step baseline b_t = f_b(h_{t-1}) is fitted to R by its own MSE loss. It reads a
+  network: -sum_t log pi(l_t | h_{t-1}) (R - b_t), with the log-probability of the raw Gaussian
+  sample, *before* it is clamped into the image;
+- a learned per-step baseline b_t = f_b(h_{t-1}) is fitted to R by its own MSE loss; it reads a
   detached state and enters REINFORCE detached, so only its MSE trains it.
 
-`train_samples` M > 1 runs M glimpse paths per training image (the M episodes of eq. 2) and
-gives each path the leave-one-out mean reward of the image's other M - 1 paths as its baseline
-(a lower-variance baseline than the learned b_t, which still trains); cross-entropy averages over
-all paths. M = 1 (default) is the paper's one path per image.
+`train_samples` M > 1 runs M glimpse paths per training image (the M episodes of eq. 2), each with
+the leave-one-out mean reward of the image's other M - 1 paths as its baseline (lower variance than
+the learned b_t, which still trains); cross-entropy averages over all paths. M = 1 is the paper's.
 
-Switch `reinforce_to_core`: False (default) feeds the location network a detached state, so the
-REINFORCE gradient stops at the location network and the representation is trained by
-cross-entropy alone (the stable choice of most public ports). True lets REINFORCE also flow into
-the core and glimpse network through h_{t-1}, as in the paper's fully stochastic-gradient reading.
+`reinforce_to_core`: False (default) feeds the location network a detached state, so REINFORCE
+stops at the location network and cross-entropy alone trains the representation (the stable
+choice of most public ports); True lets REINFORCE flow into the core and glimpse network through
+h_{t-1}, the paper's fully stochastic-gradient reading.
 
-Remedies for a policy gradient that barely sees where the item is (each an option whose default
-is the paper's RAM, so recipes without them train exactly what they did):
+Remedies for a policy gradient that barely sees where the item is (each defaults to the paper's RAM):
 - `where_layer` (Ba, Mnih, Kavukcuoglu 2015, "Multiple object recognition with visual attention",
   DRAM, sec. 3): a second recurrent layer r2 ("where") reads the core r1 ("what") and alone feeds
   the location network and the baseline; the classifier reads r1. r1's input to r2 is detached
   unless `reinforce_to_core`, so r2 learns from REINFORCE only and r1 from cross-entropy only;
-- `context: conv` (DRAM's context network): a coarse view of the whole canvas (area-averaged to
-  `context_size` squared) through small convolutions sets r2's initial state, so the first glimpse
-  is proposed from the image instead of from an empty state. r1 starts at 0: the classifier never
-  reads the coarse view, only glimpses;
-- `reward: log_prob`: the reward is log p(y | glimpses) instead of 1 for a correct prediction:
-  DRAM's objective is the bound sum_l p(l | x) log p(y | l, x), whose score-function gradient has
-  exactly this reward (Ba et al. 2015, eq. 4-5); it moves with every change of the prediction, not
-  only where the arg max flips;
-- `reward_at: every_glimpse`: the classifier's running prediction earns its reward after every
-  glimpse t (r_t from h_t), and glimpse t is credited with the return sum_{s >= t} r_s (it cannot
-  change the rewards before it), so a glimpse that helps at once is told so at once;
-  `classify_every_glimpse` trains the classifier on every h_t so that running prediction means
-  something (cross-entropy averaged over the glimpses);
-- `baseline: per_glimpse`: b_t has its own weights for every glimpse (the expected return differs
-  from glimpse to glimpse), instead of one linear map shared by all;
+- `context: conv` (DRAM's context network): convolutions over a coarse view of the whole canvas
+  (area-averaged to `context_size` squared) set r2's initial state, so the first glimpse is
+  proposed from the image; r1 starts at 0: the classifier reads only glimpses;
+- `reward: log_prob`: the reward is log p(y | glimpses), the score-function gradient of DRAM's
+  bound sum_l p(l | x) log p(y | l, x) (Ba et al. 2015, eq. 4-5); it moves with every change of
+  the prediction, not only where the arg max flips;
+- `reward_at: every_glimpse`: the running prediction earns r_t after every glimpse t (from h_t),
+  and glimpse t is credited with the return sum_{s >= t} r_s (it cannot change earlier rewards);
+  `classify_every_glimpse` trains the classifier on every h_t (cross-entropy averaged over the
+  glimpses) so that running prediction means something;
+- `baseline: per_glimpse`: b_t has its own weights for every glimpse instead of one shared map;
 - `location_supervision` (labelled separately, never a headline: it uses the item's box): an MSE
-  that pulls every glimpse's policy mean onto the item's centre (weak supervision of the location,
-  as in the supervised rows of the captioners). It needs batches with boxes
-  (`FashionMNISTDataModule(with_boxes=true)`).
+  pulling every glimpse's policy mean onto the item's centre (as in the captioners' supervised
+  rows); needs batches with boxes (`FashionMNISTDataModule(with_boxes=true)`).
 
-Evaluation (`test_step`) reports separately: the deterministic policy (the Gaussian's mean) as the
-headline `test/acc`; one sampled trajectory (`acc_sampled`); the average of the class
-probabilities over M sampled trajectories (`acc_mc{M}`, M = `eval_samples`; the paper's
-"M=10" Monte-Carlo evaluation); the accuracy of the classifier read after each glimpse count
-1..T on the deterministic trajectory (`acc_glimpses_t`; the classifier is trained on h_T only);
-and the random-glimpse ablation (`acc_random`: the same model, locations uniform in the image).
+Evaluation (`test_step`) reports: the deterministic policy (the Gaussian's mean) as the headline
+`test/acc`; one sampled trajectory (`acc_sampled`); the class probabilities averaged over M sampled
+trajectories (`acc_mc{M}`, M = `eval_samples`, the paper's "M=10"); the classifier read after each
+glimpse count 1..T on the deterministic path (`acc_glimpses_t`); and the random-glimpse ablation
+(`acc_random`: locations uniform in the image).
 
-Speed (zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn
-glimpse by glimpse from the global or the evaluation generator), so eager, compiled and
-CUDA-graphed steps consume the same random stream.
+Speed (zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn glimpse by
+glimpse from the global or the evaluation generator), so eager, compiled and CUDA-graphed steps
+consume the same random stream.
 """
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zoo.attention.glimpse import Retina
+from zoo.attention.hard import leave_one_out_baseline
+from zoo.data.base import as_size
 from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ZooModule
@@ -227,20 +222,18 @@ class RAM(ZooModule):
             raise UserError(f"RAM: location_lr_scale must be positive, got {location_lr_scale}")
         if not std > 0 or (std_mode == "annealed" and not std_final > 0):
             raise UserError("RAM: std and std_final must be positive")
-        size = [image_size, image_size] if isinstance(image_size, int) else list(image_size)
-        if len(size) != 2:
+        self.image_hw = as_size(image_size)
+        if len(self.image_hw) != 2:
             raise UserError(f"RAM: image_size is an int or [H, W], got {image_size}")
-        self.image_hw = (int(size[0]), int(size[1]))
         try:
             retina = Retina(patch_size, num_scales, scale_factor, method=retina_method,
                             subpixel=retina_subpixel, image_size=self.image_hw)
         except ValueError as exc:
             raise UserError(f"RAM: {exc}") from None
         self.glimpse = GlimpseNetwork(retina, in_chans, glimpse_hidden, location_hidden, glimpse_dim)
-        cell = nn.LSTMCell if core == "lstm" else nn.RNNCell
-        extra = {} if core == "lstm" else {"nonlinearity": "relu"}
+        cell = nn.LSTMCell if core == "lstm" else partial(nn.RNNCell, nonlinearity="relu")
         # f_h: h_t = ReLU(Linear(h_{t-1}) + Linear(g_t)) (sec. 4), or an LSTM
-        self.core = cell(glimpse_dim, hidden_size, **extra)
+        self.core = cell(glimpse_dim, hidden_size)
         policy_size = where_hidden if where_layer else hidden_size  # the state the policy reads
         self.locator = nn.Linear(policy_size, 2)  # mean of the location policy f_l
         self.log_std = nn.Parameter(torch.tensor(math.log(std)), requires_grad=std_mode == "learnable")
@@ -248,7 +241,7 @@ class RAM(ZooModule):
         self.baseline = nn.Linear(policy_size, 1 if baseline == "shared" else num_glimpses)
         self.classifier = nn.Linear(hidden_size, num_classes)  # f_a on h_T
         if where_layer:  # DRAM's r2 on r1 (built last: the paper's RAM initialises as it did)
-            self.where = cell(hidden_size, where_hidden, **extra)
+            self.where = cell(hidden_size, where_hidden)
         if context != "none":
             self.context_net = ContextNetwork(in_chans, context_size, context_channels, where_hidden)
 
@@ -274,10 +267,6 @@ class RAM(ZooModule):
         return torch.tanh(mu) if self.hparams.location_mean == "tanh" else mu
 
     # ------------------------------------------------------------------ rollout
-    @property
-    def input_size(self) -> tuple[int, int]:
-        return self.image_hw
-
     def policy_noise(self, policy: str, batch_size: int, like: torch.Tensor,
                      generator: torch.Generator | None = None) -> torch.Tensor | None:
         """The random draws of one rollout, [T, B, 2]: standard normals for "sample", uniforms in
@@ -341,17 +330,9 @@ class RAM(ZooModule):
             location = raw.clamp(-1.0, 1.0)
             b = self.baseline(h_policy.detach())  # b_t from the detached state
             baselines.append(b.squeeze(-1) if hp.baseline == "shared" else b[:, t])
-            g = self.glimpse(images, location)
-            if c is None:
-                h = self.core(g, h)
-            else:
-                h, c = self.core(g, (h, c))
+            h, c = _recur(self.core, self.glimpse(images, location), h, c)
             if hp.where_layer and t < T - 1:  # r2_t = f(r1_t, r2_{t-1}); the last one would propose nothing
-                r1 = h if hp.reinforce_to_core else h.detach()
-                if wc is None:
-                    w = self.where(r1, w)
-                else:
-                    w, wc = self.where(r1, (w, wc))
+                w, wc = _recur(self.where, h if hp.reinforce_to_core else h.detach(), w, wc)
             states.append(h)
             locations.append(location)
             log_probs.append(log_prob)
@@ -397,8 +378,7 @@ class RAM(ZooModule):
         advantage = (returns - baselines).detach()
         M = hp.train_samples
         if M > 1:  # the M paths of an image (adjacent rows) are each other's baseline: leave-one-out
-            per_image = returns.view(-1, M, returns.shape[1])
-            others = (per_image.sum(1, keepdim=True) - per_image) / (M - 1)  # [B / M, M, T]
+            others = leave_one_out_baseline(returns.view(-1, M, returns.shape[1]))  # [B / M, M, T]
             advantage = (returns - others.reshape(returns.shape)).detach()
         # eq. 3: sum over steps of log pi (R - b_t), averaged over the batch; minimised, so negated
         reinforce = -(out["log_probs"] * advantage).sum(1).mean()
@@ -463,16 +443,10 @@ class RAM(ZooModule):
             self.log("train/std", std.detach() if isinstance(std, torch.Tensor) else float(std))
 
     # ------------------------------------------------------------------ evaluation
-    def _generator(self) -> torch.Generator:
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(self.hparams.eval_seed)
-        return generator
-
     def on_validation_epoch_start(self) -> None:
-        self._eval_generator = self._generator()
+        self._eval_generator = torch.Generator(device=self.device).manual_seed(self.hparams.eval_seed)
 
-    def on_test_epoch_start(self) -> None:
-        self._eval_generator = self._generator()
+    on_test_epoch_start = on_validation_epoch_start
 
     def eval_inputs(self, batch, stage):
         """The batch and, from the evaluation generator, the draws of the deterministic (none
@@ -552,6 +526,11 @@ class RAM(ZooModule):
         # the paper: SGD with momentum 0.9; the recipes: Adam
         return optim.configure(self, params, hp.optimizer, lr=hp.lr, momentum=hp.momentum,
                                weight_decay=hp.weight_decay, schedule=hp.lr_schedule)
+
+
+def _recur(cell: nn.RNNCell | nn.LSTMCell, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None):
+    """One step of an RNN cell (c None) or an LSTM cell: -> (h, c)."""
+    return (cell(x, h), None) if c is None else cell(x, (h, c))
 
 
 def _accuracy(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
