@@ -25,9 +25,7 @@ REGENERATE = "python scripts/model_index.py"
 
 def config_of(entry) -> dict:
     """The config an entry's facts describe: its release's where it has one, else its recipe's."""
-    if entry.weights is not None:
-        return entry.weights["config"]
-    return {**entry.model, "data": entry.data}
+    return entry.weights["config"] if entry.weights is not None else {**entry.model, "data": entry.data}
 
 
 def digest(config: dict) -> str:

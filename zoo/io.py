@@ -43,12 +43,10 @@ def image_rules(in_chans: int) -> dict[str, str]:
 
 
 def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
-    """Open an image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated.
-
-    Handles RGBA/LA/P with transparency (composited on black, like the training canvases),
-    16-bit and float grayscale (rescaled by their range), CMYK, and very large images
-    (downscaled so the longer side is at most MAX_SIDE). Raises UserError for a missing file,
-    a directory, a non-image or a truncated file."""
+    """Open an image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated. Handles RGBA/LA/P
+    with transparency (composited on black, like the training canvases), 16-bit and float grayscale
+    (rescaled by their range), CMYK, and very large images (downscaled so the longer side is at most
+    MAX_SIDE). Raises UserError for a missing file, a directory, a non-image or a truncated file."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file")
@@ -100,11 +98,10 @@ def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> to
 
 
 def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) -> Path:
-    """Fail early, before any work, when an output path cannot be written: `path` is the file (or,
-    with `directory`, the folder) a command will write, named `flag` in the message. Missing parent
-    folders are fine (they are created on write) when the nearest existing one is writable. The
-    check really creates (and removes) a file there: permission bits say nothing to root, nor
-    about read-only or pseudo file systems."""
+    """Fail before any work when the file (with `directory`, the folder) `path` that a command will
+    write, named `flag` in the message, cannot be written. Missing parents are fine (created on write)
+    when the nearest existing one is writable: a file is really created (and removed) there, since
+    permission bits say nothing to root, nor about read-only or pseudo file systems."""
     import tempfile
 
     path = Path(path)
