@@ -18,7 +18,8 @@ from zoo.limits import shorten
 # (A recipe a user passes to train.py on the command line is their own code and stays free;
 # train.py never instantiates a class named by a checkpoint.)
 PACKAGES = {"model": "zoo.models", "data": "zoo.data"}
-FOLDERS = {kind: Path(__file__).resolve().parent / package.split(".", 1)[1] for kind, package in PACKAGES.items()}
+FOLDERS = {kind: Path(__file__).resolve().parent / package.split(".", 1)[1]  # zoo/models, zoo/data
+           for kind, package in PACKAGES.items()}
 ALLOWED_CLASSES: dict[str, set[str]] = {"model": set(), "data": set()}
 
 

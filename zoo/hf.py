@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 
 from zoo.errors import UserError
-from zoo.hub import (CARD_CONFIG, CARD_WEIGHTS, HUB_PREFIX, HUB_REPO_ID, LIBRARY, fetch_release, read_card_config,
-                     sha256_file)
+from zoo.hub import (CARD_CONFIG, CARD_WEIGHTS, HUB_PREFIX, HUB_REPO_ID, LIBRARY, fetch_release,
+                     read_card_config, sha256_file)
 from zoo.limits import shorten
 
 README = "README.md"

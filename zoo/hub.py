@@ -107,7 +107,8 @@ def fetch_release(name: str) -> Path:
     records = manifest()
     record = records.get(name)
     if record is None:
-        raise UserError(f"no released weights named '{name}' (released: {', '.join(sorted(records)) or 'none'})")
+        available = ", ".join(sorted(records)) or "none"
+        raise UserError(f"no released weights named '{name}' (released: {available})")
     local = weights_dir() / record["file"]
     return fetch(local if local.is_file() else release_url(record), record.get("sha256"))
 

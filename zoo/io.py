@@ -37,7 +37,8 @@ INTERPOLATION = "bilinear"
 def image_rules(in_chans: int) -> dict[str, str]:
     """How `load_image` and zoo.preprocess turn a file into pixels, as export.json's preprocessing
     states it for a deployment, which must follow it: transparency, colour, orientation, interpolation."""
-    return {"alpha": "composite on black",  # out = alpha * colour + (1 - alpha) * black, as PIL's alpha_composite
+    # alpha: out = alpha * colour + (1 - alpha) * black, as PIL's alpha_composite
+    return {"alpha": "composite on black",
             "colour": {3: "RGB", 1: "L (PIL's convert('L') of the RGB: ITU-R 601-2 luma)"}[in_chans],
             "orientation": "EXIF orientation applied", "interpolation": INTERPOLATION}
 
@@ -106,7 +107,8 @@ def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) 
 
     path = Path(path)
     if path.exists() and path.is_dir() != directory:
-        raise UserError(f"{flag} {path}: {'exists and is not a directory' if directory else 'is a directory'}")
+        problem = "exists and is not a directory" if directory else "is a directory"
+        raise UserError(f"{flag} {path}: {problem}")
     folder = path if directory else path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
