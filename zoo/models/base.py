@@ -48,6 +48,8 @@ class ZooModule(L.LightningModule):
     predict_top_k: int = TOP_K
     #: the card's name (the CLI uses it to refuse a checkpoint of the wrong family clearly)
     family: str = "zoo"
+    #: the attribute holding the trunk that a `backbone:` block (`self.backbone_spec`) built
+    backbone_attribute: str = "backbone"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -77,6 +79,11 @@ class ZooModule(L.LightningModule):
                               "init_args": _init_args(getattr(datamodule, "hparams", {}))}
         elif getattr(self, "_zoo_data_config", None):
             config["data"] = self._zoo_data_config
+        spec = getattr(self, "backbone_spec", None)
+        if spec is not None:
+            # The trunk's weights are in the checkpoint: rebuilding it must neither fetch them again
+            # nor need the user's pretrained file or released backbone, and must normalise as trained.
+            config["init_args"]["backbone"] = spec.self_contained(getattr(self, self.backbone_attribute))
         return config
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -187,12 +194,6 @@ class ZooModule(L.LightningModule):
             return None
         label = label[images].to(self.device)
         return lambda x: self(x.to(self.device)).float().softmax(-1).gather(1, label[:, None])[:, 0]
-
-    # ------------------------------------------------------------------ helpers
-    def speed_setup(self) -> None:
-        """Optional speed switches shared by families (config key `channels_last`)."""
-        if self.hparams.get("channels_last", False):
-            self.to(memory_format=torch.channels_last)
 
     # ------------------------------------------------------------------ acceleration
     @property

@@ -90,6 +90,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                                             "supervised_attention": 1.0}},
         skip={"inductor": "auto never compiles it on CPU, where inductor takes minutes on its whole step: AOT "
                           "tracing checks it there, inductor on CUDA"})
+    backbone_attribute = "encoder"
 
     def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
                  backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
@@ -119,28 +120,8 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"captioner: init_layers must be >= 0, got {init_layers}")
         if supervised_attention < 0:
             raise UserError(f"captioner: supervised_attention (its weight) must be >= 0, got {supervised_attention}")
-        self._check_estimator()
-
-        from zoo.backbones import check_input
-
-        encoder = spec.build()
-        check_input(encoder, self.input_chans, self.hparams.image_size, "the captioner")
-        self.backbone_spec = spec
-        self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
-        self._build_network(encoder)
-        # hard attention's REINFORCE baselines (the authors' moving average, or a learned one: the
-        # expected cost of step t from what is known before its sample, h_{t-1} and E y_t)
-        self.baseline = MovingAverageBaseline(baseline_decay) if attention == "hard" else None
-        self.baseline_net = (nn.Linear(hidden_dim + embed_dim, 1) if attention == "hard" and baseline == "learned"
-                             else None)
-        if vocab is not None:
-            self._build_vocab_layers(vocab)
-        self._eval_store: dict[str, list] = {}
-
-    def _check_estimator(self) -> None:
-        """One line, before anything is built or trained, for an estimator setting that cannot run
-        or cannot mean what it says (a million paths per caption, a temperature <= 0, VIMCO with
-        one path)."""
+        # the estimator: one line, before anything is built, for a setting that cannot run or cannot
+        # mean what it says (a million paths per caption, a temperature <= 0, VIMCO with one path)
         hp = self.hparams
         if int(hp.hard_samples) != hp.hard_samples or hp.hard_samples < 1:
             raise UserError(f"captioner: hard_samples (sample paths per caption) must be a whole number >= 1, "
@@ -163,13 +144,21 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError("captioner: the exact marginal sums the cell out at the deep output; it needs "
                             "deep_output: true")
 
-    # ------------------------------------------------------------------ checkpoints
-    def zoo_config(self) -> dict:
-        # The encoder's weights are in the checkpoint: rebuilding it must neither download them
-        # nor need the user's pretrained file or released backbone, and must normalise as trained.
-        config = super().zoo_config()
-        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.encoder)
-        return config
+        from zoo.backbones import check_input
+
+        encoder = spec.build()
+        check_input(encoder, self.input_chans, self.hparams.image_size, "the captioner")
+        self.backbone_spec = spec
+        self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
+        self._build_network(encoder)
+        # hard attention's REINFORCE baselines (the authors' moving average, or a learned one: the
+        # expected cost of step t from what is known before its sample, h_{t-1} and E y_t)
+        self.baseline = MovingAverageBaseline(baseline_decay) if attention == "hard" else None
+        self.baseline_net = (nn.Linear(hidden_dim + embed_dim, 1) if attention == "hard" and baseline == "learned"
+                             else None)
+        if vocab is not None:
+            self._build_vocab_layers(vocab)
+        self._eval_store: dict[str, list] = {}
 
     # ------------------------------------------------------------------ vocabulary
     def _build_vocab_layers(self, vocab: list[str]) -> None:

@@ -60,11 +60,6 @@ class ItemGridClassifier(ClassifierModule):
         self.class_head = nn.Linear(D, num_classes + 1)  # index num_classes: background
         self.colour_head = nn.Linear(D, num_colours)
 
-    def zoo_config(self) -> dict:
-        config = super().zoo_config()
-        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.backbone)
-        return config
-
     # ------------------------------------------------------------------ model
     def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
         """ItemCanvases' batch form: images, one item box per image (its top-left quarter), class, colour."""

@@ -76,14 +76,6 @@ class ViTClassifier(ClassifierModule):
         self.hparams.backbone = spec.to_dict()
         self.augment = BatchAugment(translate, hflip, erase, erase_area)
 
-    # ------------------------------------------------------------------ config
-    def zoo_config(self) -> dict:
-        # The weights live in the checkpoint: rebuilding it must neither fetch pretrained weights
-        # again nor need the user's pretrained file, and must normalise as trained.
-        config = super().zoo_config()
-        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.backbone)
-        return config
-
     @property
     def vit(self):
         """The timm VisionTransformer inside."""
@@ -91,7 +83,8 @@ class ViTClassifier(ClassifierModule):
 
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
-        self.speed_setup()
+        if self.hparams.channels_last:
+            self.to(memory_format=torch.channels_last)
 
     # ------------------------------------------------------------------ forward
     @property
