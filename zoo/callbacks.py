@@ -266,12 +266,10 @@ class AttentionImageLogger(L.Callback):
         if batch is None or trainer.sanity_checking or not trainer.is_global_zero \
                 or trainer.current_epoch % self.every_n_epochs:
             return
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
+        from zoo.models.base import evaluating
+
+        with evaluating(pl_module):
             figures = list(pl_module.attention_figures(batch).items())[: self.max_figures]
-        finally:
-            pl_module.train(was_training)
         if not figures:
             return
         step = trainer.global_step

@@ -131,19 +131,16 @@ def programs(model, max_len: int | None = None) -> dict[str, Program]:
             "greedy": Program(_Greedy(model, max_len), (images,), ["images"], ["tokens", "alphas"])}
 
 
-def _batch_dynamic(program: Program):
-    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
-    return tuple({0: batch} for _ in program.inputs)
-
-
 def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx",
                    metadata: dict[str, str] | None = None) -> Path:
     """Write one program as ONNX (with `metadata` in its metadata_props) or as a torch.export .pt2
     file, atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
     with torch.no_grad():
-        exported = torch.export.export(program.module, program.inputs, dynamic_shapes=_batch_dynamic(program))
+        exported = torch.export.export(program.module, program.inputs,
+                                       dynamic_shapes=tuple({0: batch} for _ in program.inputs))
     if fmt == "torch":
         import io
 

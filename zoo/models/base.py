@@ -17,6 +17,7 @@ with Lightning's own backward and optimizer step) and log what they return.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -341,6 +342,17 @@ def _check_label_set(cls: type, args: tuple, kwargs: dict) -> None:
     if isinstance(outputs, int) and len(names) != outputs:
         raise UserError(f"{cls.__name__}: {len(names)} class_names for a head of num_classes {outputs}; "
                         "give one name per class (and num_classes for a new label set)")
+
+
+@contextlib.contextmanager
+def evaluating(module: torch.nn.Module):
+    """The module in eval mode for the block, then back in the mode it was in."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
 
 
 def _named(batch) -> dict:

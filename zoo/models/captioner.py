@@ -38,7 +38,6 @@ whole split in one call (coco-caption metrics) plus attention localisation where
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -52,7 +51,7 @@ from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
 from zoo.limits import check_dimensions, check_memory
 from zoo.models import caption_losses, optim
-from zoo.models.base import ZooModule
+from zoo.models.base import ZooModule, evaluating
 from zoo.models.card import CompileHints, FamilyCard
 from zoo.models.captioner_network import COORDS, ShowAttendTellNetwork
 
@@ -458,10 +457,9 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"caption() wants images in [0, 1], got values from {low:.3g} to {high:.3g} "
                             "(the model normalises them itself: do not normalise beforehand)")
 
-    def memory_probe(self, images: torch.Tensor):
-        """What zoo.limits runs on the meta device to measure a forward pass: the encoder and the
-        decoder's start (a whole caption's decoding is `decoding_memory`'s)."""
-        return self.decode_start(images)
+    # what zoo.limits runs on the meta device to measure a forward pass: the encoder and the
+    # decoder's start (a whole caption's decoding is `decoding_memory`'s)
+    memory_probe = ShowAttendTellNetwork.decode_start
 
     def decoding_memory(self, images: torch.Tensor, beam_size: int, max_len: int) -> dict[str, float]:
         """Bytes a `caption` of images [B, 3, H, W] would hold at once (zoo.limits.check_memory):
@@ -493,7 +491,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         max_len = int(max_len or self.hparams.decode_max_len)
         check_dimensions({"beam_size": beam_size, "max_len": max_len}, "caption()")
         check_memory(self.decoding_memory(images, beam_size, max_len), "caption()")
-        with _evaluating(self):
+        with evaluating(self):
             step_fn, state, static, grid = self.decoder(images)
             if beam_size <= 1:
                 decoded = greedy_decode(step_fn, state, static, images.shape[0], START_ID, END_ID, max_len)
@@ -542,7 +540,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         """p(word_t | image, words_<t) for each decoded caption (for hard attention the expected
         context or the exact marginal, as decoding uses: `scoring_mode`), by one teacher-forced pass."""
         tokens = self.caption_tokens([r["words"] for r in results], images.device)
-        with _evaluating(self):
+        with evaluating(self):
             logits = self(images, tokens, mode=self.scoring_mode())["logits"]  # [B, T-1, V]
         probs = logits.float().softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
         return [probs[b, :len(r["words"])].tolist() for b, r in enumerate(results)]
@@ -576,17 +574,6 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             groups.append({"params": encoder_params, "lr": hp.backbone_lr or hp.lr})
         return optim.configure(self, groups, hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
                                schedule=hp.lr_schedule)
-
-
-@contextlib.contextmanager
-def _evaluating(module: nn.Module):
-    """The module in eval mode for the block, then back in the mode it was in."""
-    was_training = module.training
-    module.eval()
-    try:
-        yield
-    finally:
-        module.train(was_training)
 
 
 def _repeat_rows(batch: dict, times: int) -> dict:
