@@ -131,10 +131,8 @@ def _hub_reachable(cfg) -> bool:
 def _cached_hub_file(cfg) -> str | None:
     if not cfg.hf_hub_id:
         return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
+    from huggingface_hub import try_to_load_from_cache  # a dependency of the project and of timm
+
     for filename in ("model.safetensors", "open_clip_pytorch_model.bin", "pytorch_model.bin"):
         found = try_to_load_from_cache(cfg.hf_hub_id, filename)
         if isinstance(found, str):
