@@ -77,11 +77,11 @@ class Retina(nn.Module):
         self.subpixel = bool(subpixel)
         # per scale i: the width in pixels of one output cell (scale_factor ** i) and of the square
         # patch (patch_size * scale_factor ** i)
-        self.cell_sizes = [float(scale_factor) ** i for i in range(self.num_scales)]
-        self.widths = [self.patch_size * d for d in self.cell_sizes]
+        cell_sizes = [float(scale_factor) ** i for i in range(self.num_scales)]
+        self.widths = [self.patch_size * d for d in cell_sizes]
         # Constants as non-persistent buffers: they follow .to(device) and stay out of checkpoints.
         # float64 keeps any scale factor exact; reads cast them to the locations' dtype.
-        self.register_buffer("_cells", torch.tensor(self.cell_sizes, dtype=torch.float64), persistent=False)
+        self.register_buffer("_cells", torch.tensor(cell_sizes, dtype=torch.float64), persistent=False)
         self.register_buffer("_widths", torch.tensor(self.widths, dtype=torch.float64), persistent=False)
         self.image_hw = None if image_size is None else (int(image_size[0]), int(image_size[1]))
         size = [] if image_size is None else [self.image_hw[1], self.image_hw[0]]  # (width, height)
@@ -122,12 +122,7 @@ class Retina(nn.Module):
         if images.dim() != 4 or locations.shape != (images.shape[0], 2):
             raise ValueError(f"expected images [B, C, H, W] and locations [B, 2], got "
                              f"{tuple(images.shape)} and {tuple(locations.shape)}")
-        locations = locations.to(images.dtype)
-        if self.method == "filterbank":
-            return self._filterbank(images, locations)
-        if self.method == "grid_sample":
-            return self._grid_sample(images, locations)
-        return self._crop(images, locations)
+        return getattr(self, f"_{self.method}")(images, locations.to(images.dtype))  # _crop, _filterbank, ...
 
     def filters(self, locations: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Box filterbanks Fy [B, k, g, H] and Fx [B, k, g, W]: entry [b, i, j, a] is the overlap

@@ -21,15 +21,10 @@ REINFORCE term. At test time the hard model decodes with the expected context (t
 the default) or with the argmax location.
 
 Other estimators of the same one-cell attention (issue 33; the captioner's `hard_estimator`):
-- `vimco_signal` (Mnih & Rezende 2016): K sample paths per input, the multi-sample bound
-  log (1/K) sum_k p(y | z_k) and a leave-one-out learning signal for each path's score;
-  `leave_one_out_baseline`: the plain K-sample baseline (the mean cost of the other paths).
-- `marginal_log_prob` (Deng et al. 2018, "Latent Alignment and Variational Attention"): the exact
-  log p(y_t) = logsumexp_i [log alpha_ti + log p(y_t | a_i)], one output per cell. Tractable only
-  where the chosen cell does not feed back into the recurrence (the captioner feeds the expected
-  context to its LSTM then, as harvardnlp/var-attn does).
-- `straight_through_weights` (Jang et al. 2017; Maddison et al. 2017): the Gumbel-max sample as a
-  one-hot vector in the forward pass, the Gumbel-softmax relaxation's gradient in the backward.
+`vimco_signal` and `leave_one_out_baseline` (K sample paths per input), `straight_through_weights`,
+and `marginal_log_prob` (Deng et al. 2018, "Latent Alignment and Variational Attention"), one
+output per cell, tractable only where the chosen cell does not feed back into the recurrence (the
+captioner feeds the expected context to its LSTM then, as harvardnlp/var-attn does).
 """
 from __future__ import annotations
 
@@ -181,11 +176,11 @@ def marginal_log_prob(log_alpha: torch.Tensor, cell_log_probs: torch.Tensor) -> 
 
 
 def straight_through_weights(log_alpha: torch.Tensor, gumbel: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Gumbel-softmax straight-through: log_alpha, gumbel [..., L] -> weights [..., L] that are the
-    one-hot Gumbel-max sample argmax_i(log alpha_i + g_i) in the forward pass (so the context is
-    exactly a_{s_t}, the same sample as REINFORCE's from the same noise) and carry the gradient of
-    softmax((log alpha + g) / temperature) in the backward pass (biased, low variance). Computed in
-    float32 (bf16 noise and logits make NaNs: pytorch #41663)."""
+    """Gumbel-softmax straight-through (Jang et al. 2017; Maddison et al. 2017): log_alpha, gumbel
+    [..., L] -> weights [..., L] that are the one-hot Gumbel-max sample argmax_i(log alpha_i + g_i)
+    in the forward pass (so the context is exactly a_{s_t}, the same sample as REINFORCE's from the
+    same noise) and carry the gradient of softmax((log alpha + g) / temperature) in the backward pass
+    (biased, low variance). Computed in float32 (bf16 noise and logits make NaNs: pytorch #41663)."""
     scores = log_alpha.float() + gumbel.float()
     soft = torch.softmax(scores / temperature, dim=-1)
     hard = torch.zeros_like(soft).scatter_(-1, scores.argmax(dim=-1, keepdim=True), 1.0)

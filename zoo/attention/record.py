@@ -96,8 +96,8 @@ class AttentionRecord:
         """Plain lists (JSON-ready): the documented axis order is in `axes`."""
         B, T = self.maps.shape[:2]
         out: dict[str, Any] = {
-            "family": self.family, "kind": self.kind, "headline": self.headline, "image_size": {"height": self.image_size[0],
-                                                                       "width": self.image_size[1]},
+            "family": self.family, "kind": self.kind, "headline": self.headline,
+            "image_size": dict(zip(("height", "width"), self.image_size)),
             "axes": {"maps": "[image, step, y, x]", "boxes": "[image, step, box, (x0, y0, x1, y1)]",
                      "peaks": "[image, step, (x, y)]", "coordinates": "pixel edges: pixel (row r, column c) "
                      "covers [c, c + 1) x [r, r + 1); x is the column, y the row"},

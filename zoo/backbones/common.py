@@ -88,25 +88,20 @@ _SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with s
                             r"from checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
 
 
-def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    from timm.models import load_state_dict
-
-    return {k: tuple(v.shape) for k, v in load_state_dict(str(path), weights_only=True).items()}
-
-
 def _file_overlay(path: Path, model_name: str) -> dict:
     """pretrained_cfg_overlay for a local file: its path, plus the input channels and class count
     the file was trained with, so timm adapts `in_chans` and the head from the right source."""
     import timm.models
+    from safetensors import safe_open
 
     overlay: dict = {"file": str(path)}
     try:
-        shapes = _file_shapes(path)
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt") as f:
+                shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        else:
+            state = timm.models.load_state_dict(str(path), weights_only=True)
+            shapes = {k: tuple(v.shape) for k, v in state.items()}
     except Exception as exc:
         raise UserError(f"{path}: not a readable weights file ({type(exc).__name__}: {exc})") from None
     cfg = timm.models.get_pretrained_cfg(model_name)
@@ -136,10 +131,8 @@ def _hub_reachable(cfg) -> bool:
 def _cached_hub_file(cfg) -> str | None:
     if not cfg.hf_hub_id:
         return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
+    from huggingface_hub import try_to_load_from_cache  # a dependency of the project and of timm
+
     for filename in ("model.safetensors", "open_clip_pytorch_model.bin", "pytorch_model.bin"):
         found = try_to_load_from_cache(cfg.hf_hub_id, filename)
         if isinstance(found, str):

@@ -58,10 +58,8 @@ def build_backbone(kind: str, **kwargs) -> nn.Module:
 
 @dataclass
 class BackboneSpec:
-    """Images [B, C, H, W] -> PatchFeatures, as one typed block (see the module docstring).
-
-    kind: "stem" (zoo.backbones.ConvStem), "timm_cnn" (TimmCNN), "timm_vit" (TimmViT).
-    Every other field is a constructor argument of that class; None keeps its default."""
+    """Images [B, C, H, W] -> PatchFeatures, as one typed block (see the module docstring): `kind`
+    picks the class (BACKBONES), every other field is a constructor argument of it."""
 
     kind: Literal["stem", "timm_cnn", "timm_vit"] = "stem"
     pretrained: bool | str = False
@@ -144,8 +142,17 @@ class BackboneSpec:
                 raise UserError(f"backbone.{name} {kwargs[name]} disagrees with the model's {value}; leave it out")
             kwargs[name] = tuple(value) if isinstance(value, list) else value
         module = build_backbone(self.kind, **kwargs)
-        if source is not None:
-            _load_tensors(module, source)
+        if source is not None:  # the zoo weight's tensors must fit the backbone it describes
+            own = module.state_dict()
+            missing = sorted(k for k in own if k not in source.state)
+            mismatched = [f"{k} {tuple(source.state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
+                          if k in source.state and source.state[k].shape != v.shape]
+            if missing or mismatched:
+                detail = "; ".join(mismatched[:3]) or f"missing {', '.join(missing[:3])}"
+                raise UserError(f"backbone weight '{source.name}' does not fit the backbone it describes "
+                                f"({detail})")
+            module.load_state_dict({k: source.state[k] for k in own})
+            module.pretrained_source = source  # check_input names it and the image size it was trained on
         return module
 
     def kwargs(self) -> dict:
@@ -242,21 +249,8 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
     sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     data = (config.get("data") or {}).get("init_args") or {}
     size = init_args.get("image_size") or data.get("image_size") or data.get("canvas_size")
-    if isinstance(size, int):
-        size = [size, size]
+    size = [size, size] if isinstance(size, int) else size
     return ZooBackbone(source, spec, sub, list(size) if size else None)
-
-
-def _load_tensors(module: nn.Module, source: ZooBackbone) -> None:
-    own = module.state_dict()
-    missing = sorted(k for k in own if k not in source.state)
-    mismatched = [f"{k} {tuple(source.state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
-                  if k in source.state and source.state[k].shape != v.shape]
-    if missing or mismatched:
-        detail = "; ".join(mismatched[:3]) or f"missing {', '.join(missing[:3])}"
-        raise UserError(f"backbone weight '{source.name}' does not fit the backbone it describes ({detail})")
-    module.load_state_dict({k: source.state[k] for k in own})
-    module.pretrained_source = source  # for check_input's message and the image size it was trained on
 
 
 def check_input(module: nn.Module, in_chans: int, image_size, owner: str) -> None:

@@ -24,6 +24,7 @@ carry theirs: "beats the centre prior" is a claim only when that interval lies a
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -64,12 +65,12 @@ def pointing_game(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """maps [N, H, W], target boxes [N, 4] or [N, M, 4] -> hits [N] bool: the peak pixel's centre
     (`record.peak_pixels`: the middle of a plateau) lies inside a target box. A map with no finite
     positive mass is a miss."""
-    N, H, W = maps.shape
+    W = maps.shape[-1]
     flat = torch.nan_to_num(maps.flatten(1).float(), nan=-1.0, posinf=-1.0, neginf=-1.0)
-    index = peak_pixels(maps)
-    x, y = (index % W).float() + 0.5, (index // W).float() + 0.5
+    index = peak_pixels(maps)[:, None]  # [N, 1]
     b = _boxes(boxes).float()
-    return (_contains(b, x[:, None], y[:, None]) & (b >= 0).all(-1)).any(1) & (flat.amax(1) > 0)
+    inside = _contains(b, (index % W).float() + 0.5, (index // W).float() + 0.5)
+    return (inside & (b >= 0).all(-1)).any(1) & (flat.amax(1) > 0)
 
 
 def mass_in_box(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
@@ -97,15 +98,6 @@ def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def centre_in_box(windows: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """windows [..., 4], target boxes [..., 4] -> bool [...]: the window's centre lies in the box."""
     return _contains(boxes, (windows[..., 0] + windows[..., 2]) / 2, (windows[..., 1] + windows[..., 3]) / 2)
-
-
-def random_like(windows: torch.Tensor, image_size: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
-    """Windows [..., 4] moved to uniformly random centres inside the image, sizes kept."""
-    H, W = image_size
-    size = windows[..., 2:] - windows[..., :2]
-    u = torch.rand(windows.shape[:-1] + (2,), generator=generator, device=windows.device)
-    centre = u * torch.tensor([W, H], dtype=windows.dtype, device=windows.device)
-    return torch.cat([centre - size / 2, centre + size / 2], -1)
 
 
 def bootstrap_ci(values: dict[str, torch.Tensor], groups: torch.Tensor, resamples: int = 1000, seed: int = 0,
@@ -148,11 +140,11 @@ def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor
     and write) against the best-overlapping target. Every metric comes with its chance levels
     (`_uniform`, `_centre`, `_random`) and its difference to them (`_minus_uniform`, ...); with
     groups [N] (each map's test item), every number's bootstrap 95% interval under "ci95"."""
-    H, W = maps.shape[-2:]
+    N, H, W = maps.shape
     targets = _boxes(targets).float()
-    if maps.shape[0] == 0:
+    if N == 0:
         return {"maps": 0}  # nothing to score (e.g. a caption set that names no item)
-    prior = centre_prior((H, W), device=maps.device).expand(maps.shape[0], H, W)
+    prior = centre_prior((H, W), device=maps.device).expand(N, H, W)
     area = box_area(targets, (H, W))
     per_map = {
         "pointing": pointing_game(maps, targets).float(),
@@ -168,9 +160,11 @@ def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor
         for k, name in enumerate(window_names or [f"window {k + 1}" for k in range(windows.shape[1])]):
             window = windows[:, k].float()  # [N, 4]
             size = window[:, 2:] - window[:, :2]
-            middle = torch.tensor([W / 2, H / 2], device=windows.device)
-            candidates = {"": window, "_random": random_like(window, (H, W), generator),
-                          "_centre": torch.cat([middle - size / 2, middle + size / 2], -1)}
+            at = lambda centre: torch.cat([centre - size / 2, centre + size / 2], -1)
+            # the window's size at uniformly random places, and at the image's middle
+            u = torch.rand(N, 2, generator=generator, device=windows.device)
+            candidates = {"": window, "_random": at(u * torch.tensor([W, H], device=windows.device)),
+                          "_centre": at(torch.tensor([W / 2, H / 2], device=windows.device))}
             key = name.replace(" ", "_")
             for suffix, boxes in candidates.items():
                 iou = (box_iou(boxes[:, None, None], targets[:, None]) * valid).amax(-1)[:, 0]  # [N]
@@ -181,7 +175,7 @@ def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor
         for control in ("_uniform", "_centre", "_random"):
             if not name.endswith(("_uniform", "_centre", "_random")) and f"{name}{control}" in per_map:
                 per_map[f"{name}_minus{control}"] = measured - per_map[f"{name}{control}"]
-    return {"maps": int(maps.shape[0]), **_summary(per_map, groups, seed)}
+    return {"maps": N, **_summary(per_map, groups, seed)}
 
 
 # ----------------------------------------------------------------------------- faithfulness
@@ -215,11 +209,6 @@ def curve(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, o
     return torch.stack(scores)
 
 
-def area(curve_values: torch.Tensor) -> torch.Tensor:
-    """[steps + 1, N] -> [N], the trapezoidal area under the curve on [0, 1]."""
-    return torch.trapezoid(curve_values, dx=1.0 / (curve_values.shape[0] - 1), dim=0)
-
-
 def faithfulness_rows(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, maps: torch.Tensor,
                       steps: int = 10, background: float = 0.0, seed: int = 0) -> dict[str, torch.Tensor]:
     """Per row [N]: deletion and insertion areas for the attention order, a random order and the
@@ -232,6 +221,7 @@ def faithfulness_rows(score: Callable[[torch.Tensor], torch.Tensor], images: tor
         "random": torch.rand(N, H * W, generator=generator, device=images.device).argsort(1),
         "centre": order_by(centre_prior((H, W), device=images.device).expand(N, H, W), generator),
     }
+    area = partial(torch.trapezoid, dx=1.0 / steps, dim=0)  # [steps + 1, N] -> [N], the area on [0, 1]
     out: dict[str, torch.Tensor] = {}
     for name, order in orders.items():
         out[f"deletion_{name}"] = area(curve(score, images, order, steps, background)).float()
@@ -332,12 +322,11 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
         out["per_step"] = [correctness(maps_t[times_t == s], boxes_t[times_t == s], seed=seed,
                                        groups=items_t[times_c == s]) | {"step": int(s) + 1}
                            for s in times_t.unique().tolist()]
+    out["faithfulness"] = None  # a family with no evidence to follow
     if rows:
         parts = [faithfulness_rows(evidence, images, row_maps, curve_steps, background, seed)
                  for images, row_maps, evidence, _ in rows]
         per_row = {key: torch.cat([part[key].cpu() for part in parts]) for key in parts[0]}
-        out["faithfulness"] = _summary(per_row, torch.cat([r[3] for r in rows]), seed)
-        out["faithfulness"]["rows"] = int(sum(len(r[3]) for r in rows))
-    else:
-        out["faithfulness"] = None
+        out["faithfulness"] = {**_summary(per_row, torch.cat([r[3] for r in rows]), seed),
+                               "rows": int(sum(len(r[3]) for r in rows))}
     return out

@@ -53,9 +53,8 @@ def kl_std_normal(mu: torch.Tensor, logsigma: torch.Tensor) -> torch.Tensor:
 
 
 def _window_record(model, windows: dict[str, tuple[list, int]], step: str, prediction: dict):
-    """The AttentionRecord of DRAW's windows: {box label: (T per-step FilterParams (fields [B]), N)},
-    the read first. One step per time step; the map is the read's filter weight per pixel
-    (`record.maps_from_filters`), the boxes are the windows."""
+    """windows {box label: (T per-step FilterParams (fields [B]), N)}, the read first -> the
+    AttentionRecord: one step per time step, the read's filter weight per pixel as its map."""
     from zoo.attention import record
 
     # each field [T, B]
@@ -84,9 +83,8 @@ class DRAW(ZooModule):
 
     card = FamilyCard(
         "draw", output="sample", resize="exact", attention="window", bench_recipes=("draw_fmnist",),
-        # a compiled mode compiles one step of eqs. 3-8 (`_cell`), not the T-step unroll. CPU: the
-        # compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays off after
-        # ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
+        # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
+        # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
         compile=CompileHints(pieces=("_cell",), cpu_min_steps=1000),
         dimensions={**dict.fromkeys(["enc_size", "dec_size", "z_size"], 16_384), "read_n": 1_024, "write_n": 1_024,
                     "T": 1_000, "iwae_samples": 100_000, "iwae_chunk": 100_000},
@@ -240,8 +238,7 @@ class DRAW(ZooModule):
             writes.append(params)
         return {"images": canvases[-1], "canvases": torch.stack(canvases), "write": writes}
 
-    def example_batch(self, n: int = 2, seed: int = 0):
-        return self.labelled_batch(n, seed)  # the data's form; the generator reads the images only
+    example_batch = ZooModule.labelled_batch  # the data's form; the generator reads the images only
 
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
@@ -258,9 +255,6 @@ class DRAW(ZooModule):
         windows = {"read": (out["read"], self.hparams.read_n), "write": (out["write"], self.hparams.write_n)}
         canvas, canvases = torch.sigmoid(out["logits"]), torch.sigmoid(out["canvas"]).transpose(0, 1)
         return _window_record(self, windows, "step", {"canvas": canvas, "canvases": canvases})
-
-    def evidence(self, record, images, steps):
-        return None  # a generator predicts no class or word to follow
 
     # ------------------------------------------------------------------ Lightning
     def binarize(self, images: torch.Tensor, train: bool = False) -> torch.Tensor:

@@ -245,10 +245,6 @@ class RAM(ZooModule):
         if context != "none":
             self.context_net = ContextNetwork(in_chans, context_size, context_channels, where_hidden)
 
-    @property
-    def retina(self) -> Retina:
-        return self.glimpse.retina
-
     # ------------------------------------------------------------------ policy
     def current_std(self) -> torch.Tensor | float:
         """sigma of the location policy: a constant, a learned scalar, or linearly annealed from
@@ -261,10 +257,6 @@ class RAM(ZooModule):
             frac = min(1.0, step / max(1, hp.std_anneal_steps))
             return hp.std + (hp.std_final - hp.std) * frac
         return hp.std
-
-    def location_mean(self, h: torch.Tensor) -> torch.Tensor:
-        mu = self.locator(h)  # [B, 2]
-        return torch.tanh(mu) if self.hparams.location_mean == "tanh" else mu
 
     # ------------------------------------------------------------------ rollout
     def policy_noise(self, policy: str, batch_size: int, like: torch.Tensor,
@@ -312,12 +304,13 @@ class RAM(ZooModule):
         if std is None:
             std = self.current_std()  # a float, or a 0-d tensor when learnable (no host round trip)
         log_std = torch.log(std) if isinstance(std, torch.Tensor) else math.log(std)
-        states, locations, log_probs, baselines, means = [], [], [], [], []
+        steps = []  # per glimpse: h_t, l_t, log pi(l_t | h_{t-1}), b_t, mu_t
         for t in range(T):
             # The switch: a detached state keeps REINFORCE inside the location network (with a
             # where layer, r2 is the location network's own state; its input r1 is detached below).
             h_policy = w if hp.where_layer else h if hp.reinforce_to_core else h.detach()
-            mu = self.location_mean(h_policy)  # [B, 2]
+            mu = self.locator(h_policy)  # [B, 2], the policy's mean
+            mu = torch.tanh(mu) if hp.location_mean == "tanh" else mu
             if policy == "sample":
                 raw = (mu + std * noise[t]).detach()  # the action is a constant for every gradient
             elif policy == "mean":
@@ -329,19 +322,15 @@ class RAM(ZooModule):
             log_prob = (-((raw - mu) ** 2) / (2 * std ** 2) - log_std).sum(-1) - math.log(2 * math.pi)  # [B]
             location = raw.clamp(-1.0, 1.0)
             b = self.baseline(h_policy.detach())  # b_t from the detached state
-            baselines.append(b.squeeze(-1) if hp.baseline == "shared" else b[:, t])
+            b = b.squeeze(-1) if hp.baseline == "shared" else b[:, t]
             h, c = _recur(self.core, self.glimpse(images, location), h, c)
             if hp.where_layer and t < T - 1:  # r2_t = f(r1_t, r2_{t-1}); the last one would propose nothing
                 w, wc = _recur(self.where, h if hp.reinforce_to_core else h.detach(), w, wc)
-            states.append(h)
-            locations.append(location)
-            log_probs.append(log_prob)
-            means.append(mu)
-        states_t = torch.stack(states, dim=1)  # [B, T, hidden]
-        step_logits = self.classifier(states_t)  # [B, T, classes]
-        return {"logits": step_logits[:, -1], "step_logits": step_logits,
-                "locations": torch.stack(locations, 1), "log_probs": torch.stack(log_probs, 1),
-                "baselines": torch.stack(baselines, 1), "means": torch.stack(means, 1)}
+            steps.append((h, location, log_prob, b, mu))
+        states, locations, log_probs, baselines, means = (torch.stack(x, 1) for x in zip(*steps))
+        step_logits = self.classifier(states)  # [B, T, classes]
+        return {"logits": step_logits[:, -1], "step_logits": step_logits, "locations": locations,
+                "log_probs": log_probs, "baselines": baselines, "means": means}
 
     def forward(self, images: torch.Tensor, policy: str = "mean") -> torch.Tensor:
         """images [B, C, H, W] -> logits [B, num_classes] (deterministic policy by default)."""
@@ -375,11 +364,10 @@ class RAM(ZooModule):
             ce = F.cross_entropy(out["logits"], labels)
         baselines = out["baselines"]  # [B, T]
         returns = self.returns(out, labels)  # [B, T]
-        advantage = (returns - baselines).detach()
-        M = hp.train_samples
+        M, reference = hp.train_samples, baselines
         if M > 1:  # the M paths of an image (adjacent rows) are each other's baseline: leave-one-out
-            others = leave_one_out_baseline(returns.view(-1, M, returns.shape[1]))  # [B / M, M, T]
-            advantage = (returns - others.reshape(returns.shape)).detach()
+            reference = leave_one_out_baseline(returns.view(-1, M, returns.shape[1])).reshape(returns.shape)
+        advantage = (returns - reference).detach()
         # eq. 3: sum over steps of log pi (R - b_t), averaged over the batch; minimised, so negated
         reinforce = -(out["log_probs"] * advantage).sum(1).mean()
         baseline_mse = F.mse_loss(baselines, returns)
@@ -397,11 +385,8 @@ class RAM(ZooModule):
             terms["location_mse"] = supervision
         return {"loss": total, **terms}
 
-    def _train_policy(self) -> str:
-        return "random" if self.hparams.location_policy == "random" else "sample"
-
-    def _eval_policy(self) -> str:
-        return "random" if self.hparams.location_policy == "random" else "mean"
+    def _policy(self, learned: str) -> str:  # learned: "sample" to train, "mean" to evaluate
+        return "random" if self.hparams.location_policy == "random" else learned
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
     def example_batch(self, n: int = 2, seed: int = 0):
@@ -428,11 +413,11 @@ class RAM(ZooModule):
             images = images.repeat_interleave(self.hparams.train_samples, 0)
             labels = labels.repeat_interleave(self.hparams.train_samples, 0)
             targets = None if targets is None else targets.repeat_interleave(self.hparams.train_samples, 0)
-        noise = self.policy_noise(self._train_policy(), images.shape[0], images)
+        noise = self.policy_noise(self._policy("sample"), images.shape[0], images)
         return {"images": images, "labels": labels, "noise": noise, "std": self._std_input(images), "targets": targets}
 
     def train_loss(self, images, labels, noise, std, targets=None):
-        out = self.rollout(images, self._train_policy(), noise=noise, std=std)
+        out = self.rollout(images, self._policy("sample"), noise=noise, std=std)
         terms = self.losses(out, labels, targets)
         return terms["loss"], {key: value.detach() for key, value in terms.items()}
 
@@ -452,8 +437,9 @@ class RAM(ZooModule):
         """The batch and, from the evaluation generator, the draws of the deterministic (none
         unless the policy is random), sampled, and for "test" the M-sample and random rollouts."""
         images, labels = batch[:2]
-        n, gen, train_policy = images.shape[0], self._eval_generator, self._train_policy()
-        inputs = {"images": images, "labels": labels, "det_noise": self.policy_noise(self._eval_policy(), n, images, gen),
+        n, gen, train_policy = images.shape[0], self._eval_generator, self._policy("sample")
+        inputs = {"images": images, "labels": labels,
+                  "det_noise": self.policy_noise(self._policy("mean"), n, images, gen),
                   "sampled_noise": self.policy_noise(train_policy, n, images, gen)}
         if stage == "test":
             inputs["many_noise"] = self.policy_noise(train_policy, n * self.hparams.eval_samples, images, gen)
@@ -462,8 +448,8 @@ class RAM(ZooModule):
 
     def eval_metrics(self, stage, images, labels, det_noise, sampled_noise, std, many_noise=None, random_noise=None):
         n, hp = images.shape[0], self.hparams
-        det = self.rollout(images, self._eval_policy(), noise=det_noise, std=std)
-        sampled = self.rollout(images, self._train_policy(), noise=sampled_noise, std=std)
+        det = self.rollout(images, self._policy("mean"), noise=det_noise, std=std)
+        sampled = self.rollout(images, self._policy("sample"), noise=sampled_noise, std=std)
         metrics = {"loss": F.cross_entropy(det["logits"], labels), "acc": _accuracy(det["logits"], labels)}
         if stage != "test":
             metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
@@ -472,8 +458,8 @@ class RAM(ZooModule):
         metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
         # M trajectories per image in one batched rollout; average the class probabilities
         m = hp.eval_samples
-        many = self.rollout(images.repeat_interleave(m, 0), self._train_policy(), noise=many_noise, std=std)["logits"]
-        probs = many.softmax(-1).view(n, m, -1).mean(1)
+        many = self.rollout(images.repeat_interleave(m, 0), self._policy("sample"), noise=many_noise, std=std)
+        probs = many["logits"].softmax(-1).view(n, m, -1).mean(1)
         metrics[f"acc_mc{m}"] = _accuracy(probs, labels)
         for t in range(hp.num_glimpses):
             metrics[f"acc_glimpses_{t + 1}"] = _accuracy(det["step_logits"][:, t], labels)
@@ -491,10 +477,10 @@ class RAM(ZooModule):
 
         if policy not in (None, "mean", "sample"):
             raise ValueError(f"policy must be mean or sample, got {policy!r}")
-        out = self.rollout(images, self._eval_policy() if policy is None else self._train_policy()
+        out = self.rollout(images, self._policy("mean") if policy is None else self._policy("sample")
                            if policy == "sample" else "mean")
         B, T = out["locations"].shape[:2]
-        boxes = self.retina.boxes(out["locations"].reshape(B * T, 2), *self.image_hw).view(B, T, -1, 4)
+        boxes = self.glimpse.retina.boxes(out["locations"].flatten(0, 1), *self.image_hw).view(B, T, -1, 4)
         probs = out["logits"].softmax(-1)
         return record.AttentionRecord(
             family=self.family, kind="glimpse", maps=record.maps_from_boxes(boxes, self.image_hw),
@@ -508,18 +494,15 @@ class RAM(ZooModule):
         return out["logits"], out["locations"]
 
     # ------------------------------------------------------------------ optimisation
-    def location_parameters(self) -> list[nn.Parameter]:
-        """The location network: f_l, and DRAM's where layer and context network when present."""
-        parts = [self.locator] + [getattr(self, name) for name in ("where", "context_net") if hasattr(self, name)]
-        return [p for part in parts for p in part.parameters()]
-
     def configure_optimizers(self):
         hp = self.hparams
         params = [p for p in self.parameters() if p.requires_grad]
         if hp.location_lr_scale != 1.0:
             # The location network learns from REINFORCE alone; its own step size damps the random
-            # walk a noisy policy gradient takes under Adam's per-parameter scaling.
-            location = self.location_parameters()
+            # walk a noisy policy gradient takes under Adam's per-parameter scaling. The location
+            # network: f_l, and DRAM's where layer and context network when present.
+            parts = [self.locator] + [getattr(self, n) for n in ("where", "context_net") if hasattr(self, n)]
+            location = [p for part in parts for p in part.parameters()]
             located = {id(p) for p in location}
             params = [{"params": [p for p in params if id(p) not in located]},
                       {"params": location, "lr": hp.lr * hp.location_lr_scale}]
