@@ -269,10 +269,6 @@ def _download_from_hub(location: str, repo_id: str, filename: str, revision: str
     return path
 
 
-def _matches(path: Path, pin: str) -> bool:
-    return sha256_file(path).startswith(pin)
-
-
 def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
     """A local path, or a URL downloaded once into the cache; `sha256`: the file's sha256 in hex, or
     a prefix of at least 8 digits. A local file is checked on every call; a download is verified
@@ -287,7 +283,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
         path = Path(location)
         if not path.is_file():
             raise UserError(f"{path}: no such weights file")
-        if pin and not _matches(path, pin):
+        if pin and not sha256_file(path).startswith(pin):
             raise UserError(f"{path}: sha256 mismatch; the file was changed or corrupted "
                             f"(expected {pin[:12]}…, got {sha256_file(path)[:12]}…)")
         return path
@@ -314,7 +310,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
         target.unlink()  # the cache holds files it wrote itself, never a link to elsewhere
     if target.is_file():
         try:
-            if pin is not None and _matches(target, pin):
+            if pin is not None and sha256_file(target).startswith(pin):
                 return target  # the pin vouches for every byte
             if pin is None:
                 check_whole(target, url, crc=False)  # an unpinned entry: whole, or evicted
@@ -327,7 +323,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
             _download(url, part)
             if pin is None:
                 check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache
-            elif not _matches(part, pin):
+            elif not sha256_file(part).startswith(pin):
                 raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
                                 f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
             os.replace(part, target)
