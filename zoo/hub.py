@@ -50,8 +50,9 @@ def weights_dir() -> Path:
 
 
 def manifest() -> dict:
-    """The release manifest: {name: {file, sha256, url?, config, metadata}} ({} when absent), its
-    configs in current hyperparameter names (zoo.hparams: a mirror's manifest may be older)."""
+    """The release manifest: {name: {file, sha256, url?, config: {class_path, init_args, data},
+    metadata: {task, dataset, metrics, recipe, device, ...}}} ({} when absent), its configs in
+    current hyperparameter names (zoo.hparams: a mirror's manifest may be older)."""
     path = weights_dir() / "MANIFEST.json"
     if not path.exists():
         return {}
@@ -59,7 +60,7 @@ def manifest() -> dict:
     good = {}
     for name, record in records.items():
         if problem := _record_problem(record):
-            _skip_release(str(path), shorten(name, 60), problem)
+            warn_once(f"{path}: release {shorten(name, 60)!r} skipped, {problem}")
         else:
             good[name] = {**record, "config": current_config(record["config"])}
     return good
@@ -83,8 +84,9 @@ def _record_problem(record) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _skip_release(path: str, name: str, problem: str) -> None:
-    warnings.warn(f"{path}: release {name!r} skipped, {problem}", UserWarning, stacklevel=3)
+def warn_once(message: str) -> None:
+    """One warning per message in a process (a skipped release or recipe, per version of its file)."""
+    warnings.warn(message, UserWarning, stacklevel=3)
 
 
 # Where released weight files are published: the assets of this repository's GitHub release for
@@ -164,8 +166,10 @@ def fetch_card(location, pin: str | None = None) -> Path:
             weights = _download_from_hub(location, repo_id, CARD_WEIGHTS, revision or None, fetched)
             _verify_card(weights, config, pin, location)
         except UserError:
-            for path in fetched:  # a refused repository leaves nothing in the cache
-                _evict_cached(path)
+            for path in fetched:  # a refused repository leaves nothing in the cache: link and blob
+                blob = path.resolve()
+                path.unlink(missing_ok=True)
+                blob.unlink(missing_ok=True)
             raise
         return weights
     folder = Path(location)
@@ -265,40 +269,21 @@ def _download_from_hub(location: str, repo_id: str, filename: str, revision: str
     return path
 
 
-def _evict_cached(path: Path) -> None:
-    """Remove a file huggingface_hub cached: its snapshot link and the blob it points at."""
-    blob = path.resolve()
-    path.unlink(missing_ok=True)
-    if blob != path:
-        blob.unlink(missing_ok=True)
-
-
-def _check_pin(sha256: str | None) -> str | None:
-    if sha256 is None:
-        return None
-    pin = str(sha256).strip().lower()
-    if not re.fullmatch(r"[0-9a-f]{8,64}", pin):
-        raise UserError(f"--sha256 {sha256!r}: give the file's sha256 in hex (at least its first 8 digits)")
-    return pin
-
-
-def _matches(path: Path, pin: str) -> bool:
-    return sha256_file(path).startswith(pin)
-
-
 def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
     """A local path, or a URL downloaded once into the cache; `sha256`: the file's sha256 in hex, or
     a prefix of at least 8 digits. A local file is checked on every call; a download is verified
     before it enters the cache, and a cached copy before it is served. A model card (`hf-hub:ORG/NAME`
     or a folder in the hub's layout) gives its verified model.safetensors."""
-    pin = _check_pin(sha256)
+    pin = None if sha256 is None else str(sha256).strip().lower()
+    if pin is not None and not re.fullmatch(r"[0-9a-f]{8,64}", pin):
+        raise UserError(f"--sha256 {sha256!r}: give the file's sha256 in hex (at least its first 8 digits)")
     if is_card(location):
         return fetch_card(location, pin)
     if not is_url(str(location)):
         path = Path(location)
         if not path.is_file():
             raise UserError(f"{path}: no such weights file")
-        if pin and not _matches(path, pin):
+        if pin and not sha256_file(path).startswith(pin):
             raise UserError(f"{path}: sha256 mismatch; the file was changed or corrupted "
                             f"(expected {pin[:12]}…, got {sha256_file(path)[:12]}…)")
         return path
@@ -325,7 +310,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
         target.unlink()  # the cache holds files it wrote itself, never a link to elsewhere
     if target.is_file():
         try:
-            if pin is not None and _matches(target, pin):
+            if pin is not None and sha256_file(target).startswith(pin):
                 return target  # the pin vouches for every byte
             if pin is None:
                 check_whole(target, url, crc=False)  # an unpinned entry: whole, or evicted
@@ -338,7 +323,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
             _download(url, part)
             if pin is None:
                 check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache
-            elif not _matches(part, pin):
+            elif not sha256_file(part).startswith(pin):
                 raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
                                 f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
             os.replace(part, target)
@@ -406,7 +391,7 @@ def check_whole(path: Path, url: str, crc: bool = True) -> None:
     refused with the URL named. (A pinned download needs none of this: its sha256 vouches for it.)"""
     size, length, header = _safetensors_header(path)
     if header is not None and header.startswith(b"{"):
-        problem = _safetensors_problem(header, size - 8 - length)
+        problem = _safetensors_problem(size, length, header)
         if problem is None:
             return
         raise UserError(f"{url}: the download is not a whole safetensors file ({problem}); refusing it")
@@ -447,18 +432,18 @@ def check_safetensors(path: Path) -> None:
     """A safetensors file's header, checked against the file before the library maps a tensor: its
     declared length, and every tensor's dtype x shape filling exactly its byte range inside the file."""
     try:
-        size, length, header = _safetensors_header(path)
+        problem = _safetensors_problem(*_safetensors_header(path))
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if header is None:
-        raise UserError(f"{path}: not a valid safetensors file (its header declares {length:,} bytes "
-                        f"of a {size:,}-byte file)")
-    problem = _safetensors_problem(header, size - 8 - length)
     if problem:
         raise UserError(f"{path}: not a valid safetensors file ({problem})")
 
 
-def _safetensors_problem(header: bytes, data_size: int) -> str | None:
+def _safetensors_problem(size: int, length: int, header: bytes | None) -> str | None:
+    """What is wrong with a safetensors file of `size` bytes, from `_safetensors_header`; None if nothing."""
+    if header is None:
+        return f"its header declares {length:,} bytes of a {size:,}-byte file"
+    data_size = size - 8 - length
     try:
         table = json.loads(header)
     except (ValueError, RecursionError):
@@ -540,17 +525,6 @@ def check_zip_records(path: Path) -> None:
 MAX_CHECKPOINT_RATIO = 100
 
 
-def check_finite(state: dict, source: str) -> None:
-    """Refuse weights holding NaN or infinity (a diverged run, or a forged file): every number the
-    model would compute from them, and every picture drawn of it, would be NaN."""
-    import torch
-
-    for name, tensor in state.items():
-        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise UserError(f"{source}: refused, tensor {shorten(name, 80)} holds NaN or infinite values "
-                            "(a diverged run or a damaged file)")
-
-
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
     """Return (state_dict, zoo_config or None) from a .safetensors or Lightning .ckpt file; the config
     in current hyperparameter names (zoo.hparams), however old the file."""
@@ -583,7 +557,11 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
         if text is not None and len(text) > MAX_CONFIG_BYTES:
             raise UserError(f"{path}: refused, its zoo config is more than {MAX_CONFIG_BYTES:,} characters")
         config = parse_json(text, f"{path}: its zoo config") if text is not None else None
-    check_finite(state, str(path))
+    # weights holding NaN or infinity (a diverged run, or a forged file) make every output NaN
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UserError(f"{path}: refused, tensor {shorten(name, 80)} holds NaN or infinite values "
+                            "(a diverged run or a damaged file)")
     return state, current_config(config) if isinstance(config, dict) or config is None else {"class_path": config}
 
 

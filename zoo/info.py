@@ -64,14 +64,6 @@ def architecture(config: dict) -> dict:
     return {**config, "init_args": init_args}
 
 
-def timm_weights(config: dict) -> bool:
-    """Whether the config starts from timm's pretrained weights (whose mean/std the model then
-    applies: timm's pretrained_cfg, not known without them)."""
-    args = config.get("init_args") or {}
-    blocks = [args, *([args["backbone"]] if isinstance(args.get("backbone"), dict) else [])]
-    return any(block.get("pretrained") is True or block.get("pretrained_file") for block in blocks)
-
-
 def description(entry) -> str | None:
     """The first sentence of the recipe's leading comment."""
     path = entry.recipe
@@ -103,6 +95,10 @@ def describe(name: str) -> dict:
     names = meta.get("class_names") or (meta.get("preprocessing") or {}).get("class_names") \
         or entry.model.get("init_args", {}).get("class_names") or facts.get("class_names")
     vocab = meta.get("vocab")
+    # started from timm's pretrained weights, whose mean/std the model applies (timm's pretrained_cfg)
+    args = config_of(entry).get("init_args") or {}
+    timm = any(block.get("pretrained") is True or block.get("pretrained_file")
+               for block in [args, *([args["backbone"]] if isinstance(args.get("backbone"), dict) else [])])
     record = {
         "name": name,
         "family": entry.metadata.get("family") or facts.get("family"),
@@ -114,7 +110,7 @@ def describe(name: str) -> dict:
         "mean": pre.get("mean"), "std": pre.get("std"),
         "normalisation": "inside the model" if pre.get("mean") else
                          "inside the model: the pretrained weights' mean/std (timm's pretrained_cfg)"
-                         if timm_weights(config_of(entry)) else "none",
+                         if timm else "none",
         "resize": pre.get("resize"), "resize_size": pre.get("resize_size"), "interpolation": INTERPOLATION,
         "alpha": ALPHA_RULE,
         "num_classes": len(names) if names else facts.get("num_classes"),
@@ -126,9 +122,7 @@ def describe(name: str) -> dict:
         "recipe": entry.metadata.get("recipe"),
         "recipe_file": entry.metadata.get("recipe_file"),
     }
-    for key in ("num_params_note", "gmacs_note"):
-        if facts.get(key):
-            record[key] = facts[key]
+    record.update({key: facts[key] for key in ("num_params_note", "gmacs_note") if facts.get(key)})
     if entry.weights is not None:
         path = hub.weights_dir() / entry.weights["file"]
         record.update({

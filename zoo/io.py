@@ -152,7 +152,12 @@ def writing(path: str | os.PathLike, kind: str = "tmp") -> Iterator[Path]:
     if kind not in TEMP_KINDS:
         raise ValueError(f"kind {kind!r} is not one of {TEMP_KINDS}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_before_writing(path)
+    folder = os.path.abspath(path.parent)  # see _LOCKED_AT_FIRST_WRITE
+    if folder not in _LOCKED_AT_FIRST_WRITE:
+        _LOCKED_AT_FIRST_WRITE[folder] = {target for target, _ in _locks(folder)}
+    if path.name in _LOCKED_AT_FIRST_WRITE[folder]:
+        _LOCKED_AT_FIRST_WRITE[folder].discard(path.name)
+        sweep_stale(path)
     token = uuid.uuid4().hex[:16]
     lock = path.with_name(f".{path.name}.{token}.lock")
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -191,24 +196,6 @@ def _clean(path: Path, token: str) -> list[Path]:
     return removed
 
 
-def _dead_writer(lock: Path) -> int | None:
-    """An fd holding `lock` when the zoo wrote it and its writer is gone (its flock could be taken),
-    else None. The caller closes the fd after removing the writer's files."""
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        same = os.path.samestat(os.fstat(fd), os.lstat(lock))  # not unlinked by a finishing writer
-        if same and os.pread(fd, len(_LOCK_MARK), 0) == _LOCK_MARK:
-            return fd
-    except OSError:
-        pass  # held (a live writer, in any namespace, on any machine), gone, or not lockable here
-    os.close(fd)
-    return None
-
-
 def sweep_stale(path: str | os.PathLike) -> list[Path]:
     """Remove what killed writers of `path` left beside it (its temporaries whose lock file is the
     zoo's and free; each one's `old` goes back, as `_clean` says); returns what it removed."""
@@ -216,13 +203,21 @@ def sweep_stale(path: str | os.PathLike) -> list[Path]:
     removed = []
     for token in [token for target, token in _locks(path.parent) if target == path.name]:
         lock = path.with_name(f".{path.name}.{token}.lock")
-        fd = _dead_writer(lock)
-        if fd is None:
-            continue
         try:
-            removed += _clean(path, token)
-            lock.unlink(missing_ok=True)
-            removed.append(lock)
+            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:  # the writer's files go while we hold its lock, if the zoo wrote it and the writer is gone
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                same = os.path.samestat(os.fstat(fd), os.lstat(lock))  # not unlinked by a finishing writer
+                dead = same and os.pread(fd, len(_LOCK_MARK), 0) == _LOCK_MARK
+            except OSError:  # held (a live writer, in any namespace, on any machine), gone, or not lockable
+                dead = False
+            if dead:
+                removed += _clean(path, token)
+                lock.unlink(missing_ok=True)
+                removed.append(lock)
         finally:
             os.close(fd)
     return removed
@@ -241,15 +236,6 @@ def _locks(directory: str | os.PathLike) -> list[tuple[str, str]]:
 # folder is listed once, not at every write (a figure folder of 10,000 images would be listed 10,000
 # times). A writer that dies there later is swept by the next process that writes its target.
 _LOCKED_AT_FIRST_WRITE: dict[str, set[str]] = {}
-
-
-def _sweep_before_writing(path: Path) -> None:
-    folder = os.path.abspath(path.parent)
-    if folder not in _LOCKED_AT_FIRST_WRITE:
-        _LOCKED_AT_FIRST_WRITE[folder] = {target for target, _ in _locks(folder)}
-    if path.name in _LOCKED_AT_FIRST_WRITE[folder]:
-        _LOCKED_AT_FIRST_WRITE[folder].discard(path.name)
-        sweep_stale(path)
 
 
 def sweep_folder(directory: str | os.PathLike) -> list[Path]:
@@ -361,27 +347,23 @@ def swap_in_folder(staging: Path, target: Path, problem_of: Callable[[Path], str
     is kept beside `target`, with a warning."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        previous = _put_in_place(staging, target)
+        previous = None  # where the old set is now, if any
+        try:
+            if not target.exists():
+                os.rename(staging, target)
+            elif _exchange(staging, target):
+                previous = staging
+            else:
+                previous = companion(staging, "old")
+                os.rename(target, previous)
+                os.rename(staging, target)
+        except OSError as exc:
+            raise UserError(f"--out {target}: cannot put the new set in place "
+                            f"({exc.strerror or exc})") from None
         if previous is not None:
             _remove_set(previous, target, problem_of)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-
-
-def _put_in_place(staging: Path, target: Path) -> Path | None:
-    """Rename (or exchange) `staging` into `target`; returns where the old set is now, if any."""
-    try:
-        if not target.exists():
-            os.rename(staging, target)
-            return None
-        if _exchange(staging, target):
-            return staging
-        old = companion(staging, "old")
-        os.rename(target, old)
-        os.rename(staging, target)
-        return old
-    except OSError as exc:
-        raise UserError(f"--out {target}: cannot put the new set in place ({exc.strerror or exc})") from None
 
 
 def _remove_set(folder: Path, target: Path, problem_of: Callable[[Path], str | None]) -> None:

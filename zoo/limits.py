@@ -163,6 +163,7 @@ def check_tree(tree: Any, what: str, max_nodes: float | None = None) -> None:
     keep = []  # the finished containers stay alive (their ids unreused) while we count
     stack: list[list] = []  # the containers being counted: [node, its children left, its count so far]
     on_path: set[int] = set()  # their ids
+    tensor_type = getattr(sys.modules.get("torch"), "Tensor", ())
 
     def visit(node, depth: int) -> int:
         """The node's count when known now (a leaf: 1; a container counted before: its count), else 0
@@ -170,7 +171,8 @@ def check_tree(tree: Any, what: str, max_nodes: float | None = None) -> None:
         if isinstance(node, str) and len(node) > max_string:
             raise UserError(f"{what}: refused, a string of {len(node):,} characters (the limit is "
                             f"{int(max_string):,}): {shorten(node, 60)}")
-        if not isinstance(node, (Mapping, list, tuple, set, frozenset)) or _is_tensor(node):
+        # a torch tensor is a leaf, found without importing torch where nothing has (then none exists)
+        if not isinstance(node, (Mapping, list, tuple, set, frozenset)) or isinstance(node, tensor_type):
             return 1
         if id(node) in sizes:
             return sizes[id(node)]
@@ -243,12 +245,6 @@ def check_flags(values: Mapping[str, Any], limit_name: str | None = None) -> Non
             raising = isinstance(value, (int, float)) and value > top
             raise UserError(f"{flag} {shorten(value, 40)}: outside the sane range 1..{top:,.0f}"
                             + (f" (raise it with ZOO_LIMITS={name}=N if you mean it)" if raising else ""))
-
-
-def _is_tensor(node) -> bool:
-    """A torch tensor (a leaf here), without importing torch where nothing has: then none exists."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(node, torch.Tensor)
 
 
 # ----------------------------------------------------------------------------- memory

@@ -127,7 +127,13 @@ def with_current_names(argv: list[str]) -> list[str]:
     out = []
     for key, value, items in _options(argv, (*CONFIG, ACCEL).__contains__):
         if key in CONFIG and value is not None:
-            out += [key, _current_recipe(value)]
+            recipe = yaml.safe_load(Path(value).read_text())
+            current = in_current_names(recipe) if isinstance(recipe, dict) else recipe
+            if current != recipe:
+                moved = RETIRED.keys() & recipe["model"]["init_args"].keys()
+                accel = f" (its model's accel is the run's --accel {current.get('accel', 'auto')})"
+                log.warning("%s: read in current hyperparameter names%s", value, accel if moved else "")
+            out += [key, value if current == recipe else yaml.safe_dump(current, sort_keys=False)]
         elif key == ACCEL and value is not None:
             log.warning("%s is the run option --accel now: read as --accel %s", ACCEL, value)
             out += ["--accel", value]
@@ -149,14 +155,3 @@ def in_current_names(recipe: dict) -> dict:
     if mode != "auto" and "accel" not in out:
         out["accel"] = mode
     return out
-
-
-def _current_recipe(path: str) -> str:
-    recipe = yaml.safe_load(Path(path).read_text())
-    current = in_current_names(recipe) if isinstance(recipe, dict) else recipe
-    if current == recipe:
-        return path
-    moved = RETIRED.keys() & recipe["model"]["init_args"].keys()
-    log.warning("%s: read in current hyperparameter names%s", path,
-                f" (its model's accel is the run's --accel {current.get('accel', 'auto')})" if moved else "")
-    return yaml.safe_dump(current, sort_keys=False)

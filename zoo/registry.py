@@ -3,14 +3,8 @@
 Every recipe `configs/<family>/<recipe>.yaml` that has a `model:` section is a registry entry named
 `<family>_<recipe>` (e.g. configs/ram/fmnist_centered.yaml -> "ram_fmnist_centered"): the recipe
 holds every hyperparameter, so the registry duplicates none. Released weights are listed in
-`weights/MANIFEST.json`:
-
-    {"<name>": {"file": "<name>.safetensors", "sha256": "...", "url": "optional mirror",
-                "config": {class_path, init_args, data},
-                "metadata": {"task", "dataset", "metrics", "recipe", "device", ...}}}
-
-The manifest's config is the architecture the weights were trained with; it wins over the recipe
-when pretrained weights are loaded.
+`weights/MANIFEST.json` (zoo.hub.manifest): its config is the architecture the weights were trained
+with, and wins over the recipe when pretrained weights are loaded.
 """
 from __future__ import annotations
 
@@ -40,12 +34,8 @@ INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
 log = logging.getLogger("zoo")
 _INSTALLED = Path(__file__).resolve().parent / "recipes"
 #: the recipes that come with the code: those a wheel installs as zoo/recipes, else the clone's configs/
+#: ($ZOO_CONFIG_DIR reads others instead)
 SHIPPED_CONFIGS = _INSTALLED if _INSTALLED.is_dir() else REPO_ROOT / "configs"
-
-
-def config_dir() -> Path:
-    """The recipes: $ZOO_CONFIG_DIR, else SHIPPED_CONFIGS."""
-    return Path(os.environ["ZOO_CONFIG_DIR"]) if os.environ.get("ZOO_CONFIG_DIR") else SHIPPED_CONFIGS
 
 
 @dataclass
@@ -84,15 +74,9 @@ def _parsed(path: Path, mtime_ns: int, size: int) -> dict | str:
     return recipe if isinstance(recipe, dict) else f"a {type(recipe).__name__}, not a mapping"
 
 
-@functools.lru_cache(maxsize=None)
-def _skip(path: Path, reason: str) -> None:
-    """One warning per unreadable recipe and version: the registry and every other recipe work on."""
-    warnings.warn(f"{path}: skipped, {reason}", UserWarning, stacklevel=2)
-
-
 def _entries() -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
-    root = config_dir()
+    root = Path(os.environ["ZOO_CONFIG_DIR"]) if os.environ.get("ZOO_CONFIG_DIR") else SHIPPED_CONFIGS
     for path in sorted(root.glob("*/*.yaml")):
         family = path.parent.name
         if family == "base" or family.startswith("_") or path.stem.startswith("_"):
@@ -102,14 +86,14 @@ def _entries() -> dict[str, Entry]:
         except OSError:
             continue
         recipe = _parsed(path, stat.st_mtime_ns, stat.st_size)
-        if isinstance(recipe, str):
-            _skip(path, recipe)
+        if isinstance(recipe, str):  # one warning per unreadable recipe and version; the others work on
+            hub.warn_once(f"{path}: skipped, {recipe}")
             continue
         model = recipe.get("model")
         if not isinstance(model, dict) or not isinstance(model.get("class_path"), str):
             continue
         if not isinstance(model.get("init_args") or {}, dict) or not isinstance(recipe.get("data") or {}, dict):
-            _skip(path, "its model or data init_args are not mappings")
+            hub.warn_once(f"{path}: skipped, its model or data init_args are not mappings")
             continue
         name = f"{family}_{path.stem}"
         model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
