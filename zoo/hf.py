@@ -45,12 +45,6 @@ def card_config(record: dict, zoo_config: dict, weights: Path) -> dict:
     }
 
 
-def _dataset_type(zoo_config: dict) -> str:
-    """The data module's name as a dataset id: FashionMNISTDataModule -> fashion_mnist."""
-    name = str((zoo_config.get("data") or {}).get("class_path", "unknown")).rsplit(".", 1)[-1].removesuffix("DataModule")
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
-
-
 def card_readme(record: dict, config: dict, repo_id: str) -> str:
     """README.md: YAML front matter (library, tags, pipeline, model-index) and the card's text."""
     import yaml
@@ -64,13 +58,15 @@ def card_readme(record: dict, config: dict, repo_id: str) -> str:
                 for key in ("pointing", "pointing_centre", "deletion_gap", "deletion_gap_centre")
                 if isinstance(attention.get(key), (int, float))]
     pipeline = PIPELINE_TAGS.get(record.get("output_kind"), "image-classification")
+    # the data module's name as a dataset id: FashionMNISTDataModule -> fashion_mnist
+    data_class = str((config["zoo_config"].get("data") or {}).get("class_path", "unknown")).rsplit(".", 1)[-1]
+    dataset = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", data_class.removesuffix("DataModule")).lower()
     front = {
         "library_name": LIBRARY, "license": "mit", "pipeline_tag": pipeline,
         "tags": [LIBRARY, "visual-attention", record["family"]],
         "model-index": [{"name": record["name"], "results": [{
             "task": {"type": pipeline},
-            "dataset": {"name": record.get("dataset") or "?", "type": _dataset_type(config["zoo_config"]),
-                        "split": "test"},
+            "dataset": {"name": record.get("dataset") or "?", "type": dataset, "split": "test"},
             "metrics": metrics}]}],
     }
     lines = [

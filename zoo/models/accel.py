@@ -92,14 +92,6 @@ def compile_unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _compile_errors() -> tuple[type, ...]:
-    """Exceptions that mean torch.compile could not build a function (not that running it failed)."""
-    from torch._inductor import exc as inductor_exc
-
-    return (torch._dynamo.exc.TorchDynamoException, inductor_exc.CppCompileError,
-            inductor_exc.InvalidCxxCompiler)
-
-
 def _signature(inputs: dict) -> tuple:
     return tuple((key, tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else (key, v is None)
                  for key, v in sorted(inputs.items()))
@@ -213,8 +205,13 @@ class StepAccelerator:
         `card.compile.max_shapes` (`inputs`: the step's, for that count), and the family's
         `card.compile.pieces` compiled in a compiled mode (instance attributes shadow the methods)."""
         mode = self.mode(module, kind)
-        if mode in COMPILED and inputs is not None and not self._admit(name, inputs, module.card.compile.max_shapes):
-            mode = "eager"
+        if mode in COMPILED and inputs is not None:
+            # the first `max_shapes` input shapes get a static graph each; another (an epoch's smaller
+            # last batch) runs eagerly rather than compiling again (a minute on CPU)
+            signature, seen = _signature(inputs), self._shapes.setdefault(name, [])
+            if signature not in seen and len(seen) < module.card.compile.max_shapes:
+                seen.append(signature)
+            mode = mode if signature in seen else "eager"
         pieces = module.card.compile.pieces if mode in COMPILED else ()
         for piece in pieces:
             module.__dict__[piece] = self.compiled(piece, getattr(type(module), piece).__get__(module), mode)
@@ -236,18 +233,6 @@ class StepAccelerator:
         # caller (Lightning's logging, a test comparing steps) gets its own copies (a few scalars)
         return _owned(out) if mode == "reduce-overhead" else out
 
-    def _admit(self, name: str, inputs: dict, limit: int) -> bool:
-        """Whether step `name` runs compiled for these input shapes: the first `limit` shapes get a
-        static graph each (`card.compile.max_shapes`); another (an epoch's smaller last batch) runs
-        eagerly rather than compiling again (a minute on CPU)."""
-        signature, seen = _signature(inputs), self._shapes.setdefault(name, [])
-        if signature in seen:
-            return True
-        if len(seen) < limit:
-            seen.append(signature)
-            return True
-        return False
-
     # ------------------------------------------------------------------ steps
     def training_step(self, module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Lightning's training step: the loss (Lightning back-propagates and steps) and metrics."""
@@ -264,7 +249,12 @@ class StepAccelerator:
         optimizer.zero_grad(set_to_none=True)
         loss, metrics = self.training_step(module, batch)
         loss.backward()
-        _clip([p for g in optimizer.param_groups for p in g["params"]], clip_val, clip_algorithm)
+        if clip_val and clip_val > 0:  # Lightning's gradient_clip_val / gradient_clip_algorithm
+            params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+            if str(getattr(clip_algorithm, "value", clip_algorithm) or "norm") == "value":
+                torch.nn.utils.clip_grad_value_(params, float(clip_val))
+            else:  # the total norm and the clip factor stay on the device: no host sync
+                torch.nn.utils.clip_grad_norm_(params, float(clip_val))
         optimizer.step()
         return loss.detach(), {k: v.detach() for k, v in metrics.items()}
 
@@ -280,11 +270,15 @@ class _Compiled:
                                       mode="reduce-overhead" if mode == "reduce-overhead" else None)
 
     def __call__(self, *args, **kwargs):
+        from torch._inductor import exc as inductor_exc
+
         if self.failed:
             return self.fn(*args, **kwargs)
         try:
             return self.compiled(*args, **kwargs)
-        except _compile_errors() as exc:
+        # the compiler could not build the function (not: running it failed)
+        except (torch._dynamo.exc.TorchDynamoException, inductor_exc.CppCompileError,
+                inductor_exc.InvalidCxxCompiler) as exc:
             out = self.fn(*args, **kwargs)  # raises the step's own error, if it has one
             self.failed = True
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -302,14 +296,3 @@ def _owned(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_owned(v) for v in value)
     return value
-
-
-def _clip(params: list[torch.Tensor], clip_val: float | None, algorithm: str = "norm") -> None:
-    """Lightning's gradient clipping (trainer.gradient_clip_val / _algorithm), on the device."""
-    if not clip_val or clip_val <= 0:
-        return
-    params = [p for p in params if p.grad is not None]
-    if str(getattr(algorithm, "value", algorithm) or "norm") == "value":
-        torch.nn.utils.clip_grad_value_(params, float(clip_val))
-    else:  # the total norm and the clip factor stay on the device: no host sync
-        torch.nn.utils.clip_grad_norm_(params, float(clip_val))

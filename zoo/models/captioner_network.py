@@ -67,14 +67,6 @@ def _mlp(in_dim: int, out_dim: int, layers: int) -> nn.Sequential:
     return nn.Sequential(*[module for a, b in zip(dims, dims[1:]) for module in (nn.Linear(a, b), nn.Tanh())])
 
 
-def grid_coords(grid: tuple[int, int], device, dtype) -> torch.Tensor:
-    """(x, y) of every cell's centre in [-1, 1], row-major: [h * w, 2]."""
-    h, w = grid
-    ys = (torch.arange(h, device=device, dtype=dtype) + 0.5) / h * 2 - 1
-    xs = (torch.arange(w, device=device, dtype=dtype) + 0.5) / w * 2 - 1
-    return torch.stack([xs.repeat(h), ys.repeat_interleave(w)], dim=-1)
-
-
 class ShowAttendTellNetwork(nn.Module):
     """The network's computation, mixed into a LightningModule that has `hparams` (Captioner):
     `_build_network` makes the layers on it, `_build_word_layers` the two that need the vocabulary.
@@ -122,8 +114,10 @@ class ShowAttendTellNetwork(nn.Module):
         tokens, grid = self.encoder(images)
         h, w = int(grid[0]), int(grid[1])
         annotations = tokens[:, tokens.shape[1] - h * w:]  # drop ViT prefix tokens if kept
-        if self.hparams.annotation_coords:
-            coords = grid_coords((h, w), annotations.device, annotations.dtype)
+        if self.hparams.annotation_coords:  # (x, y) of every cell's centre in [-1, 1], row-major: [h * w, 2]
+            ys = (torch.arange(h, device=annotations.device, dtype=annotations.dtype) + 0.5) / h * 2 - 1
+            xs = (torch.arange(w, device=annotations.device, dtype=annotations.dtype) + 0.5) / w * 2 - 1
+            coords = torch.stack([xs.repeat(h), ys.repeat_interleave(w)], dim=-1)
             annotations = torch.cat([annotations, coords.expand(annotations.shape[0], -1, -1)], dim=-1)
         return annotations, (h, w)
 

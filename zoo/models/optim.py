@@ -119,8 +119,8 @@ def build_schedule(optimizer: torch.optim.Optimizer, module, name: str = "none",
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_factor(module))
         interval = "epoch"
     else:
-        base = float(optimizer.param_groups[0]["initial_lr"] if "initial_lr" in optimizer.param_groups[0]
-                     else optimizer.param_groups[0]["lr"])
+        first = optimizer.param_groups[0]
+        base = float(first.get("initial_lr", first["lr"]))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine_factor(module, warmup_epochs,
                                                                                       min_lr / base))
         interval = "step"
