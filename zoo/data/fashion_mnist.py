@@ -150,8 +150,11 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
         k = MULTI_ITEM[variant]
         if n < k:
             raise UserError(f"{k} items per canvas need at least {k} images, got {n}")
-        # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n)
-        others = _distinct_offsets(rng, n, k - 1)  # [N, K-1] in 1..n-1, distinct per row
+        # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n),
+        # [N, K-1] distinct per row (rows with a repeat are redrawn)
+        others = rng.integers(1, n, size=(n, k - 1))
+        while k > 2 and (clash := (np.diff(np.sort(others, 1)) == 0).any(1)).any():
+            others[clash] = rng.integers(1, n, size=(int(clash.sum()), k - 1))
         sources = np.concatenate([sources, (sources + others) % n], 1)
         # places uniform over the layouts whose 28x28 frames do not overlap
         corners = place_items(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
@@ -174,14 +177,6 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
                        rng.integers(0, size - PATCH + 1, size=n), rng.integers(0, size - PATCH + 1, size=n))
         boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
     return (canvases, boxes, sources) if return_sources else (canvases, boxes)
-
-
-def _distinct_offsets(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
-    """[n, m] offsets in 1..n-1, distinct within each row (rows with a repeat are redrawn)."""
-    offsets = rng.integers(1, n, size=(n, m))
-    while m > 1 and (clash := (np.diff(np.sort(offsets, 1)) == 0).any(1)).any():
-        offsets[clash] = rng.integers(1, n, size=(int(clash.sum()), m))
-    return offsets
 
 
 def _window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:

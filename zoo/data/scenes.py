@@ -14,6 +14,7 @@ serves them in zoo.data.caption_base's batches (images [B, 3, S, S] in [0, 1], n
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ from PIL import Image
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
 from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file, generate_scenes,
                                        load_items, split_pool)
-from zoo.data.scene_grammar import COLOURS, ITEM_NAMES, ITEM_WORDS
+from zoo.data.scene_grammar import COLOURS, ITEM_NAMES
 from zoo.data.vocab import pad_captions, tokenize
 from zoo.errors import UserError
 from zoo.io import atomic_save_image, atomic_write_bytes
@@ -68,7 +69,6 @@ class FashionScenesDataModule(CaptionDataModule):
     label = "FashionScenes"
     path_arguments = ("cache_dir",)
     image_size_argument = "canvas_size"
-    item_words = ITEM_WORDS
     provides_word_boxes = True  # batches carry item_boxes + word_items (supervised attention)
 
     #: bytes a scene holds besides its canvas: captions as Python strings, their encoded rows, boxes
@@ -130,12 +130,8 @@ class FashionScenesDataModule(CaptionDataModule):
         path = self.cache_path(split) if hp.cache else None
         scenes = None
         if path is not None and path.is_file():
-            try:
-                scenes = Scenes.load(path, hp.canvas_size)
-                if len(scenes) != settings["num"]:
-                    raise ValueError("another number of scenes")
-            except Exception:  # a stale or damaged cache file is rebuilt, not trusted
-                scenes = None
+            with contextlib.suppress(Exception):  # a stale or damaged cache file is rebuilt, not trusted
+                scenes = Scenes.load(path, hp.canvas_size, settings["num"])
         if scenes is None:
             items, labels = self._source("train" if split == "train" else "test")
             scenes = generate_scenes(items, labels, split_pool(split, len(items), hp.test_seed),
