@@ -92,10 +92,10 @@ class CaptionDataModule(SplitDataModule, ABC):
     def vocab(self) -> Vocab:
         """The training captions' words (at least `min_freq` times, at most `max_vocab` of them), or
         the fixed list `vocab` (a release's: other words are <unk>). Available before setup()."""
-        if self._vocab is None and self.hparams.get("vocab"):
-            self._vocab = Vocab(self.hparams.vocab)
+        hp = self.hparams
+        if self._vocab is None and hp.get("vocab"):
+            self._vocab = Vocab(hp.vocab)
         if self._vocab is None:
-            hp = self.hparams
             vocab = Vocab.build((tokens for image in self.training_tokens() for tokens in image),
                                 min_freq=hp.min_freq, max_size=hp.max_vocab)
             if vocab.num_words == 0:

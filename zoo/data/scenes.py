@@ -34,10 +34,8 @@ from zoo.io import atomic_save_image, atomic_write_bytes
 
 
 class SceneCaptions(CaptionBatches):
-    """Caption rows of scenes, each with its word_items and its scene's item boxes. Training:
-    every (scene, caption) pair, sorted longest first. Evaluation (`references`): each scene once,
-    with what it is scored on (its references, item boxes and box words). `caption_items`: per
-    row, the item slot of each caption word (Scenes.caption_items')."""
+    """The module docstring's batches: every (scene, caption) pair, longest first, for training;
+    each scene once (`references`) for evaluation. `caption_items`: per row, Scenes.caption_items'."""
 
     def __init__(self, scenes: Scenes, captions: torch.Tensor, lengths: torch.Tensor, row_scene: Sequence[int],
                  caption_items: list[list[int]], multiple: int | None, references: bool):
