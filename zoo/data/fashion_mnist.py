@@ -83,17 +83,14 @@ def _find(directory: Path, stem: str) -> Path | None:
     return next((path for path in (directory / stem, directory / f"{stem}.gz") if path.is_file()), None)
 
 
-def data_dirs() -> list[Path]:
-    root = os.environ.get("ZOO_DATA_DIR")
-    return ([Path(root) / "fashion-mnist"] if root else []) + [Path("data/fashion-mnist"), DEBIAN_DIR]
-
-
 def locate(split: str) -> tuple[Path, Path]:
     """Paths of the (images, labels) IDX files of `split`, downloading as a last resort."""
     if split not in FILES:
         raise UserError(f"unknown Fashion-MNIST split '{split}' (train or test)")
     image_stem, label_stem = FILES[split]
-    for directory in data_dirs():
+    root = os.environ.get("ZOO_DATA_DIR")
+    searched = ([Path(root) / "fashion-mnist"] if root else []) + [Path("data/fashion-mnist"), DEBIAN_DIR]
+    for directory in searched:
         images, labels = _find(directory, image_stem), _find(directory, label_stem)
         if images or labels:
             if not (images and labels):
@@ -109,7 +106,7 @@ def locate(split: str) -> tuple[Path, Path]:
             FashionMNIST(str(download_root), train=(split == "train"), download=True)
         except Exception as exc:
             raise UserError(
-                "Fashion-MNIST not found (looked in " + ", ".join(map(str, data_dirs())) +
+                "Fashion-MNIST not found (looked in " + ", ".join(map(str, searched)) +
                 f") and the download failed ({type(exc).__name__}). Install Debian's "
                 "dataset-fashion-mnist, or put the IDX files in $ZOO_DATA_DIR/fashion-mnist") from None
     return _find(raw, image_stem), _find(raw, label_stem)
