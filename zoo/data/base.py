@@ -70,10 +70,9 @@ class SplitDataModule(L.LightningDataModule):
 
     @classmethod
     def image_size_for(cls, **init_args) -> tuple[int, int] | None:
-        """(height, width) of the images this module serves, from its arguments alone (before it is
-        built): the model's size, as `image_chans_for` is its `in_chans` and `class_names_for` its
-        label set (zoo.registry.link_data passes them on: no recipe copies them, and none trains a
-        model on other images). None: the module does not fix one."""
+        """(height, width) of the images it serves (None: not fixed), from its arguments alone: the
+        model's size, as `image_chans_for` gives its `in_chans` and `class_names_for` its label set
+        (zoo.registry.link_data passes them on: no recipe copies them, none trains on other images)."""
         size = init_args.get(cls.image_size_argument) if cls.image_size_argument else None
         return None if size is None else as_size(size)
 

@@ -195,8 +195,8 @@ class CaptionedFiles(CaptionBatches):
 
 # ----------------------------------------------------------------------------- datamodule
 class CaptionsDataModule(CaptionDataModule):
-    """COCO or Flickr captions (see the module docstring). `dm.vocab` is available after
-    `setup()`, and also before it (reading it loads the training annotations, not the images)."""
+    """COCO or Flickr captions (see the module docstring). Reading `dm.vocab` before `setup()`
+    loads the training annotations, not the images."""
 
     image_size_argument = "image_size"
     path_arguments = ("karpathy_json", "train_annotations", "val_annotations", "test_annotations", "image_root",

@@ -83,17 +83,14 @@ def _find(directory: Path, stem: str) -> Path | None:
     return next((path for path in (directory / stem, directory / f"{stem}.gz") if path.is_file()), None)
 
 
-def data_dirs() -> list[Path]:
-    root = os.environ.get("ZOO_DATA_DIR")
-    return ([Path(root) / "fashion-mnist"] if root else []) + [Path("data/fashion-mnist"), DEBIAN_DIR]
-
-
 def locate(split: str) -> tuple[Path, Path]:
     """Paths of the (images, labels) IDX files of `split`, downloading as a last resort."""
     if split not in FILES:
         raise UserError(f"unknown Fashion-MNIST split '{split}' (train or test)")
     image_stem, label_stem = FILES[split]
-    for directory in data_dirs():
+    root = os.environ.get("ZOO_DATA_DIR")
+    searched = ([Path(root) / "fashion-mnist"] if root else []) + [Path("data/fashion-mnist"), DEBIAN_DIR]
+    for directory in searched:
         images, labels = _find(directory, image_stem), _find(directory, label_stem)
         if images or labels:
             if not (images and labels):
@@ -109,7 +106,7 @@ def locate(split: str) -> tuple[Path, Path]:
             FashionMNIST(str(download_root), train=(split == "train"), download=True)
         except Exception as exc:
             raise UserError(
-                "Fashion-MNIST not found (looked in " + ", ".join(map(str, data_dirs())) +
+                "Fashion-MNIST not found (looked in " + ", ".join(map(str, searched)) +
                 f") and the download failed ({type(exc).__name__}). Install Debian's "
                 "dataset-fashion-mnist, or put the IDX files in $ZOO_DATA_DIR/fashion-mnist") from None
     return _find(raw, image_stem), _find(raw, label_stem)
@@ -150,8 +147,11 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
         k = MULTI_ITEM[variant]
         if n < k:
             raise UserError(f"{k} items per canvas need at least {k} images, got {n}")
-        # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n)
-        others = _distinct_offsets(rng, n, k - 1)  # [N, K-1] in 1..n-1, distinct per row
+        # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n),
+        # [N, K-1] distinct per row (rows with a repeat are redrawn)
+        others = rng.integers(1, n, size=(n, k - 1))
+        while k > 2 and (clash := (np.diff(np.sort(others, 1)) == 0).any(1)).any():
+            others[clash] = rng.integers(1, n, size=(int(clash.sum()), k - 1))
         sources = np.concatenate([sources, (sources + others) % n], 1)
         # places uniform over the layouts whose 28x28 frames do not overlap
         corners = place_items(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
@@ -174,14 +174,6 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
                        rng.integers(0, size - PATCH + 1, size=n), rng.integers(0, size - PATCH + 1, size=n))
         boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
     return (canvases, boxes, sources) if return_sources else (canvases, boxes)
-
-
-def _distinct_offsets(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
-    """[n, m] offsets in 1..n-1, distinct within each row (rows with a repeat are redrawn)."""
-    offsets = rng.integers(1, n, size=(n, m))
-    while m > 1 and (clash := (np.diff(np.sort(offsets, 1)) == 0).any(1)).any():
-        offsets[clash] = rng.integers(1, n, size=(int(clash.sum()), m))
-    return offsets
 
 
 def _window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:

@@ -74,15 +74,17 @@ class Scenes:
         return buffer.getvalue()
 
     @classmethod
-    def load(cls, path: str | os.PathLike, canvas_size: int) -> "Scenes":
-        """A cached split, whose arrays' declared shapes are checked against the file before they are
-        read, and against each other after (ValueError: the cache is rebuilt, never trusted)."""
+    def load(cls, path: str | os.PathLike, canvas_size: int, num: int | None = None) -> "Scenes":
+        """A cached split (of `num` scenes, when given), whose arrays' declared shapes are checked
+        against the file before they are read, and against each other after (ValueError: the cache
+        is rebuilt, never trusted)."""
         check_npz(path)
         with np.load(path, allow_pickle=False) as z:
             if int(z["version"]) != FORMAT_VERSION:
                 raise ValueError("old cache format")
             scenes = cls(*(z[name] for name in ARRAYS), *(json.loads(str(z[name])) for name in TEXTS))
-        n, k = len(scenes.images), scenes.labels.shape[1] if scenes.labels.ndim == 2 else -1
+        n = len(scenes.images) if num is None else num
+        k = scenes.labels.shape[1] if scenes.labels.ndim == 2 else -1
         shapes = {"images": (n, 3, canvas_size, canvas_size), "n_items": (n,), "labels": (n, k), "colours": (n, k),
                   "boxes": (n, k, 4), "source_index": (n, k)}
         for name, shape in shapes.items():

@@ -18,7 +18,6 @@ from zoo.data.vocab import tokenize
 ITEM_NAMES = ["tshirt", "trousers", "pullover", "dress", "coat",
               "sandal", "shirt", "sneaker", "bag", "ankle boot"]
 HEAD_WORDS = [name.split()[-1] for name in ITEM_NAMES]
-ITEM_WORDS = frozenset(HEAD_WORDS)
 # colour word -> RGB multiplier applied to the grey item
 COLOURS = {"red": (1.0, 0.15, 0.15), "green": (0.2, 0.85, 0.2), "blue": (0.25, 0.4, 1.0),
            "yellow": (1.0, 0.9, 0.1), "purple": (0.65, 0.25, 1.0), "orange": (1.0, 0.55, 0.05),

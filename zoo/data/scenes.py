@@ -14,6 +14,7 @@ serves them in zoo.data.caption_base's batches (images [B, 3, S, S] in [0, 1], n
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -26,17 +27,15 @@ from PIL import Image
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
 from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file, generate_scenes,
                                        load_items, split_pool)
-from zoo.data.scene_grammar import COLOURS, ITEM_NAMES, ITEM_WORDS
+from zoo.data.scene_grammar import COLOURS, ITEM_NAMES
 from zoo.data.vocab import pad_captions, tokenize
 from zoo.errors import UserError
 from zoo.io import atomic_save_image, atomic_write_bytes
 
 
 class SceneCaptions(CaptionBatches):
-    """Caption rows of scenes, each with its word_items and its scene's item boxes. Training:
-    every (scene, caption) pair, sorted longest first. Evaluation (`references`): each scene once,
-    with what it is scored on (its references, item boxes and box words). `caption_items`: per
-    row, the item slot of each caption word (Scenes.caption_items')."""
+    """The module docstring's batches: every (scene, caption) pair, longest first, for training;
+    each scene once (`references`) for evaluation. `caption_items`: per row, Scenes.caption_items'."""
 
     def __init__(self, scenes: Scenes, captions: torch.Tensor, lengths: torch.Tensor, row_scene: Sequence[int],
                  caption_items: list[list[int]], multiple: int | None, references: bool):
@@ -68,7 +67,6 @@ class FashionScenesDataModule(CaptionDataModule):
     label = "FashionScenes"
     path_arguments = ("cache_dir",)
     image_size_argument = "canvas_size"
-    item_words = ITEM_WORDS
     provides_word_boxes = True  # batches carry item_boxes + word_items (supervised attention)
 
     #: bytes a scene holds besides its canvas: captions as Python strings, their encoded rows, boxes
@@ -130,12 +128,8 @@ class FashionScenesDataModule(CaptionDataModule):
         path = self.cache_path(split) if hp.cache else None
         scenes = None
         if path is not None and path.is_file():
-            try:
-                scenes = Scenes.load(path, hp.canvas_size)
-                if len(scenes) != settings["num"]:
-                    raise ValueError("another number of scenes")
-            except Exception:  # a stale or damaged cache file is rebuilt, not trusted
-                scenes = None
+            with contextlib.suppress(Exception):  # a stale or damaged cache file is rebuilt, not trusted
+                scenes = Scenes.load(path, hp.canvas_size, settings["num"])
         if scenes is None:
             items, labels = self._source("train" if split == "train" else "test")
             scenes = generate_scenes(items, labels, split_pool(split, len(items), hp.test_seed),

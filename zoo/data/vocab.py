@@ -56,9 +56,8 @@ class Vocab:
         if min_freq < 1:
             raise UserError(f"min_freq must be >= 1, got {min_freq}")
         counts = Counter(word for tokens in token_lists for word in tokens)
-        for special in SPECIALS:
-            counts.pop(special, None)
-        words = sorted((w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w))
+        words = sorted((w for w, c in counts.items() if c >= min_freq and w not in SPECIALS),
+                       key=lambda w: (-counts[w], w))
         if max_size is not None:
             words = words[:max_size]
         return cls(list(SPECIALS) + words)
@@ -83,8 +82,7 @@ class Vocab:
 
     def encode_caption(self, tokens: Sequence[str], max_len: int | None = None) -> list[int]:
         """[<start>, w1 .. wn, <end>] with at most `max_len` words (cut if longer)."""
-        ids = self.encode(tokens if max_len is None else tokens[:max_len])
-        return [START_ID, *ids, END_ID]
+        return [START_ID, *self.encode(tokens[:max_len]), END_ID]
 
     def decode(self, ids) -> list[str]:
         """Words up to the first <end>; <pad>, <start>, <unk> dropped. Accepts a list or a 1-D tensor."""
