@@ -23,7 +23,7 @@ def test_tokenize_lowercases_and_strips_punctuation():
 def test_specials_have_fixed_ids():
     v = Vocab.build([["a", "b"]])
     assert v.itos[:4] == ["<pad>", "<start>", "<end>", "<unk>"]
-    assert (PAD_ID, START_ID, END_ID, UNK_ID) == (0, 1, 2, 3) == (v.pad_id, v.start_id, v.end_id, v.unk_id)
+    assert (PAD_ID, START_ID, END_ID, UNK_ID) == (0, 1, 2, 3) == tuple(v.stoi[w] for w in SPECIALS)
 
 
 def test_build_counts_min_freq_max_size_and_order():
@@ -56,14 +56,14 @@ def test_encode_decode():
     assert v.decode(v.encode_caption(["a", "red", "shirt"])) == ["a", "red", "shirt"]
 
 
-def test_from_itos_round_trip_and_validation():
+def test_vocab_from_a_word_list_round_trip_and_validation():
     v = Vocab.build([["x", "y", "y"]])
-    w = Vocab.from_itos(list(v.itos))
+    w = Vocab(list(v.itos))
     assert w == v and w.stoi == v.stoi and len(w) == len(v)
     with pytest.raises(UserError, match="special tokens"):
-        Vocab.from_itos(["a", "b"])
+        Vocab(["a", "b"])
     with pytest.raises(UserError, match="duplicate"):
-        Vocab.from_itos(list(SPECIALS) + ["a", "a"])
+        Vocab(list(SPECIALS) + ["a", "a"])
 
 
 def test_pad_captions():

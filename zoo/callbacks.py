@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import time
 from pathlib import Path
 
 import lightning as L
@@ -16,8 +17,9 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from zoo.io import atomic_save_image, sweep_stale, writing
+from zoo import hub
 from zoo.errors import UserError
+from zoo.io import atomic_save_image, sweep_stale, writing
 
 OFFLINE_MODES = ("offline", "dryrun", "disabled")
 WANDB_CLASSES = ("zoo.callbacks.ZooWandbLogger", "lightning.pytorch.loggers.WandbLogger",
@@ -25,11 +27,9 @@ WANDB_CLASSES = ("zoo.callbacks.ZooWandbLogger", "lightning.pytorch.loggers.Wand
 
 
 class ZooWandbLogger(WandbLogger):
-    """WandbLogger that needs no account: offline under ./wandb unless WANDB_MODE=online. This is
-    the one place that chooses W&B's mode.
-
-    `wandb sync wandb/offline-run-*` uploads an offline run later. Model upload (`log_model`)
-    is only possible online, so it is forced off offline."""
+    """WandbLogger that needs no account: offline under ./wandb unless WANDB_MODE=online (the one
+    place that chooses W&B's mode; `wandb sync wandb/offline-run-*` uploads an offline run later).
+    Model upload (`log_model`) is only possible online: forced off offline."""
 
     def __init__(self, project: str = "attention-zoo", save_dir: str = ".", name: str | None = None,
                  log_model: bool = False, **kwargs):
@@ -97,14 +97,13 @@ class ZooCheckpoint(ModelCheckpoint):
     """ModelCheckpoint that keeps the best on validation and also rewrites `last.ckpt` at the end
     of every training epoch, for `--ckpt_path last`.
 
-    Lightning 2.6's `save_last=True` rewrites last.ckpt only in a step where a top-k checkpoint was
-    also saved, so after a non-improving epoch last.ckpt would lag behind. Writing it here, after
-    the parent's own end-of-epoch save (validation has run by then), means it holds the finished
-    epoch (so a resume starts the next one cleanly) and the up-to-date best score. A separate
-    callback could not do this: Lightning runs checkpoint callbacks after all others.
+    Lightning 2.6's `save_last=True` rewrites last.ckpt only in a step that also saved a top-k
+    checkpoint: it would lag behind after a non-improving epoch. Written here, after the parent's
+    end-of-epoch save (validation has run), it holds the finished epoch and the current best score.
+    (Not a separate callback: Lightning runs checkpoint callbacks after all others.)
 
-    An interrupted run (SIGTERM from a scheduler, Ctrl-C) saves last.ckpt where it stopped, and each
-    checkpoint records the W&B run id, so `--ckpt_path last` continues the same W&B run."""
+    An interrupted run (SIGTERM, Ctrl-C) saves last.ckpt where it stopped; each checkpoint records
+    the W&B run id, so `--ckpt_path last` continues the same W&B run."""
 
     #: where the last interrupted run saved its checkpoint (read by train.py for its message)
     interrupted_path: str | None = None
@@ -146,18 +145,16 @@ class ZooCheckpoint(ModelCheckpoint):
         run = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
         self._validate_first = run.get("interrupted_in") == "validation"
 
-
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)) or not self.dirpath:
-            return
-        if trainer.state.fn != "fit" or trainer.sanity_checking:
+        if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)) or not self.dirpath \
+                or trainer.state.fn != "fit" or trainer.sanity_checking:
             return
         self._stopping_by = ZooCheckpoint.interrupted_by = type(exception).__name__
         try:
             trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
+            ZooCheckpoint.interrupted_path = self._last_path()
         finally:
             self._stopping_by = None
-        ZooCheckpoint.interrupted_path = self._last_path()
 
 
 class InitFrom(L.Callback):
@@ -168,31 +165,27 @@ class InitFrom(L.Callback):
         self.state, self.source, self.config = state, source, config
 
     @staticmethod
-    def _fetch(source: str, sha256: str | None = None) -> Path:
-        from zoo import hub
-
+    def _load(source: str, sha256: str | None = None) -> tuple[dict, dict | None]:
+        """The weights and zoo config of a release name, a file or a URL."""
         if not hub.is_url(source) and not Path(source).exists() and source in hub.manifest():
-            return hub.fetch_release(source)
+            return hub.load_weights(hub.fetch_release(source))
         if not hub.is_url(source) and not Path(source).is_file():
             released = ", ".join(sorted(hub.manifest())) or "none"
             close = difflib.get_close_matches(source, list(hub.manifest()), n=1)
             hint = f"; did you mean {close[0]}?" if close else f" (releases: {released})"
             raise UserError(f"--init_from {source}: no such file or release{hint}")
-        return hub.fetch(source, sha256)
+        return hub.load_weights(hub.fetch(source, sha256))
 
     @classmethod
     def source_config(cls, source: str, sha256: str | None = None) -> dict | None:
         """The zoo config the --init_from source was trained with (its hyperparameters, vocabulary)."""
-        from zoo import hub
-
-        return hub.load_weights(cls._fetch(source, sha256))[1]
+        return cls._load(source, sha256)[1]
 
     @classmethod
     def prepare(cls, source: str, model, sha256: str | None = None) -> "InitFrom":
-        from zoo import hub
         from zoo.models.base import class_path
 
-        state, config = hub.load_weights(cls._fetch(source, sha256))
+        state, config = cls._load(source, sha256)
         expected = class_path(model)
         if config and config.get("class_path") != expected:
             raise UserError(f"--init_from {source}: it holds a {config.get('family', '?')} model "
@@ -239,13 +232,9 @@ class EpochSummary(L.Callback):
         self._started = None
 
     def on_train_start(self, trainer, pl_module) -> None:
-        import time
-
         self._started = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        import time
-
         if not trainer.is_global_zero or trainer.sanity_checking:
             return
         shown = {k: float(v) for k, v in sorted(trainer.callback_metrics.items())
@@ -266,9 +255,7 @@ class AttentionImageLogger(L.Callback):
     followed from epoch to epoch."""
 
     def __init__(self, every_n_epochs: int = 1, max_figures: int = 8):
-        self.every_n_epochs = every_n_epochs
-        self.max_figures = max_figures
-        self._batch = None
+        self.every_n_epochs, self.max_figures, self._batch = every_n_epochs, max_figures, None
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         if batch_idx == 0 and dataloader_idx == 0:
@@ -276,16 +263,13 @@ class AttentionImageLogger(L.Callback):
 
     def on_validation_epoch_end(self, trainer, pl_module):
         batch, self._batch = self._batch, None
-        if batch is None or trainer.sanity_checking or not trainer.is_global_zero:
+        if batch is None or trainer.sanity_checking or not trainer.is_global_zero \
+                or trainer.current_epoch % self.every_n_epochs:
             return
-        if trainer.current_epoch % self.every_n_epochs:
-            return
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
+        from zoo.models.base import evaluating
+
+        with evaluating(pl_module):
             figures = list(pl_module.attention_figures(batch).items())[: self.max_figures]
-        finally:
-            pl_module.train(was_training)
         if not figures:
             return
         step = trainer.global_step

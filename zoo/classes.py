@@ -1,12 +1,12 @@
 """The allow-list: the only model and data classes a file may name. A weights file, checkpoint,
 manifest or downloaded config is data, not code: each class_path it carries is looked up here
-BEFORE anything it names is imported, and anything else is refused. (zoo.registry re-exports these names.)
+BEFORE anything it names is imported, and anything else is refused (zoo.registry re-exports these).
 
 A class is on the list because it registered itself: a model family by declaring its card
-(zoo.models.card), a data module by subclassing zoo.data.base.SplitDataModule; classes of your
-own, from Python code (never from a file), with `allow_class`. The one import a file's class_path
-can cause is of one of the zoo's own modules in the kind's package (zoo/models/<name>.py,
-zoo/data/<name>.py), found as a file there: importing it registers the classes it defines."""
+(zoo.models.card), a data module by subclassing zoo.data.base.SplitDataModule; your own classes,
+from Python code (never from a file), with `allow_class`. The one import a file's class_path can
+cause is of the zoo's own module file in the kind's package (zoo/models/<name>.py, zoo/data/<name>.py),
+which registers the classes it defines."""
 from __future__ import annotations
 
 import importlib
@@ -18,6 +18,8 @@ from zoo.limits import shorten
 # (A recipe a user passes to train.py on the command line is their own code and stays free;
 # train.py never instantiates a class named by a checkpoint.)
 PACKAGES = {"model": "zoo.models", "data": "zoo.data"}
+FOLDERS = {kind: Path(__file__).resolve().parent / package.split(".", 1)[1]  # zoo/models, zoo/data
+           for kind, package in PACKAGES.items()}
 ALLOWED_CLASSES: dict[str, set[str]] = {"model": set(), "data": set()}
 
 
@@ -32,8 +34,7 @@ def _own_module(path: str, kind: str) -> str | None:
     """The zoo module `path` lives in when it is a file of the kind's package, else None."""
     module = path.rpartition(".")[0]
     package, _, name = module.rpartition(".")
-    folder = Path(__file__).resolve().parent / PACKAGES[kind].split(".", 1)[1]
-    if package != PACKAGES[kind] or not name.isidentifier() or not (folder / f"{name}.py").is_file():
+    if package != PACKAGES[kind] or not name.isidentifier() or not (FOLDERS[kind] / f"{name}.py").is_file():
         return None
     return module
 
@@ -42,8 +43,8 @@ def is_allowed(path, kind: str = "model") -> bool:
     """Whether files may name the class `path` (importing at most the zoo module it would be in)."""
     if not isinstance(path, str):
         return False
-    if path not in ALLOWED_CLASSES[kind] and _own_module(path, kind):
-        importlib.import_module(_own_module(path, kind))  # the zoo's own file: it registers its classes
+    if path not in ALLOWED_CLASSES[kind] and (module := _own_module(path, kind)):
+        importlib.import_module(module)  # the zoo's own file: it registers its classes
     return path in ALLOWED_CLASSES[kind]
 
 
@@ -64,8 +65,7 @@ def resolve_class(path: str, kind: str = "model") -> type:
 
 def registered(kind: str) -> set[str]:
     """Every class of `kind` on the list, once each module of the kind's package has registered its own."""
-    folder = Path(__file__).resolve().parent / PACKAGES[kind].split(".", 1)[1]
-    for file in sorted(folder.glob("*.py")):
+    for file in sorted(FOLDERS[kind].glob("*.py")):
         if file.stem != "__init__":
             importlib.import_module(f"{PACKAGES[kind]}.{file.stem}")
     return set(ALLOWED_CLASSES[kind])

@@ -10,6 +10,7 @@ import os
 import sys
 
 from zoo.errors import OneLineParser, report_user_errors
+from zoo.limits import check_environment
 
 SUBCOMMANDS = {
     "list": ("zoo.commands.list_models", "list registered models and released weights"),
@@ -47,8 +48,6 @@ def build_parser(command: str | None = None) -> OneLineParser:
 
 
 def _checked_run(args):
-    from zoo.limits import check_environment
-
     check_environment()  # every setting read from the environment, before any work
     return args._run(args)
 

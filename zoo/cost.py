@@ -95,10 +95,9 @@ def facts(model) -> dict:
     vocab = model.hparams.get("vocab")
     if vocab:
         record["vocab_size"] = len(vocab)
-    elif model.card.vocab_keys:
+    if model.card.vocab_keys and not vocab:
         record["num_params_note"] = (f"without the vocabulary-sized layers ({', '.join(model.card.vocab_keys)}), "
                                      "which training sizes from the data")
-    if model.card.vocab_keys and not vocab:
         record["inference"] = record["macs"] = None
         record["gmacs_note"] = "depends on the vocabulary, which training takes from the data"
     else:

@@ -40,19 +40,16 @@ def one_line_warnings() -> None:
         f"{category.__name__}: {printable(message)}", file=file or sys.stderr)
 
 
-class _NoAdverts(logging.Filter):
-    """Lines of Lightning's info log that are noise here: an advert for cloud products ("💡 Tip:
-    ... litlogger") at every start; a Ctrl-C that train.py reports in its own one line; the seed
-    (the run's config.yaml holds it); and, at
-    every checkpoint save, "`weights_only` was not set, defaulting to `False`", which is about
-    what a SAVE keeps (the optimizer state, for resuming) but reads like an unsafe load right under
-    our promise that every load is weights_only=True."""
+#: lines of Lightning's info log that are noise here: an advert for cloud products ("💡 Tip: ...
+#: litlogger") at every start; a Ctrl-C that train.py reports in its own one line; the seed (the
+#: run's config.yaml holds it); and, at every checkpoint save, "`weights_only` was not set,
+#: defaulting to `False`", which is about what a SAVE keeps (the optimizer state, for resuming) but
+#: reads like an unsafe load right under our promise that every load is weights_only=True
+NOISE = ("💡", "Detected KeyboardInterrupt", "`weights_only` was not set", "Seed set to")
 
-    QUIET = ("💡", "Detected KeyboardInterrupt", "`weights_only` was not set", "Seed set to")
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = str(record.msg)
-        return not any(part in message for part in self.QUIET)
+def _not_noise(record: logging.LogRecord) -> bool:
+    return not any(part in str(record.msg) for part in NOISE)
 
 
 def quiet_lightning() -> None:
@@ -66,9 +63,7 @@ def quiet_lightning() -> None:
                  "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
                  "lightning.pytorch.trainer.connectors.callback_connector", "lightning.pytorch.trainer.call",
                  "lightning.fabric.utilities.seed"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _NoAdverts) for f in logger.filters):
-            logger.addFilter(_NoAdverts())  # a filter acts on its own logger's records only
+        logging.getLogger(name).addFilter(_not_noise)  # added once; it acts on its own logger's records only
 
 
 # C0 and C1 control characters (ESC starts the sequences that recolour, move the cursor or retitle a
@@ -105,11 +100,8 @@ def report_user_errors(prog: str, main: Callable[[], int | None]) -> int:
     one_line_warnings()
     try:
         return int(main() or 0)
-    except UserError as exc:
-        print(f"{prog}: error: {printable(exc)}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        message = environment_error(exc)
+    except (UserError, OSError) as exc:
+        message = str(exc) if isinstance(exc, UserError) else environment_error(exc)
         if message is None:
             raise
         print(f"{prog}: error: {printable(message)}", file=sys.stderr)

@@ -15,17 +15,16 @@ What is exported:
 Images are prepared as zoo.preprocess describes (`zoo.get_weights(name).transforms()`); the model's
 own normalisation is inside the exported program.
 
-An export is a SET of files that belong together, written as one: every program goes into a
-temporary folder beside the target with `export.json` (each file's sha256, the model, its
-preprocessing, class names or vocabulary and special token ids, the zoo version), and the folder is
-swapped in at the end (atomically, where the kernel can exchange two folders). A kill at any moment
-leaves the old export or the new one, never a mix; `load_export` refuses a set whose files do not
-match its manifest.
+An export is a SET of files written as one: every program goes into a temporary folder beside the
+target with `export.json` (each file's sha256, the model, its preprocessing, class names or
+vocabulary and special token ids, the zoo version), and the folder is swapped in at the end
+(atomically, where the kernel can exchange two folders): a kill leaves the old export or the new
+one, never a mix; `load_export` refuses a set whose files do not match its manifest.
 
-The zoo replaces only what it wrote: a target folder is an earlier export when its export.json is a
-zoo export manifest and the folder holds exactly the files it names. A folder with anything else in
-it (a file of yours added to an earlier export included) is refused before any work, and nothing
-in it or beside it is touched; a symlink given as the target is followed.
+The zoo replaces only what it wrote: an earlier export (its export.json a zoo export manifest, the
+folder holding exactly the files it names). A folder with anything else in it (a file of yours added
+to an earlier export included) is refused before any work, and nothing in it or beside it is
+touched; a symlink given as the target is followed.
 """
 from __future__ import annotations
 
@@ -132,19 +131,16 @@ def programs(model, max_len: int | None = None) -> dict[str, Program]:
             "greedy": Program(_Greedy(model, max_len), (images,), ["images"], ["tokens", "alphas"])}
 
 
-def _batch_dynamic(program: Program):
-    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
-    return tuple({0: batch} for _ in program.inputs)
-
-
 def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx",
                    metadata: dict[str, str] | None = None) -> Path:
     """Write one program as ONNX (with `metadata` in its metadata_props) or as a torch.export .pt2
     file, atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
     with torch.no_grad():
-        exported = torch.export.export(program.module, program.inputs, dynamic_shapes=_batch_dynamic(program))
+        exported = torch.export.export(program.module, program.inputs,
+                                       dynamic_shapes=tuple({0: batch} for _ in program.inputs))
     if fmt == "torch":
         import io
 

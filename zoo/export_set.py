@@ -1,10 +1,7 @@
-"""An export set (the folder `zoo export` writes), checked wherever it is read: by
-`zoo.load_export` and by the torch-free deployment example (docs/examples/onnx_caption.py). This
-module imports no torch: a deployer needs only the standard library (and onnx or onnxruntime to
-look inside ONNX programs).
-
-A set is one `export.json` and the programs it names. `check_set(folder)` refuses, in one line
-(UserError):
+"""An export set (the folder `zoo export` writes: one `export.json` and the programs it names),
+checked wherever it is read: by `zoo.load_export` and by the torch-free deployment example
+(docs/examples/onnx_caption.py). No torch here: a deployer needs only the standard library (and
+onnx or onnxruntime to look inside ONNX programs). `check_set(folder)` refuses, in one line:
 - a manifest that is not a JSON object within zoo.limits (size, depth), or lacks its fields;
 - a file name that is not a plain name inside the folder (`../x`, an absolute path, a link out of
   it), an empty set, and a set whose files are not exactly the programs its family exports;
@@ -69,7 +66,7 @@ def check_set(folder: str | os.PathLike) -> dict:
         path = folder / name
         if not path.is_file() or path.resolve().parent != root:
             raise UserError(f"{folder}: {name} is missing, or not a file of this folder; export again")
-        if _sha256(path) != digest:
+        if sha256_file(path) != digest:
             raise UserError(f"{folder}: {name} is not the file this export's {MANIFEST} names "
                             "(a mixed or damaged set); export again")
     if fmt == "onnx":
@@ -82,7 +79,8 @@ def _plain_name(name: Any) -> bool:
             and not any(c in name for c in "/\\\0:") and not os.path.isabs(name))
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of a file in hex (zoo.hub's too: this module is the one that needs no torch)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -120,9 +118,10 @@ def _check_description(manifest: dict, where: str) -> None:
         raise UserError(f"{where}: special_tokens must give pad, start, end and unk as ids of the vocabulary")
     if not isinstance(decoding, dict):
         raise UserError(f"{where}: no decoding settings")
-    for key, name in (("beam_size", "beam_size"), ("decode_max_len", "decode_max_len")):
-        if not _int_in(decoding.get(key), 1, limit(name)):
-            raise UserError(f"{where}: decoding {key} {shorten(decoding.get(key), 40)} is outside 1..{limit(name):,.0f}")
+    for key in ("beam_size", "decode_max_len"):
+        if not _int_in(decoding.get(key), 1, limit(key)):
+            raise UserError(f"{where}: decoding {key} {shorten(decoding.get(key), 40)} is outside "
+                            f"1..{limit(key):,.0f}")
     penalty = decoding.get("length_penalty")
     if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or not math.isfinite(penalty):
         raise UserError(f"{where}: decoding length_penalty is not a finite number")

@@ -2,14 +2,11 @@
 `zoo.create_model("hf-hub:ORG/NAME")`, `zoo.load_checkpoint(DIR)` and every command's
 `--checkpoint hf-hub:ORG/NAME` (or a local folder) load one.
 
-A card is three files, the hub's layout for a model:
-- `model.safetensors`: the release's weights file byte for byte (its zoo config in its metadata);
-- `config.json`: what the model is, timm-style (`architecture`, `num_classes`, `label_names`,
-  `pretrained_cfg` with the input facts) plus the whole zoo config and the sha256 and size of
-  `model.safetensors`;
-- `README.md`: the model card, with YAML front matter and a `model-index` block of its results.
-
-Loading one (zoo.hub.fetch_card) is as safe as loading a release: see zoo.hub's model cards.
+A card is the hub's three files for a model: `model.safetensors`, the release's weights file byte
+for byte; `config.json`, what the model is, timm-style (`architecture`, `num_classes`, `label_names`,
+`pretrained_cfg` with the input facts), plus the whole zoo config and the sha256 and size of
+`model.safetensors`; `README.md`, the model card with YAML front matter and a `model-index` block of
+its results. Loading one (zoo.hub.fetch_card) is as safe as loading a release: see zoo.hub.
 """
 from __future__ import annotations
 
@@ -18,10 +15,9 @@ import re
 import shutil
 from pathlib import Path
 
-from zoo import hub
 from zoo.errors import UserError
-from zoo.hub import (CARD_CONFIG, CARD_WEIGHTS, HUB_PREFIX, HUB_REPO_ID, LIBRARY, read_card_config,
-                     sha256_file)
+from zoo.hub import (CARD_CONFIG, CARD_WEIGHTS, HUB_PREFIX, HUB_REPO_ID, LIBRARY, fetch_release,
+                     read_card_config, sha256_file)
 from zoo.limits import shorten
 
 README = "README.md"
@@ -49,21 +45,10 @@ def card_config(record: dict, zoo_config: dict, weights: Path) -> dict:
     }
 
 
-def _yaml(value) -> str:
-    import yaml
-
-    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=120)
-
-
-def _dataset_type(zoo_config: dict) -> str:
-    """The data module's name as a dataset id: FashionMNISTDataModule -> fashion_mnist."""
-    name = str((zoo_config.get("data") or {}).get("class_path", "unknown")).rsplit(".", 1)[-1].removesuffix("DataModule")
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
-
-
 def card_readme(record: dict, config: dict, repo_id: str) -> str:
     """README.md: YAML front matter (library, tags, pipeline, model-index) and the card's text."""
-    zoo_config = config["zoo_config"]
+    import yaml
+
     from zoo.info import attention_line, render, summary_metrics
 
     metrics = [{"type": key.split("/", 1)[1], "value": value["value"], "name": key}
@@ -73,16 +58,19 @@ def card_readme(record: dict, config: dict, repo_id: str) -> str:
                 for key in ("pointing", "pointing_centre", "deletion_gap", "deletion_gap_centre")
                 if isinstance(attention.get(key), (int, float))]
     pipeline = PIPELINE_TAGS.get(record.get("output_kind"), "image-classification")
+    # the data module's name as a dataset id: FashionMNISTDataModule -> fashion_mnist
+    data_class = str((config["zoo_config"].get("data") or {}).get("class_path", "unknown")).rsplit(".", 1)[-1]
+    dataset = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", data_class.removesuffix("DataModule")).lower()
     front = {
         "library_name": LIBRARY, "license": "mit", "pipeline_tag": pipeline,
         "tags": [LIBRARY, "visual-attention", record["family"]],
         "model-index": [{"name": record["name"], "results": [{
             "task": {"type": pipeline},
-            "dataset": {"name": record.get("dataset") or "?", "type": _dataset_type(zoo_config), "split": "test"},
+            "dataset": {"name": record.get("dataset") or "?", "type": dataset, "split": "test"},
             "metrics": metrics}]}],
     }
     lines = [
-        "---", _yaml(front).rstrip(), "---", "",
+        "---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=120).rstrip(), "---", "",
         f"# {record['name']}", "",
         record.get("description") or "", "",
         f"A release of {LIBRARY}: `{CARD_WEIGHTS}` holds the weights (sha256 `{config['files'][CARD_WEIGHTS]['sha256']}`, "
@@ -139,8 +127,7 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
     if not HUB_REPO_ID.fullmatch(repo_id):
         raise UserError(f"--repo-id {shorten(repo_id)}: give it as ORG/NAME")
     record = describe(name)
-    source = hub.fetch_release(name)  # sha256-checked against the manifest
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    source = fetch_release(name)  # sha256-checked against the manifest
     with sigterm_raises(), writing(out_dir) as staging:
         staging.mkdir()
         shutil.copyfile(source, staging / CARD_WEIGHTS)

@@ -1,8 +1,7 @@
 """One name per hyperparameter fact across the zoo, and the old names that files still carry.
 
 A fact that several families or data modules share is spelled one way, so recipes read alike and
-the code that joins data to model (zoo.train's `link_image_size`, `link_in_chans`) or reads a
-config needs no per-family case:
+the code that joins data to model (zoo.registry.link_data) or reads a config needs no per-family case:
 
 - `image_size`: the images a model takes or a data module serves (one side, or [height, width]);
 - `in_chans`: their channels;
@@ -13,15 +12,13 @@ config needs no per-family case:
 A family's own symbol stays where it names that family's own quantity (DRAW's `T`, RAM's
 `num_glimpses`), and timm's names stay where we call timm (zoo.backbones: `img_size`, `drop_rate`).
 
-Checkpoints, released weights, the release manifest and recipes written before a rename keep the
-old name. `RENAMED` is the one table of old names (`MOVED` of arguments that moved into a block,
-`RETIRED` of arguments that went: `accel`, now the run's option), and `current_spec` /
-`current_config` apply them;
-every reader of hyperparameters from a file goes through them (zoo.hub.load_weights and
-manifest, zoo.registry.instantiate, ZooModule.load_from_checkpoint and on_load_checkpoint,
-train.py's resume checks, tools/release), so an old file loads to the same model. Only argument
-names change here (and the values of a switch that became a choice): a class path is never
-rewritten, so the allow-list (zoo.classes) still decides every class a file may name.
+Files written before a rename keep the old name. `RENAMED` is the one table of old names (`MOVED`
+of arguments that moved into a block, `RETIRED` of arguments that went: `accel`, now the run's
+option); `current_spec` / `current_config` apply them, and every reader of hyperparameters from a
+file goes through them (zoo.hub, zoo.registry.instantiate, ZooModule's checkpoint loading, train.py's
+resume checks, tools/release), so an old file loads to the same model. Only argument names (and
+the values of a switch that became a choice) change: a class path is never rewritten, so the
+allow-list (zoo.classes) still decides every class a file may name.
 """
 from __future__ import annotations
 
@@ -105,27 +102,25 @@ def current_init_args(class_path: Any, init_args: Any) -> Any:
         fields = {name: out.pop(name, default) for name, default in then.items()}
         out[block] = {name: value for name, value in fields.items() if value is not None}
         done.append(f"{', '.join(moved)} -> {block}")
-    if done:
-        _note(class_path, tuple(done))
+    if done and (class_path, tuple(done)) not in _noted:  # one line per class and set of renames
+        _noted.add((class_path, tuple(done)))
+        log.info("%s: hyperparameters saved under old names read as %s", class_path.rsplit(".", 1)[-1],
+                 ", ".join(done))
     return out
 
 
 def current_spec(spec: Any) -> Any:
-    """A {class_path, init_args} mapping (a model's or a data module's) in current names."""
+    """A {class_path, init_args} mapping (a model's or a data module's; or a zoo config, as
+    checkpoints and releases carry it, with its `data` spec) in current names."""
     if not isinstance(spec, Mapping):
         return spec
-    init_args = current_init_args(spec.get("class_path"), spec.get("init_args"))
-    return spec if init_args is spec.get("init_args") else {**spec, "init_args": init_args}
+    new = {"init_args": current_init_args(spec.get("class_path"), spec.get("init_args")),
+           "data": current_spec(spec.get("data"))}
+    changed = {key: value for key, value in new.items() if value is not spec.get(key)}
+    return {**spec, **changed} if changed else spec
 
 
-def current_config(config: Any) -> Any:
-    """A zoo config (a model's {class_path, init_args} with its `data` spec, as checkpoints and
-    releases carry it) in current names."""
-    config = current_spec(config)
-    if not isinstance(config, Mapping) or not isinstance(config.get("data"), Mapping):
-        return config
-    data = current_spec(config["data"])
-    return config if data is config["data"] else {**config, "data": data}
+current_config = current_spec  # a zoo config: the model's spec with its data spec
 
 
 def _converted(old: str, value: Any) -> Any:
@@ -134,11 +129,3 @@ def _converted(old: str, value: Any) -> Any:
         return RENAMED_VALUES.get(old, {}).get(value, value)
     except TypeError:  # unhashable: none of the table's values
         return value
-
-
-def _note(class_path: str, done: tuple[str, ...]) -> None:
-    """One info line per class and set of renames in a process, however often a file is read."""
-    if (class_path, done) in _noted:
-        return
-    _noted.add((class_path, done))
-    log.info("%s: hyperparameters saved under old names read as %s", class_path.rsplit(".", 1)[-1], ", ".join(done))

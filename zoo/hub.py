@@ -1,17 +1,13 @@
 """Weights on disk and on the web: fetch with sha256 verification, load safely, save for release.
 
-Formats:
-- `.safetensors` (preferred, released weights): tensors plus the model's zoo config as JSON in the
-  file's metadata (key "zoo_config"); a sidecar `<name>.json` is accepted too.
-- Lightning `.ckpt`: loaded with `torch.load(weights_only=True)` only, so a pickle payload that
-  would run code is refused.
+Formats: `.safetensors` (released weights; the zoo config as JSON in the metadata key "zoo_config",
+or a sidecar `<name>.json`), and Lightning `.ckpt`, loaded with `torch.load(weights_only=True)` only.
 
-Downloads go to a temporary file beside their cache entry, are verified (the pinned sha256, or
-else at least the file format), and only then renamed into the cache: a failed, cut-off or wrong
-download is never cached and never reused. A URL is pinned by `sha256=` (the CLI's `--sha256`) or,
-as torch.hub does, by a hash prefix at the end of its file name (`model-1a2b3c4d.safetensors`);
-an unpinned URL is fetched with a one-line warning. A server that stalls for `$ZOO_DOWNLOAD_TIMEOUT`
-seconds (default 30) ends the download with one line.
+A download is verified (its pinned sha256, else at least its format) before it is renamed into the
+cache: a failed, cut-off or wrong download is never cached. A URL is pinned by `sha256=` (`--sha256`)
+or, as torch.hub does, by a hash prefix ending its file name (`model-1a2b3c4d.safetensors`); an
+unpinned one is fetched with a one-line warning. A server stalled for `$ZOO_DOWNLOAD_TIMEOUT` seconds
+(default 30) ends the download with one line.
 """
 from __future__ import annotations
 
@@ -29,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from zoo.errors import UserError
+from zoo.export_set import sha256_file
 from zoo.hparams import current_config
 from zoo.io import atomic_write_bytes, sigterm_raises, writing
 from zoo.limits import NUMERIC_ENVIRONMENT, check_tree, env_number, parse_json, read_json, shorten
@@ -38,7 +35,6 @@ MAX_CONFIG_BYTES = 16 * 1024 * 1024
 CONFIG_KEY = "zoo_config"
 META_KEY = "zoo_meta"  # a release's preprocessing, class names or vocabulary, metrics, recipe
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TIMEOUT_S = NUMERIC_ENVIRONMENT["ZOO_DOWNLOAD_TIMEOUT"]
 # torch.hub's convention: the file name ends in "-<first hex digits of its sha256>"
 HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})(?:\.[A-Za-z0-9]+)+$")
 
@@ -54,19 +50,19 @@ def weights_dir() -> Path:
 
 
 def manifest() -> dict:
-    """The release manifest: {name: {file, sha256, url?, config, metadata}} ({} when absent), its
-    configs in current hyperparameter names (zoo.hparams: a mirror's manifest may be older)."""
+    """The release manifest: {name: {file, sha256, url?, config: {class_path, init_args, data},
+    metadata: {task, dataset, metrics, recipe, device, ...}}} ({} when absent), its configs in
+    current hyperparameter names (zoo.hparams: a mirror's manifest may be older)."""
     path = weights_dir() / "MANIFEST.json"
     if not path.exists():
         return {}
     records = read_json(path, f"the weights manifest {path}", expect=dict, max_bytes=MAX_CONFIG_BYTES)
     good = {}
     for name, record in records.items():
-        problem = _record_problem(record)
-        if problem:
-            _skip_release(str(path), shorten(name, 60), problem)
-            continue
-        good[name] = {**record, "config": current_config(record["config"])}
+        if problem := _record_problem(record):
+            warn_once(f"{path}: release {shorten(name, 60)!r} skipped, {problem}")
+        else:
+            good[name] = {**record, "config": current_config(record["config"])}
     return good
 
 
@@ -81,15 +77,16 @@ def _record_problem(record) -> str | None:
         return "its file is not a plain file name"
     if not isinstance(record["config"].get("class_path"), str):
         return "its config names no class_path"
-    for key in ("metadata", "url"):
-        if record.get(key) is not None and not isinstance(record[key], dict if key == "metadata" else str):
+    for key, kind in (("metadata", dict), ("url", str)):
+        if record.get(key) is not None and not isinstance(record[key], kind):
             return f"its {key!r} has the wrong type"
     return None
 
 
 @functools.lru_cache(maxsize=None)
-def _skip_release(path: str, name: str, problem: str) -> None:
-    warnings.warn(f"{path}: release {name!r} skipped, {problem}", UserWarning, stacklevel=3)
+def warn_once(message: str) -> None:
+    """One warning per message in a process (a skipped release or recipe, per version of its file)."""
+    warnings.warn(message, UserWarning, stacklevel=3)
 
 
 # Where released weight files are published: the assets of this repository's GitHub release for
@@ -109,9 +106,10 @@ def release_url(record: dict) -> str:
 def fetch_release(name: str) -> Path:
     """The verified local file of the released weights `name`: the copy in weights_dir() when
     present, else its URL downloaded into the cache; sha256-checked either way."""
-    record = manifest().get(name)
+    records = manifest()
+    record = records.get(name)
     if record is None:
-        available = ", ".join(sorted(manifest())) or "none"
+        available = ", ".join(sorted(records)) or "none"
         raise UserError(f"no released weights named '{name}' (released: {available})")
     local = weights_dir() / record["file"]
     return fetch(local if local.is_file() else release_url(record), record.get("sha256"))
@@ -122,38 +120,17 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-#: the URL schemes we download from; anything else that looks like a URL is refused, not opened
-URL_SCHEMES = ("http", "https")
-#: the largest download (MB) unless ZOO_MAX_DOWNLOAD_MB says otherwise: far above every release
-#: (the largest, an ImageNet ViT-B/16 captioner, is about 350 MB)
-DEFAULT_MAX_DOWNLOAD_MB = NUMERIC_ENVIRONMENT["ZOO_MAX_DOWNLOAD_MB"]
-
-
 def is_url(location: str) -> bool:
     """Anything with a scheme://, so that file:// and ftp:// are refused as URLs, not read as paths."""
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", str(location)) is not None
 
 
-def max_download_bytes() -> int:
-    return int(env_number("ZOO_MAX_DOWNLOAD_MB", DEFAULT_MAX_DOWNLOAD_MB) * 1024 * 1024)
-
-
 # ----------------------------------------------------------------------------- model cards
-# A release as a Hugging Face hub repository (zoo.hf writes one): model.safetensors, config.json
-# (the zoo config, the sha256 of the weights) and README.md. Loading one is as safe as loading a
-# release: the class config.json names is checked against the allow-list before the weights are
-# downloaded, model.safetensors must have the sha256 config.json records (and the user's
-# --sha256), and its embedded config must be config.json's. Downloads go through huggingface_hub
-# into its cache ($HF_HOME; HF_ENDPOINT picks the server, HF_HUB_OFFLINE=1 uses the cache alone);
-# a repository that is refused leaves nothing of itself in the cache.
+# A release as a Hugging Face hub repository (zoo.hf writes one), loaded as safely as a release: the
+# class config.json names is allow-listed before the weights are downloaded, model.safetensors must
+# have the sha256 config.json records (and --sha256), and its embedded config must be config.json's.
+# Downloads go through huggingface_hub into its cache ($HF_HOME; HF_ENDPOINT picks the server,
+# HF_HUB_OFFLINE=1 uses the cache alone); a refused repository leaves nothing in the cache.
 HUB_PREFIX = "hf-hub:"
 CARD_CONFIG = "config.json"
 CARD_WEIGHTS = "model.safetensors"
@@ -167,10 +144,8 @@ def is_hub_id(location) -> bool:
 
 def is_card(location) -> bool:
     """An `hf-hub:ORG/NAME` repository, or a local folder in the hub layout."""
-    if is_hub_id(location):
-        return True
     try:
-        return Path(location).is_dir() and (Path(location) / CARD_CONFIG).is_file()
+        return is_hub_id(location) or Path(location).is_dir() and (Path(location) / CARD_CONFIG).is_file()
     except (TypeError, OSError):
         return False
 
@@ -191,8 +166,10 @@ def fetch_card(location, pin: str | None = None) -> Path:
             weights = _download_from_hub(location, repo_id, CARD_WEIGHTS, revision or None, fetched)
             _verify_card(weights, config, pin, location)
         except UserError:
-            for path in fetched:  # a refused repository leaves nothing in the cache
-                _evict_cached(path)
+            for path in fetched:  # a refused repository leaves nothing in the cache: link and blob
+                blob = path.resolve()
+                path.unlink(missing_ok=True)
+                blob.unlink(missing_ok=True)
             raise
         return weights
     folder = Path(location)
@@ -235,7 +212,6 @@ def read_card_config(path: Path, source: str) -> dict:
 
 
 def _verify_card(weights: Path, config: dict, pin: str | None, source: str) -> None:
-
     digest = sha256_file(weights)
     expected = config["files"][CARD_WEIGHTS]["sha256"]
     if digest != expected:
@@ -243,9 +219,8 @@ def _verify_card(weights: Path, config: dict, pin: str | None, source: str) -> N
                         f"the file is {digest[:12]}…); refusing it")
     if pin and not digest.startswith(pin):
         raise UserError(f"{source}: {CARD_WEIGHTS} is not the pinned file (--sha256 {pin[:12]}…, the file is {digest[:12]}…)")
-    embedded = safetensors_metadata(weights, source).get(CONFIG_KEY)
     try:
-        embedded = json.loads(embedded) if embedded else None
+        embedded = json.loads(safetensors_metadata(weights, source).get(CONFIG_KEY) or "null")
     except ValueError:
         embedded = None
     if not isinstance(embedded, dict) or current_config(embedded) != current_config(config["zoo_config"]):
@@ -254,16 +229,13 @@ def _verify_card(weights: Path, config: dict, pin: str | None, source: str) -> N
 
 def safetensors_metadata(path: Path, source: str) -> dict:
     """The `__metadata__` of a safetensors file's header, read without torch."""
-
-    with open(path, "rb") as f:
-        head = f.read(8)
-        size = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if not 2 <= size <= 4 * MAX_CONFIG_BYTES:
-            raise UserError(f"{source}: {CARD_WEIGHTS} is not a safetensors file")
-        try:
-            header = json.loads(f.read(size))
-        except (ValueError, UnicodeDecodeError):
-            raise UserError(f"{source}: {CARD_WEIGHTS} has an unreadable header") from None
+    header = _safetensors_header(path)[2]
+    if header is None:
+        raise UserError(f"{source}: {CARD_WEIGHTS} is not a safetensors file")
+    try:
+        header = json.loads(header)
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"{source}: {CARD_WEIGHTS} has an unreadable header") from None
     metadata = header.get("__metadata__") if isinstance(header, dict) else None
     return metadata if isinstance(metadata, dict) else {}
 
@@ -297,48 +269,27 @@ def _download_from_hub(location: str, repo_id: str, filename: str, revision: str
     return path
 
 
-def _evict_cached(path: Path) -> None:
-    """Remove a file huggingface_hub cached: its snapshot link and the blob it points at."""
-    blob = path.resolve()
-    path.unlink(missing_ok=True)
-    if blob != path:
-        blob.unlink(missing_ok=True)
-
-
-def _check_pin(sha256: str | None) -> str | None:
-    if sha256 is None:
-        return None
-    pin = str(sha256).strip().lower()
-    if not re.fullmatch(r"[0-9a-f]{8,64}", pin):
-        raise UserError(f"--sha256 {sha256!r}: give the file's sha256 in hex (at least its first 8 digits)")
-    return pin
-
-
-def _matches(path: Path, pin: str) -> bool:
-    return sha256_file(path).startswith(pin)
-
-
 def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
-    """A local path, or a URL downloaded once into the cache.
-
-    sha256: the file's sha256 in hex, or a prefix of at least 8 digits. A local file is checked on
-    every call; a download is verified before it enters the cache, and a cached copy is checked
-    before it is served. A model card (`hf-hub:ORG/NAME` or a folder in the hub's layout) gives
-    its verified model.safetensors."""
-    pin = _check_pin(sha256)
-    if is_card(location):  # hf-hub:ORG/NAME, or a local folder in the hub's layout
+    """A local path, or a URL downloaded once into the cache; `sha256`: the file's sha256 in hex, or
+    a prefix of at least 8 digits. A local file is checked on every call; a download is verified
+    before it enters the cache, and a cached copy before it is served. A model card (`hf-hub:ORG/NAME`
+    or a folder in the hub's layout) gives its verified model.safetensors."""
+    pin = None if sha256 is None else str(sha256).strip().lower()
+    if pin is not None and not re.fullmatch(r"[0-9a-f]{8,64}", pin):
+        raise UserError(f"--sha256 {sha256!r}: give the file's sha256 in hex (at least its first 8 digits)")
+    if is_card(location):
         return fetch_card(location, pin)
     if not is_url(str(location)):
         path = Path(location)
         if not path.is_file():
             raise UserError(f"{path}: no such weights file")
-        if pin and not _matches(path, pin):
+        if pin and not sha256_file(path).startswith(pin):
             raise UserError(f"{path}: sha256 mismatch; the file was changed or corrupted "
                             f"(expected {pin[:12]}…, got {sha256_file(path)[:12]}…)")
         return path
     url = str(location)
     parsed = urlparse(url)
-    if parsed.scheme.lower() not in URL_SCHEMES or not parsed.netloc:
+    if parsed.scheme.lower() not in ("http", "https") or not parsed.netloc:  # file://, ftp://: never opened
         raise UserError(f"{shorten(url)}: refused, weights are downloaded over http(s) only")
     name = Path(parsed.path).name
     if not re.fullmatch(r"[\w.+-]+", name or "") or name in (".", ".."):
@@ -359,7 +310,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
         target.unlink()  # the cache holds files it wrote itself, never a link to elsewhere
     if target.is_file():
         try:
-            if pin is not None and _matches(target, pin):
+            if pin is not None and sha256_file(target).startswith(pin):
                 return target  # the pin vouches for every byte
             if pin is None:
                 check_whole(target, url, crc=False)  # an unpinned entry: whole, or evicted
@@ -370,12 +321,11 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
     try:
         with sigterm_raises(), writing(target, "part") as part:  # a killed download's .part: swept next time
             _download(url, part)
-            if pin is not None:
-                if not _matches(part, pin):
-                    raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
-                                    f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
-            else:
+            if pin is None:
                 check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache
+            elif not sha256_file(part).startswith(pin):
+                raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
+                                f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
             os.replace(part, target)
     except OSError as exc:  # the cache folder: a file, read-only or full
         raise UserError(f"the download cache {cache_dir()}: cannot write there ({exc.strerror or exc}); set "
@@ -392,18 +342,19 @@ def _download(url: str, dest: Path) -> None:
 
     from tqdm import tqdm
 
-    timeout = env_number("ZOO_DOWNLOAD_TIMEOUT", DEFAULT_TIMEOUT_S)
-    offline_hint = "Offline? Download the file elsewhere and pass its local path instead"
+    timeout = env_number("ZOO_DOWNLOAD_TIMEOUT", NUMERIC_ENVIRONMENT["ZOO_DOWNLOAD_TIMEOUT"])
     try:
         response = urllib.request.urlopen(url, timeout=timeout)  # noqa: S310 (http/https/file/ftp only)
     except urllib.error.HTTPError as exc:
         raise UserError(f"could not download {url}: HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise UserError(f"could not download {url}: {reason}. {offline_hint}") from None
+        raise UserError(f"could not download {url}: {reason}. Offline? Download the file elsewhere and "
+                        "pass its local path instead") from None
     expected = response.headers.get("Content-Length")
     expected = int(expected) if expected and expected.isdigit() else None
-    cap = max_download_bytes()
+    # far above every release (the largest, an ImageNet ViT-B/16 captioner, is about 350 MB)
+    cap = int(env_number("ZOO_MAX_DOWNLOAD_MB", NUMERIC_ENVIRONMENT["ZOO_MAX_DOWNLOAD_MB"]) * 2**20)
     if expected is not None and expected > cap:
         response.close()
         raise UserError(f"{url}: refused, {expected:,} bytes is more than the {cap // 2**20:,} MB limit "
@@ -438,18 +389,12 @@ def check_whole(path: Path, url: str, crc: bool = True) -> None:
     or a zip-format torch checkpoint whose central directory reads and (with `crc`) whose members'
     CRCs check. An HTML error page, a body cut short without a Content-Length, or a damaged file is
     refused with the URL named. (A pinned download needs none of this: its sha256 vouches for it.)"""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        header_len = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if 2 <= header_len <= min(size - 8, 100 * 2**20) and f.read(1) == b"{":
-            f.seek(8)
-            problem = _safetensors_problem(f.read(header_len), size - 8 - header_len)
-            if problem is None:
-                return
-            raise UserError(f"{url}: the download is not a whole safetensors file ({problem}); refusing it")
-        f.seek(0)
-        start = f.read(16)
+    size, length, header = _safetensors_header(path)
+    if header is not None and header.startswith(b"{"):
+        problem = _safetensors_problem(size, length, header)
+        if problem is None:
+            return
+        raise UserError(f"{url}: the download is not a whole safetensors file ({problem}); refusing it")
     if zipfile.is_zipfile(path):
         try:
             with zipfile.ZipFile(path) as archive:
@@ -459,6 +404,8 @@ def check_whole(path: Path, url: str, crc: bool = True) -> None:
         if bad is None:
             return
         raise UserError(f"{url}: the download is a damaged checkpoint (member {shorten(bad)} fails its CRC); refusing it")
+    with open(path, "rb") as f:
+        start = f.read(16)
     looks = "an HTML page" if start.lstrip().lower().startswith((b"<!doc", b"<html", b"<?xml", b"<head")) else \
         "not a whole .safetensors or zip-format .ckpt file"
     raise UserError(f"{url}: the download is {looks}; refusing it, nothing was cached")
@@ -471,26 +418,32 @@ DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2
 MAX_HEADER_BYTES = 100 * 2**20
 
 
+def _safetensors_header(path: Path) -> tuple[int, int, bytes | None]:
+    """(the file's size, the header length its first 8 bytes declare, the header: None unless that
+    length lies inside the file and the format's limit)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        return size, length, f.read(length) if 2 <= length <= min(size - 8, MAX_HEADER_BYTES) else None
+
+
 def check_safetensors(path: Path) -> None:
     """A safetensors file's header, checked against the file before the library maps a tensor: its
     declared length, and every tensor's dtype x shape filling exactly its byte range inside the file."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(8)
-            length = int.from_bytes(head, "little") if len(head) == 8 else -1
-            if not 2 <= length <= min(size - 8, MAX_HEADER_BYTES):
-                raise UserError(f"{path}: not a valid safetensors file (its header declares {length:,} bytes "
-                                f"of a {size:,}-byte file)")
-            header = f.read(length)
+        problem = _safetensors_problem(*_safetensors_header(path))
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    problem = _safetensors_problem(header, size - 8 - length)
     if problem:
         raise UserError(f"{path}: not a valid safetensors file ({problem})")
 
 
-def _safetensors_problem(header: bytes, data_size: int) -> str | None:
+def _safetensors_problem(size: int, length: int, header: bytes | None) -> str | None:
+    """What is wrong with a safetensors file of `size` bytes, from `_safetensors_header`; None if nothing."""
+    if header is None:
+        return f"its header declares {length:,} bytes of a {size:,}-byte file"
+    data_size = size - 8 - length
     try:
         table = json.loads(header)
     except (ValueError, RecursionError):
@@ -572,54 +525,43 @@ def check_zip_records(path: Path) -> None:
 MAX_CHECKPOINT_RATIO = 100
 
 
-def check_finite(state: dict, source: str) -> None:
-    """Refuse weights holding NaN or infinity (a diverged run, or a forged file): every number the
-    model would compute from them, and every picture drawn of it, would be NaN."""
-    import torch
-
-    for name, tensor in state.items():
-        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise UserError(f"{source}: refused, tensor {shorten(name, 80)} holds NaN or infinite values "
-                            "(a diverged run or a damaged file)")
-
-
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
     """Return (state_dict, zoo_config or None) from a .safetensors or Lightning .ckpt file; the config
     in current hyperparameter names (zoo.hparams), however old the file."""
     import torch
 
     path = Path(path)
-    if path.suffix == ".safetensors":
+    if path.suffix != ".safetensors":
+        checkpoint = read_checkpoint(path)
+        state, config = checkpoint.get("state_dict", checkpoint), checkpoint.get("zoo")
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
+    else:
         from safetensors import safe_open
 
         check_safetensors(path)
         try:
             with safe_open(str(path), framework="pt") as f:
-                metadata = f.metadata() or {}
+                text = (f.metadata() or {}).get(CONFIG_KEY)
                 state = {k: f.get_tensor(k) for k in f.keys()}
         except Exception as exc:
             raise UserError(f"{path}: not a valid safetensors file ({shorten(str(exc), 160)})") from None
         sidecar = path.with_suffix(".json")
         try:
-            if CONFIG_KEY in metadata:
-                text = metadata[CONFIG_KEY]
-            else:
-                text = sidecar.read_text() if sidecar.is_file() and sidecar.stat().st_size <= MAX_CONFIG_BYTES else None
-                if text is None and sidecar.is_file():
+            if text is None and sidecar.is_file():
+                if sidecar.stat().st_size > MAX_CONFIG_BYTES:
                     raise UserError(f"{sidecar}: refused, a config of more than {MAX_CONFIG_BYTES:,} bytes")
-            if text is not None and len(text) > MAX_CONFIG_BYTES:
-                raise UserError(f"{path}: refused, its zoo config is more than {MAX_CONFIG_BYTES:,} characters")
+                text = sidecar.read_text()
         except (OSError, UnicodeDecodeError) as exc:
             raise UserError(f"{path}: its zoo config is not readable ({shorten(exc)})") from None
+        if text is not None and len(text) > MAX_CONFIG_BYTES:
+            raise UserError(f"{path}: refused, its zoo config is more than {MAX_CONFIG_BYTES:,} characters")
         config = parse_json(text, f"{path}: its zoo config") if text is not None else None
-        check_finite(state, str(path))
-        return state, current_config(config) if isinstance(config, dict) or config is None else {"class_path": config}
-    checkpoint = read_checkpoint(path)
-    state = checkpoint.get("state_dict", checkpoint)
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise UserError(f"{path}: not a checkpoint (no state_dict inside)")
-    check_finite(state, str(path))
-    config = checkpoint.get("zoo")
+    # weights holding NaN or infinity (a diverged run, or a forged file) make every output NaN
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UserError(f"{path}: refused, tensor {shorten(name, 80)} holds NaN or infinite values "
+                            "(a diverged run or a damaged file)")
     return state, current_config(config) if isinstance(config, dict) or config is None else {"class_path": config}
 
 

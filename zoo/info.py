@@ -1,21 +1,16 @@
 """`zoo info NAME`: everything known about a registered model in one record, read without torch
-(timm's `pretrained_cfg` and torchvision's `Weights.meta`, as one command).
-
-The record joins three sources, none of which needs a model built:
+(timm's `pretrained_cfg` and torchvision's `Weights.meta`, as one command). It joins:
 - the release manifest (weights/MANIFEST.json): file, sha256, recipe, seed, metrics, class names
   or vocabulary, preprocessing;
-- the recipe (configs/<family>/<recipe>.yaml): its command and, from its leading comment, a
-  description;
-- the model index (zoo/model_index.json, written by `python scripts/model_index.py`): the facts
-  that take torch to know (parameters, GMACs per image, preprocessing of recipes without a
-  release) and the results of the clone's results/ that a wheel does not ship (the spread of a
-  release's metrics over seeds, its attention scores). Each entry records the digest of the
-  config it was computed from; an entry whose config has changed since is computed afresh (with
-  torch, and a note) rather than shown stale. tests/test_info.py fails when the index is stale.
+- the recipe (configs/<family>/<recipe>.yaml): its command and, from its leading comment, a description;
+- the model index (zoo/model_index.json, written by `python scripts/model_index.py`): what takes torch
+  to know (parameters, GMACs per image, preprocessing of recipes without a release) and what a wheel
+  does not ship of results/ (a release's spread over seeds, its attention scores). An entry whose
+  config digest no longer matches is computed afresh (with torch, and a note), never shown stale;
+  tests/test_info.py fails when the index is stale.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -30,9 +25,7 @@ REGENERATE = "python scripts/model_index.py"
 
 def config_of(entry) -> dict:
     """The config an entry's facts describe: its release's where it has one, else its recipe's."""
-    if entry.weights is not None:
-        return entry.weights["config"]
-    return {**entry.model, "data": entry.data}
+    return entry.weights["config"] if entry.weights is not None else {**entry.model, "data": entry.data}
 
 
 def digest(config: dict) -> str:
@@ -57,32 +50,18 @@ def computed_facts(entry) -> dict:
             **cost.facts(model)}
 
 
-def _pretrained_sources(config: dict) -> list[dict]:
-    """The argument blocks of a config that may name pretrained weights: the model's, its backbone's."""
-    args = config.get("init_args") or {}
-    return [args, *([args["backbone"]] if isinstance(args.get("backbone"), dict) else [])]
-
-
 def architecture(config: dict) -> dict:
     """A model config without the pretrained sources that would download or read a user's file
     (timm's hub, a local checkpoint): the same architecture. A released zoo backbone named by
     `pretrained: NAME` stays (a recipe takes the backbone's architecture from it)."""
     def scrub(args: dict) -> dict:
-        args = {k: v for k, v in args.items() if k != "pretrained_file"}
-        if args.get("pretrained") is True:
-            args["pretrained"] = False
-        return args
+        return {k: False if k == "pretrained" and v is True else v
+                for k, v in args.items() if k != "pretrained_file"}
 
     init_args = scrub(dict(config.get("init_args") or {}))
     if isinstance(init_args.get("backbone"), dict):
         init_args["backbone"] = scrub(init_args["backbone"])
     return {**config, "init_args": init_args}
-
-
-def timm_weights(config: dict) -> bool:
-    """Whether the config starts from timm's pretrained weights (whose mean/std the model then
-    applies: timm's pretrained_cfg, not known without them)."""
-    return any(block.get("pretrained") is True or block.get("pretrained_file") for block in _pretrained_sources(config))
 
 
 def description(entry) -> str | None:
@@ -92,10 +71,8 @@ def description(entry) -> str | None:
         return None
     lines = []
     for line in Path(path).read_text().splitlines():
-        if not line.startswith("#"):
-            break
         text = line.lstrip("#").strip()
-        if not text or text.startswith(("python ", "zoo ")):
+        if not line.startswith("#") or not text or text.startswith(("python ", "zoo ")):
             break
         lines.append(text)
     text = " ".join(lines)
@@ -109,17 +86,19 @@ def describe(name: str) -> dict:
     from zoo.registry import get_entry
 
     entry = get_entry(name)
-    facts = stored_facts(entry)
-    notes = []
-    if facts is None:
-        facts = computed_facts(entry)
-        notes.append(f"computed now: the model index has no facts for this config ({REGENERATE} stores them)")
+    stored = stored_facts(entry)
+    facts = stored or computed_facts(entry)
     meta = (entry.weights or {}).get("metadata") or {}
+    seeds = facts.get("seeds") or {}  # {metric: {"n", "mean", "std"}}
     pre = {**facts.get("preprocessing", {}), **{k: v for k, v in (meta.get("preprocessing") or {}).items()
                                                 if k != "class_names"}}
     names = meta.get("class_names") or (meta.get("preprocessing") or {}).get("class_names") \
         or entry.model.get("init_args", {}).get("class_names") or facts.get("class_names")
     vocab = meta.get("vocab")
+    # started from timm's pretrained weights, whose mean/std the model applies (timm's pretrained_cfg)
+    args = config_of(entry).get("init_args") or {}
+    timm = any(block.get("pretrained") is True or block.get("pretrained_file")
+               for block in [args, *([args["backbone"]] if isinstance(args.get("backbone"), dict) else [])])
     record = {
         "name": name,
         "family": entry.metadata.get("family") or facts.get("family"),
@@ -131,7 +110,7 @@ def describe(name: str) -> dict:
         "mean": pre.get("mean"), "std": pre.get("std"),
         "normalisation": "inside the model" if pre.get("mean") else
                          "inside the model: the pretrained weights' mean/std (timm's pretrained_cfg)"
-                         if timm_weights(config_of(entry)) else "none",
+                         if timm else "none",
         "resize": pre.get("resize"), "resize_size": pre.get("resize_size"), "interpolation": INTERPOLATION,
         "alpha": ALPHA_RULE,
         "num_classes": len(names) if names else facts.get("num_classes"),
@@ -143,9 +122,7 @@ def describe(name: str) -> dict:
         "recipe": entry.metadata.get("recipe"),
         "recipe_file": entry.metadata.get("recipe_file"),
     }
-    for key in ("num_params_note", "gmacs_note"):
-        if facts.get(key):
-            record[key] = facts[key]
+    record.update({key: facts[key] for key in ("num_params_note", "gmacs_note") if facts.get(key)})
     if entry.weights is not None:
         path = hub.weights_dir() / entry.weights["file"]
         record.update({
@@ -153,11 +130,14 @@ def describe(name: str) -> dict:
             "sha256": entry.weights.get("sha256"), "url": hub.release_url(entry.weights),
             "seed": meta.get("seed"), "trained_at": meta.get("trained_at"), "device": meta.get("device"),
             "remake": meta.get("remake"), "results_file": meta.get("results_file"),
-            "metrics": _metrics(meta.get("metrics") or {}, facts.get("seeds") or {}),
+            # the spread over the seeds of the release's recipe, where its results summary has more than one
+            "metrics": {key: {"value": value, **({"seeds": seeds[key]} if key in seeds else {})}
+                        for key, value in (meta.get("metrics") or {}).items()},
             "attention": facts.get("attention"),
         })
-    if notes:
-        record["notes"] = notes
+    if stored is None:
+        record["notes"] = [f"computed now: the model index has no facts for this config "
+                           f"({REGENERATE} stores them)"]
     return record
 
 
@@ -168,17 +148,6 @@ PER_STEP = re.compile(r"_(step|glimpses_)\d+$")
 def summary_metrics(metrics: dict) -> dict:
     """The test metrics of a `describe` record that its text and its card show."""
     return {k: v for k, v in (metrics or {}).items() if k.startswith("test/") and not PER_STEP.search(k)}
-
-
-def _metrics(release: dict, seeds: dict) -> dict:
-    """{metric: {"value": the release's, "seeds": {"n", "mean", "std"}?}}: the spread over the
-    seeds of the release's recipe where its results summary has more than one."""
-    out = {}
-    for key, value in release.items():
-        out[key] = {"value": value}
-        if key in seeds:
-            out[key]["seeds"] = seeds[key]
-    return out
 
 
 # ----------------------------------------------------------------------------- text
@@ -219,11 +188,9 @@ def render(record: dict) -> str:
     params = record.get("num_params")
     row("parameters", f"{params:,} ({params / 1e6:.2f} M)" + (f"; {record['num_params_note']}" if record.get("num_params_note") else "")
         if params is not None else None)
-    if record.get("gmacs") is not None:
-        row("GMACs", f"{_number(record['gmacs'])} per image: {record['inference']} "
-                     "(torch.utils.flop_counter; MACs = FLOPs / 2)")
-    else:
-        row("GMACs", f"- ({record.get('gmacs_note') or 'not known'})")
+    gmacs = record.get("gmacs")
+    row("GMACs", f"- ({record.get('gmacs_note') or 'not known'})" if gmacs is None else
+        f"{_number(gmacs)} per image: {record['inference']} (torch.utils.flop_counter; MACs = FLOPs / 2)")
     if record["pretrained"]:
         size = record.get("file_size")
         row("file", f"{record['file']}" + (f", {size / 1e6:.2f} MB" if size else ""))
@@ -238,9 +205,7 @@ def render(record: dict) -> str:
             extra = (f"   ({spread['n']} seeds: {_number(spread['mean'])} ± {_number(spread['std'], 2)})"
                      if spread else "")
             row("metrics" if key == next(iter(tests)) else "", f"{key} {_number(metric['value'])}{extra}")
-        attention = record.get("attention")
-        if attention:
-            row("attention", attention_line(attention))
+        row("attention", attention_line(record["attention"]) if record.get("attention") else None)
     for note in record.get("notes", []):
         row("note", note)
     return "\n".join(lines)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import sys
 import threading
 import uuid
 import warnings
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,25 +32,22 @@ MAX_PIXELS = 16384 * 16384
 #: the rules below in words, for the records that state them (`zoo info`, model cards)
 ALPHA_RULE = "transparent pixels are composited on black"
 INTERPOLATION = "bilinear"
-#: the same rules as export.json states them for a deployment (`image_rules`), which must follow them
-ALPHA = "composite on black"  # out = alpha * colour + (1 - alpha) * black, as PIL's alpha_composite
-COLOUR = {3: "RGB", 1: "L (PIL's convert('L') of the RGB: ITU-R 601-2 luma)"}
-ORIENTATION = "EXIF orientation applied"
 
 
 def image_rules(in_chans: int) -> dict[str, str]:
     """How `load_image` and zoo.preprocess turn a file into pixels, as export.json's preprocessing
-    states it: transparency, colour, orientation, interpolation."""
-    return {"alpha": ALPHA, "colour": COLOUR[in_chans], "orientation": ORIENTATION, "interpolation": INTERPOLATION}
+    states it for a deployment, which must follow it: transparency, colour, orientation, interpolation."""
+    # alpha: out = alpha * colour + (1 - alpha) * black, as PIL's alpha_composite
+    return {"alpha": "composite on black",
+            "colour": {3: "RGB", 1: "L (PIL's convert('L') of the RGB: ITU-R 601-2 luma)"}[in_chans],
+            "orientation": "EXIF orientation applied", "interpolation": INTERPOLATION}
 
 
 def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
-    """Open an image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated.
-
-    Handles RGBA/LA/P with transparency (composited on black, like the training canvases),
-    16-bit and float grayscale (rescaled by their range), CMYK, and very large images
-    (downscaled so the longer side is at most MAX_SIDE). Raises UserError for a missing file,
-    a directory, a non-image or a truncated file."""
+    """Open an image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated. Handles RGBA/LA/P
+    with transparency (composited on black, like the training canvases), 16-bit and float grayscale
+    (rescaled by their range), CMYK, and very large images (downscaled so the longer side is at most
+    MAX_SIDE). Raises UserError for a missing file, a directory, a non-image or a truncated file."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file")
@@ -95,27 +94,21 @@ def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> to
     if size is not None and (img.height, img.width) != tuple(size):
         img = img.resize((size[1], size[0]), Image.Resampling[INTERPOLATION.upper()])
     array = np.asarray(img, dtype=np.float32) / 255.0
-    if array.ndim == 2:
-        array = array[None]
-    else:
-        array = array.transpose(2, 0, 1)
+    array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
 def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) -> Path:
-    """Fail early, before any work, when an output path cannot be written: `path` is the file (or,
-    with `directory`, the folder) a command will write, named `flag` in the message. Missing parent
-    folders are fine (they are created on write) when the nearest existing one is writable. The
-    check really creates (and removes) a file there: permission bits say nothing to root, nor
-    about read-only or pseudo file systems."""
+    """Fail before any work when the file (with `directory`, the folder) `path` that a command will
+    write, named `flag` in the message, cannot be written. Missing parents are fine (created on write)
+    when the nearest existing one is writable: a file is really created (and removed) there, since
+    permission bits say nothing to root, nor about read-only or pseudo file systems."""
     import tempfile
 
     path = Path(path)
-    if path.exists():
-        if directory and not path.is_dir():
-            raise UserError(f"{flag} {path}: exists and is not a directory")
-        if not directory and path.is_dir():
-            raise UserError(f"{flag} {path}: is a directory")
+    if path.exists() and path.is_dir() != directory:
+        problem = "exists and is not a directory" if directory else "is a directory"
+        raise UserError(f"{flag} {path}: {problem}")
     folder = path if directory else path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -145,20 +138,9 @@ _LOCK_MARK = b"attention-zoo temporary\n"  # a lock file's first line: the zoo w
 _TOKEN = "[0-9a-f]{16}"
 
 
-def _temp_names(target: Path) -> re.Pattern:
-    return re.compile(re.escape(f".{target.name}.") + f"({_TOKEN})" + r"\.(lock|" + "|".join(TEMP_KINDS) + ")")
-
-
 def companion(temp: Path, kind: str) -> Path:
     """The same writer's temporary of another kind (an export's `old` beside its staging `tmp`)."""
     return temp.with_name(f"{temp.name.rsplit('.', 1)[0]}.{kind}")
-
-
-def _remove(entry: Path) -> None:
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry, ignore_errors=True)
-    else:
-        entry.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -170,7 +152,12 @@ def writing(path: str | os.PathLike, kind: str = "tmp") -> Iterator[Path]:
     if kind not in TEMP_KINDS:
         raise ValueError(f"kind {kind!r} is not one of {TEMP_KINDS}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_before_writing(path)
+    folder = os.path.abspath(path.parent)  # see _LOCKED_AT_FIRST_WRITE
+    if folder not in _LOCKED_AT_FIRST_WRITE:
+        _LOCKED_AT_FIRST_WRITE[folder] = {target for target, _ in _locks(folder)}
+    if path.name in _LOCKED_AT_FIRST_WRITE[folder]:
+        _LOCKED_AT_FIRST_WRITE[folder].discard(path.name)
+        sweep_stale(path)
     token = uuid.uuid4().hex[:16]
     lock = path.with_name(f".{path.name}.{token}.lock")
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -181,8 +168,7 @@ def writing(path: str | os.PathLike, kind: str = "tmp") -> Iterator[Path]:
             pass  # a file system without locks: the write works, and no sweeper can prove it dead
         owner = {"host": socket.gethostname(), "pid": os.getpid(), "target": path.name}
         os.write(fd, _LOCK_MARK + json.dumps(owner).encode() + b"\n")
-        temp = path.with_name(f".{path.name}.{token}.{kind}")
-        yield temp
+        yield path.with_name(f".{path.name}.{token}.{kind}")
     finally:
         try:
             _clean(path, token)
@@ -200,65 +186,50 @@ def _clean(path: Path, token: str) -> list[Path]:
     removed = []
     for kind in TEMP_KINDS:
         entry = path.with_name(f".{path.name}.{token}.{kind}")
-        if os.path.lexists(entry):
-            _remove(entry)
-            removed.append(entry)
+        if not os.path.lexists(entry):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
     return removed
-
-
-def _dead_writer(lock: Path) -> int | None:
-    """An fd holding `lock` when the zoo wrote it and its writer is gone (its flock could be taken),
-    else None. The caller closes the fd after removing the writer's files."""
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        same = os.path.samestat(os.fstat(fd), os.lstat(lock))  # not unlinked by a finishing writer
-        if same and os.pread(fd, len(_LOCK_MARK), 0) == _LOCK_MARK:
-            return fd
-    except OSError:
-        pass  # held (a live writer, in any namespace, on any machine), gone, or not lockable here
-    os.close(fd)
-    return None
 
 
 def sweep_stale(path: str | os.PathLike) -> list[Path]:
     """Remove what killed writers of `path` left beside it (its temporaries whose lock file is the
-    zoo's and free); returns what it removed. A dead writer's `old` (the previous set, moved aside
-    just before it was killed) goes back to `path` if nothing took its place."""
+    zoo's and free; each one's `old` goes back, as `_clean` says); returns what it removed."""
     path = Path(path)
-    names = _temp_names(path)
-    try:
-        entries = [e.name for e in os.scandir(path.parent) if e.name.startswith(f".{path.name}.")]
-    except OSError:
-        return []
     removed = []
-    for name in entries:
-        match = names.fullmatch(name)
-        if not match or match.group(2) != "lock":
-            continue
-        lock = path.with_name(name)
-        fd = _dead_writer(lock)
-        if fd is None:
-            continue
+    for token in [token for target, token in _locks(path.parent) if target == path.name]:
+        lock = path.with_name(f".{path.name}.{token}.lock")
         try:
-            removed += _clean(path, match.group(1))
-            lock.unlink(missing_ok=True)
-            removed.append(lock)
+            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:  # the writer's files go while we hold its lock, if the zoo wrote it and the writer is gone
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                same = os.path.samestat(os.fstat(fd), os.lstat(lock))  # not unlinked by a finishing writer
+                dead = same and os.pread(fd, len(_LOCK_MARK), 0) == _LOCK_MARK
+            except OSError:  # held (a live writer, in any namespace, on any machine), gone, or not lockable
+                dead = False
+            if dead:
+                removed += _clean(path, token)
+                lock.unlink(missing_ok=True)
+                removed.append(lock)
         finally:
             os.close(fd)
     return removed
 
 
-def _targets_with_locks(directory: str | os.PathLike) -> set[str]:
-    """The names of the targets in `directory` that have a zoo lock file beside them."""
-    lock = re.compile(rf"\.(.+)\.{_TOKEN}\.lock")
+def _locks(directory: str | os.PathLike) -> list[tuple[str, str]]:
+    """(target, writer's token) of each zoo lock file in `directory`."""
+    lock = re.compile(rf"\.(.+)\.({_TOKEN})\.lock")
     try:
-        return {m.group(1) for e in os.scandir(directory) if (m := lock.fullmatch(e.name))}
+        return [m.groups() for e in os.scandir(directory) if (m := lock.fullmatch(e.name))]
     except OSError:
-        return set()
+        return []
 
 
 # Per folder this process writes in, the targets that had lock files when it first wrote there: a
@@ -267,19 +238,11 @@ def _targets_with_locks(directory: str | os.PathLike) -> set[str]:
 _LOCKED_AT_FIRST_WRITE: dict[str, set[str]] = {}
 
 
-def _sweep_before_writing(path: Path) -> None:
-    folder = os.path.abspath(path.parent)
-    if folder not in _LOCKED_AT_FIRST_WRITE:
-        _LOCKED_AT_FIRST_WRITE[folder] = _targets_with_locks(folder)
-    if path.name in _LOCKED_AT_FIRST_WRITE[folder]:
-        _LOCKED_AT_FIRST_WRITE[folder].discard(path.name)
-        sweep_stale(path)
-
-
 def sweep_folder(directory: str | os.PathLike) -> list[Path]:
     """`sweep_stale` for every target in `directory` that has a zoo lock file beside it: only for
     folders that hold nothing but what the zoo writes (the weights folder, under its release lock)."""
-    return [entry for name in sorted(_targets_with_locks(directory)) for entry in sweep_stale(Path(directory) / name)]
+    targets = sorted({target for target, _ in _locks(directory)})
+    return [entry for name in targets for entry in sweep_stale(Path(directory) / name)]
 
 
 @contextmanager
@@ -336,9 +299,6 @@ def check_npz(path: str | os.PathLike) -> None:
     """An .npz written by the zoo (a data cache), checked before numpy allocates an array of it: each
     member's header declares exactly the bytes the member holds, and all of them together fit the
     memory budget (zoo.limits). Raises ValueError (a cache is then rebuilt) or UserError."""
-    import math
-    import zipfile
-
     from numpy.lib import format as npy
 
     from zoo.limits import check_memory
@@ -361,8 +321,6 @@ def check_npz(path: str | os.PathLike) -> None:
 def finite(value):
     """`value` with every non-finite number (NaN, +-inf: a model's output, a diverged score) as None,
     since strict JSON (RFC 8259) has no NaN and strict parsers refuse the bare token."""
-    import math
-
     if isinstance(value, (float, np.floating)):
         return float(value) if math.isfinite(value) else None
     if isinstance(value, np.integer):
@@ -376,8 +334,6 @@ def finite(value):
 
 def json_text(value, **dumps_kwargs) -> str:
     """Strict JSON of `value` (non-finite numbers as null): what every --json output prints."""
-    import json
-
     return json.dumps(finite(value), allow_nan=False, **dumps_kwargs)
 
 
@@ -391,27 +347,23 @@ def swap_in_folder(staging: Path, target: Path, problem_of: Callable[[Path], str
     is kept beside `target`, with a warning."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        previous = _put_in_place(staging, target)
+        previous = None  # where the old set is now, if any
+        try:
+            if not target.exists():
+                os.rename(staging, target)
+            elif _exchange(staging, target):
+                previous = staging
+            else:
+                previous = companion(staging, "old")
+                os.rename(target, previous)
+                os.rename(staging, target)
+        except OSError as exc:
+            raise UserError(f"--out {target}: cannot put the new set in place "
+                            f"({exc.strerror or exc})") from None
         if previous is not None:
             _remove_set(previous, target, problem_of)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-
-
-def _put_in_place(staging: Path, target: Path) -> Path | None:
-    """Rename (or exchange) `staging` into `target`; returns where the old set is now, if any."""
-    try:
-        if not target.exists():
-            os.rename(staging, target)
-            return None
-        if _exchange(staging, target):
-            return staging
-        old = companion(staging, "old")
-        os.rename(target, old)
-        os.rename(staging, target)
-        return old
-    except OSError as exc:
-        raise UserError(f"--out {target}: cannot put the new set in place ({exc.strerror or exc})") from None
 
 
 def _remove_set(folder: Path, target: Path, problem_of: Callable[[Path], str | None]) -> None:

@@ -2,22 +2,14 @@
 
 A small file can ask for gigabytes: a pickle whose memo shares one list a billion ways, YAML anchors
 that do the same, a config nested 200,000 deep, a 50 MB class name, or plain numbers
-(`hidden_size: 60000`, `num_test: 1e9`). Every config read from a file (a checkpoint's
-hyper-parameters and zoo config, a safetensors header, a recipe) passes `check_tree`, and every
-model or data config from a file passes `check_dimensions`, so a bad value is one line naming the
-field and the limit, in well under a second.
-
-- size: the number of nodes AFTER shared references (pickle memo, YAML aliases) are resolved,
-  counted WITHOUT expanding them (each distinct object is sized once and its size reused), and a
-  cycle is refused;
-- depth of nesting; the length of any string;
-- the dimensions of models and data modules, by argument name: the shared ones (`DIMENSION_LIMITS`)
-  and each family's own (its card's `dimensions`).
-
-- the memory a command would take (`check_memory`): a model built on the `meta` device (its
-  weights and one forward pass, allocating nothing), the arrays a data module would generate, a
-  beam search's hypotheses, `--boxes` scoring: above `memory_mb` (MEMORY_MB, 4 GiB) it is refused
-  in one line naming the biggest part and how to raise the budget.
+(`hidden_size: 60000`, `num_test: 1e9`). So every config read from a file (a checkpoint's
+hyper-parameters and zoo config, a safetensors header, a recipe) passes `check_tree` (its size once
+shared references are resolved, counted WITHOUT expanding them; no cycle; its depth; each string's
+length), every model or data config from a file `check_dimensions` (by argument name: the shared
+`DIMENSION_LIMITS` and each family card's `dimensions`), and a command's memory `check_memory` (a
+model built on the `meta` device, its weights and one forward pass allocating nothing; a data
+module's arrays; a beam search's hypotheses; `--boxes` scoring; 4 GiB, `memory_mb`). A bad value is
+one line naming the field (or the biggest part) and the limit, in well under a second.
 
 The defaults are far above every recipe here; `ZOO_LIMITS="hidden_size=32768,tree_nodes=1000000"`
 raises any of them (a dimension's name, or `tree_nodes`, `tree_depth`, `string_length`,
@@ -29,25 +21,24 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 import json
+import logging
 import math
 import os
 import sys
+import warnings
+import weakref
 from collections.abc import Mapping
 from dataclasses import is_dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from zoo.errors import UserError
 
-#: the structure of anything read from a file
-MAX_NODES = 200_000
-MAX_DEPTH = 64
-MAX_STRING = 100_000
 #: characters of a file-provided value an error message quotes
 QUOTE = 200
-#: the memory budget of one command (MB): what a model, its data and its decoding may ask for
-MEMORY_MB = 4096
 
 #: argument name -> the largest value a model or data module may be asked for (a list of ints, an
 #: image size [H, W], is checked element by element): the names several share (backbone blocks, data
@@ -68,11 +59,10 @@ DIMENSION_LIMITS: dict[str, float] = {
     **dict.fromkeys(["batch_size", "eval_batch_size"], 1_000_000),
     "num_workers": 256, "num_classes": 100_000, "num_colours": 10_000, "max_items": 1_000,
 }
-
-
-def _defaults() -> dict[str, float]:
-    return {**DIMENSION_LIMITS, "tree_nodes": MAX_NODES, "tree_depth": MAX_DEPTH, "string_length": MAX_STRING,
-            "memory_mb": MEMORY_MB}
+#: every limit: the dimensions, the structure of anything read from a file, and the memory budget
+#: of one command (MB: what a model, its data and its decoding may ask for)
+DEFAULT_LIMITS = {**DIMENSION_LIMITS, "tree_nodes": 200_000, "tree_depth": 64, "string_length": 100_000,
+                  "memory_mb": 4096}
 
 
 @functools.cache
@@ -81,14 +71,14 @@ def _family_limit_names() -> frozenset[str]:
     family, so a ZOO_LIMITS name is checked before any model is loaded)."""
     try:
         names = json.loads(Path(__file__).with_name("model_index.json").read_text()).get("limit_names", [])
+        return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
     except (OSError, ValueError, AttributeError):
         return frozenset()
-    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
 
 
 def _overrides() -> dict[str, float]:
     raw = os.environ.get("ZOO_LIMITS", "")
-    known, out = {**_defaults(), **dict.fromkeys(_family_limit_names(), 0)}, {}
+    known, out = {**DEFAULT_LIMITS, **dict.fromkeys(_family_limit_names(), 0)}, {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         name, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not name:
@@ -142,7 +132,7 @@ def check_environment(logging: bool = False) -> None:
 
 def limit(name: str, own: Mapping[str, float] | None = None) -> float:
     """The limit of `name`: ZOO_LIMITS's, else `own` (a family's card), else the shared one."""
-    return _overrides().get(name, {**_defaults(), **(own or {})}.get(name, float("inf")))
+    return _overrides().get(name, {**DEFAULT_LIMITS, **(own or {})}.get(name, float("inf")))
 
 
 def shorten(value: Any, width: int = QUOTE) -> str:
@@ -162,15 +152,6 @@ def shorten(value: Any, width: int = QUOTE) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _children(node: Any):
-    if isinstance(node, Mapping):
-        for key, value in node.items():
-            yield key
-            yield value
-    elif isinstance(node, (list, tuple, set, frozenset)):
-        yield from node
-
-
 def check_tree(tree: Any, what: str, max_nodes: float | None = None) -> None:
     """Refuse (UserError, one line) a structure from a file that is too big once its shared
     references are resolved, nested too deep, cyclic, or holds too long a string. Tensors are leaves
@@ -179,56 +160,47 @@ def check_tree(tree: Any, what: str, max_nodes: float | None = None) -> None:
     max_depth, max_string = limit("tree_depth"), limit("string_length")
     max_nodes = limit("tree_nodes") if max_nodes is None else max_nodes
     sizes: dict[int, int] = {}  # id -> expanded node count of a finished container
-    keep = []  # the objects whose ids are in `sizes` stay alive while we count
-    on_path: set[int] = set()
-    # iterative post-order walk: (node, depth, children iterator or None)
-    stack: list[list] = [[tree, 1, None, 1]]
+    keep = []  # the finished containers stay alive (their ids unreused) while we count
+    stack: list[list] = []  # the containers being counted: [node, its children left, its count so far]
+    on_path: set[int] = set()  # their ids
+    tensor_type = getattr(sys.modules.get("torch"), "Tensor", ())
+
+    def visit(node, depth: int) -> int:
+        """The node's count when known now (a leaf: 1; a container counted before: its count), else 0
+        and the container is pushed onto the stack to be counted."""
+        if isinstance(node, str) and len(node) > max_string:
+            raise UserError(f"{what}: refused, a string of {len(node):,} characters (the limit is "
+                            f"{int(max_string):,}): {shorten(node, 60)}")
+        # a torch tensor is a leaf, found without importing torch where nothing has (then none exists)
+        if not isinstance(node, (Mapping, list, tuple, set, frozenset)) or isinstance(node, tensor_type):
+            return 1
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in on_path:
+            raise UserError(f"{what}: refused, the structure contains itself (a cycle)")
+        if depth > max_depth:
+            raise UserError(f"{what}: refused, nested more than {int(max_depth)} levels deep")
+        children = list(chain.from_iterable(node.items())) if isinstance(node, Mapping) else list(node)
+        stack.append([node, iter(children), 1])
+        on_path.add(id(node))
+        return 0
+
+    visit(tree, 1)
     while stack:
         frame = stack[-1]
-        node, depth = frame[0], frame[1]
-        if frame[2] is None:  # first visit
-            if isinstance(node, str) and len(node) > max_string:
-                raise UserError(f"{what}: refused, a string of {len(node):,} characters (the limit is "
-                                f"{int(max_string):,}): {shorten(node, 60)}")
-            if not isinstance(node, (Mapping, list, tuple, set, frozenset)) or _is_tensor(node):
-                stack.pop()
-                if stack:
-                    stack[-1][3] += 1
-                continue
-            if id(node) in sizes:
-                stack.pop()
-                if stack:
-                    stack[-1][3] += sizes[id(node)]
-                    if stack[-1][3] > max_nodes:
-                        _too_big(what, max_nodes)
-                continue
-            if id(node) in on_path:
-                raise UserError(f"{what}: refused, the structure contains itself (a cycle)")
-            if depth > max_depth:
-                raise UserError(f"{what}: refused, nested more than {int(max_depth)} levels deep")
-            on_path.add(id(node))
-            frame[2] = iter(list(_children(node)))
-        child = next(frame[2], _DONE)
-        if child is _DONE:
+        child = next(frame[1], frame)  # the frame itself: no child left
+        if child is not frame:
+            frame[2] += visit(child, len(stack) + 1)
+        else:
             stack.pop()
-            on_path.discard(id(node))
-            sizes[id(node)] = frame[3]
-            keep.append(node)
+            on_path.discard(id(frame[0]))
+            sizes[id(frame[0])] = frame[2]
+            keep.append(frame[0])
             if stack:
-                stack[-1][3] += frame[3]
-                if stack[-1][3] > max_nodes:
-                    _too_big(what, max_nodes)
-            continue
-        stack.append([child, depth + 1, None, 1])
-    del keep
-
-
-_DONE = object()
-
-
-def _too_big(what: str, max_nodes: float):
-    raise UserError(f"{what}: refused, more than {int(max_nodes):,} values once its shared references are "
-                    "resolved (a small file that expands to gigabytes)")
+                stack[-1][2] += frame[2]
+        if stack and stack[-1][2] > max_nodes:
+            raise UserError(f"{what}: refused, more than {int(max_nodes):,} values once its shared "
+                            "references are resolved (a small file that expands to gigabytes)")
 
 
 def check_dimensions(init_args: Any, where: str, own: Mapping[str, float] | None = None) -> None:
@@ -246,12 +218,9 @@ def check_dimensions(init_args: Any, where: str, own: Mapping[str, float] | None
             continue
         if name not in DIMENSION_LIMITS and name not in (own or {}):
             continue
-        numbers = value if isinstance(value, (list, tuple)) else [value]
         top = limit(name, own)
-        for number in numbers:
-            if isinstance(number, bool) or not isinstance(number, (int, float)):
-                continue
-            if number != number or number > top or number < 0:
+        for number in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(number, (int, float)) and not isinstance(number, bool) and not 0 <= number <= top:
                 raise UserError(f"{where}.{name}: {shorten(value, 60)} is outside the sane range 0..{top:,.0f} "
                                 f"(raise it with ZOO_LIMITS={name}=N if you mean it)")
 
@@ -259,29 +228,23 @@ def check_dimensions(init_args: Any, where: str, own: Mapping[str, float] | None
 def check_arguments(cls: type, args: tuple, kwargs: dict, where: str, own: Mapping[str, float] | None = None) -> None:
     """`check_dimensions` on the arguments a call of `cls(*args, **kwargs)` binds (from `__new__`:
     before anything is built, whoever builds it)."""
-    import inspect
-
     given = inspect.signature(cls.__init__).bind_partial(None, *args, **kwargs).arguments
     check_dimensions({k: v for k, v in list(given.items())[1:]}, where, own)
 
 
 def check_flags(values: Mapping[str, Any], limit_name: str | None = None) -> None:
-    """Command-line numbers through the same limits as a file's (`--beam-size` is `beam_size` of
-    DIMENSION_LIMITS; `limit_name` names another limit for a single flag): one line naming the flag."""
+    """Command-line numbers (each at least 1) through the same limits as a file's (`--beam-size` is
+    `beam_size` of DIMENSION_LIMITS; `limit_name` names another limit for a single flag): one line
+    naming the flag."""
     for flag, value in values.items():
         if value is None:
             continue
         name = limit_name or flag.lstrip("-").replace("-", "_")
         top = limit(name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= top:
-            raise UserError(f"{flag} {shorten(value, 40)}: outside the sane range 1..{top:,.0f} (raise it with "
-                            f"ZOO_LIMITS={name}=N if you mean it)")
-
-
-def _is_tensor(node) -> bool:
-    """A torch tensor (a leaf here), without importing torch where nothing has: then none exists."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(node, torch.Tensor)
+            raising = isinstance(value, (int, float)) and value > top
+            raise UserError(f"{flag} {shorten(value, 40)}: outside the sane range 1..{top:,.0f}"
+                            + (f" (raise it with ZOO_LIMITS={name}=N if you mean it)" if raising else ""))
 
 
 # ----------------------------------------------------------------------------- memory
@@ -324,9 +287,6 @@ _MEASURED: dict[tuple, dict[str, float]] = {}
 
 
 def _model_memory(cls, init_args: Mapping, batch: int) -> dict[str, float]:
-    import logging
-    import warnings
-
     import torch
 
     disabled = logging.root.manager.disable
@@ -365,19 +325,17 @@ def _largest_tensor(model, init_args: Mapping) -> str:
         return (isinstance(value, int) and not isinstance(value, bool) and value >= 16
                 and any(d % value == 0 and d // value <= 8 or value < d <= value + 64 for d in dims))
 
-    flat = {}
-    stack = [("", init_args)]
-    while stack:
-        prefix, node = stack.pop()
-        for key, value in (node.items() if isinstance(node, Mapping) else vars(node).items()
-                           if hasattr(node, "__dataclass_fields__") else ()):
-            if isinstance(value, Mapping) or hasattr(value, "__dataclass_fields__"):
-                stack.append((f"{prefix}{key}.", value))
-            elif sizes_it(value):
-                flat[f"{prefix}{key}"] = value
-            elif isinstance(value, (list, tuple)) and any(sizes_it(v) for v in value):
-                flat[f"{prefix}{key}"] = shorten(value, 40)
-    cause = ", from " + ", ".join(f"{k}={v}" for k, v in sorted(flat.items())) if flat else ""
+    def causes(prefix: str, node) -> list[str]:  # "key=value" of each argument that sizes it, nested too
+        found = []
+        for key, value in (node.items() if isinstance(node, Mapping) else vars(node).items()):
+            if isinstance(value, Mapping) or is_dataclass(value):
+                found += causes(f"{prefix}{key}.", value)
+            elif sizes_it(value) or isinstance(value, (list, tuple)) and any(map(sizes_it, value)):
+                found.append(f"{prefix}{key}={value if sizes_it(value) else shorten(value, 40)}")
+        return found
+
+    found = sorted(causes("", init_args))
+    cause = ", from " + ", ".join(found) if found else ""
     return f"the weights (largest: {name} {list(tensor.shape)}{cause})"
 
 
@@ -385,8 +343,6 @@ def _forward_peak(model, batch: int) -> tuple[float | None, str]:
     """The peak bytes of tensors alive at once during `model`'s forward pass (on `meta`) of `batch`
     inputs of its input size, and the largest of them ('[shape] from op': the shape says which
     setting grew it); None when it cannot run there (an op without a meta kernel)."""
-    import weakref
-
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
@@ -435,11 +391,8 @@ def _forward_peak(model, batch: int) -> tuple[float | None, str]:
 
 def data_memory(cls, init_args: Mapping) -> dict[str, float]:
     """The arrays a data module would generate or hold (its `memory_for`, by name), or {}."""
-    estimate = getattr(cls, "memory_for", None)
-    if estimate is None:
-        return {}
     try:
-        return dict(estimate(**init_args))
+        return dict(cls.memory_for(**init_args)) if hasattr(cls, "memory_for") else {}
     except TypeError:  # arguments it does not take: the real build reports them
         return {}
 
@@ -449,7 +402,7 @@ def data_memory(cls, init_args: Mapping) -> dict[str, float]:
 JSON_EXPANSION = 12
 
 
-def parse_json(text: str | bytes, what: str, expect: type | tuple[type, ...] | None = None,
+def parse_json(text: str | bytes, what: str, expect: type | None = None,
                max_nodes: float | None = None) -> Any:
     """JSON text from a file as one line on every failure: not JSON, a 5,000-digit number (Python's
     int limit), nested past the recursion limit, past `check_tree`'s limits, or not of the
@@ -462,13 +415,12 @@ def parse_json(text: str | bytes, what: str, expect: type | tuple[type, ...] | N
         raise UserError(f"{what}: not valid JSON ({shorten(str(exc), 120)})") from None
     check_tree(value, what, max_nodes)
     if expect is not None and not isinstance(value, expect):
-        names = " or ".join(t.__name__ for t in (expect if isinstance(expect, tuple) else (expect,)))
-        kind = {"dict": "an object", "list": "a list"}.get(names, names)
+        kind = {"dict": "an object", "list": "a list"}.get(expect.__name__, expect.__name__)
         raise UserError(f"{what}: expected {kind}, got {'null' if value is None else type(value).__name__}")
     return value
 
 
-def read_json(path: str | os.PathLike, what: str | None = None, expect: type | tuple[type, ...] | None = None,
+def read_json(path: str | os.PathLike, what: str | None = None, expect: type | None = None,
               max_bytes: int = 64 * 2**20, max_nodes: float | None = None) -> Any:
     """A JSON file, read and parsed with one-line errors (see `parse_json`); `what` prefixes them
     (default: the path). Its parsed size is checked against the memory budget before it is read."""

@@ -200,6 +200,5 @@ def for_model(model) -> Preprocessing:
     names = tuple(names) if names else None
     size = tuple(model.input_size)
     crop = data_module.eval_resize_for(size, **data_module.arguments(**data)) if data_module is not None else None
-    if crop is not None:
-        return Preprocessing(model.input_chans, size, "crop", crop, mean, std, names)
-    return Preprocessing(model.input_chans, size, model.card.resize, None, mean, std, names)
+    resize = model.card.resize if crop is None else "crop"
+    return Preprocessing(model.input_chans, size, resize, crop, mean, std, names)

@@ -24,15 +24,10 @@ from zoo.hub import MAX_CONFIG_BYTES
 from zoo.limits import check_tree, shorten
 
 log = logging.getLogger("zoo")
-
-
-def _base_config() -> str:
-    """configs/base/trainer.yaml: the one a wheel installs (zoo/recipes), else the clone's."""
-    installed = Path(__file__).resolve().parent / "recipes" / "base" / "trainer.yaml"
-    return str(installed if installed.is_file() else registry.REPO_ROOT / "configs" / "base" / "trainer.yaml")
-
-
-BASE_CONFIG = _base_config()
+BASE_CONFIG = str(registry.SHIPPED_CONFIGS / "base" / "trainer.yaml")
+CONFIG = ("--config", "-c")
+ACCEL = "--model.init_args.accel"  # an old recipe's model option, now the run's --accel
+NESTED_NULL = re.compile(r"^(--model\.init_args\.backbone)\.(\w+)$")  # a BackboneSpec field
 
 
 def prepare(argv: list[str]) -> list[str]:
@@ -42,40 +37,44 @@ def prepare(argv: list[str]) -> list[str]:
     return with_current_names(argv)
 
 
-def with_recipe_paths(argv: list[str]) -> list[str]:
-    """`--config ram_fmnist_centered` (a registry name that is no file here) means that entry's
-    recipe, wherever the recipes are installed: after `pip install` there is no configs/ folder."""
-    names, out = set(registry.list_models()), list(argv)
-    for i, arg in enumerate(argv):
-        if arg.startswith("--config="):
-            at, given, prefix = i, arg.split("=", 1)[1], "--config="
-        elif arg in ("--config", "-c") and i + 1 < len(argv):
-            at, given, prefix = i + 1, argv[i + 1], ""
+def _options(argv: list[str], takes_value) -> list[tuple[str, str | None, list[str]]]:
+    """`argv` as (key, value, its items): `--key=value`, or `KEY VALUE` where `takes_value(KEY)`;
+    any other item as (item, None, [item])."""
+    out, i = [], 0
+    while i < len(argv):
+        key, eq, value = argv[i].partition("=")
+        if eq and key.startswith("--"):
+            out.append((key, value, argv[i:i + 1]))
+        elif takes_value(argv[i]) and i + 1 < len(argv):
+            out.append((argv[i], argv[i + 1], argv[i:i + 2]))
+            i += 1
         else:
-            continue
-        if given in names and not Path(given).exists() and registry.get_entry(given).recipe is not None:
-            out[at] = prefix + str(registry.get_entry(given).recipe)
+            out.append((argv[i], None, argv[i:i + 1]))
+        i += 1
     return out
 
 
-NESTED_NULL = re.compile(r"^(--model\.init_args\.backbone)\.(\w+)$")  # a BackboneSpec field
+def with_recipe_paths(argv: list[str]) -> list[str]:
+    """`--config ram_fmnist_centered` (a registry name that is no file here) means that entry's
+    recipe, wherever the recipes are installed: after `pip install` there is no configs/ folder."""
+    names, out = set(registry.list_models()), []
+    for key, value, items in _options(argv, CONFIG.__contains__):
+        if key in CONFIG and value in names and not Path(value).exists() and registry.get_entry(value).recipe:
+            recipe = str(registry.get_entry(value).recipe)
+            items = [f"{key}={recipe}"] if len(items) == 1 else [key, recipe]
+        out += items
+    return out
 
 
 def with_nested_nulls(argv: list[str]) -> list[str]:
     """`--model.init_args.backbone.level null` unsets the field. jsonargparse reads a null given
     to a field of a nested dataclass as the string 'None' (refused for an int); the same update as
     a one-field mapping, `--model.init_args.backbone '{"level": null}'`, merges field-wise."""
-    out, i = [], 0
-    while i < len(argv):
-        key, eq, value = argv[i].partition("=")
-        value = value if eq else argv[i + 1] if i + 1 < len(argv) else ""
+    out = []
+    for key, value, items in _options(argv, NESTED_NULL.match):
         field = NESTED_NULL.match(key)
-        if field and value in ("null", "None", "~"):
-            out += [field.group(1), json.dumps({field.group(2): None})]
-            i += 1 if eq else 2
-        else:
-            out.append(argv[i])
-            i += 1
+        null = field and value in ("null", "None", "~")
+        out += [field.group(1), json.dumps({field.group(2): None})] if null else items
     return out
 
 
@@ -84,15 +83,15 @@ def check_config_files(argv: list[str]) -> None:
     command-line value expands past zoo.limits (YAML anchors that share one list a billion ways,
     nesting thousands deep), before jsonargparse would spend minutes and gigabytes on it."""
     paths = [BASE_CONFIG]
-    for i, arg in enumerate(argv):
-        if arg.startswith("--config=") or arg in ("--config", "-c") and i + 1 < len(argv):
-            paths.append(arg.split("=", 1)[1] if "=" in arg else argv[i + 1])
-        elif ("&" in arg or "[" in arg or "{" in arg) and not arg.startswith("--config"):
+    for key, value, items in _options(argv, CONFIG.__contains__):
+        if key in CONFIG and value is not None:
+            paths.append(value)
+        elif set("&[{") & set(items[0]):
+            what = f"command-line value {shorten(items[0], 60)!r}"
             try:  # a command-line value is YAML to jsonargparse as well
-                check_tree(yaml.safe_load(arg.split("=", 1)[1] if arg.startswith("--") else arg),
-                           f"command-line value {shorten(arg, 60)!r}")
+                check_tree(yaml.safe_load(items[0] if value is None else value), what)
             except RecursionError:
-                raise UserError(f"command-line value {shorten(arg, 60)!r}: refused, nested too deep") from None
+                raise UserError(f"{what}: refused, nested too deep") from None
             except yaml.YAMLError:
                 pass  # not YAML: jsonargparse reports it
     for path in map(Path, paths):
@@ -125,19 +124,21 @@ def with_current_names(argv: list[str]) -> list[str]:
     """Recipes and flags written before a hyperparameter was renamed or retired (zoo.hparams), in
     current names, after one warning each: an old recipe's `model.init_args.accel` becomes the
     run's `accel` (the recipe is then given to LightningCLI as its YAML text)."""
-    out, i = [], 0
-    while i < len(argv):
-        key, eq, value = argv[i].partition("=")
-        if not eq and i + 1 < len(argv) and key in ("--config", "-c", "--model.init_args.accel"):
-            value, i = argv[i + 1], i + 1
-        if key in ("--config", "-c"):
-            out += [key, _current_recipe(value)]
-        elif key == "--model.init_args.accel":
-            log.warning("--model.init_args.accel is the run option --accel now: read as --accel %s", value)
+    out = []
+    for key, value, items in _options(argv, (*CONFIG, ACCEL).__contains__):
+        if key in CONFIG and value is not None:
+            recipe = yaml.safe_load(Path(value).read_text())
+            current = in_current_names(recipe) if isinstance(recipe, dict) else recipe
+            if current != recipe:
+                moved = RETIRED.keys() & recipe["model"]["init_args"].keys()
+                accel = f" (its model's accel is the run's --accel {current.get('accel', 'auto')})"
+                log.warning("%s: read in current hyperparameter names%s", value, accel if moved else "")
+            out += [key, value if current == recipe else yaml.safe_dump(current, sort_keys=False)]
+        elif key == ACCEL and value is not None:
+            log.warning("%s is the run option --accel now: read as --accel %s", ACCEL, value)
             out += ["--accel", value]
         else:
-            out.append(argv[i])
-        i += 1
+            out += items
     return out
 
 
@@ -154,14 +155,3 @@ def in_current_names(recipe: dict) -> dict:
     if mode != "auto" and "accel" not in out:
         out["accel"] = mode
     return out
-
-
-def _current_recipe(path: str) -> str:
-    recipe = yaml.safe_load(Path(path).read_text())
-    current = in_current_names(recipe) if isinstance(recipe, dict) else recipe
-    if current == recipe:
-        return path
-    moved = RETIRED.keys() & recipe["model"]["init_args"].keys()
-    log.warning("%s: read in current hyperparameter names%s", path,
-                f" (its model's accel is the run's --accel {current.get('accel', 'auto')})" if moved else "")
-    return yaml.safe_dump(current, sort_keys=False)

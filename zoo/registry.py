@@ -3,20 +3,15 @@
 Every recipe `configs/<family>/<recipe>.yaml` that has a `model:` section is a registry entry named
 `<family>_<recipe>` (e.g. configs/ram/fmnist_centered.yaml -> "ram_fmnist_centered"): the recipe
 holds every hyperparameter, so the registry duplicates none. Released weights are listed in
-`weights/MANIFEST.json`:
-
-    {"<name>": {"file": "<name>.safetensors", "sha256": "...", "url": "optional mirror",
-                "config": {class_path, init_args, data},
-                "metadata": {"task", "dataset", "metrics", "recipe", "device", ...}}}
-
-The manifest's config is the architecture the weights were trained with; it wins over the recipe
-when pretrained weights are loaded.
+`weights/MANIFEST.json` (zoo.hub.manifest): its config is the architecture the weights were trained
+with, and wins over the recipe when pretrained weights are loaded.
 """
 from __future__ import annotations
 
 import difflib
 import functools
 import fnmatch
+import inspect
 import json
 import logging
 import os
@@ -37,18 +32,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: (written by scripts/model_index.py; zoo.info reads the facts)
 INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
 log = logging.getLogger("zoo")
-
-
-def config_dir() -> Path:
-    """The recipes: $ZOO_CONFIG_DIR, else those installed with the package (a wheel ships them as
-    zoo/recipes), else the clone's configs/."""
-    if os.environ.get("ZOO_CONFIG_DIR"):
-        return Path(os.environ["ZOO_CONFIG_DIR"])
-    installed = Path(__file__).resolve().parent / "recipes"
-    return installed if installed.is_dir() else REPO_ROOT / "configs"
-
-
-weights_dir = hub.weights_dir
+_INSTALLED = Path(__file__).resolve().parent / "recipes"
+#: the recipes that come with the code: those a wheel installs as zoo/recipes, else the clone's configs/
+#: ($ZOO_CONFIG_DIR reads others instead)
+SHIPPED_CONFIGS = _INSTALLED if _INSTALLED.is_dir() else REPO_ROOT / "configs"
 
 
 @dataclass
@@ -64,14 +51,6 @@ class Entry:
         """The recipe's model config as train.py trains it, with what its data decides filled in
         (image size, channels, label set: `linked`), and the data config beside it."""
         return {**(linked(self.model, self.data) if self.data else self.model), "data": self.data}
-
-
-def _family(class_path: str, folder: str) -> str:
-    """A recipe's family is its model class's card's name (which need not be its folder's); the
-    folder for a class off the list."""
-    if not is_allowed(class_path):
-        return folder
-    return getattr(resolve_class(class_path), "family", folder)
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,15 +74,9 @@ def _parsed(path: Path, mtime_ns: int, size: int) -> dict | str:
     return recipe if isinstance(recipe, dict) else f"a {type(recipe).__name__}, not a mapping"
 
 
-@functools.lru_cache(maxsize=None)
-def _skip(path: Path, reason: str) -> None:
-    """One warning per unreadable recipe and version: the registry and every other recipe work on."""
-    warnings.warn(f"{path}: skipped, {reason}", UserWarning, stacklevel=2)
-
-
 def _entries() -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
-    root = config_dir()
+    root = Path(os.environ["ZOO_CONFIG_DIR"]) if os.environ.get("ZOO_CONFIG_DIR") else SHIPPED_CONFIGS
     for path in sorted(root.glob("*/*.yaml")):
         family = path.parent.name
         if family == "base" or family.startswith("_") or path.stem.startswith("_"):
@@ -113,14 +86,14 @@ def _entries() -> dict[str, Entry]:
         except OSError:
             continue
         recipe = _parsed(path, stat.st_mtime_ns, stat.st_size)
-        if isinstance(recipe, str):
-            _skip(path, recipe)
+        if isinstance(recipe, str):  # one warning per unreadable recipe and version; the others work on
+            hub.warn_once(f"{path}: skipped, {recipe}")
             continue
         model = recipe.get("model")
         if not isinstance(model, dict) or not isinstance(model.get("class_path"), str):
             continue
         if not isinstance(model.get("init_args") or {}, dict) or not isinstance(recipe.get("data") or {}, dict):
-            _skip(path, "its model or data init_args are not mappings")
+            hub.warn_once(f"{path}: skipped, its model or data init_args are not mappings")
             continue
         name = f"{family}_{path.stem}"
         model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
@@ -151,11 +124,13 @@ def index() -> dict:
 
 
 def family_of(entry: Entry) -> str:
-    """The entry's model family (filled into its metadata on first use): the model index's
-    (no import), else the model class's."""
+    """The entry's model family (filled into its metadata on first use): the model index's (no
+    import), else its model class's card's name (which need not be its folder's), else the folder
+    for a class off the list."""
     if "family" not in entry.metadata:
-        folder = entry.recipe.parent.name if entry.recipe else "?"
-        entry.metadata["family"] = index()["families"].get(entry.model["class_path"]) or _family(entry.model["class_path"], folder)
+        class_path, folder = entry.model["class_path"], entry.recipe.parent.name if entry.recipe else "?"
+        entry.metadata["family"] = index()["families"].get(class_path) or (
+            getattr(resolve_class(class_path), "family", folder) if is_allowed(class_path) else folder)
     return entry.metadata["family"]
 
 
@@ -171,15 +146,12 @@ def get_entry(name: str) -> Entry:
 
 def link_data(model_class: type, model_args, data_class: type, data_args) -> None:
     """Give the model what its data decides, in `model_args` (a recipe's init_args, or
-    LightningCLI's, changed in place): the image size (`image_size_for`) and channels
-    (`image_chans_for`) the data serves, which a model left at its class default takes and one
-    set to another value refuses in one line (a captioner trained on 96 px scenes with
-    image_size 128 would be prepared at 128 px by `zoo caption`); and the label set
-    (`class_names_for`), its size as `num_classes` and its names as `class_names` where the model
-    takes them and its config names none. train.py links a run's config, the registry a recipe's
-    entry, tools/release a recipe it holds against a release: so no recipe restates them."""
-    import inspect
-
+    LightningCLI's, changed in place): the image size and channels the data serves
+    (`image_size_for`, `image_chans_for`), which a model left at its class default takes and one set
+    to another value refuses in one line (a captioner trained on 96 px scenes with image_size 128
+    would be prepared at 128 px by `zoo caption`); and the label set (`class_names_for`) as
+    `num_classes` and, where the model takes them and its config names none, `class_names`.
+    train.py, the registry and tools/release all link, so no recipe restates them."""
     from zoo.data.base import as_size
 
     params = inspect.signature(model_class).parameters
@@ -306,8 +278,6 @@ def build(config: dict, **overrides):
 def build_datamodule(model, **overrides):
     """The data module `model` was trained with, rebuilt from its data config (allow-listed),
     with `overrides` on top of its arguments (e.g. batch_size, limit_eval)."""
-    import inspect
-
     config = data_config(model)
     if not config:
         raise UserError("the model carries no data config; use a checkpoint written by train.py or a "
@@ -328,15 +298,14 @@ def build_datamodule(model, **overrides):
     return instantiate(config, "data", **overrides)
 
 
-def load_into(model, path: str | os.PathLike, sha256: str | None = None, expected_class: str | None = None,
-              new_head: bool = False):
+def load_into(model, path: str | os.PathLike, sha256: str | None = None, new_head: bool = False):
     """Load weights from `path` (a file or URL; `sha256` pins it) into `model`, refusing another
     model's checkpoint clearly. `new_head`: the model's label set differs on purpose, so its
     classifier head starts fresh (see `adapt_state_dict`)."""
     from zoo.models.base import class_path
 
     state, config = hub.load_fetched(path, sha256)
-    expected = expected_class or class_path(model)
+    expected = class_path(model)
     if config and config.get("class_path") != expected:
         raise UserError(f"{path}: checkpoint is a {config.get('family', '?')} model "
                         f"({config.get('class_path')}), not {expected}")
@@ -353,8 +322,7 @@ def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_h
     state, own = dict(state), model.state_dict()
     fresh = [k for k in own if new_head and k.startswith(tuple(model.head_keys)) and k in state
              and state[k].shape != own[k].shape]
-    for key in fresh:
-        state[key] = own[key]
+    state.update({key: own[key] for key in fresh})
     if fresh:
         log.warning("%s: new classifier head %s starts fresh; every other weight is the release's",
                  source, ", ".join(f"{k} {tuple(own[k].shape)}" for k in fresh))
@@ -382,26 +350,24 @@ def check_state_dict(model, state: dict, source: str) -> None:
     unexpected = sorted(set(state) - set(own))
     mismatched = [f"{k} {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
                   for k in own if k in state and own[k].shape != state[k].shape]
-    if missing or unexpected or mismatched:
-        parts = []
-        if mismatched:
-            parts.append("shapes differ: " + "; ".join(mismatched[:5]) + (" …" if len(mismatched) > 5 else ""))
-        if missing:
-            parts.append(f"missing {len(missing)} tensors (e.g. {', '.join(missing[:3])})")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} tensors (e.g. {', '.join(unexpected[:3])})")
+    parts = []
+    if mismatched:
+        parts.append("shapes differ: " + "; ".join(mismatched[:5]) + (" …" if len(mismatched) > 5 else ""))
+    if missing:
+        parts.append(f"missing {len(missing)} tensors (e.g. {', '.join(missing[:3])})")
+    if unexpected:
+        parts.append(f"unexpected {len(unexpected)} tensors (e.g. {', '.join(unexpected[:3])})")
+    if parts:
         raise UserError(f"{source}: weights do not fit the model: " + "; ".join(parts))
 
 
 def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathLike | None = None,
                  sha256: str | None = None, **overrides):
-    """Build the registered model `name`.
+    """Build the registered model `name` (`hf-hub:ORG/NAME`: that model card on the Hugging Face hub).
 
     pretrained: load its released weights (verified against the manifest's sha256).
-    checkpoint: load weights from this .ckpt/.safetensors (a path or URL) instead; it must be this
-    model's kind. sha256 pins a checkpoint URL (or file).
-    overrides: hyperparameters replacing the recipe's.
-    A name `hf-hub:ORG/NAME` loads that model card from the Hugging Face hub (zoo.hub)."""
+    checkpoint: load weights from this .ckpt/.safetensors (a path or URL, pinned by `sha256`)
+    instead; it must be this model's kind. overrides: hyperparameters replacing the recipe's."""
     if hub.is_hub_id(name):
         if checkpoint is not None:
             raise UserError(f"{name} is a whole model with its weights; give it without checkpoint=...")
@@ -410,9 +376,7 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     if pretrained and checkpoint:
         raise UserError("give either pretrained=True or checkpoint=..., not both")
     if pretrained:
-        if entry.weights is None:
-            available = ", ".join(list_models(pretrained=True)) or "none yet"
-            raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
+        _check_released(entry)
         config = {**entry.weights["config"], "data": entry.weights["config"].get("data") or entry.data}
         released = config.get("init_args") or {}
         new_head = "num_classes" in overrides and overrides["num_classes"] != released.get("num_classes")
@@ -423,6 +387,13 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     if checkpoint is not None:
         load_into(model, checkpoint, sha256, new_head="num_classes" in overrides)
     return model
+
+
+def _check_released(entry: Entry) -> Entry:
+    if entry.weights is None:
+        available = ", ".join(list_models(pretrained=True)) or "none yet"
+        raise UserError(f"'{entry.name}' has no released weights (pretrained models: {available})")
+    return entry
 
 
 @dataclass(frozen=True)
@@ -453,25 +424,17 @@ def release_meta(model, metadata: dict | None = None) -> dict:
     its class names or vocabulary (plus any given `metadata`)."""
     from zoo.preprocess import for_model
 
-    meta = dict(metadata or {})
-    spec = for_model(model)
-    meta["preprocessing"] = spec.as_dict()
-    if spec.class_names:
-        meta["class_names"] = list(spec.class_names)
-    vocab = model.hparams.get("vocab")
-    if vocab:
-        meta["vocab"] = list(vocab)
-    meta["num_params"] = sum(p.numel() for p in model.parameters())
-    return meta
+    spec, vocab = for_model(model), model.hparams.get("vocab")
+    return {**(metadata or {}), "preprocessing": spec.as_dict(),
+            **({"class_names": list(spec.class_names)} if spec.class_names else {}),
+            **({"vocab": list(vocab)} if vocab else {}),
+            "num_params": sum(p.numel() for p in model.parameters())}
 
 
 def get_weights(name: str) -> Weights:
     """The release `name` (see `list_models(pretrained=True)`)."""
     entry = get_entry(name)
-    if entry.weights is None:
-        available = ", ".join(list_models(pretrained=True)) or "none yet"
-        raise UserError(f"'{name}' has no released weights (pretrained models: {available})")
-    record = entry.weights
+    record = _check_released(entry).weights
     meta = dict(record.get("metadata") or {})
     if "preprocessing" not in meta:  # releases from before the manifest recorded it
         config = record["config"]

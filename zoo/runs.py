@@ -5,13 +5,12 @@
   over NFS, every machine). A second run there is refused, and so is a new run in a folder that
   already holds an earlier run's checkpoints.
 - A checkpoint belongs to the run folder that saved it (`zoo_run.run_dir` in the checkpoint; for
-  older checkpoints, the folder above their `checkpoints/`). Resuming it in another folder says so
-  in one warning; while its own run is still training, it is refused: two processes would write
-  one run's checkpoints' history and one W&B run.
-- A run's saved `config.yaml` is a recipe, not a resume: it never holds `ckpt_path` or the W&B run's
-  identity (`id`, `version`, `resume`); those live in the checkpoints. A --config file that holds
-  them anyway (one saved by an older zoo) has them dropped with one warning: resuming is asked for
-  on the command line (`--ckpt_path`), never inherited from a file.
+  older ones, the folder above their `checkpoints/`). Resuming it in another folder warns once;
+  while its own run is still training, it is refused (two processes would write one run's history
+  and one W&B run).
+- A run's saved `config.yaml` is a recipe: it never holds `ckpt_path` or the W&B run's identity
+  (`id`, `version`, `resume`), which live in the checkpoints. A --config file that holds them (saved
+  by an older zoo) has them dropped with one warning: a resume is asked for on the command line.
 - Resuming continues the run that wrote the checkpoint (`check_resume`): its model hyperparameters
   and its data must be this command's (how the data is served may change, with one warning), and
   its W&B run goes on. A checkpoint is read with weights_only=True; the classes come from the recipe.

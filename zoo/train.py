@@ -12,17 +12,15 @@
     python train.py predict --config RUN/config.yaml --ckpt_path ... --predictions FILE.jsonl
                                           # read a run, never write it (zoo/verbs.py, zoo/predict.py)
 
-configs/base/trainer.yaml (W&B offline logger, progress bar, checkpointing) is applied first;
-the recipe overrides it (zoo/recipe_args.py: the command line before LightningCLI parses it).
-Checkpoints go to <trainer.default_root_dir>/checkpoints (best on validation + last.ckpt), written
-atomically. The script is re-entrant: DDP re-executes it per rank.
+configs/base/trainer.yaml (W&B offline logger, progress bar, checkpointing) is applied first, then
+the recipe (zoo/recipe_args.py). Checkpoints go to <trainer.default_root_dir>/checkpoints (best on
+validation + last.ckpt), written atomically. The script is re-entrant: DDP re-executes it per rank.
 
-Resume and fine-tune are different things:
-- `--ckpt_path PATH|last` continues the run that wrote the checkpoint: weights, optimizer, schedule,
-  epoch and its W&B run, with the checkpoint's model and data (zoo/runs.py checks both, and which
-  run a folder, a checkpoint and a saved config.yaml belong to); a larger `--trainer.max_epochs`
-  extends the run.
-- `--init_from NAME|PATH|URL` starts a new run from a release's or a checkpoint's weights, with this
+Resume and fine-tune differ:
+- `--ckpt_path PATH|last` continues the run that wrote the checkpoint (weights, optimizer, schedule,
+  epoch, W&B run) with its model and data (zoo/runs.py checks both, and which run a folder, a
+  checkpoint and a saved config.yaml belong to); a larger `--trainer.max_epochs` extends the run.
+- `--init_from NAME|PATH|URL` starts a new run from a release's or checkpoint's weights with this
   command's hyperparameters (optimizer and schedule start fresh).
 A checkpoint is data, never code: read with `weights_only=True`; the model class comes from the recipe.
 
@@ -230,13 +228,13 @@ class ZooCLI(LightningCLI):
         """Checks that end a bad run before the trainer and W&B start: the data (its sizes, its
         files), the run folder (writable, not in use, not an earlier run's), the --init_from source."""
         runs.check_resume_weights(self.model, *(getattr(self, "_resume_state", None) or (None, None)))
-        data = self.datamodule
+        data, hparams = self.datamodule, getattr(self.datamodule, "hparams", {})
         for key in ("batch_size", "eval_batch_size"):
-            value = getattr(data, "hparams", {}).get(key)
+            value = hparams.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise UserError(f"data.init_args.{key} must be a positive integer, got {value!r}")
-        if (getattr(data, "hparams", {}).get("num_workers") or 0) < 0:
-            raise UserError(f"data.init_args.num_workers must be >= 0, got {data.hparams.num_workers}")
+        if (hparams.get("num_workers") or 0) < 0:
+            raise UserError(f"data.init_args.num_workers must be >= 0, got {hparams.num_workers}")
         if data is not None:
             data.prepare_data()  # our data modules build or read their files here and in setup,
             data.setup("fit")    # idempotently: a missing file is reported now, in one line
@@ -260,8 +258,8 @@ def _launching_process() -> bool:
 
 
 def _user_error(exc: BaseException | None) -> str | None:
-    """The one line of the UserError (or the machine's OSError: zoo.errors.environment_error)
-    behind `exc` (jsonargparse wraps what a class raises), following its causes."""
+    """The one line of the UserError, or of the machine's OSError (a full disk, a read-only or
+    missing folder: zoo.errors.environment_error), behind `exc`, following its causes."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, UserError):
@@ -306,11 +304,6 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
         raise
     except MisconfigurationException as exc:  # Lightning's "the settings contradict each other"
         _fail(str(exc).splitlines()[0])
-    except OSError as exc:
-        message = environment_error(exc)  # a full disk, a read-only or missing folder: the machine, not a bug
-        if message is None:
-            raise
-        _fail(message)
     except Exception as exc:  # jsonargparse wraps errors raised while instantiating classes
         user_error = _user_error(exc)
         if user_error is None:

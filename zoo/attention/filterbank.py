@@ -86,12 +86,10 @@ def _axis_filters(mu: torch.Tensor, sigma2: torch.Tensor, size: int) -> torch.Te
 
 def filterbank(params: FilterParams, n: int, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """FilterParams (each [B]) -> (Fx [B, N, W], Fy [B, N, H]) in fp32."""
-    device_type = params.gx.device.type
-    with _autocast_off(device_type):
+    with _autocast_off(params.gx.device.type):
         sigma2 = params.sigma2.float()
-        fx = _axis_filters(filter_centres(params.gx, params.delta, n), sigma2, width)
-        fy = _axis_filters(filter_centres(params.gy, params.delta, n), sigma2, height)
-    return fx, fy
+        return (_axis_filters(filter_centres(params.gx, params.delta, n), sigma2, width),
+                _axis_filters(filter_centres(params.gy, params.delta, n), sigma2, height))
 
 
 def filter_read(x: torch.Tensor, fx: torch.Tensor, fy: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
@@ -105,8 +103,7 @@ def read(x: torch.Tensor, x_hat: torch.Tensor, fx: torch.Tensor, fy: torch.Tenso
          gamma: torch.Tensor) -> torch.Tensor:
     """eq. 27: x, x_hat [B, C, H, W] -> gamma [F_Y x F_X^T, F_Y x^ F_X^T] as [B, 2C, N, N]
     (the image's C glimpses first, then the error image's)."""
-    both = torch.cat([x, x_hat], dim=1)
-    return filter_read(both, fx, fy, gamma)
+    return filter_read(torch.cat([x, x_hat], dim=1), fx, fy, gamma)
 
 
 def write(w: torch.Tensor, fx: torch.Tensor, fy: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:

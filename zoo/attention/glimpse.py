@@ -75,10 +75,14 @@ class Retina(nn.Module):
         self.scale_factor = scale_factor
         self.method = method
         self.subpixel = bool(subpixel)
+        # per scale i: the width in pixels of one output cell (scale_factor ** i) and of the square
+        # patch (patch_size * scale_factor ** i)
+        cell_sizes = [float(scale_factor) ** i for i in range(self.num_scales)]
+        self.widths = [self.patch_size * d for d in cell_sizes]
         # Constants as non-persistent buffers: they follow .to(device) and stay out of checkpoints.
         # float64 keeps any scale factor exact; reads cast them to the locations' dtype.
-        self.register_buffer("_cells", torch.tensor(self.cell_sizes(), dtype=torch.float64), persistent=False)
-        self.register_buffer("_widths", torch.tensor(self.widths(), dtype=torch.float64), persistent=False)
+        self.register_buffer("_cells", torch.tensor(cell_sizes, dtype=torch.float64), persistent=False)
+        self.register_buffer("_widths", torch.tensor(self.widths, dtype=torch.float64), persistent=False)
         self.image_hw = None if image_size is None else (int(image_size[0]), int(image_size[1]))
         size = [] if image_size is None else [self.image_hw[1], self.image_hw[0]]  # (width, height)
         self.register_buffer("_size", torch.tensor(size, dtype=torch.float64), persistent=False)
@@ -88,14 +92,6 @@ class Retina(nn.Module):
                 f"scale_factor={self.scale_factor}, method={self.method!r}, subpixel={self.subpixel}")
 
     # ------------------------------------------------------------------ geometry
-    def cell_sizes(self) -> list[float]:
-        """Width in pixels of one output cell, per scale: scale_factor ** i."""
-        return [float(self.scale_factor) ** i for i in range(self.num_scales)]
-
-    def widths(self) -> list[float]:
-        """Width in pixels of each scale's square patch: patch_size * scale_factor ** i."""
-        return [self.patch_size * d for d in self.cell_sizes()]
-
     def _image_size(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """[2] = (width, height) in the locations' dtype; from the buffer when the size is the built one."""
         if self.image_hw == (height, width):
@@ -111,7 +107,7 @@ class Retina(nn.Module):
             return centres
         # The largest patch's edges land on pixel edges, and so do the smaller ones' wherever the
         # widths differ by an even number of pixels (which method 'crop' requires anyway).
-        half = self.widths()[-1] / 2
+        half = self.widths[-1] / 2
         return torch.floor(centres - half + 0.5) + half
 
     def boxes(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -126,12 +122,7 @@ class Retina(nn.Module):
         if images.dim() != 4 or locations.shape != (images.shape[0], 2):
             raise ValueError(f"expected images [B, C, H, W] and locations [B, 2], got "
                              f"{tuple(images.shape)} and {tuple(locations.shape)}")
-        locations = locations.to(images.dtype)
-        if self.method == "filterbank":
-            return self._filterbank(images, locations)
-        if self.method == "grid_sample":
-            return self._grid_sample(images, locations)
-        return self._crop(images, locations)
+        return getattr(self, f"_{self.method}")(images, locations.to(images.dtype))  # _crop, _filterbank, ...
 
     def filters(self, locations: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Box filterbanks Fy [B, k, g, H] and Fx [B, k, g, W]: entry [b, i, j, a] is the overlap
@@ -170,29 +161,24 @@ class Retina(nn.Module):
         g = self.patch_size
         c = self.centres(locations, H, W)  # [B, 2]
         size = self._image_size(locations, H, W)
-        grids, counts = [], []
-        for w in self.widths():  # k <= 4 scales; each one's sample grid, all sampled in one call
-            n = int(w)
-            offset = torch.arange(n, device=images.device, dtype=images.dtype) + 0.5 - w / 2  # [n]
+        widths = [int(w) for w in self.widths]  # integers: the method needs an integer scale_factor
+        grids = []
+        for n in widths:  # k <= 4 scales; each one's sample grid, all sampled in one call
+            offset = torch.arange(n, device=images.device, dtype=images.dtype) + 0.5 - n / 2  # [n]
             xs = (c[:, None, 0] + offset) / size[0] * 2 - 1  # [B, n] pixel centres -> [-1, 1]
             ys = (c[:, None, 1] + offset) / size[1] * 2 - 1
             grids.append(torch.stack(torch.broadcast_tensors(xs[:, None, :], ys[:, :, None]), -1)
                          .reshape(B, n * n, 2))
-            counts.append(n)
         grid = torch.cat(grids, dim=1)[:, None]  # [B, 1, sum n^2, 2]
         samples = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros",
                                 align_corners=False)[:, :, 0]  # [B, C, sum n^2]
-        patches, start = [], 0
-        for n in counts:
-            block = samples[:, :, start:start + n * n].reshape(B, C, n, n)
-            patches.append(F.avg_pool2d(block, n // g) if n > g else block)
-            start += n * n
-        return torch.stack(patches, dim=1)
+        blocks = [b.reshape(B, C, n, n) for b, n in zip(samples.split([n * n for n in widths], 2), widths)]
+        return torch.stack([F.avg_pool2d(b, n // g) if n > g else b for b, n in zip(blocks, widths)], dim=1)
 
     def _crop(self, images: torch.Tensor, locations: torch.Tensor) -> torch.Tensor:
         B, C, H, W = images.shape
         g = self.patch_size
-        widths = [int(w) for w in self.widths()]
+        widths = [int(w) for w in self.widths]
         big = widths[-1]
         n = big + 1 if self.subpixel else big  # one extra pixel per axis for a sub-pixel shift
         edge = self.centres(locations, H, W) - big / 2  # [B, 2] largest patch's top-left corner
@@ -224,7 +210,7 @@ class Retina(nn.Module):
         # once per scale serves every larger scale (a pyramid) when the offsets line up.
         patches, level, cell = [], window, 1  # level: the window averaged over cell x cell boxes
         factor = int(self.scale_factor)
-        for i, w in enumerate(widths):
+        for w in widths:
             d = w // g
             if d != cell:
                 level, cell = _box_pool(level, factor), cell * factor

@@ -21,15 +21,10 @@ REINFORCE term. At test time the hard model decodes with the expected context (t
 the default) or with the argmax location.
 
 Other estimators of the same one-cell attention (issue 33; the captioner's `hard_estimator`):
-- `vimco_signal` (Mnih & Rezende 2016): K sample paths per input, the multi-sample bound
-  log (1/K) sum_k p(y | z_k) and a leave-one-out learning signal for each path's score;
-  `leave_one_out_baseline`: the plain K-sample baseline (the mean cost of the other paths).
-- `marginal_log_prob` (Deng et al. 2018, "Latent Alignment and Variational Attention"): the exact
-  log p(y_t) = logsumexp_i [log alpha_ti + log p(y_t | a_i)], one output per cell. Tractable only
-  where the chosen cell does not feed back into the recurrence (the captioner feeds the expected
-  context to its LSTM then, as harvardnlp/var-attn does).
-- `straight_through_weights` (Jang et al. 2017; Maddison et al. 2017): the Gumbel-max sample as a
-  one-hot vector in the forward pass, the Gumbel-softmax relaxation's gradient in the backward.
+`vimco_signal` and `leave_one_out_baseline` (K sample paths per input), `straight_through_weights`,
+and `marginal_log_prob` (Deng et al. 2018, "Latent Alignment and Variational Attention"), one
+output per cell, tractable only where the chosen cell does not feed back into the recurrence (the
+captioner feeds the expected context to its LSTM then, as harvardnlp/var-attn does).
 """
 from __future__ import annotations
 
@@ -79,19 +74,16 @@ class HardAttention(nn.Module):
     def forward(self, projected: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
                 mask: torch.Tensor | None = None, mode: str = "sample",
                 generator: torch.Generator | None = None) -> HardAttentionOutput:
+        if mode not in MODES:
+            raise ValueError(f"unknown hard attention mode {mode!r}; choose one of {', '.join(MODES)}")
         log_alpha = masked_log_softmax(self.score(projected, query), mask)  # eq. (4)-(5)
         alpha = log_alpha.exp()
         if mode == "sample":
             location = sample_locations(log_alpha.detach(), generator)  # eq. (8)
-            context = gather_context(values, location)  # eq. (9)
-        elif mode == "expected":
-            location = alpha.detach().argmax(dim=-1)
-            context = expected_context(alpha, values)  # eq. (13)
-        elif mode == "argmax":
-            location = alpha.detach().argmax(dim=-1)
-            context = gather_context(values, location)
         else:
-            raise ValueError(f"unknown hard attention mode {mode!r}; choose one of {', '.join(MODES)}")
+            location = alpha.detach().argmax(dim=-1)
+        # eq. (13)'s expected context, or eq. (9)'s annotation vector at the location
+        context = expected_context(alpha, values) if mode == "expected" else gather_context(values, location)
         return HardAttentionOutput(context, alpha, log_alpha, location)
 
 
@@ -127,22 +119,16 @@ def reinforce_surrogate(log_alpha: torch.Tensor, locations: torch.Tensor, cost: 
     i.e. the authors' `(b - cost)/10 * (-sample/alpha) + lambda_e (log alpha + 1)`, averaged over B.
     The first term is the REINFORCE (score-function) estimator of d E[cost] (eq. 11-12); the second
     is the gradient of -entropy, so minimising it raises the entropy of alpha (the entropy bonus)."""
-    batch = log_alpha.shape[0]
-    if step_mask is None:
-        step_mask = torch.ones(locations.shape, dtype=log_alpha.dtype, device=log_alpha.device)
-    step_mask = step_mask.to(log_alpha.dtype)
-    if isinstance(baseline, torch.Tensor):
-        baseline = baseline.detach()
-        if baseline.dim() == 1:
-            baseline = baseline.unsqueeze(1)
-    cost = cost.detach()
-    if cost.dim() == 1:
-        cost = cost.unsqueeze(1)
-    advantage = (cost - baseline) * reward_scale  # [B, 1] or [B, T]
+    def per_step(x):  # [B] -> [B, 1]; [B, T] and scalars as they are; detached
+        return x.detach().view(-1, 1) if x.dim() == 1 else x.detach()
+
     log_p_sample = log_alpha.gather(-1, locations.unsqueeze(-1)).squeeze(-1)  # [B, T] = log alpha_{t, s_t}
+    step_mask = torch.ones_like(log_p_sample) if step_mask is None else step_mask.to(log_alpha.dtype)
+    baseline = per_step(baseline) if isinstance(baseline, torch.Tensor) else baseline
+    advantage = (per_step(cost) - baseline) * reward_scale  # [B, 1] or [B, T]
     score_term = (advantage * log_p_sample * step_mask).sum()
     entropy_term = entropy_coef * negative_entropy(log_alpha, step_mask)
-    return (score_term + entropy_term) / batch
+    return (score_term + entropy_term) / log_alpha.shape[0]
 
 
 def negative_entropy(log_alpha: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
@@ -176,7 +162,7 @@ def vimco_signal(log_f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     log_k = math.log(K)
     bound = torch.logsumexp(log_f, dim=1) - log_k  # [B], with log_f's gradient
     log_f = log_f.detach()
-    log_fhat = (log_f.sum(1, keepdim=True) - log_f) / (K - 1)  # [B, K]: mean_{k != j} log f_k
+    log_fhat = leave_one_out_baseline(log_f)  # [B, K]: mean_{k != j} log f_k
     # for each j, the K terms with f_j replaced by fhat_j: [B, K (j), K (k)]
     replaced = torch.where(torch.eye(K, dtype=torch.bool, device=log_f.device), log_fhat.unsqueeze(-1),
                            log_f.unsqueeze(1))
@@ -190,11 +176,11 @@ def marginal_log_prob(log_alpha: torch.Tensor, cell_log_probs: torch.Tensor) -> 
 
 
 def straight_through_weights(log_alpha: torch.Tensor, gumbel: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Gumbel-softmax straight-through: log_alpha, gumbel [..., L] -> weights [..., L] that are the
-    one-hot Gumbel-max sample argmax_i(log alpha_i + g_i) in the forward pass (so the context is
-    exactly a_{s_t}, the same sample as REINFORCE's from the same noise) and carry the gradient of
-    softmax((log alpha + g) / temperature) in the backward pass (biased, low variance). Computed in
-    float32 (bf16 noise and logits make NaNs: pytorch #41663)."""
+    """Gumbel-softmax straight-through (Jang et al. 2017; Maddison et al. 2017): log_alpha, gumbel
+    [..., L] -> weights [..., L] that are the one-hot Gumbel-max sample argmax_i(log alpha_i + g_i)
+    in the forward pass (so the context is exactly a_{s_t}, the same sample as REINFORCE's from the
+    same noise) and carry the gradient of softmax((log alpha + g) / temperature) in the backward pass
+    (biased, low variance). Computed in float32 (bf16 noise and logits make NaNs: pytorch #41663)."""
     scores = log_alpha.float() + gumbel.float()
     soft = torch.softmax(scores / temperature, dim=-1)
     hard = torch.zeros_like(soft).scatter_(-1, scores.argmax(dim=-1, keepdim=True), 1.0)

@@ -23,7 +23,6 @@ is given (box corners, glimpse centres). `maps_from_cells`, `maps_from_boxes` an
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -62,16 +61,10 @@ class AttentionRecord:
         return int(self.maps.shape[0])
 
     def to(self, device) -> "AttentionRecord":
-        def move(value):
-            if isinstance(value, torch.Tensor):
-                return value.to(device)
-            if isinstance(value, dict):
-                return {k: move(v) for k, v in value.items()}
-            return value
-
+        prediction = {key: value.to(device) if isinstance(value, torch.Tensor) else value
+                      for key, value in self.prediction.items()}
         return replace(self, maps=self.maps.to(device), step_mask=self.step_mask.to(device),
-                       boxes=None if self.boxes is None else self.boxes.to(device),
-                       prediction=move(self.prediction))
+                       boxes=None if self.boxes is None else self.boxes.to(device), prediction=prediction)
 
     def headline_steps(self) -> torch.Tensor:
         """[B, T] bool: the steps the headline metrics score."""
@@ -91,9 +84,7 @@ class AttentionRecord:
         """[B, T] bool: existing steps whose map is not a probability map (all zero, NaN or Inf).
         Such a step is reported as degenerate, never drawn as a bright picture."""
         flat = self.maps.flatten(2)
-        total = flat.sum(-1)
-        bad = ~torch.isfinite(flat).all(-1) | ~(total > 0)
-        return bad & self.step_mask
+        return (~torch.isfinite(flat).all(-1) | ~(flat.sum(-1) > 0)) & self.step_mask
 
     def peaks(self) -> torch.Tensor:
         """[B, T, 2] (x, y): the pixel centre of each map's peak (`peak_pixels`)."""
@@ -105,8 +96,8 @@ class AttentionRecord:
         """Plain lists (JSON-ready): the documented axis order is in `axes`."""
         B, T = self.maps.shape[:2]
         out: dict[str, Any] = {
-            "family": self.family, "kind": self.kind, "headline": self.headline, "image_size": {"height": self.image_size[0],
-                                                                       "width": self.image_size[1]},
+            "family": self.family, "kind": self.kind, "headline": self.headline,
+            "image_size": dict(zip(("height", "width"), self.image_size)),
             "axes": {"maps": "[image, step, y, x]", "boxes": "[image, step, box, (x0, y0, x1, y1)]",
                      "peaks": "[image, step, (x, y)]", "coordinates": "pixel edges: pixel (row r, column c) "
                      "covers [c, c + 1) x [r, r + 1); x is the column, y the row"},

@@ -49,7 +49,7 @@ def attention_weights(vit: nn.Module, images: torch.Tensor, forward=None) -> tor
 
 def cls_attention(attention: torch.Tensor, num_prefix_tokens: int, grid: tuple[int, int],
                   cls_index: int | None = 0) -> torch.Tensor:
-    """One layer's attention [B, heads, N, N] -> CLS-to-patch maps [B, heads, h, w].
+    """Attention [..., N, N] (a layer's [B, heads, N, N], or all layers') -> CLS-to-patch maps [..., h, w].
 
     Row `cls_index` (the CLS query) over the patch keys (the last h*w tokens). Without a class
     token (cls_index None) the mean over all queries is used. A map sums to 1 minus the mass the

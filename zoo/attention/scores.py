@@ -36,8 +36,9 @@ class AttentionScore(nn.Module, abc.ABC):
 
     @property
     def query_linear(self) -> nn.Linear | None:
-        """The linear map applied to the query first (None: the query is used as it is)."""
-        return None
+        """The linear map applied to the query first, a score's `query_proj` (None: the query is used
+        as it is)."""
+        return getattr(self, "query_proj", None)
 
     @abc.abstractmethod
     def combine(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
@@ -56,12 +57,8 @@ class AttentionScore(nn.Module, abc.ABC):
 class DotScore(AttentionScore):
     def __init__(self, key_dim: int, query_dim: int, scaled: bool = False):
         super().__init__()
-        self.query_proj = nn.Identity() if key_dim == query_dim else nn.Linear(query_dim, key_dim, bias=False)
+        self.query_proj = None if key_dim == query_dim else nn.Linear(query_dim, key_dim, bias=False)
         self.scale = 1.0 / math.sqrt(key_dim) if scaled else 1.0
-
-    @property
-    def query_linear(self) -> nn.Linear | None:
-        return self.query_proj if isinstance(self.query_proj, nn.Linear) else None
 
     def combine(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         # query [B, Dk]
@@ -129,10 +126,6 @@ class AdditiveScore(AttentionScore):
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return self.key_proj(keys)  # [B, L, A]
 
-    @property
-    def query_linear(self) -> nn.Linear:
-        return self.query_proj
-
     def combine(self, projected: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         # projected [B, L, A], query [B, A] (after query_proj) -> [B, L]
         if projected.is_cpu and torch.is_grad_enabled():
@@ -146,14 +139,12 @@ SCORES = ("dot", "scaled_dot", "general", "additive")
 
 def build_score(name: str, key_dim: int, query_dim: int, attention_dim: int | None = None) -> AttentionScore:
     """The score `name` (one of SCORES) for keys of width key_dim and queries of width query_dim."""
-    if name == "dot":
-        return DotScore(key_dim, query_dim)
-    if name == "scaled_dot":
-        return DotScore(key_dim, query_dim, scaled=True)
+    if name not in SCORES:
+        raise ValueError(f"unknown attention score {name!r}; choose one of {', '.join(SCORES)}")
     if name == "general":
         return GeneralScore(key_dim, query_dim)
-    if name == "additive":
-        if not attention_dim:
-            raise ValueError("the additive score needs attention_dim")
-        return AdditiveScore(key_dim, query_dim, attention_dim)
-    raise ValueError(f"unknown attention score {name!r}; choose one of {', '.join(SCORES)}")
+    if name != "additive":
+        return DotScore(key_dim, query_dim, scaled=name == "scaled_dot")
+    if not attention_dim:
+        raise ValueError("the additive score needs attention_dim")
+    return AdditiveScore(key_dim, query_dim, attention_dim)

@@ -19,8 +19,7 @@ fields plus `kind`, and `pretrained: NAME` to load a released zoo backbone by na
 from __future__ import annotations
 
 from zoo.backbones.common import PatchFeatures, freeze
-from zoo.backbones.kinds import BACKBONES, build_backbone
-from zoo.backbones.spec import BackboneSpec, check_input, load_zoo_backbone
+from zoo.backbones.spec import BACKBONES, BackboneSpec, build_backbone, check_input, load_zoo_backbone
 from zoo.backbones.stem import ConvStem
 from zoo.backbones.timm_cnn import TimmCNN
 from zoo.backbones.timm_vit import TimmViT

@@ -80,8 +80,7 @@ class Backbone(nn.Module):
         return PatchFeatures(feats.flatten(2).transpose(1, 2), tuple(feats.shape[-2:]))
 
 
-def _file_hint() -> str:
-    return "pass it as pretrained_file=PATH (--model.init_args.backbone.pretrained_file PATH)"
+FILE_HINT = "pass it as pretrained_file=PATH (--model.init_args.backbone.pretrained_file PATH)"
 
 
 # ---------------------------------------------------------------------------- timm creation
@@ -89,36 +88,30 @@ _SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with s
                             r"from checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
 
 
-def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    from timm.models import load_state_dict
-
-    return {k: tuple(v.shape) for k, v in load_state_dict(str(path), weights_only=True).items()}
-
-
 def _file_overlay(path: Path, model_name: str) -> dict:
     """pretrained_cfg_overlay for a local file: its path, plus the input channels and class count
     the file was trained with, so timm adapts `in_chans` and the head from the right source."""
     import timm.models
+    from safetensors import safe_open
 
     overlay: dict = {"file": str(path)}
     try:
-        shapes = _file_shapes(path)
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt") as f:
+                shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        else:
+            state = timm.models.load_state_dict(str(path), weights_only=True)
+            shapes = {k: tuple(v.shape) for k, v in state.items()}
     except Exception as exc:
         raise UserError(f"{path}: not a readable weights file ({type(exc).__name__}: {exc})") from None
     cfg = timm.models.get_pretrained_cfg(model_name)
     if cfg is None:
         return overlay
-    first = cfg.first_conv if isinstance(cfg.first_conv, str) else None
-    if first and len(shapes.get(f"{first}.weight", ())) == 4:
-        overlay["input_size"] = (shapes[f"{first}.weight"][1], *cfg.input_size[1:])
-    classifier = cfg.classifier if isinstance(cfg.classifier, str) else None
-    if classifier and len(shapes.get(f"{classifier}.weight", ())) >= 1:
-        overlay["num_classes"] = shapes[f"{classifier}.weight"][0]
+    first, classifier = f"{cfg.first_conv}.weight", f"{cfg.classifier}.weight"
+    if isinstance(cfg.first_conv, str) and len(shapes.get(first, ())) == 4:
+        overlay["input_size"] = (shapes[first][1], *cfg.input_size[1:])
+    if isinstance(cfg.classifier, str) and len(shapes.get(classifier, ())) >= 1:
+        overlay["num_classes"] = shapes[classifier][0]
     return overlay
 
 
@@ -138,10 +131,8 @@ def _hub_reachable(cfg) -> bool:
 def _cached_hub_file(cfg) -> str | None:
     if not cfg.hf_hub_id:
         return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
+    from huggingface_hub import try_to_load_from_cache  # a dependency of the project and of timm
+
     for filename in ("model.safetensors", "open_clip_pytorch_model.bin", "pytorch_model.bin"):
         found = try_to_load_from_cache(cfg.hf_hub_id, filename)
         if isinstance(found, str):
@@ -176,7 +167,7 @@ def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str 
             cached = _cached_hub_file(cfg)
             if cached is None:
                 raise UserError(f"cannot download pretrained weights for '{model_name}' (offline?); "
-                                f"download its model.safetensors elsewhere and {_file_hint()}")
+                                f"download its model.safetensors elsewhere and {FILE_HINT}")
             overlay = {"file": cached}
     try:
         net = timm.create_model(model_name, pretrained=pretrained, pretrained_cfg_overlay=overlay, **kwargs)
@@ -188,7 +179,7 @@ def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str 
         if pretrained_file:
             raise UserError(f"{pretrained_file}: cannot read ({exc})") from None
         raise UserError(f"cannot download pretrained weights for '{model_name}' ({type(exc).__name__}); "
-                        f"download its model.safetensors elsewhere and {_file_hint()}") from None
+                        f"download its model.safetensors elsewhere and {FILE_HINT}") from None
     source_classes = (overlay.get("num_classes") if pretrained_file
                       else getattr(timm.models.get_pretrained_cfg(model_name), "num_classes", None))
     if pretrained and kwargs.get("num_classes") and source_classes and kwargs["num_classes"] != source_classes:

@@ -1,4 +1,4 @@
-"""A backbone as a typed configuration object: what a model's `backbone:` block means.
+"""The backbone kinds, and a backbone as a typed configuration object: what a `backbone:` block means.
 
 `BackboneSpec` is a dataclass, so LightningCLI/jsonargparse parse every field with its type: the
 YAML block, `--model.init_args.backbone.level 3` (an int) and
@@ -34,19 +34,32 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from zoo.backbones.kinds import BACKBONES, build_backbone
+from zoo.backbones.stem import ConvStem
+from zoo.backbones.timm_cnn import TimmCNN
+from zoo.backbones.timm_vit import TimmViT
 from zoo.errors import UserError
 
+BACKBONES = {"stem": ConvStem, "timm_cnn": TimmCNN, "timm_vit": TimmViT}  # a spec's `kind`
 #: fields the user chooses freely when loading a zoo weight (the rest must agree with the weight)
 FREE_FIELDS = ("trainable", "pretrained", "pretrained_file", "kind")
 
 
+def build_backbone(kind: str, **kwargs) -> nn.Module:
+    """Instantiate the backbone `kind` ("stem", "timm_cnn" or "timm_vit") with plain kwargs."""
+    if kind not in BACKBONES:
+        raise UserError(f"unknown backbone kind '{kind}'; choose one of {', '.join(BACKBONES)}")
+    try:
+        return BACKBONES[kind](**kwargs)
+    except TypeError as exc:
+        raise UserError(f"backbone '{kind}': bad arguments ({exc})") from None
+    except ValueError as exc:
+        raise UserError(f"backbone '{kind}': {exc}") from None
+
+
 @dataclass
 class BackboneSpec:
-    """Images [B, C, H, W] -> PatchFeatures, as one typed block (see the module docstring).
-
-    kind: "stem" (zoo.backbones.ConvStem), "timm_cnn" (TimmCNN), "timm_vit" (TimmViT).
-    Every other field is a constructor argument of that class; None keeps its default."""
+    """Images [B, C, H, W] -> PatchFeatures, as one typed block (see the module docstring): `kind`
+    picks the class (BACKBONES), every other field is a constructor argument of it."""
 
     kind: Literal["stem", "timm_cnn", "timm_vit"] = "stem"
     pretrained: bool | str = False
@@ -110,13 +123,9 @@ class BackboneSpec:
 
     def to_dict(self) -> dict:
         """The set fields as plain values (kind always), for hparams and checkpoints."""
-        out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None and f.name != "kind":
-                continue
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-        return out
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()
+                if value is not None or name == "kind"}
 
     def build(self, **given) -> nn.Module:
         """Instantiate the backbone (loading a zoo weight when `pretrained` names one). The spec
@@ -128,31 +137,35 @@ class BackboneSpec:
             source = load_zoo_backbone(self.pretrained)
             self._adopt(source)
         kwargs = self.kwargs()
-        if isinstance(self.pretrained, str):
-            kwargs.pop("pretrained", None)
         for name, value in given.items():
             if kwargs.get(name) is not None and _norm(kwargs[name]) != _norm(value):
                 raise UserError(f"backbone.{name} {kwargs[name]} disagrees with the model's {value}; leave it out")
             kwargs[name] = tuple(value) if isinstance(value, list) else value
         module = build_backbone(self.kind, **kwargs)
-        if source is not None:
-            _load_tensors(module, source)
+        if source is not None:  # the zoo weight's tensors must fit the backbone it describes
+            own = module.state_dict()
+            missing = sorted(k for k in own if k not in source.state)
+            mismatched = [f"{k} {tuple(source.state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
+                          if k in source.state and source.state[k].shape != v.shape]
+            if missing or mismatched:
+                detail = "; ".join(mismatched[:3]) or f"missing {', '.join(missing[:3])}"
+                raise UserError(f"backbone weight '{source.name}' does not fit the backbone it describes "
+                                f"({detail})")
+            module.load_state_dict({k: source.state[k] for k in own})
+            module.pretrained_source = source  # check_input names it and the image size it was trained on
         return module
 
     def kwargs(self) -> dict:
-        """Constructor arguments of the kind's class: the set fields, refusing those that do not apply."""
+        """Constructor arguments of the kind's class: the set fields, refusing those that do not apply
+        (a zoo weight named by `pretrained` is loaded by `build`, not by the class)."""
         cls = BACKBONES[self.kind]
         accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
         kwargs, refused = {}, []
         for name, value in self.to_dict().items():
-            if name == "kind":
-                continue
-            if name == "pretrained" and value is False:
+            if name == "kind" or (name == "pretrained" and (value is False or isinstance(value, str))):
                 continue
             if name not in accepted:
-                if name == "pretrained":  # a zoo weight for a kind without timm hub weights
-                    if isinstance(value, str):
-                        continue
+                if name == "pretrained":  # hub weights for a kind without any
                     raise UserError(f"backbone kind '{self.kind}' has no hub weights (pretrained: true); "
                                     "give a released zoo weight by name instead (pretrained: NAME)")
                 refused.append(name)
@@ -166,11 +179,9 @@ class BackboneSpec:
     def self_contained(self, module: nn.Module) -> dict:
         """This spec as a checkpoint should record it: no pretrained source (the checkpoint holds
         the weights) and the normalisation the module applies, written out."""
-        out = self.to_dict()
-        out.update(pretrained=False)
+        out = {**self.to_dict(), "pretrained": False}
         out.pop("pretrained_file", None)
-        normalize = bool(getattr(module, "normalize", False))
-        out["normalize"] = normalize
+        out["normalize"] = normalize = bool(getattr(module, "normalize", False))
         if normalize and not module.mean.is_meta:  # (a model built on the meta device has no values)
             out["mean"] = [float(v) for v in module.mean.flatten().tolist()]
             out["std"] = [float(v) for v in module.std.flatten().tolist()]
@@ -187,10 +198,8 @@ class BackboneSpec:
             raise UserError(f"backbone weight '{source.name}' is a '{theirs.kind}' backbone, the config says "
                             f"kind '{self.kind}'")
         for f in dataclasses.fields(self):
-            if f.name in FREE_FIELDS:
-                continue
             mine, other = getattr(self, f.name), getattr(theirs, f.name)
-            if other is None:
+            if f.name in FREE_FIELDS or other is None:
                 continue
             if mine is None:
                 setattr(self, f.name, other)
@@ -240,21 +249,8 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
     sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     data = (config.get("data") or {}).get("init_args") or {}
     size = init_args.get("image_size") or data.get("image_size") or data.get("canvas_size")
-    if isinstance(size, int):
-        size = [size, size]
+    size = [size, size] if isinstance(size, int) else size
     return ZooBackbone(source, spec, sub, list(size) if size else None)
-
-
-def _load_tensors(module: nn.Module, source: ZooBackbone) -> None:
-    own = module.state_dict()
-    missing = sorted(k for k in own if k not in source.state)
-    mismatched = [f"{k} {tuple(source.state[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
-                  if k in source.state and source.state[k].shape != v.shape]
-    if missing or mismatched:
-        detail = "; ".join(mismatched[:3]) or f"missing {', '.join(missing[:3])}"
-        raise UserError(f"backbone weight '{source.name}' does not fit the backbone it describes ({detail})")
-    module.load_state_dict({k: source.state[k] for k in own})
-    module.pretrained_source = source  # for check_input's message and the image size it was trained on
 
 
 def check_input(module: nn.Module, in_chans: int, image_size, owner: str) -> None:

@@ -33,12 +33,6 @@ class ConvStem(Backbone):
         self.body = nn.Sequential(*layers)
         self.out_dim = prev
         self.stride = math.prod(strides)
-        # pixels one output cell sees: each conv adds (k - 1) x the stride of its input
-        self.receptive_field, jump = 1, 1
-        for stride in strides:
-            for b in range(blocks_per_stage):
-                self.receptive_field += (kernel_size - 1) * jump
-                jump *= stride if b == 0 else 1
         self.finish(normalize, mean, std, (0.0,) * in_chans, (1.0,) * in_chans)
 
     def features(self, x):

@@ -21,7 +21,7 @@ class TimmCNN(Backbone):
                                features_only=True, out_indices=(level,), in_chans=in_chans,
                                **(model_kwargs or {}))
         self.out_dim = self.net.feature_info.channels()[-1]
-        self.reduction = self.stride = self.net.feature_info.reduction()[-1]
+        self.stride = self.net.feature_info.reduction()[-1]
         cfg = getattr(self.net, "pretrained_cfg", {}) or {}
         self.finish(normalize, mean, std, cfg.get("mean", (0.485, 0.456, 0.406)), cfg.get("std", (0.229, 0.224, 0.225)),
                     pretrained or bool(pretrained_file))

@@ -47,12 +47,9 @@ class TimmViT(Backbone):
                  "patch_size": patch_size, "depth": depth, "embed_dim": embed_dim, "num_heads": num_heads,
                  "mlp_ratio": mlp_ratio, "global_pool": global_pool, "class_token": class_token}
         kwargs = {k: v for k, v in given.items() if v is not None}
-        if drop_path_rate:
-            kwargs["drop_path_rate"] = drop_path_rate
-        if attn_drop_rate:
-            kwargs["attn_drop_rate"] = attn_drop_rate
-        if dynamic_img_size:
-            kwargs["dynamic_img_size"] = True
+        switches = {"drop_path_rate": drop_path_rate, "attn_drop_rate": attn_drop_rate,
+                    "dynamic_img_size": dynamic_img_size}
+        kwargs.update({k: v for k, v in switches.items() if v})  # passed only when on
         if conv_stem:
             kwargs.update(self._conv_stem_embed(conv_stem, conv_stem_blocks, in_chans, patch_size))
         self.vit = create_timm(model_name, pretrained=pretrained, pretrained_file=pretrained_file,

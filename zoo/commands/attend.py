@@ -1,36 +1,24 @@
-"""zoo attend: where any model looked, the same way for every family that attends (every family
-whose card names an attention kind). For each image, writes DIR/<name>_attend.png (the input and
-one panel per step: each word, glimpse, DRAW step, layer or head, with its boxes, peak and entropy;
-colour bars on an absolute scale, zoo/viz/record.py) and prints the
-prediction; `--json` prints the attention record (steps, peaks, boxes, prediction; `--maps` adds
-the per-pixel maps); `--html FILE` writes one self-contained page with a step slider.
+"""zoo attend: where any model looked, the same way for every family that attends (its card names
+an attention kind). Per image it writes DIR/<name>_attend.png (the input and a panel per step: word,
+glimpse, DRAW step, layer or head, zoo/viz/record.py) and prints the prediction; `--json` prints the
+attention record (`--maps` adds the per-pixel maps), `--html FILE` writes one self-contained page
+with a step slider, `--boxes FILE` scores known targets per step (zoo/commands/boxes.py).
+`--record KEY=VALUE` (a YAML value) is an option of the family's `attention_record` (RAM's
+`policy`, ViT's `heads`, `head_fusion`, `residual`); the former `zoo glimpses` and `zoo attention`
+were such presets. Images are prepared as `zoo.preprocessing(model)` says; coordinates in the record
+are the prepared image's pixels. docs/usage.md and docs/attention.md say more.
 
-    zoo attend --model ram_fmnist_cluttered60 canvas.png --out figures/
-    zoo attend --model ram_fmnist_cluttered60 canvas.png --out figures/ --record policy=sample   # one sampled path
+    zoo attend --model ram_fmnist_cluttered60 canvas.png --out figures/ --record policy=sample
     zoo attend --model sat_soft_scenes scene.png --out out/ --html report.html --json
-    zoo attend --model vit_fmnist shirt.png --out out/ --boxes boxes.json   # scores known boxes
-    zoo attend --model vit_fmnist shirt.png --out out/ --record heads=true --record head_fusion=max
-
-`--record KEY=VALUE` (YAML value) passes an option to the family's `attention_record`: RAM's
-`policy` (mean, the default, or sample), ViT's `heads` (each head of the last layer as a step, as
-the old `zoo attention` drew them), `head_fusion` (mean, max or min) and `residual` (rollout's
-identity weight); `zoo glimpses` and `zoo attention` were these presets and are gone.
-
-`--boxes FILE` gives known targets (zoo/commands/boxes.py): a JSON object from image (its path,
-the same file by another path, or its basename) to boxes [x0, y0, x1, y1] in the ORIGINAL image's
-pixels, as a list or under "boxes" (the scene export's references.json as it is). Each step is then
-scored (the map's peak inside a box, the mass inside), one line sums the scores up, one says how
-many images had no boxes. Images are prepared as `zoo.preprocessing(model)`
-says (the size rule in the README); coordinates in the record are the prepared image's pixels."""
+    zoo attend --model vit_fmnist shirt.png --out out/ --boxes boxes.json --record heads=true
+"""
 from __future__ import annotations
 
 import sys
 
 from zoo.commands.boxes import FRAME, read_boxes, summary, to_input
-from zoo.commands.common import (add_model_arguments, exit_code, print_records, report_bad_files, resolve_model,
-                                 unique_names)
+from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model, unique_names
 from zoo.errors import UserError, printable
-from zoo.limits import shorten
 
 CHUNK = 64  # images per forward pass
 
@@ -54,7 +42,7 @@ def run(args) -> int:
     import inspect
 
     from zoo.evaluate import key_values
-    from zoo.io import atomic_save_image, atomic_write_bytes, check_writable
+    from zoo.io import atomic_save_image, atomic_write_bytes, check_writable, json_text
     from zoo.metrics.attention import mass_in_box, pointing_game
     from zoo.preprocess import for_model, load_batch
     from zoo.viz.record import html_report, prediction_text, strip
@@ -72,17 +60,14 @@ def run(args) -> int:
     if unknown:
         raise UserError(f"--record {unknown[0]}: {type(model).__name__}'s attention record takes "
                         f"{', '.join(takes) or 'no options'}")
-    spec = for_model(model)
-    notes: list[str] = []
-    sizes: list[tuple[int, int]] = []
+    spec, notes, sizes = for_model(model), [], []
     batch, good, errors = load_batch(args.images, spec, notes, sizes)
     given = read_boxes(args.boxes, good, sizes) if args.boxes else {}
     targets = to_input(spec, given, good, sizes)
-    report_bad_files(errors, "attend", notes)
+    report_bad_files(errors, "attend", notes)  # after the boxes file, which may refuse the command
     if not good:
         return exit_code(0, errors)
-    records, names = [], unique_names(good, "")
-    pages = []  # (record, images, offset) for the report
+    records, pages, names = [], [], unique_names(good, "")  # pages: each chunk's record, for the report
     for start in range(0, len(good), CHUNK):
         images = batch[start:start + CHUNK]
         try:
@@ -103,9 +88,8 @@ def run(args) -> int:
                 entry["target_boxes"] = {"frame": f"{FRAME} {spec.resize!r}", "input": boxes.tolist(),
                                          "original": given[path].tolist()}
                 steps = record.step_mask[i].nonzero().flatten()
-                maps = record.maps[i, steps]
-                hits = pointing_game(maps, boxes[None].expand(len(steps), -1, -1))
-                mass = mass_in_box(maps, boxes[None].expand(len(steps), -1, -1))
+                maps, each = record.maps[i, steps], boxes[None].expand(len(steps), -1, -1)
+                hits, mass = pointing_game(maps, each), mass_in_box(maps, each)
                 for k, step in enumerate(entry["steps"]):
                     step["pointing"], step["mass_in_box"] = bool(hits[k]), round(float(mass[k]), 4)
             records.append(entry)
@@ -122,7 +106,11 @@ def run(args) -> int:
         if entry["degenerate_steps"]:
             print(f"zoo attend: {printable(entry['image'])}: {entry['degenerate_steps']} step(s) have a degenerate map "
                   "(all zero or NaN); drawn grey, not as attention", file=sys.stderr)
-    print_records(records, args.json, lambda r: f"{r['image']}: {r['summary']} -> {r['figure']}")
+    if args.json:  # strict JSON: non-finite numbers as null
+        print(json_text(records, indent=2))
+    else:
+        for entry in records:
+            print(printable(f"{entry['image']}: {entry['summary']} -> {entry['figure']}"))
     for line in summary(records, len(good)) if args.boxes else ():
         print(f"zoo attend: {line}", file=sys.stderr if args.json else sys.stdout)
     return exit_code(len(good), errors)

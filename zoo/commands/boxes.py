@@ -1,13 +1,11 @@
 """`zoo attend --boxes FILE`: the known targets of each image, read from a JSON object whose keys
-name images and whose values are their boxes [x0, y0, x1, y1] in the ORIGINAL image's pixels:
-either a list of boxes or an object with a "boxes" list (the `references.json` that
-FashionScenesDataModule.export_pngs writes, as it is).
+name images and whose values are their boxes [x0, y0, x1, y1] in the ORIGINAL image's pixels,
+as a list or under "boxes" (FashionScenesDataModule.export_pngs's `references.json` as it is).
 
 A key names an image when it is the path as given, the same file (a relative key is read from the
 current folder or from the boxes file's folder, symlinks resolved), or its basename where no other
-given image has that basename. Boxes are then mapped into the model input's pixels by the resize
-rule the model's preprocessing records (zoo.preprocess.Preprocessing.map_boxes): the frame of every
-other coordinate in the attention record."""
+given image has that basename. Boxes are mapped into the model input's pixels by the model's resize
+rule (Preprocessing.map_boxes): the frame of every other coordinate in the attention record."""
 from __future__ import annotations
 
 import os
@@ -30,18 +28,13 @@ def _resolved(path: str | os.PathLike) -> Path | None:
 
 def match_keys(keys, images: list[str], boxes_file: str) -> dict[str, str]:
     """{image as given: the key naming it} for the images some key names."""
-    folder = Path(boxes_file).parent
-    by_file: dict[Path, str] = {}
+    by_file: dict[Path | None, str] = {}
     for key in keys:
-        for root in (Path.cwd(), folder):
-            resolved = _resolved(root / key)
-            if resolved is not None:
-                by_file.setdefault(resolved, key)
-    matched = {}
-    for image in images:
-        key = image if image in keys else by_file.get(_resolved(image))
-        if key is not None:
-            matched[image] = key
+        for root in (Path.cwd(), Path(boxes_file).parent):
+            by_file.setdefault(_resolved(root / key), key)
+    by_file.pop(None, None)  # keys no file system can name
+    matched = {image: image if image in keys else by_file.get(_resolved(image)) for image in images}
+    matched = {image: key for image, key in matched.items() if key is not None}
     unmatched = [image for image in images if image not in matched]
     for image in unmatched:
         name = Path(image).name
@@ -62,9 +55,7 @@ def read_boxes(path: str, images: list[str], sizes: list[tuple[int, int]]) -> di
     raw = read_json(path, f"--boxes {path}", expect=dict)
     boxes, size_of = {}, dict(zip(images, sizes))
     for image, key in match_keys(raw, images, path).items():
-        entry = raw[key]
-        if isinstance(entry, dict):
-            entry = entry.get("boxes")
+        entry = raw[key].get("boxes") if isinstance(raw[key], dict) else raw[key]
         if not isinstance(entry, list):
             raise UserError(f"--boxes {path}: {image}: expected a list of [x0, y0, x1, y1] boxes "
                             "(or an object with one under \"boxes\")")

@@ -7,7 +7,6 @@ captioned; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad model/argu
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model, unique_names
 from zoo.errors import UserError
@@ -35,16 +34,9 @@ def run(args) -> int:
     from zoo.limits import check_flags
     from zoo.preprocess import for_model, load_batch
 
-    if args.beam_size is not None and args.beam_size < 1:
-        raise UserError(f"--beam-size must be >= 1, got {args.beam_size}")
-    if args.max_len is not None and args.max_len < 1:
-        raise UserError(f"--max-len must be >= 1, got {args.max_len}")
-    if args.batch_size < 1:
-        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     check_flags({"--beam-size": args.beam_size, "--max-len": args.max_len, "--batch-size": args.batch_size})
-    attention_dir = Path(args.attention_dir) if args.attention_dir else None
-    if attention_dir is not None:
-        check_writable(attention_dir, "--attention-dir", directory=True)
+    attention_dir = args.attention_dir and check_writable(args.attention_dir, "--attention-dir",
+                                                          directory=True)
 
     if not args.checkpoint and args.model == DEFAULT_MODEL:
         print(f"zoo caption: model {DEFAULT_MODEL} (the default; --model NAME or --checkpoint PATH picks another)",
@@ -62,7 +54,7 @@ def run(args) -> int:
         results += model.caption(images[start:start + args.batch_size], beam_size=beam_size, max_len=args.max_len)
 
     overlays = {}
-    if attention_dir is not None and good:
+    if attention_dir and good:
         from zoo.viz.record import caption_figure
 
         for path, name, image, result in zip(good, unique_names(good, ".png"), images, results):

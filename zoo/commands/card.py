@@ -1,6 +1,5 @@
-"""zoo card: write a release as a Hugging Face hub repository (README.md with a model-index
-results block, config.json, model.safetensors), ready for `huggingface-cli upload ORG/NAME DIR`;
-`zoo.create_model("hf-hub:ORG/NAME")` and `--checkpoint hf-hub:ORG/NAME` load it back (zoo/hub.py).
+"""zoo card: write a release as a Hugging Face hub repository (zoo/hf.py), ready for
+`huggingface-cli upload ORG/NAME DIR`; `--checkpoint hf-hub:ORG/NAME` loads it back.
 
     zoo card ram_fmnist_centered --out cards/ram_fmnist_centered
     zoo card sat_soft_scenes --out cards/sat_soft_scenes --repo-id my-lab/sat_soft_scenes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from zoo.errors import UserError
+from zoo.errors import UserError, printable
 
 
 def add_model_arguments(parser, default_model: str | None = None) -> None:
@@ -20,19 +20,14 @@ def add_model_arguments(parser, default_model: str | None = None) -> None:
 
 def resolve_model(args, fits=lambda card: True, what: str = "a zoo model"):
     """Load the model from --checkpoint or the pretrained --model, refusing one whose family card
-    does not `fits` the command (e.g. `lambda card: card.output == "caption"`).
-
-    `what` names the command's need for the error line, e.g. "a captioner"."""
+    does not `fits` the command (`lambda card: card.output == "caption"`; `what`: "a captioner")."""
     import zoo
 
-    if args.checkpoint:
-        model = zoo.load_checkpoint(args.checkpoint, sha256=args.sha256)
-        source = args.checkpoint
-    else:
-        if args.sha256:
-            raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
-        model = zoo.create_model(args.model, pretrained=True)
-        source = args.model
+    if args.sha256 and not args.checkpoint:
+        raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
+    source = args.checkpoint or args.model
+    model = (zoo.load_checkpoint(source, sha256=args.sha256) if args.checkpoint
+             else zoo.create_model(source, pretrained=True))
     if not fits(model.card):
         raise UserError(f"{source} is a {model.family} model, not {what}")
     return model.eval()
@@ -40,30 +35,13 @@ def resolve_model(args, fits=lambda card: True, what: str = "a zoo model"):
 
 def report_bad_files(errors: list[str], command: str, notes: list[str] = ()) -> None:
     """The bad files, one line each, and the notes on what was done to the good ones (stderr)."""
-    from zoo.errors import printable
-
     for line in [*errors, *notes]:
         print(f"zoo {command}: {printable(line)}", file=sys.stderr)
 
 
-def print_records(records: list[dict], as_json: bool, line) -> None:
-    """Print the per-image records as strict JSON (non-finite numbers as null), or one `line(record)`
-    each with the text a file supplied (class names, words, paths) made inert for the terminal."""
-    from zoo.errors import printable
-    from zoo.io import json_text
-
-    if as_json:
-        print(json_text(records, indent=2))
-    else:
-        for record in records:
-            print(printable(line(record)))
-
-
 def exit_code(n_good: int, errors: list[str]) -> int:
     """All bad -> 2 (user error); some bad -> 1; none bad -> 0."""
-    if errors and n_good == 0:
-        return 2
-    return 1 if errors else 0
+    return (1 if n_good else 2) if errors else 0
 
 
 def unique_names(paths: list[str], suffix: str) -> list[str]:

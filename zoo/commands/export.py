@@ -8,7 +8,6 @@ zoo/export.py says what each program takes and returns."""
 from __future__ import annotations
 
 from zoo.commands.common import add_model_arguments, resolve_model
-from zoo.errors import UserError
 
 
 def add_arguments(parser) -> None:
@@ -26,8 +25,6 @@ def run(args) -> int:
     from zoo.export import MANIFEST, check_target, export
     from zoo.limits import check_flags
 
-    if args.max_len is not None and args.max_len < 1:
-        raise UserError(f"--max-len must be >= 1, got {args.max_len}")
     check_flags({"--max-len": args.max_len}, limit_name="export_max_len")
     check_target(args.out)  # before the model loads: a folder of someone else's files is refused at once
     model = resolve_model(args)

@@ -1,8 +1,5 @@
-"""zoo info: what a registered model is, in one record (timm's `pretrained_cfg` and torchvision's
-`Weights.meta` as one command): input size, channels, normalisation, resize and alpha rules,
-classes or vocabulary, parameters, GMACs per image, file, sha256, recipe, seed, metrics with their
-spread over seeds, attention scores. Reads the manifest, the recipe and the model index, never
-torch (zoo/info.py).
+"""zoo info: what a registered model is, in one record read without torch (zoo/info.py says what
+it holds and where each fact comes from).
 
     zoo info ram_fmnist_centered
     zoo info sat_soft_scenes --json

@@ -15,6 +15,7 @@ def run(args) -> int:
     import difflib
 
     from zoo.errors import UserError, printable
+    from zoo.info import description, stored_facts
     from zoo.io import json_text
     from zoo.registry import family_of, find_entries
 
@@ -26,8 +27,6 @@ def run(args) -> int:
         hint = f"; did you mean {', '.join(close)}?" if close else f" (`zoo list` shows all {len(every)})"
         raise UserError(f"no model matches '{args.pattern}'{hint}")
     if args.json:
-        from zoo.info import description, stored_facts
-
         listing = {}
         for n in names:
             family_of(entries[n])
@@ -36,8 +35,6 @@ def run(args) -> int:
                           "num_params": facts.get("num_params"), **entries[n].metadata}
         print(json_text(listing, indent=2, default=str))
         return 0
-    from zoo.info import stored_facts
-
     if names:
         print(f"{'name':32s} {'weights':10s} headline metrics of the release; where it looks (`zoo info NAME`)")
     for n in names:

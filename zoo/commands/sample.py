@@ -7,12 +7,11 @@ an animated canvas.
     zoo sample --model draw_fmnist_t16 --reconstruct a.png b.png --out recon.png
 
 Sampling (eqs. 13-14) has no encoder, so its figures show the write box only (red, border width
-proportional to sigma): --out is a grid of the n samples and the GIF (beside --out, suffix .gif)
-the canvas at every step. Reconstruction encodes images (fixed binarization, as the model's test
-set) and redraws them: --out is a strip per image (the input, then the canvas at 8 steps) and the
-GIF shows input and canvas at every step, both with the step's read box (green) and write box
-(red). --reconstruct takes grayscale images of the model's size; --reconstruct-split the first n
-images of a split of the data set the model was trained on.
+proportional to sigma): --out is a grid of the n samples, the GIF (beside --out) the canvas at
+every step. Reconstruction encodes images (the test sets' fixed binarization) and redraws them:
+--out is a strip per image (the input, then the canvas at 8 steps), the GIF input and canvas at
+every step, with each step's read box (green) and write box (red). --reconstruct takes grayscale
+images of the model's size, --reconstruct-split the first n of a split of the model's own data.
 """
 from __future__ import annotations
 
@@ -44,16 +43,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--frame-ms", type=int, default=80, help="GIF frame duration in ms")
 
 
-def _check_out(out: Path) -> None:
-    """Before any work: an image suffix and the write check every command's outputs get
-    (zoo.io.check_writable); a missing folder is created on write, as other commands do."""
-    from zoo.io import check_writable
-
-    if out.suffix.lower() not in IMAGE_SUFFIXES:
-        raise UserError(f"--out {out}: use an image suffix ({', '.join(IMAGE_SUFFIXES)})")
-    check_writable(out, "--out")
-
-
 def model_datamodule(model):
     """The data module the model was trained with (its config travels in the checkpoint), set up
     for its test splits."""
@@ -81,17 +70,6 @@ def _split_images(model, split: str, n: int):
     return torch.cat(images)[:n]
 
 
-def _file_images(model, paths: list[str]):
-    """(images [N, C, S, S] in [0, 1] or None, error lines) of the given files, prepared as the
-    model's own data were (zoo.preprocess)."""
-    from zoo.preprocess import for_model, load_batch
-
-    notes: list[str] = []
-    batch, _, errors = load_batch(paths, for_model(model), notes)
-    report_bad_files(errors, "sample", notes)
-    return (batch if len(batch) else None), errors
-
-
 def _save(write, path: Path) -> None:
     try:
         write(path)
@@ -102,11 +80,11 @@ def _save(write, path: Path) -> None:
 def run(args) -> int:
     import torch
 
-    from zoo.io import atomic_save_image
+    from zoo.io import atomic_save_image, check_writable
     from zoo.limits import check_memory
+    from zoo.preprocess import for_model, load_batch
     from zoo.viz import draw as viz
 
-    reconstructing = args.reconstruct is not None or args.reconstruct_split is not None
     if args.reconstruct is not None and args.n is not None:
         raise UserError("--n does not apply to --reconstruct IMAGE... (every image given is redrawn)")
     n = args.n if args.n is not None else DEFAULT_N["split" if args.reconstruct_split else "sample"]
@@ -117,21 +95,24 @@ def run(args) -> int:
     if args.frame_ms < 1:
         raise UserError(f"--frame-ms must be positive, got {args.frame_ms}")
     out = Path(args.out)
-    _check_out(out)
+    if out.suffix.lower() not in IMAGE_SUFFIXES:
+        raise UserError(f"--out {out}: use an image suffix ({', '.join(IMAGE_SUFFIXES)})")
+    check_writable(out, "--out")  # before any work; a missing folder is created on write
     model = resolve_model(args, lambda card: card.output == "sample", "a generator (zoo sample draws from one)")
     # every step's canvas of every image is kept for the figures (and thrice over for the GIF's frames)
     height, width = model.input_size
     check_memory({f"--n {n} x T={model.T} canvases of {model.C}x{height}x{width}":
                   float(n) * model.T * model.C * height * width * 4 * (3 if args.gif else 1)}, "sampling")
     generator = torch.Generator().manual_seed(args.seed)
-    attention = model.hparams.attention == "filterbank"
-    read_n = model.hparams.read_n if attention else None
-    write_n = model.hparams.write_n if attention else None
+    filterbank = model.hparams.attention == "filterbank"
+    read_n, write_n = (model.hparams.read_n, model.hparams.write_n) if filterbank else (None, None)
     errors: list[str] = []
-    if reconstructing:
-        if args.reconstruct is not None:
-            images, errors = _file_images(model, args.reconstruct)
-            if images is None:
+    if args.reconstruct is not None or args.reconstruct_split is not None:
+        if args.reconstruct is not None:  # prepared as the model's own data were
+            notes: list[str] = []
+            images, _, errors = load_batch(args.reconstruct, for_model(model), notes)
+            report_bad_files(errors, "sample", notes)
+            if not len(images):
                 return exit_code(0, errors)
         else:
             images = _split_images(model, args.reconstruct_split, n)

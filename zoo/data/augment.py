@@ -1,13 +1,12 @@
-"""Batch augmentation on the device the batch is on: whole-batch tensor ops, no per-sample Python
-loop, so it costs little next to the model even on CPU and keeps a GPU fed without data workers.
+"""Batch augmentation on the batch's device: whole-batch tensor ops, no per-sample Python loop, so
+it costs little next to the model even on CPU and keeps a GPU fed without data workers.
 
-`BatchAugment` (an nn.Module without parameters) applies, per sample independently:
-- translate: a random shift of up to `translate` pixels in each direction, zero-filled (the
-  "random crop with padding" of small-image recipes);
+`BatchAugment` (no parameters; the identity in eval mode) applies, per sample independently:
+- translate: a random shift of up to `translate` pixels each way, zero-filled (the "random crop
+  with padding" of small-image recipes);
 - hflip: a horizontal flip with probability `hflip`;
-- erase: with probability `erase`, one random rectangle of `erase_area` of the image set to 0
-  (random erasing, Zhong et al. 2017, with a fixed area and aspect ratio 1).
-It is the identity in eval mode."""
+- erase: with probability `erase`, one random square of `erase_area` of the image set to 0
+  (random erasing, Zhong et al. 2017, with a fixed area and aspect ratio 1)."""
 from __future__ import annotations
 
 import torch
@@ -45,8 +44,7 @@ def random_erase(images: torch.Tensor, p: float, area: float, generator: torch.G
     top = (torch.rand(B, device=device, generator=generator) * (H - side_h + 1)).long()
     left = (torch.rand(B, device=device, generator=generator) * (W - side_w + 1)).long()
     apply = torch.rand(B, device=device, generator=generator) < p
-    ys = torch.arange(H, device=device)[None, :]
-    xs = torch.arange(W, device=device)[None, :]
+    ys, xs = torch.arange(H, device=device), torch.arange(W, device=device)
     in_rows = (ys >= top[:, None]) & (ys < top[:, None] + side_h)  # [B, H]
     in_cols = (xs >= left[:, None]) & (xs < left[:, None] + side_w)  # [B, W]
     mask = in_rows[:, :, None] & in_cols[:, None, :] & apply[:, None, None]  # [B, H, W]
@@ -58,13 +56,9 @@ class BatchAugment(nn.Module):
         super().__init__()
         self.translate, self.hflip, self.erase, self.erase_area = translate, hflip, erase, erase_area
 
-    @property
-    def active(self) -> bool:
-        return self.translate > 0 or self.hflip > 0 or (self.erase > 0 and self.erase_area > 0)
-
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        # images [B, C, H, W] -> [B, C, H, W]
-        if not self.training or not self.active:
+        # images [B, C, H, W] -> [B, C, H, W]; each op is the identity where its probability or size is 0
+        if not self.training:
             return images
         images = random_translate(images, self.translate)
         images = random_hflip(images, self.hflip)
@@ -84,5 +78,4 @@ def mixup(images: torch.Tensor, labels: torch.Tensor, alpha: float):
         lam = torch.distributions.Beta(concentration, concentration, validate_args=False).sample()
     else:
         lam = torch.ones((), device=images.device)
-    partner = images.flip(0)
-    return lam * images + (1 - lam) * partner, labels, labels.flip(0), lam
+    return lam * images + (1 - lam) * images.flip(0), labels, labels.flip(0), lam

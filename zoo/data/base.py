@@ -26,11 +26,9 @@ def batch_identity(batch):
 
 
 class SplitDataModule(L.LightningDataModule):
-    """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test".
-
-    `test_split` names the split `test_dataloader()` and `predict_dataloader()` serve: "test", or
-    "val" when eval.py runs with `--split val` (it runs `trainer.test`, whose metrics code then
-    serves both splits)."""
+    """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test". `test_split`
+    names the split `test_dataloader()` and `predict_dataloader()` serve: "test", or "val" when
+    eval.py runs `trainer.test` with `--split val` (so one metrics code serves both splits)."""
 
     test_split = "test"
 
@@ -51,47 +49,39 @@ class SplitDataModule(L.LightningDataModule):
 
     @property
     def hparams_initial(self) -> AttributeDict:
-        """What Lightning logs beside the model's hyperparameters, as `data.<key>`: a data module
-        and a model may both have an `image_size` (224 and [224, 224] in the COCO recipes), and
-        Lightning refuses to merge equal keys with different values."""
+        """Logged as `data.<key>`: Lightning refuses to merge a model's and a data module's equal keys
+        with different values (`image_size` 224 and [224, 224] in the COCO recipes)."""
         return AttributeDict({f"data.{k}": v for k, v in super().hparams_initial.items() if not k.startswith("_")})
 
     @classmethod
     def arguments(cls, **init_args) -> dict:
-        """`init_args` (a recipe's, a checkpoint's) with the class defaults filled in: what the facts
-        below (`image_size_for`, `eval_resize_for`, ...) are asked with, so that a recipe that
-        leaves an argument at its default states the same data as one that spells it out."""
+        """`init_args` (a recipe's, a checkpoint's) with the class defaults filled in, for the facts
+        below: a recipe leaving an argument at its default states the same data as one spelling it out."""
         defaults = {name: p.default for name, p in inspect.signature(cls).parameters.items()
                     if p.default is not inspect.Parameter.empty}
         return {**defaults, **init_args}
 
-    @classmethod
-    def image_size_for(cls, **init_args) -> tuple[int, int] | None:
-        """(height, width) of the images this module serves, from its arguments alone (before it is
-        built): the size a model trained on it takes. train.py passes it to the model, so a recipe
-        cannot train a model on images of another size. None: the module does not fix one."""
-        size = init_args.get(cls.image_size_argument) if cls.image_size_argument else None
-        return None if size is None else as_size(size)
-
     #: the argument that fixes the served image size (None: none does)
     image_size_argument: str | None = None
-
     #: channels of the images this module serves (None: it does not fix them)
     image_chans: int | None = None
-
     #: the label set it serves, known before it is built (None: none, e.g. captions)
     class_names: list[str] | None = None
 
     @classmethod
+    def image_size_for(cls, **init_args) -> tuple[int, int] | None:
+        """(height, width) of the images it serves (None: not fixed), from its arguments alone: the
+        model's size, as `image_chans_for` gives its `in_chans` and `class_names_for` its label set
+        (zoo.registry.link_data passes them on: no recipe copies them, none trains on other images)."""
+        size = init_args.get(cls.image_size_argument) if cls.image_size_argument else None
+        return None if size is None else as_size(size)
+
+    @classmethod
     def class_names_for(cls, **init_args) -> list[str] | None:
-        """The class names this module serves, from its arguments alone: the model's label set
-        (zoo.registry.link_data gives it `num_classes` and `class_names`; no recipe copies them)."""
         return cls.class_names
 
     @classmethod
     def image_chans_for(cls, **init_args) -> int | None:
-        """Channels of the images this module serves, from its arguments alone: the model's
-        `in_chans` (train.py passes it on, as it does the size)."""
         return cls.image_chans
 
     @classmethod
@@ -103,15 +93,11 @@ class SplitDataModule(L.LightningDataModule):
 
     def summary(self) -> str:
         """One line for the start of training: examples per split, and a vocabulary's size."""
-        datasets = getattr(self, "datasets", None) or {}
-        parts = [f"{split} {len(data):,}" for split, data in datasets.items() if hasattr(data, "__len__")]
-        vocab = getattr(self, "_vocab", None) or getattr(self, "vocab_", None)
-        if vocab is not None and hasattr(vocab, "__len__"):
-            parts.append(f"vocabulary {len(vocab):,} words")
+        datasets = getattr(self, "datasets", {}).items()
+        parts = [f"{split} {len(data):,}" for split, data in datasets if hasattr(data, "__len__")]
+        if getattr(self, "_vocab", None) is not None:
+            parts.append(f"vocabulary {len(self._vocab):,} words")
         return f"{type(self).__name__}: " + (", ".join(parts) or "no split built yet")
-
-    def train_dataloader(self) -> DataLoader:
-        return self.loader("train")
 
     def boxed_examples(self, split: str, n: int) -> dict:
         """The first n examples of a split whose item boxes are known, for scoring attention:
@@ -126,15 +112,16 @@ class SplitDataModule(L.LightningDataModule):
         the examples the module's own arguments give."""
         return {}
 
+    def train_dataloader(self) -> DataLoader:
+        return self.loader("train")
+
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")
 
     def test_dataloader(self) -> DataLoader:
         return self.loader(self.test_split)
 
-    def predict_dataloader(self) -> DataLoader:
-        """`train.py predict` answers the split `test_dataloader()` serves (zoo.predict)."""
-        return self.loader(self.test_split)
+    predict_dataloader = test_dataloader  # `train.py predict` answers the split test serves (zoo.predict)
 
     def plain_loader(self, dataset, train: bool = False, collate_fn=None, **kwargs) -> DataLoader:
         """A loader over `dataset` with this module's `batch_size` (`eval_batch_size`, when set,
@@ -145,9 +132,8 @@ class SplitDataModule(L.LightningDataModule):
                           num_workers=hp.num_workers, persistent_workers=hp.num_workers > 0, **kwargs)
 
     def bucketed_loader(self, data, collate_fn) -> DataLoader:
-        """Training batches of captions of similar length (`data.lengths`, less padding),
-        reshuffled every epoch from the module's `seed`, `bucket_pool` batches sorted at a time.
-        Under DDP, Lightning swaps the sampler for a DistributedSampler."""
+        """Training batches of captions of similar length (`data.lengths`), reshuffled every epoch
+        from `seed`, `bucket_pool` batches sorted at a time (BucketBatchSampler)."""
         hp = self.hparams
         sampler = RandomSampler(data, generator=torch.Generator().manual_seed(hp.seed))
         batches = BucketBatchSampler(sampler, data.lengths.numpy(), hp.batch_size, drop_last=False,

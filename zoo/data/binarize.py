@@ -23,8 +23,7 @@ def _hash32(v: torch.Tensor) -> torch.Tensor:
 def _pixel_weights(pixels: int, seed: int, device: torch.device) -> torch.Tensor:
     """The content hash's per-pixel weights, made once per size, seed and device: an evaluation
     step then copies nothing from the host (a compiled or captured step needs that)."""
-    weights = torch.randint(1, 1 << 20, (pixels,), generator=torch.Generator().manual_seed(seed))
-    return weights.to(device)
+    return torch.randint(1, 1 << 20, (pixels,), generator=torch.Generator().manual_seed(seed)).to(device)
 
 
 def fixed_binarize(x: torch.Tensor, seed: int) -> torch.Tensor:

@@ -1,13 +1,14 @@
 """What the caption data modules share: FashionScenes (zoo.data.scenes) and COCO / Flickr
-(zoo.data.captions) both serve (image, caption) pairs for training and each image once, with its
-references, for evaluation, through a vocabulary of the training captions only (Xu et al. 2015:
-a vocabulary that counts test captions leaks test words into the model). That is written here
-once; a module says where its images and captions come from and what else its batches carry.
+(zoo.data.captions) both serve (image, caption) pairs for training (length-bucketed; captions of
+more than `max_len` words left out) and each image once, with its references, for evaluation
+(free-running decoding, coco-caption scoring), through a vocabulary of the training captions only
+(zoo.data.vocab). A module says where its images and captions come from and what its batches add.
 
-Batches: `images float [B, 3, H, W]` in [0, 1], `captions int64 [B, T]` (<start> w1 .. wn <end>
-<pad>..), `lengths int64 [B]` (with <start>/<end>) and `image_ids`. T is the batch's longest
-caption, rounded up to a multiple of `pad_to_multiple` where a module has that argument (so a
-compiled training step meets a few caption lengths, not every one).
+Batches: `images float [B, 3, H, W]` in [0, 1] (never normalised here: a pretrained encoder
+applies its mean/std inside the model, `backbone.normalize`, the one place), `captions int64
+[B, T]` (<start> w1 .. wn <end> <pad>..), `lengths int64 [B]` (with <start>/<end>) and
+`image_ids`. T is the batch's longest caption, rounded up to a multiple of `pad_to_multiple` where
+a module has that argument (so a compiled training step meets a few caption lengths, not every one).
 """
 from __future__ import annotations
 
@@ -19,18 +20,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.base import SplitDataModule, batch_identity
-from zoo.data.vocab import Vocab, pad_captions
+from zoo.data.vocab import Vocab, pad_captions, padded_length
 from zoo.errors import UserError
 
 log = logging.getLogger("zoo")
-
-
-def padded_length(longest: int, multiple: int | None, limit: int) -> int:
-    """Columns of a caption batch: the longest caption, or that rounded up to a multiple of
-    `multiple` (capped at the data's widest, `limit`), so a compiled step sees few shapes."""
-    if not multiple:
-        return longest
-    return min(-(-longest // multiple) * multiple, limit)
 
 
 class CaptionBatches(Dataset, ABC):
@@ -84,15 +77,10 @@ class CaptionDataModule(SplitDataModule, ABC):
 
     label = "captions"  # what its error messages start with
     image_chans = 3
-    # images are served in [0, 1] and never normalised here: a pretrained encoder applies its
-    # mean/std inside the model (`backbone.normalize`), the one place
-    image_mean = (0.0, 0.0, 0.0)
-    image_std = (1.0, 1.0, 1.0)
     provides_word_boxes = False  # whether batches say where each word's item is (supervised attention)
 
     def __init__(self):
         super().__init__()
-        self.in_chans = self.image_chans
         self._vocab: Vocab | None = None
         self.datasets: dict[str, CaptionBatches] = {}
 
@@ -104,10 +92,10 @@ class CaptionDataModule(SplitDataModule, ABC):
     def vocab(self) -> Vocab:
         """The training captions' words (at least `min_freq` times, at most `max_vocab` of them), or
         the fixed list `vocab` (a release's: other words are <unk>). Available before setup()."""
-        if self._vocab is None and self.hparams.get("vocab"):
-            self._vocab = Vocab(self.hparams.vocab)
+        hp = self.hparams
+        if self._vocab is None and hp.get("vocab"):
+            self._vocab = Vocab(hp.vocab)
         if self._vocab is None:
-            hp = self.hparams
             vocab = Vocab.build((tokens for image in self.training_tokens() for tokens in image),
                                 min_freq=hp.min_freq, max_size=hp.max_vocab)
             if vocab.num_words == 0:

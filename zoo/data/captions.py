@@ -10,16 +10,11 @@ Two annotation formats:
   paths are `image_root/filepath/filename`. `restval_in_train` folds restval into train (the
   usual COCO practice: 113,287 training images).
 
-The vocabulary comes from the training captions only (min-frequency and size caps, Xu et al.
-2015 use 10k words). Training examples are (image, caption) pairs with length-bucketed batches;
-captions longer than `max_len` words are left out of training. Evaluation batches hold each image
-once with its raw reference strings, for free-running decoding and coco-caption scoring.
-
-Images: resized so the shorter side is `resize_size`, then cropped to `image_size` (random crop
-for training when `random_crop`; never flipped, which would swap "left" and "right" in the
-captions), as floats in [0, 1]. Evaluation uses zoo.preprocess's "crop" rule, the same code that
-`zoo caption` and `zoo.get_weights(...).transforms()` run. Images are not normalised here: a
-pretrained encoder applies its mean/std inside the model (`backbone.normalize`), the one place.
+The vocabulary's caps: `min_freq`, `max_vocab` (Xu et al. 2015 use 10k words); the rest is
+zoo.data.caption_base's. Images: resized so the shorter side is `resize_size`, then cropped to
+`image_size` (random crop for training when `random_crop`; never flipped, which would swap "left"
+and "right" in the captions), as floats in [0, 1]. Evaluation uses zoo.preprocess's "crop" rule,
+the code that `zoo caption` and `zoo.get_weights(...).transforms()` run.
 """
 from __future__ import annotations
 
@@ -140,11 +135,9 @@ def read_karpathy(split_file: str | os.PathLike, image_root: str | os.PathLike,
                             f"{list(KARPATHY_SPLITS)}")
         if not isinstance(img.get("filepath", ""), str):
             raise UserError(f"{path}: images[{k}]: its 'filepath' must be a folder name (a string)")
-        split = img["split"]
-        if split == "restval":
-            if not restval_in_train:
-                continue
-            split = "train"
+        if img["split"] == "restval" and not restval_in_train:
+            continue
+        split = "train" if img["split"] == "restval" else img["split"]
         refs, tokens = [], []
         for s in img["sentences"]:
             if not isinstance(s, dict) or not ("raw" in s or "tokens" in s):
@@ -177,12 +170,6 @@ def build_transform(image_size: int, resize_size: int | None, train: bool, rando
     return Preprocessing(3, (image_size, image_size), "crop", resize_size or image_size)
 
 
-def _load_rgb(path: Path):
-    from zoo.io import load_image
-
-    return load_image(path, channels=3)
-
-
 # ----------------------------------------------------------------------------- datasets
 class CaptionedFiles(CaptionBatches):
     """Caption rows of image files, read and transformed a batch at a time. Training: every
@@ -194,7 +181,10 @@ class CaptionedFiles(CaptionBatches):
         self.records, self.transform, self.references = records, transform, references
 
     def images(self, image: torch.Tensor) -> torch.Tensor:
-        return torch.stack([self.transform(_load_rgb(self.records[k].path)) for k in image.tolist()])
+        from zoo.io import load_image
+
+        paths = [self.records[k].path for k in image.tolist()]
+        return torch.stack([self.transform(load_image(path, channels=3)) for path in paths])
 
     def image_ids(self, image: torch.Tensor) -> list:
         return [self.records[k].image_id for k in image.tolist()]
@@ -205,8 +195,8 @@ class CaptionedFiles(CaptionBatches):
 
 # ----------------------------------------------------------------------------- datamodule
 class CaptionsDataModule(CaptionDataModule):
-    """COCO or Flickr captions (see the module docstring). `dm.vocab` is available after
-    `setup()`, and also before it (reading it loads the training annotations, not the images)."""
+    """COCO or Flickr captions (see the module docstring). Reading `dm.vocab` before `setup()`
+    loads the training annotations, not the images."""
 
     image_size_argument = "image_size"
     path_arguments = ("karpathy_json", "train_annotations", "val_annotations", "test_annotations", "image_root",
@@ -252,8 +242,7 @@ class CaptionsDataModule(CaptionDataModule):
                 if not records and (name == "train" or name == split):
                     raise UserError(f"{hp.karpathy_json}: no images in the '{name}' split")
         else:
-            annotations = {"train": hp.train_annotations, "val": hp.val_annotations,
-                           "test": hp.test_annotations}[split]
+            annotations = hp[f"{split}_annotations"]
             if not annotations:
                 raise UserError(f"captions: no {split}_annotations given for format 'coco'")
             root = getattr(hp, f"{split}_image_root") or hp.image_root
@@ -265,10 +254,11 @@ class CaptionsDataModule(CaptionDataModule):
 
     def _check_files(self, split: str, records: Sequence[CaptionedImage]) -> None:
         hp = self.hparams
-        root = Path(getattr(hp, f"{split}_image_root", None) or hp.image_root)
+        key = f"{split}_image_root" if hp.get(f"{split}_image_root") else "image_root"
+        root = Path(hp[key])
         if not root.is_dir():
-            raise UserError(f"captions: image root {root} ({split}) is not a directory; set data.init_args."
-                            f"{split + '_image_root' if getattr(hp, f'{split}_image_root', None) else 'image_root'}")
+            raise UserError(f"captions: image root {root} ({split}) is not a directory; "
+                            f"set data.init_args.{key}")
         missing = [r.path for r in records if not r.path.is_file()]
         if missing:
             raise UserError(f"captions: {len(missing)} of {len(records)} {split} images are missing, "
@@ -278,7 +268,7 @@ class CaptionsDataModule(CaptionDataModule):
     def setup(self, stage: str | None = None) -> None:
         hp = self.hparams
         if "train" not in self.datasets and stage in (None, "fit"):
-            records = self.records("train")[:hp.limit_train] if hp.limit_train else self.records("train")
+            records = self.records("train")[:hp.limit_train or None]
             if hp.check_files:
                 self._check_files("train", records)
             captions, lengths, pairs = self.encode_pairs([r.tokens for r in records])
@@ -290,9 +280,7 @@ class CaptionsDataModule(CaptionDataModule):
                 continue
             if hp.format == "coco" and not getattr(hp, f"{split}_annotations") and stage is None:
                 continue  # optional split not configured
-            records = self.records(split)
-            if hp.limit_eval:
-                records = records[:hp.limit_eval]
+            records = self.records(split)[:hp.limit_eval or None]
             if hp.check_files:
                 self._check_files(split, records)
             transform = build_transform(hp.image_size, hp.resize_size, False, False)

@@ -1,29 +1,23 @@
 """Fashion-MNIST and the RAM paper's task variants (Mnih et al. 2014, sec. 4.1).
 
-Where the IDX files are looked for, in order:
-1. `$ZOO_DATA_DIR/fashion-mnist`, then `./data/fashion-mnist` (plain or .gz IDX files);
-2. Debian's `/usr/share/datasets/fashion-mnist` (package dataset-fashion-mnist);
-3. torchvision's download into `./data` (online users);
-4. otherwise a UserError that says how to get the data.
+IDX files (plain or .gz) are looked for in `$ZOO_DATA_DIR/fashion-mnist`, `./data/fashion-mnist`,
+then Debian's `/usr/share/datasets/fashion-mnist` (package dataset-fashion-mnist); else torchvision
+downloads them into `./data` (online users); else a UserError says how to get them.
 
 Variants (canvases are built once, vectorised, from a seed; the test set uses a fixed seed):
 - centered:     the 28x28 images as they are;
 - translated:   the item at a uniformly random position on a 60x60 canvas;
-- cluttered60:  translated 60x60 plus 4 distractors;
+- cluttered60:  translated 60x60 plus 4 distractors (random 8x8 crops of other training images
+                pasted at random positions, pixel max);
 - cluttered100: translated 100x100 plus 8 distractors;
 - two_items60:  two items of the same split on a 60x60 canvas, their 28x28 frames apart (DRAW's
                 two-digit 60x60 task, Gregor et al. 2015 sec. 4.3, without overlaps): a mostly
-                empty canvas, where attention should pay. Labels are both items' classes [N, 2],
-                boxes both frames [N, 2, 4].
-Distractors are random 8x8 crops of other training images pasted at random positions (pixel max).
+                empty canvas, where attention should pay. Labels [N, 2], boxes [N, 2, 4].
 
-Two options for training RAM (issue 33): `curriculum_epochs` N > 0 trains on canvases with fewer
-distractors first: epoch e < N carries floor(D * e / N) of the variant's D distractors (epoch 0: the
-translated task), the same items at the same places, each canvas's first distractors the same ones
-(the draws are nested); the trainer then rebuilds its training loader every epoch
-(`reload_dataloaders_every_n_epochs: 1`, set by the module where the trainer leaves it at 0). `with_boxes` serves the item's box with every batch
-(images, labels, boxes float [B, 4]) for a model that learns from it (RAM's labelled
-`location_supervision` row).
+For training RAM (issue 33): `curriculum_epochs` N > 0 trains on canvases with fewer distractors
+first, epoch e < N with floor(D * e / N) of the variant's D (epoch 0: the translated task), nested
+in the full canvases, and rebuilds the training loader every epoch; `with_boxes` serves the item's
+box with every batch (images, labels, boxes float [B, 4]), for RAM's `location_supervision` row.
 """
 from __future__ import annotations
 
@@ -38,7 +32,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.data.base import SplitDataModule
+from zoo.data.layout import place_items
 from zoo.errors import UserError
+from zoo.limits import check_memory
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -46,6 +42,7 @@ DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 ITEM_SIZE = 28
+PATCH = 8  # a distractor's side
 
 
 # variant name -> (canvas size, number of distractors)
@@ -58,8 +55,6 @@ MULTI_ITEM = {"two_items60": 2}
 # ----------------------------------------------------------------------------- IDX files
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Parse an IDX file (plain or gzip) of unsigned bytes into an array, checking its header."""
-    from zoo.limits import check_memory
-
     path = Path(path)
     try:
         opener = gzip.open if path.suffix == ".gz" else open
@@ -85,22 +80,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
 
 
 def _find(directory: Path, stem: str) -> Path | None:
-    for candidate in (directory / stem, directory / f"{stem}.gz"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def data_dirs() -> list[Path]:
-    dirs = []
-    if os.environ.get("ZOO_DATA_DIR"):
-        dirs.append(Path(os.environ["ZOO_DATA_DIR"]) / "fashion-mnist")
-    dirs += [Path("data/fashion-mnist"), DEBIAN_DIR]
-    return dirs
-
-
-def _download_root() -> Path:
-    return Path(os.environ.get("ZOO_DATA_DIR", "data"))
+    return next((path for path in (directory / stem, directory / f"{stem}.gz") if path.is_file()), None)
 
 
 def locate(split: str) -> tuple[Path, Path]:
@@ -108,22 +88,25 @@ def locate(split: str) -> tuple[Path, Path]:
     if split not in FILES:
         raise UserError(f"unknown Fashion-MNIST split '{split}' (train or test)")
     image_stem, label_stem = FILES[split]
-    for directory in data_dirs():
+    root = os.environ.get("ZOO_DATA_DIR")
+    searched = ([Path(root) / "fashion-mnist"] if root else []) + [Path("data/fashion-mnist"), DEBIAN_DIR]
+    for directory in searched:
         images, labels = _find(directory, image_stem), _find(directory, label_stem)
         if images or labels:
             if not (images and labels):
                 missing = image_stem if images is None else label_stem
                 raise UserError(f"{directory}: {missing}[.gz] is missing")
             return images, labels
-    raw = _download_root() / "FashionMNIST" / "raw"  # torchvision's layout
+    download_root = Path(os.environ.get("ZOO_DATA_DIR", "data"))
+    raw = download_root / "FashionMNIST" / "raw"  # torchvision's layout
     if _find(raw, image_stem) is None:
         try:
             from torchvision.datasets import FashionMNIST
 
-            FashionMNIST(str(_download_root()), train=(split == "train"), download=True)
+            FashionMNIST(str(download_root), train=(split == "train"), download=True)
         except Exception as exc:
             raise UserError(
-                "Fashion-MNIST not found (looked in " + ", ".join(map(str, data_dirs())) +
+                "Fashion-MNIST not found (looked in " + ", ".join(map(str, searched)) +
                 f") and the download failed ({type(exc).__name__}). Install Debian's "
                 "dataset-fashion-mnist, or put the IDX files in $ZOO_DATA_DIR/fashion-mnist") from None
     return _find(raw, image_stem), _find(raw, label_stem)
@@ -150,98 +133,68 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
     distractors: the canvases of a curriculum, nested in the full ones.
 
     Multi-item variants (MULTI_ITEM) put image i and K - 1 other images of `images` on canvas i
-    (never a second copy of image i) and return boxes [N, K, 4]; `return_sources` adds the
-    indices into `images` of each canvas's items, int [N, K] ([N, 1] for one item)."""
+    (never a second copy of image i), their frames apart, and return boxes [N, K, 4];
+    `return_sources` adds the indices into `images` of each canvas's items, int [N, K] ([N, 1] for
+    one item)."""
     if variant not in VARIANTS:
         raise UserError(f"unknown variant '{variant}' (choose from {', '.join(VARIANTS)})")
     size, n_distractors = VARIANTS[variant]
     images = np.asarray(images, dtype=np.uint8)
     n = len(images)
-    if variant in MULTI_ITEM:
-        canvases, boxes, sources = _multi_item(images, size, MULTI_ITEM[variant], seed)
-        return (canvases, boxes, sources) if return_sources else (canvases, boxes)
-    if return_sources:
-        canvases, boxes = make_variant(images, variant, seed, distractor_source, distractors=distractors)
-        return canvases, boxes, np.arange(n)[:, None]
-    if distractors is not None:
-        n_distractors = min(n_distractors, distractors)
-    if size == ITEM_SIZE:
-        boxes = np.tile(np.array([0, 0, ITEM_SIZE, ITEM_SIZE]), (n, 1))
-        return images.copy(), boxes
     rng = np.random.default_rng(seed)
-    canvases = np.zeros((n, size, size), dtype=np.uint8)
-    top = rng.integers(0, size - ITEM_SIZE + 1, size=n)
-    left = rng.integers(0, size - ITEM_SIZE + 1, size=n)
-    _paste_max(canvases, images, top, left)
-    if n_distractors:
+    canvases, sources = np.zeros((n, size, size), dtype=np.uint8), np.arange(n)[:, None]
+    if variant in MULTI_ITEM:
+        k = MULTI_ITEM[variant]
+        if n < k:
+            raise UserError(f"{k} items per canvas need at least {k} images, got {n}")
+        # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n),
+        # [N, K-1] distinct per row (rows with a repeat are redrawn)
+        others = rng.integers(1, n, size=(n, k - 1))
+        while k > 2 and (clash := (np.diff(np.sort(others, 1)) == 0).any(1)).any():
+            others[clash] = rng.integers(1, n, size=(int(clash.sum()), k - 1))
+        sources = np.concatenate([sources, (sources + others) % n], 1)
+        # places uniform over the layouts whose 28x28 frames do not overlap
+        corners = place_items(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
+        for slot in range(k):  # K pastes, each over all canvases at once
+            _paste_max(canvases, images[sources[:, slot]], corners[:, slot, 1], corners[:, slot, 0])
+        boxes = np.concatenate([corners, corners + ITEM_SIZE], -1)  # x0, y0, x1, y1
+    elif size == ITEM_SIZE:
+        canvases, boxes = images.copy(), np.tile(np.array([0, 0, ITEM_SIZE, ITEM_SIZE]), (n, 1))
+    else:
+        top = rng.integers(0, size - ITEM_SIZE + 1, size=n)
+        left = rng.integers(0, size - ITEM_SIZE + 1, size=n)
+        _paste_max(canvases, images, top, left)
         source = images if distractor_source is None else np.asarray(distractor_source, dtype=np.uint8)
-        patch = 8
-        for _ in range(n_distractors):
+        for _ in range(n_distractors if distractors is None else min(n_distractors, distractors)):
             # an 8x8 crop of another random image, at a random place on the canvas
             which = rng.integers(0, len(source), size=n)
-            cy = rng.integers(0, ITEM_SIZE - patch + 1, size=n)
-            cx = rng.integers(0, ITEM_SIZE - patch + 1, size=n)
-            crops = _crop(source[which], cy, cx, patch)
-            _paste_max(canvases, crops, rng.integers(0, size - patch + 1, size=n),
-                       rng.integers(0, size - patch + 1, size=n))
-    boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
-    return canvases, boxes
+            cy = rng.integers(0, ITEM_SIZE - PATCH + 1, size=n)
+            cx = rng.integers(0, ITEM_SIZE - PATCH + 1, size=n)
+            _paste_max(canvases, source[which][_window(cy, cx, PATCH, PATCH)],
+                       rng.integers(0, size - PATCH + 1, size=n), rng.integers(0, size - PATCH + 1, size=n))
+        boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
+    return (canvases, boxes, sources) if return_sources else (canvases, boxes)
 
 
-def _multi_item(images: np.ndarray, size: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """K items per canvas at places drawn uniformly over the layouts whose 28x28 frames do not
-    overlap: canvases [N, S, S], boxes [N, K, 4], sources [N, K] (item 0 of canvas i is image i)."""
-    from zoo.data.layout import place_items  # the captioning scenes' non-overlapping layout sampler
-
-    n = len(images)
-    if n < k:
-        raise UserError(f"{k} items per canvas need at least {k} images, got {n}")
-    rng = np.random.default_rng(seed)
-    # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n)
-    others = _distinct_offsets(rng, n, k - 1)  # [N, K-1] in 1..n-1, distinct per row
-    sources = np.concatenate([np.arange(n)[:, None], (np.arange(n)[:, None] + others) % n], 1)
-    corners = place_items(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
-    canvases = np.zeros((n, size, size), dtype=np.uint8)
-    for slot in range(k):  # K pastes, each over all canvases at once
-        _paste_max(canvases, images[sources[:, slot]], corners[:, slot, 1], corners[:, slot, 0])
-    boxes = np.concatenate([corners, corners + ITEM_SIZE], -1)  # x0, y0, x1, y1
-    return canvases, boxes, sources
-
-
-def _distinct_offsets(rng: np.random.Generator, n: int, m: int) -> np.ndarray:
-    """[n, m] offsets in 1..n-1, distinct within each row (rows with a repeat are redrawn)."""
-    offsets = rng.integers(1, n, size=(n, m))
-    while m > 1:
-        clash = (np.sort(offsets, 1)[:, 1:] == np.sort(offsets, 1)[:, :-1]).any(1)
-        if not clash.any():
-            break
-        offsets[clash] = rng.integers(1, n, size=(int(clash.sum()), m))
-    return offsets
-
-
-def _crop(images: np.ndarray, top: np.ndarray, left: np.ndarray, size: int) -> np.ndarray:
-    rows = top[:, None] + np.arange(size)  # [N, size]
-    cols = left[:, None] + np.arange(size)
-    return images[np.arange(len(images))[:, None, None], rows[:, :, None], cols[:, None, :]]
+def _window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:
+    """The index of each image n's h x w window at (top[n], left[n]): images[index] is [N, h, w]."""
+    return (np.arange(len(top))[:, None, None], (top[:, None] + np.arange(h))[:, :, None],
+            (left[:, None] + np.arange(w))[:, None, :])
 
 
 def _paste_max(canvases: np.ndarray, patches: np.ndarray, top: np.ndarray, left: np.ndarray) -> None:
     """canvases[n, top:top+h, left:left+w] = max(canvas, patch) for every n at once."""
-    h, w = patches.shape[1:]
-    index = (np.arange(len(canvases))[:, None, None], (top[:, None] + np.arange(h))[:, :, None],
-             (left[:, None] + np.arange(w))[:, None, :])
+    index = _window(top, left, *patches.shape[1:])
     canvases[index] = np.maximum(canvases[index], patches)
 
 
 # ----------------------------------------------------------------------------- datamodule
 class FashionMNISTDataModule(SplitDataModule):
     """Fashion-MNIST variants as (images float [B, 1, S, S] in [0, 1], labels int64 [B]; [B, K]
-    for a variant with K items per canvas).
-
-    The validation split is carved out of train with `split_seed`; train canvases are drawn
-    with `seed`, validation canvases with `seed + 1`, and the test canvases always with
-    `test_seed`, so the test set is the same for every run. `limit_train` keeps the first N
-    training examples (after the split) for quick runs."""
+    for a variant with K items per canvas). The validation split is carved out of train with
+    `split_seed`; train canvases are drawn with `seed`, validation canvases with `seed + 1`, and
+    the test canvases always with `test_seed` (the same test set for every run). `limit_train`
+    keeps the first N training examples (after the split) for quick runs."""
 
     class_names = CLASS_NAMES  # what zoo.preprocess labels a model trained here with
     image_chans = 1
@@ -266,18 +219,21 @@ class FashionMNISTDataModule(SplitDataModule):
         self.variant = variant
         self.image_size = VARIANTS[variant][0]
         self.num_classes = len(CLASS_NAMES)
-        self.class_names = CLASS_NAMES
         self.datasets: dict[str, TensorDataset] = {}
         self.boxes: dict[str, torch.Tensor] = {}
 
-    def _build(self, images, labels, seed, distractors, count: int | None = None):
-        canvases, boxes, sources = make_variant(images.numpy(), self.variant, seed, distractors,
+    def _build(self, split: str, images, labels, seed: int, count: int | None = None,
+               keep: int | None = None) -> None:
+        """Fill datasets[split] and boxes[split]: `images` on canvases with `count` distractors
+        (None: the variant's), the first `keep` of them (None: all)."""
+        canvases, boxes, sources = make_variant(images.numpy(), self.variant, seed, self._distractor_source,
                                                 return_sources=True, distractors=count)
         if self.variant in MULTI_ITEM:
             labels = labels[torch.from_numpy(sources)]  # [N, K]: every item's class
-        boxes = torch.from_numpy(boxes)
-        served = (boxes.float(),) if self.hparams.with_boxes else ()
-        return TensorDataset(torch.from_numpy(canvases).unsqueeze(1), labels, *served), boxes
+        self.boxes[split] = torch.from_numpy(boxes)[:keep]
+        served = (self.boxes[split].float(),) if self.hparams.with_boxes else ()
+        canvases = torch.from_numpy(canvases)[:keep].unsqueeze(1)  # [N, 1, S, S]
+        self.datasets[split] = TensorDataset(canvases, labels[:keep], *served)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
@@ -285,48 +241,39 @@ class FashionMNISTDataModule(SplitDataModule):
         hp = self.hparams
         train_images, train_labels = load_fashion_mnist("train")
         order = torch.randperm(len(train_images), generator=torch.Generator().manual_seed(hp.split_seed))
-        val_idx, train_idx = order[:hp.val_size], order[hp.val_size:]
-        if hp.limit_train:
-            train_idx = train_idx[:hp.limit_train]
-        distractors = train_images.numpy()
-        self._train_source = (train_images[train_idx], train_labels[train_idx], distractors)
+        val_idx = order[:hp.val_size][:hp.limit_eval or None]
+        train_idx = order[hp.val_size:][:hp.limit_train or None]
         test_images, test_labels = load_fashion_mnist("test")
-        val_eval = val_idx[:hp.limit_eval] if hp.limit_eval else val_idx
-        test_slice = slice(0, hp.limit_eval) if hp.limit_eval else slice(None)
-        self.datasets["train"], self.boxes["train"] = self._build(
-            train_images[train_idx], train_labels[train_idx], hp.seed, distractors)
+        self._distractor_source = train_images.numpy()
+        self._train_source = (train_images[train_idx], train_labels[train_idx])
+        self._build("train", *self._train_source, hp.seed)
         self._train_distractors = VARIANTS[self.variant][1]
-        self.datasets["val"], self.boxes["val"] = self._build(
-            train_images[val_eval], train_labels[val_eval], hp.seed + 1, distractors)
+        self._build("val", train_images[val_idx], train_labels[val_idx], hp.seed + 1)
         # The test canvases come from the whole fixed test set, then are cut, so a limited
         # evaluation sees exactly the first examples of the full one.
-        dataset, boxes = self._build(test_images, test_labels, hp.test_seed, distractors)
-        self.datasets["test"] = TensorDataset(*(t[test_slice] for t in dataset.tensors))
-        self.boxes["test"] = boxes[test_slice]
+        self._build("test", test_images, test_labels, hp.test_seed, keep=hp.limit_eval or None)
 
     def loader(self, split: str) -> DataLoader:
         if split == "train" and self.hparams.curriculum_epochs:
-            self._curriculum_stage()
+            # a curriculum changes its canvases every epoch: the trainer's epoch's (no fit: the full ones)
+            trainer, epoch = self.trainer, self.hparams.curriculum_epochs
+            if trainer is not None:
+                epoch = trainer.current_epoch
+                if trainer.reload_dataloaders_every_n_epochs == 0:
+                    trainer.reload_dataloaders_every_n_epochs = 1
+                if (every := trainer.reload_dataloaders_every_n_epochs) != 1:
+                    raise UserError("curriculum_epochs needs a new training loader every epoch; "
+                                    f"trainer.reload_dataloaders_every_n_epochs is {every}")
+            count = self.distractors_at(epoch)
+            if self._train_distractors != count:
+                self._build("train", *self._train_source, self.hparams.seed, count)
+                self._train_distractors = count
         return self.plain_loader(self.datasets[split], train=split == "train")
 
     def distractors_at(self, epoch: int) -> int:
         """Distractors per training canvas at `epoch` (0-based) of the curriculum."""
         full, stages = VARIANTS[self.variant][1], self.hparams.curriculum_epochs
         return full if epoch >= stages else full * epoch // stages
-
-    def _curriculum_stage(self) -> None:
-        """Rebuild the training canvases for the trainer's epoch (the full set outside a fit)."""
-        trainer = self.trainer
-        if trainer is not None and trainer.reload_dataloaders_every_n_epochs == 0:
-            trainer.reload_dataloaders_every_n_epochs = 1  # a curriculum's canvases change every epoch
-        if trainer is not None and trainer.reload_dataloaders_every_n_epochs != 1:
-            raise UserError("curriculum_epochs needs a new training loader every epoch; "
-                            f"trainer.reload_dataloaders_every_n_epochs is {trainer.reload_dataloaders_every_n_epochs}")
-        count = self.distractors_at(trainer.current_epoch if trainer is not None else self.hparams.curriculum_epochs)
-        if getattr(self, "_train_distractors", None) != count:
-            images, labels, source = self._train_source
-            self.datasets["train"], self.boxes["train"] = self._build(images, labels, self.hparams.seed, source, count)
-            self._train_distractors = count
 
     @classmethod
     def few_examples(cls, n: int) -> dict:

@@ -4,11 +4,10 @@
     ROOT/val/<class_name>/...                  (same class folder names)
     ROOT/test/<class_name>/...                 (optional; test_dataloader falls back to val)
 
-ImageNet itself fits this layout once its validation images are sorted into class folders (e.g.
-with the widely used `valprep.sh`). Classes are the sorted folder names, identical across splits.
-
-Batches are (images float [B, in_chans, S, S] in [0, 1], labels int64 [B]); the model normalises.
-`in_chans` (1 or 3) is the channels every image is read with, the model's `in_chans` (train.py links them).
+ImageNet fits once its validation images are sorted into class folders (e.g. with the widely used
+`valprep.sh`). Classes are the sorted folder names, identical across splits. Batches are (images
+float [B, in_chans, S, S] in [0, 1], labels int64 [B]); the model normalises. `in_chans` (1 or 3)
+is the channels every image is read with, the model's `in_chans` (train.py links them).
 Training: RandomResizedCrop(S, scale) + horizontal flip; evaluation: resize to S / crop_pct, then
 center-crop S (timm's and torchvision's standard evaluation transform: zoo.preprocess's "crop"
 rule, the code every route shares)."""
@@ -21,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from zoo.data.base import SplitDataModule
 from zoo.errors import UserError
+from zoo.io import load_image
 from zoo.preprocess import Preprocessing
 
 
@@ -49,8 +49,7 @@ class ImageFolderDataModule(SplitDataModule):
 
     @staticmethod
     def class_names_for(root: str, train_dir: str = "train", **_) -> list[str]:
-        """The label set, known before the module is built (train.py gives it to the model):
-        the sorted class folder names under ROOT/train_dir."""
+        """The sorted class folder names under ROOT/train_dir."""
         train = Path(root) / train_dir
         return sorted(p.name for p in train.iterdir() if p.is_dir()) if train.is_dir() else []
 
@@ -69,7 +68,8 @@ class ImageFolderDataModule(SplitDataModule):
         else:
             tf = Preprocessing(hp.in_chans, (hp.image_size, hp.image_size), "crop", int(round(hp.image_size / hp.crop_pct)))
         try:
-            dataset = datasets.ImageFolder(str(path), transform=tf, loader=partial(_load, channels=hp.in_chans))
+            dataset = datasets.ImageFolder(str(path), transform=tf,
+                                           loader=partial(load_image, channels=hp.in_chans))
         except FileNotFoundError as exc:  # no class folder, or class folders without images
             raise UserError(f"ImageFolder {path}: {exc} (expected {path}/<class>/<image>)") from None
         if self.class_names and dataset.classes != self.class_names:
@@ -96,8 +96,3 @@ class ImageFolderDataModule(SplitDataModule):
             raise UserError(f"no '{split}' images under {self.hparams.root}")
         return self.plain_loader(dataset, train=shuffle, pin_memory=True, drop_last=shuffle)
 
-
-def _load(path: str, channels: int):
-    from zoo.io import load_image
-
-    return load_image(path, channels=channels)

@@ -1,18 +1,14 @@
-"""Item canvases: tinted Fashion-MNIST items at random places on a black canvas, with each item's
-class, colour and box, for pretraining a backbone whose every grid cell says what is at its place.
+"""Item canvases: FashionScenes' pictures without the captions, for pretraining a backbone whose
+every grid cell says what is at its place: 1 to `max_items` Fashion-MNIST items of `item_sizes` px,
+tinted with the scenes' palette, placed without overlap on a black `canvas_size` canvas
+(zoo.data.scene_generation's placement and painting), with each item's class, colour and box. So a
+backbone trained here sees the captioner's image statistics, but learns from item labels only.
 
-The canvases are FashionScenes' pictures without the captions: 1 to `max_items` items of
-`item_sizes` px, tinted with the scenes' palette, placed without overlap on a `canvas_size`
-canvas (zoo.data.scene_generation's placement and painting). So a backbone trained here sees the captioner's
-image statistics, but learns from item labels only (no caption, no word).
-
-Splits (no Fashion-MNIST test item reaches training or model selection):
-- train: Fashion-MNIST train items except `val_items` of them, held out by a fixed permutation;
-- val: canvases of those held-out train items;
-- test: canvases of Fashion-MNIST test items (reporting only).
-Layouts (which items, colours, places) are drawn for a whole split at setup, vectorised and
-deterministic in (seed, split); pixels are painted per batch, so a split costs a few bytes per
-canvas in memory. The test layouts use `test_seed` whatever the training seed.
+Splits (no Fashion-MNIST test item reaches training or model selection): train from Fashion-MNIST
+train items except `val_items` of them, held out by a fixed permutation for val; test from
+Fashion-MNIST test items (reporting only). Layouts (which items, colours, places) are drawn for a
+whole split at setup, vectorised and deterministic in (seed, split), the test's from `test_seed`
+whatever the training seed; pixels are painted per batch (a few bytes per canvas in memory).
 
 Batches: `images float [B, 3, S, S]` in [0, 1], `labels int64 [B, K]` (class per item slot, -1 for
 empty slots), `colours int64 [B, K]` (palette index, -1), `boxes float [B, K, 4]` (tight x0, y0,
@@ -28,31 +24,11 @@ from torch.utils.data import Dataset
 
 from zoo.data.base import SplitDataModule, batch_identity
 from zoo.data.fashion_mnist import CLASS_NAMES
-from zoo.data.layout import place_items
-from zoo.data.scene_generation import PALETTE, fashion_mnist_items, paint
+from zoo.data.scene_generation import draw_layouts, load_items, paint
 from zoo.errors import UserError
 
 SPLIT_CODES = {"train": 10, "val": 11, "test": 12}  # RNG streams apart from the scenes' (0, 1, 2)
 LAYOUT_BLOCK = 4096  # canvases per RNG block: a split's first K canvases do not depend on its size
-
-
-def draw_layouts(pool: np.ndarray, num: int, seed: int, split: str, canvas_size: int, item_sizes,
-                 min_items: int, max_items: int, gap: int) -> dict[str, np.ndarray]:
-    """num layouts: n_items [N], source_index [N, K] (into the item source, -1 empty), colours
-    [N, K], sizes [N, K], corners [N, K, 2]; block b from the RNG (seed, split, b)."""
-    parts = []
-    for b in range(-(-num // LAYOUT_BLOCK)):
-        rng = np.random.default_rng([seed, SPLIT_CODES[split], b])
-        m, k = min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), max_items
-        n_items = rng.integers(min_items, max_items + 1, size=m)
-        active = np.arange(k)[None, :] < n_items[:, None]
-        source = np.where(active, pool[rng.integers(0, len(pool), size=(m, k))], -1)
-        colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, k)), -1)
-        sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, k))]
-        corners = place_items(rng, sizes, n_items, canvas_size, gap)
-        parts.append({"n_items": n_items, "source_index": source, "colours": colours, "sizes": sizes,
-                      "corners": corners})
-    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
 class ItemCanvases(Dataset):
@@ -65,12 +41,9 @@ class ItemCanvases(Dataset):
         return len(self.layouts["n_items"])
 
     def __getitems__(self, indices):
-        idx = np.asarray(indices, dtype=np.int64)
-        lay = {key: value[idx] for key, value in self.layouts.items()}
-        active = lay["source_index"] >= 0
-        images, boxes = paint(self.items, np.maximum(lay["source_index"], 0), np.maximum(lay["colours"], 0),
-                              lay["sizes"], lay["corners"], active, self.canvas_size)
-        labels = np.where(active, self.labels[np.maximum(lay["source_index"], 0)], -1)
+        lay = {key: value[np.asarray(indices, dtype=np.int64)] for key, value in self.layouts.items()}
+        images, boxes = paint(self.items, lay, self.canvas_size)
+        labels = np.where(lay["source_index"] >= 0, self.labels[np.maximum(lay["source_index"], 0)], -1)
         return {"images": torch.from_numpy(images.astype(np.float32) / np.float32(255.0)),
                 "labels": torch.from_numpy(labels.astype(np.int64)),
                 "colours": torch.from_numpy(lay["colours"].astype(np.int64)),
@@ -81,9 +54,8 @@ class ItemCanvases(Dataset):
 
 
 class ItemCanvasesDataModule(SplitDataModule):
-    """Tinted Fashion-MNIST item canvases with per-item class, colour and box (see the module
-    docstring). `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])` replaces Fashion-MNIST
-    (tests); it is not a hyperparameter."""
+    """The canvases of the module docstring. `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])`
+    replaces Fashion-MNIST (tests); it is not a hyperparameter."""
 
     image_size_argument = "canvas_size"
     image_chans = 3
@@ -96,38 +68,35 @@ class ItemCanvasesDataModule(SplitDataModule):
         super().__init__()
         self.save_hyperparameters(ignore=["item_loader"])
         for name in ("num_train", "num_val", "num_test", "val_items"):
-            if getattr(self.hparams, name) < 1:
-                raise UserError(f"ItemCanvases: {name} must be >= 1, got {getattr(self.hparams, name)}")
+            if self.hparams[name] < 1:
+                raise UserError(f"ItemCanvases: {name} must be >= 1, got {self.hparams[name]}")
         if not 1 <= min_items <= max_items <= 3:
             raise UserError(f"ItemCanvases: need 1 <= min_items <= max_items <= 3, got {min_items}..{max_items}")
         self.item_loader = item_loader
         self.image_size = canvas_size
-        self.in_chans = 3
-        self.image_mean, self.image_std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # [0, 1], not normalised
         self.datasets: dict[str, ItemCanvases] = {}
-
-    def _source(self, fm_split: str) -> tuple[np.ndarray, np.ndarray]:
-        images, labels = (self.item_loader or fashion_mnist_items)(fm_split)
-        return np.asarray(images, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
         hp = self.hparams
-        train_items, train_labels = self._source("train")
-        if hp.val_items >= len(train_items):
+        train = load_items(self.item_loader, "train", "ItemCanvases")  # (items, labels)
+        if hp.val_items >= len(train[0]):
             raise UserError(f"ItemCanvases: val_items={hp.val_items} leaves no training items "
-                            f"(the source has {len(train_items)})")
-        order = np.random.default_rng([hp.test_seed, 98]).permutation(len(train_items))
-        pools = {"train": np.sort(order[hp.val_items:]), "val": np.sort(order[:hp.val_items])}
-        test_items, test_labels = self._source("test")
-        pools["test"] = np.arange(len(test_items))
-        for split in ("train", "val", "test"):
-            items, labels = (test_items, test_labels) if split == "test" else (train_items, train_labels)
+                            f"(the source has {len(train[0])})")
+        order = np.random.default_rng([hp.test_seed, 98]).permutation(len(train[0]))
+        test = load_items(self.item_loader, "test", "ItemCanvases")
+        pools = {"train": np.sort(order[hp.val_items:]), "val": np.sort(order[:hp.val_items]),
+                 "test": np.arange(len(test[0]))}
+        for split, pool in pools.items():
+            items, labels = test if split == "test" else train
             seed = {"train": hp.seed, "val": hp.seed + 1, "test": hp.test_seed}[split]
-            num = {"train": hp.num_train, "val": hp.num_val, "test": hp.num_test}[split]
-            layouts = draw_layouts(pools[split], num, seed, split, hp.canvas_size, hp.item_sizes,
+            num = hp[f"num_{split}"]  # in blocks, block b from the RNG (seed, split, b)
+            blocks = [draw_layouts(np.random.default_rng([seed, SPLIT_CODES[split], b]), pool,
+                                   min(LAYOUT_BLOCK, num - b * LAYOUT_BLOCK), hp.canvas_size, hp.item_sizes,
                                    hp.min_items, hp.max_items, hp.gap)
+                      for b in range(-(-num // LAYOUT_BLOCK))]
+            layouts = {key: np.concatenate([block[key] for block in blocks]) for key in blocks[0]}
             self.datasets[split] = ItemCanvases(items, labels, layouts, hp.canvas_size)
 
     @classmethod

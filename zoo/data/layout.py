@@ -31,9 +31,7 @@ def place_items(rng: np.random.Generator, sizes: np.ndarray, n_items: np.ndarray
         clash = both & ~apart & ~np.eye(k, dtype=bool)
         ok = ~clash.any((-1, -2))  # [M, C]
         found = ok.any(1)
-        first = ok.argmax(1)
-        done = pending[found]
-        corners[done] = cand[found, first[found]]
+        corners[pending[found]] = cand[found, ok.argmax(1)[found]]  # each scene's first layout that fits
         pending = pending[~found]
     raise UserError(f"cannot place {k} items of sizes {sorted(set(sizes.ravel().tolist()))} on a "
                     f"{canvas}x{canvas} canvas without overlap; use a larger canvas or smaller items")

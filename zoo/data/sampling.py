@@ -1,5 +1,4 @@
-"""Length-bucketed batching for caption data: batches of near-equal caption length in a random
-epoch order (the authors' length-bucketed minibatches, Xu et al. 2015)."""
+"""Length-bucketed batching for caption data (the authors' length-bucketed minibatches, Xu et al. 2015)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
@@ -11,13 +10,11 @@ from zoo.errors import UserError
 
 
 class BucketBatchSampler(BatchSampler):
-    """Batches of similar caption length ("sortish" batching).
-
-    Indices come from `sampler` (random for training; Lightning swaps in a DistributedSampler
-    under DDP, which works because the argument is called `sampler`). They are cut into pools
-    of `batch_size * pool_batches`; each pool is sorted by length and split into batches, and the
-    batches of a pool are shuffled. So a batch holds near-equal lengths (little padding, as in
-    the authors' length-bucketed minibatches) while the epoch order stays random."""
+    """Batches of similar caption length ("sortish" batching): the indices of `sampler` (random for
+    training; Lightning swaps in a DistributedSampler under DDP, which works because the argument
+    is called `sampler`) are cut into pools of `batch_size * pool_batches`; each pool is sorted by
+    length, split into batches, and its batches are shuffled. So a batch holds near-equal lengths
+    (little padding) while the epoch order stays random."""
 
     def __init__(self, sampler: Sampler[int] | Iterable[int], lengths: Sequence[int] | np.ndarray,
                  batch_size: int, drop_last: bool = False, pool_batches: int = 50, seed: int = 0):
@@ -26,8 +23,7 @@ class BucketBatchSampler(BatchSampler):
         super().__init__(sampler, batch_size, drop_last)
         self.lengths = np.asarray(lengths)
         self.pool_batches = max(1, int(pool_batches))
-        self.seed = seed
-        self.epoch = 0
+        self.seed, self.epoch = seed, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -51,7 +47,7 @@ class BucketBatchSampler(BatchSampler):
     def __len__(self) -> int:
         n = len(self.sampler)
         if not self.drop_last:
-            return -(-n // self.batch_size) if n else 0
+            return -(-n // self.batch_size)
         # drop_last drops at most one short batch per pool
         pool = self.batch_size * self.pool_batches
         full, rest = divmod(n, pool)

@@ -1,20 +1,15 @@
 """FashionScenes' pictures: tinted Fashion-MNIST items placed without overlap on a black canvas,
-with their tight boxes and captions (zoo.data.scene_grammar), generated deterministically and
-cached, so every run of a recipe trains and is scored on the same scenes.
+with their tight boxes (x0, y0, x1, y1 pixels of the drawn pixels, x1 and y1 exclusive) and
+captions (zoo.data.scene_grammar), generated deterministically and cached, so every run of a
+recipe trains and is scored on the same scenes.
 
-Determinism and splits:
-- Scenes are generated in blocks of BLOCK scenes, block b from the RNG (seed, split, b): the
-  first K scenes of a split are the same whatever the requested size, and a cut evaluation set is
-  a prefix of the full one.
-- train scenes draw items from Fashion-MNIST train (`seed`). val and test draw from Fashion-MNIST
-  test, split into two disjoint halves by `test_seed` (`split_pools`); val scenes use `seed + 1`,
-  test scenes always `test_seed`, so every run is scored on the same test scenes.
+- Scenes come in blocks of BLOCK, block b from the RNG (seed, split, b): a split's first K scenes
+  do not depend on its size, and a cut evaluation set is a prefix of the full one.
+- train scenes draw items from Fashion-MNIST train (`seed`); val (`seed + 1`) and test (always
+  `test_seed`: every run is scored on the same test scenes) from two disjoint halves of
+  Fashion-MNIST test (`split_pool`).
 - Each split is cached as .npz under $ZOO_DATA_DIR/scenes (or ./data/scenes), named by a hash of
-  every generation setting (`cache_file_name`), and written atomically.
-
-Boxes are tight: x0, y0, x1, y1 in pixels (x1, y1 exclusive) of the drawn (non-zero) pixels of
-the item. An item's box word is its head word ("boot" for "ankle boot"), the word a caption uses
-to name it.
+  every generation setting (`cache_file`), and written atomically.
 """
 from __future__ import annotations
 
@@ -33,12 +28,15 @@ import torch.nn.functional as F
 from zoo.data.layout import place_items
 from zoo.data.scene_grammar import COLOURS, HEAD_WORDS, TEMPLATES, captions_for_scene, relations
 from zoo.errors import UserError
+from zoo.io import check_npz
 
 FORMAT_VERSION = 2  # 2: captions carry the item each word names
 BLOCK = 256  # scenes per RNG block (prefix stability, see the module docstring)
 SPLITS = ("train", "val", "test")
 PALETTE = np.array(list(COLOURS.values()), dtype=np.float32)  # [C, 3], in COLOUR_NAMES' order
 MAX_ITEMS = max(TEMPLATES)  # the most items a caption template names
+ARRAYS = ("images", "n_items", "labels", "colours", "boxes", "source_index")  # Scenes' fields, in order
+TEXTS = ("captions", "caption_items")
 
 
 @dataclass
@@ -67,33 +65,26 @@ class Scenes:
     def item_words(self, i: int) -> list[str]:
         return [HEAD_WORDS[c] for c in self.labels[i, :self.n_items[i]]]
 
-    def cut(self, n: int) -> "Scenes":
-        return Scenes(self.images[:n], self.n_items[:n], self.labels[:n], self.colours[:n],
-                      self.boxes[:n], self.source_index[:n], self.captions[:n], self.caption_items[:n])
-
-    # npz round-trip (no pickles: captions travel as one JSON string)
+    # npz round-trip (no pickles: captions travel as JSON strings)
     def to_bytes(self) -> bytes:
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, images=self.images, n_items=self.n_items, labels=self.labels,
-                            colours=self.colours, boxes=self.boxes, source_index=self.source_index,
-                            captions=np.array(json.dumps(self.captions)),
-                            caption_items=np.array(json.dumps(self.caption_items)),
+        np.savez_compressed(buffer, **{name: getattr(self, name) for name in ARRAYS},
+                            **{name: np.array(json.dumps(getattr(self, name))) for name in TEXTS},
                             version=np.array(FORMAT_VERSION))
         return buffer.getvalue()
 
     @classmethod
-    def load(cls, path: str | os.PathLike, canvas_size: int) -> "Scenes":
-        """A cached split, whose arrays' declared shapes are checked against the file before they are
-        read, and against each other after (ValueError: the cache is rebuilt, never trusted)."""
-        from zoo.io import check_npz
-
+    def load(cls, path: str | os.PathLike, canvas_size: int, num: int | None = None) -> "Scenes":
+        """A cached split (of `num` scenes, when given), whose arrays' declared shapes are checked
+        against the file before they are read, and against each other after (ValueError: the cache
+        is rebuilt, never trusted)."""
         check_npz(path)
         with np.load(path, allow_pickle=False) as z:
             if int(z["version"]) != FORMAT_VERSION:
                 raise ValueError("old cache format")
-            scenes = cls(z["images"], z["n_items"], z["labels"], z["colours"], z["boxes"],
-                         z["source_index"], json.loads(str(z["captions"])), json.loads(str(z["caption_items"])))
-        n, k = len(scenes.images), scenes.labels.shape[1] if scenes.labels.ndim == 2 else -1
+            scenes = cls(*(z[name] for name in ARRAYS), *(json.loads(str(z[name])) for name in TEXTS))
+        n = len(scenes.images) if num is None else num
+        k = scenes.labels.shape[1] if scenes.labels.ndim == 2 else -1
         shapes = {"images": (n, 3, canvas_size, canvas_size), "n_items": (n,), "labels": (n, k), "colours": (n, k),
                   "boxes": (n, k, 4), "source_index": (n, k)}
         for name, shape in shapes.items():
@@ -116,14 +107,27 @@ def _resize_items(items: np.ndarray, size: int) -> np.ndarray:
     return t[:, 0].round().clamp(0, 255).to(torch.uint8).numpy()
 
 
-def paint(items: np.ndarray, source_index: np.ndarray, colours: np.ndarray, sizes: np.ndarray,
-          corners: np.ndarray, active: np.ndarray, canvas_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Paint tinted items on black canvases, vectorised over canvases.
+def draw_layouts(rng: np.random.Generator, pool: np.ndarray, m: int, canvas_size: int,
+                 item_sizes: Sequence[int], min_items: int, max_items: int,
+                 gap: int) -> dict[str, np.ndarray]:
+    """m layouts of K = max_items item slots: n_items [m]; source_index [m, K] (an item index from
+    `pool`, -1 for empty slots), colours [m, K] (palette index, -1), sizes [m, K] (px), corners
+    [m, K, 2] (x, y)."""
+    n_items = rng.integers(min_items, max_items + 1, size=m)
+    active = np.arange(max_items)[None, :] < n_items[:, None]
+    source_index = np.where(active, pool[rng.integers(0, len(pool), size=(m, max_items))], -1)
+    colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, max_items)), -1)
+    sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, max_items))]
+    return {"n_items": n_items, "source_index": source_index, "colours": colours, "sizes": sizes,
+            "corners": place_items(rng, sizes, n_items, canvas_size, gap)}
 
-    items uint8 [M, 28, 28]; per canvas n and slot k: source_index [N, K] (into items), colours
-    [N, K] (palette index), sizes [N, K] (px), corners [N, K, 2] (x, y), active bool [N, K] ->
-    (images uint8 [N, 3, S, S], boxes float32 [N, K, 4], the tight x0, y0, x1, y1 of the drawn
-    pixels, -1 for inactive slots)."""
+
+def paint(items: np.ndarray, layouts: dict[str, np.ndarray], canvas_size: int) -> tuple[np.ndarray, ...]:
+    """Paint tinted items (uint8 [M, 28, 28]) on black canvases by `layouts` (draw_layouts'), vectorised
+    over canvases -> (images uint8 [N, 3, S, S], boxes float32 [N, K, 4], the tight x0, y0, x1, y1 of
+    the drawn pixels, -1 for empty slots)."""
+    source_index, colours, sizes = layouts["source_index"], layouts["colours"], layouts["sizes"]
+    active = source_index >= 0
     n, k = source_index.shape
     images = np.zeros((n, 3, canvas_size, canvas_size), dtype=np.uint8)
     boxes = np.full((n, k, 4), -1.0, dtype=np.float32)
@@ -133,18 +137,16 @@ def paint(items: np.ndarray, source_index: np.ndarray, colours: np.ndarray, size
             grey = _resize_items(items[source_index[sel, slot]], size).astype(np.float32)  # [M, s, s]
             tint = PALETTE[colours[sel, slot]]  # [M, 3]
             patch = np.rint(grey[:, None] * tint[:, :, None, None]).astype(np.uint8)  # [M, 3, s, s]
-            x, y = corners[sel, slot, 0], corners[sel, slot, 1]
+            x, y = layouts["corners"][sel, slot].T
             rows = (y[:, None] + np.arange(size))[:, None, :, None]
             cols = (x[:, None] + np.arange(size))[:, None, None, :]
             images[sel[:, None, None, None], np.arange(3)[None, :, None, None], rows, cols] = patch
             # tight box of the drawn pixels (the whole patch if an item is blank)
             drawn = patch.max(1) > 0  # [M, s, s]
-            any_row, any_col = drawn.any(2), drawn.any(1)
-            blank = ~any_row.any(1)
-            r0 = np.where(blank, 0, any_row.argmax(1))
-            r1 = np.where(blank, size, size - any_row[:, ::-1].argmax(1))
-            c0 = np.where(blank, 0, any_col.argmax(1))
-            c1 = np.where(blank, size, size - any_col[:, ::-1].argmax(1))
+            blank = ~drawn.any((1, 2))
+            hits = drawn.any(1), drawn.any(2)  # [M, s] each: the columns, the rows holding a drawn pixel
+            c0, r0 = (np.where(blank, 0, hit.argmax(1)) for hit in hits)
+            c1, r1 = (np.where(blank, size, size - hit[:, ::-1].argmax(1)) for hit in hits)
             boxes[sel, slot] = np.stack([x + c0, y + r0, x + c1, y + r1], 1).astype(np.float32)
     return images, boxes
 
@@ -155,26 +157,18 @@ def generate_block(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, n: i
                    gap: int) -> Scenes:
     """n <= BLOCK scenes from the items whose indices are in `pool`; vectorised except the
     captions. Layouts are drawn for a full block and cut, so scene i does not depend on n."""
-    k, m = max_items, BLOCK  # a full block is drawn, then cut to n
-    n_items = rng.integers(min_items, max_items + 1, size=m)
-    active = np.arange(k)[None, :] < n_items[:, None]
-    source_index = np.where(active, pool[rng.integers(0, len(pool), size=(m, k))], -1)
-    item_labels = np.where(active, labels[np.maximum(source_index, 0)], -1)
-    colours = np.where(active, rng.integers(0, len(PALETTE), size=(m, k)), -1)
-    sizes = np.asarray(item_sizes)[rng.integers(0, len(item_sizes), size=(m, k))]
-    corners = place_items(rng, sizes, n_items, canvas_size, gap)
-    counts = rng.integers(min_captions, max_captions + 1, size=m)
-    n_items, active, source_index, item_labels, colours, sizes, corners, counts = (
-        a[:n] for a in (n_items, active, source_index, item_labels, colours, sizes, corners, counts))
-
-    images, boxes = paint(items, source_index, colours, sizes, corners, active, canvas_size)
+    layouts = draw_layouts(rng, pool, BLOCK, canvas_size, item_sizes, min_items, max_items, gap)
+    counts = rng.integers(min_captions, max_captions + 1, size=BLOCK)[:n]
+    layouts = {key: value[:n] for key, value in layouts.items()}
+    n_items, source_index, colours = layouts["n_items"], layouts["source_index"], layouts["colours"]
+    item_labels = np.where(source_index >= 0, labels[np.maximum(source_index, 0)], -1)
+    images, boxes = paint(items, layouts, canvas_size)
     rel = relations(boxes)
     described = [captions_for_scene(item_labels[i, :n_items[i]], colours[i, :n_items[i]],
-                                    rel[i, :n_items[i], :n_items[i]], int(counts[i]), rng, with_items=True)
+                                    rel[i, :n_items[i], :n_items[i]], int(counts[i]), rng)
                  for i in range(n)]
-    return Scenes(images, n_items.astype(np.int64), item_labels.astype(np.int64),
-                  colours.astype(np.int64), boxes, source_index.astype(np.int64),
-                  [d[0] for d in described], [d[1] for d in described])
+    return Scenes(images, n_items.astype(np.int64), item_labels.astype(np.int64), colours.astype(np.int64),
+                  boxes, source_index.astype(np.int64), *map(list, zip(*described)))
 
 
 def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num: int, seed: int,
@@ -195,50 +189,47 @@ def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num
     if max_items * min(item_sizes) ** 2 > canvas_size ** 2:
         raise UserError(f"cannot place {max_items} items of size {min(item_sizes)} on a "
                         f"{canvas_size}x{canvas_size} canvas without overlap")
-    split_code = SPLITS.index(split)
-    blocks = []
-    for b in range(-(-num // BLOCK)):
-        rng = np.random.default_rng([seed, split_code, b])
-        blocks.append(generate_block(items, labels, np.asarray(pool), min(BLOCK, num - b * BLOCK), rng,
-                                     canvas_size, item_sizes, min_items, max_items, min_captions,
-                                     max_captions, gap))
+    blocks = [generate_block(items, labels, np.asarray(pool), min(BLOCK, num - b * BLOCK),
+                             np.random.default_rng([seed, SPLITS.index(split), b]), canvas_size, item_sizes,
+                             min_items, max_items, min_captions, max_captions, gap)
+              for b in range(-(-num // BLOCK))]
     if not blocks:
         raise UserError(f"the {split} split needs at least one scene")
-    return Scenes(*(np.concatenate([getattr(x, f) for x in blocks]) for f in
-                    ("images", "n_items", "labels", "colours", "boxes", "source_index")),
-                  [c for x in blocks for c in x.captions], [c for x in blocks for c in x.caption_items])
+    return Scenes(*(np.concatenate([getattr(x, name) for x in blocks]) for name in ARRAYS),
+                  *([c for x in blocks for c in getattr(x, name)] for name in TEXTS))
 
 
-def split_pools(num_train_items: int, num_test_items: int, test_seed: int) -> dict[str, np.ndarray]:
-    """Item indices each split may use: train from the train items; val and test from two
-    disjoint halves of the test items."""
-    order = np.random.default_rng([test_seed, 99]).permutation(num_test_items)
-    half = num_test_items // 2
-    return {"train": np.arange(num_train_items), "val": np.sort(order[:half]), "test": np.sort(order[half:])}
+def split_pool(split: str, num_items: int, test_seed: int) -> np.ndarray:
+    """Item indices `split` may use: train all of the train items; val and test two disjoint
+    halves of the test items."""
+    if split == "train":
+        return np.arange(num_items)
+    order = np.random.default_rng([test_seed, 99]).permutation(num_items)
+    return np.sort(order[:num_items // 2] if split == "val" else order[num_items // 2:])
 
 
 # ----------------------------------------------------------------------------- items + cache
-def fashion_mnist_items(split: str):
-    """The default item source: Fashion-MNIST's "train" or "test" split, (images uint8 [N, 28, 28],
-    labels int64 [N])."""
-    from zoo.data.fashion_mnist import load_fashion_mnist
-
-    return load_fashion_mnist(split)
-
-
-def fingerprint(items: np.ndarray, labels: np.ndarray) -> str:
-    """The content hash of an item source other than Fashion-MNIST: its scenes' cache key."""
-    h = hashlib.sha1()
-    h.update(np.ascontiguousarray(items).tobytes())
-    h.update(np.ascontiguousarray(labels).astype(np.int64).tobytes())
-    return h.hexdigest()
+def load_items(item_loader, split: str, label: str) -> tuple[np.ndarray, np.ndarray]:
+    """An item source's (images uint8 [N, H, W], labels int64 [N]) of Fashion-MNIST's "train" or
+    "test" split: `item_loader(split)`'s (tests), or Fashion-MNIST's where it is None."""
+    if item_loader is None:
+        from zoo.data.fashion_mnist import load_fashion_mnist as item_loader
+    images, labels = item_loader(split)
+    images, labels = np.asarray(images, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
+    if images.ndim != 3 or len(images) != len(labels):
+        raise UserError(f"{label}: item source '{split}' must give [N, H, W] images "
+                        f"and [N] labels, got {images.shape} and {labels.shape}")
+    return images, labels
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("ZOO_DATA_DIR", "data")) / "scenes"
-
-
-def cache_file_name(settings: dict) -> str:
-    """scenes-<split>-<num>-<hash of every generation setting>.npz: another setting, another file."""
+def cache_file(settings: dict, source: tuple[np.ndarray, np.ndarray] | None, cache_dir: str | None) -> Path:
+    """Where a split is cached: scenes-<split>-<num>-<key>.npz under `cache_dir`, else
+    $ZOO_DATA_DIR/scenes (./data/scenes); the key hashes every generation setting and the item
+    source (Fashion-MNIST, or an injected source's content): another setting, another file."""
+    if source is not None:
+        content = hashlib.sha1(np.ascontiguousarray(source[0]).tobytes())
+        content.update(np.ascontiguousarray(source[1]).astype(np.int64).tobytes())
+    settings = {**settings, "source": "fashion-mnist" if source is None else content.hexdigest()}
     key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    return f"scenes-{settings['split']}-{settings['num']}-{key}.npz"
+    root = Path(cache_dir) if cache_dir else Path(os.environ.get("ZOO_DATA_DIR", "data")) / "scenes"
+    return root / f"scenes-{settings['split']}-{settings['num']}-{key}.npz"

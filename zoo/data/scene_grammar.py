@@ -1,10 +1,9 @@
 """FashionScenes' caption grammar: what a scene's items are called and how a caption names them.
 
-A scene's items are Fashion-MNIST classes tinted in one of a few colours; a caption names each
-item by a noun phrase ("a red shirt") and relates items by where their boxes lie ("left of",
-"above"). The grammar also knows which item each colour word and item word names: supervised
-attention (Liu et al. 2017, "Attention Correctness in Neural Image Captioning") needs that, and a
-scene with two red shirts still tells them apart. Only the tables and the words live here; the
+A caption names each item (a Fashion-MNIST class tinted in one of a few colours) by a noun phrase
+("a red shirt") and relates items by where their boxes lie ("left of", "above"). It also knows
+which item each colour word and item word names, as supervised attention needs (Liu et al. 2017,
+"Attention Correctness in Neural Image Captioning"), even in a scene with two red shirts. The
 pixels are zoo.data.scene_generation's.
 """
 from __future__ import annotations
@@ -19,7 +18,6 @@ from zoo.data.vocab import tokenize
 ITEM_NAMES = ["tshirt", "trousers", "pullover", "dress", "coat",
               "sandal", "shirt", "sneaker", "bag", "ankle boot"]
 HEAD_WORDS = [name.split()[-1] for name in ITEM_NAMES]
-ITEM_WORDS = frozenset(HEAD_WORDS)
 # colour word -> RGB multiplier applied to the grey item
 COLOURS = {"red": (1.0, 0.15, 0.15), "green": (0.2, 0.85, 0.2), "blue": (0.25, 0.4, 1.0),
            "yellow": (1.0, 0.9, 0.1), "purple": (0.65, 0.25, 1.0), "orange": (1.0, 0.55, 0.05),
@@ -29,6 +27,7 @@ COLOUR_NAMES = list(COLOURS)
 # relation of item i to item j
 LEFT, RIGHT, ABOVE, BELOW = 0, 1, 2, 3
 RELATION_WORDS = {LEFT: "left of", RIGHT: "right of", ABOVE: "above", BELOW: "below"}
+RELATION_LONG = {LEFT: "to the left of", RIGHT: "to the right of", ABOVE: "above", BELOW: "below"}
 
 TAG = "\x01"  # joins a word to the item slot it names inside the generator; never in a caption
 MAX_TRIES = 50  # caption draws per wanted caption before a scene settles for fewer distinct ones
@@ -40,11 +39,9 @@ def noun_phrase(label: int, colour: int, definite: bool = False, slot: int | Non
     tag = "" if slot is None else f"{TAG}{slot}"
     colour_word = COLOUR_NAMES[colour] + tag
     name = " ".join(w + tag for w in ITEM_NAMES[label].split())
-    if definite:
-        return f"the {colour_word} {name}"
-    if ITEM_NAMES[label] == "trousers":
-        return f"a pair of {colour_word} {name}"
-    return f"{'an' if colour_word[0] in 'aeiou' else 'a'} {colour_word} {name}"
+    article = ("the" if definite else "a pair of" if ITEM_NAMES[label] == "trousers"
+               else "an" if colour_word[0] in "aeiou" else "a")
+    return f"{article} {colour_word} {name}"
 
 
 def untag(tagged: str) -> tuple[str, list[int]]:
@@ -58,50 +55,20 @@ def untag(tagged: str) -> tuple[str, list[int]]:
     return " ".join(words), slots
 
 
-def _rel(r: int) -> str:
-    return RELATION_WORDS[r]
-
-
-def _rel_long(r: int) -> str:
-    return {LEFT: "to the left of", RIGHT: "to the right of", ABOVE: "above", BELOW: "below"}[r]
-
-
-# Templates take (np(i, definite) -> str, rel(i, j) -> code) over the scene's items in an order
-# the caller permutes; each returns one caption.
-def _t1(np_, rel):
-    return [
-        lambda: np_(0),
-        lambda: f"a picture of {np_(0)}",
-        lambda: f"there is {np_(0)}",
-        lambda: f"{np_(0)} on a black background",
-        lambda: f"an image showing {np_(0)}",
-        lambda: f"{np_(0)} in the picture",
-    ]
-
-
-def _t2(np_, rel):
-    return [
-        lambda: f"{np_(0)} {_rel(rel(0, 1))} {np_(1)}",
-        lambda: f"{np_(0)} {_rel_long(rel(0, 1))} {np_(1)}",
-        lambda: f"there is {np_(0)} {_rel(rel(0, 1))} {np_(1)}",
-        lambda: f"{np_(0)} and {np_(1)}",
-        lambda: f"{np_(0)} with {np_(1)} {_rel(rel(1, 0))} it",
-        lambda: f"{np_(0)} is {_rel_long(rel(0, 1))} {np_(1)}",
-    ]
-
-
-def _t3(np_, rel):
-    return [
-        lambda: f"{np_(0)} , {np_(1)} and {np_(2)}",
-        lambda: f"{np_(0)} {_rel(rel(0, 1))} {np_(1)} and {np_(2)} {_rel(rel(2, 1))} {np_(1, True)}",
-        lambda: f"{np_(0)} {_rel(rel(0, 1))} {np_(1)} and {np_(2)} {_rel(rel(2, 0))} {np_(0, True)}",
-        lambda: f"three items : {np_(0)} , {np_(1)} and {np_(2)}",
-        lambda: f"{np_(0)} {_rel_long(rel(0, 2))} {np_(2)} , and {np_(1)}",
-        lambda: f"there is {np_(0)} {_rel(rel(0, 1))} {np_(1)} and {np_(2)}",
-    ]
-
-
-TEMPLATES = {1: _t1, 2: _t2, 3: _t3}
+# Templates over the scene's items in an order the caller permutes: {a[k]} is item k's noun phrase,
+# {the[k]} its definite one, {rel[i][j]} / {rel_long[i][j]} the relation of item i to item j.
+TEMPLATES = {
+    1: ["{a[0]}", "a picture of {a[0]}", "there is {a[0]}", "{a[0]} on a black background",
+        "an image showing {a[0]}", "{a[0]} in the picture"],
+    2: ["{a[0]} {rel[0][1]} {a[1]}", "{a[0]} {rel_long[0][1]} {a[1]}", "there is {a[0]} {rel[0][1]} {a[1]}",
+        "{a[0]} and {a[1]}", "{a[0]} with {a[1]} {rel[1][0]} it", "{a[0]} is {rel_long[0][1]} {a[1]}"],
+    3: ["{a[0]} , {a[1]} and {a[2]}",
+        "{a[0]} {rel[0][1]} {a[1]} and {a[2]} {rel[2][1]} {the[1]}",
+        "{a[0]} {rel[0][1]} {a[1]} and {a[2]} {rel[2][0]} {the[0]}",
+        "three items : {a[0]} , {a[1]} and {a[2]}",
+        "{a[0]} {rel_long[0][2]} {a[2]} , and {a[1]}",
+        "there is {a[0]} {rel[0][1]} {a[1]} and {a[2]}"],
+}
 
 
 def relations(boxes: np.ndarray) -> np.ndarray:
@@ -122,29 +89,22 @@ def relations(boxes: np.ndarray) -> np.ndarray:
 
 
 def captions_for_scene(labels: Sequence[int], colours: Sequence[int], rel: np.ndarray,
-                       count: int, rng: np.random.Generator, with_items: bool = False):
-    """`count` distinct captions of one scene (labels/colours of its n items, rel [n, n]).
-    with_items: also return, per caption, the item (index into labels) each token names, -1
-    for tokens that name none (the colour and item words of a noun phrase name its item)."""
+                       count: int, rng: np.random.Generator) -> tuple[list[str], list[list[int]]]:
+    """`count` distinct captions of one scene (labels/colours of its n items, rel [n, n]) and, per
+    caption, the item (index into labels) each token names, -1 for tokens that name none (the
+    colour and item words of a noun phrase name its item)."""
     n = len(labels)
-    out: list[str] = []
-    items: list[list[int]] = []
-    seen = set()
+    out, items = [], []
     for _ in range(MAX_TRIES * count):
         if len(out) == count:
             break
         perm = rng.permutation(n)
-
-        def np_(k, definite=False, perm=perm):
-            return noun_phrase(int(labels[perm[k]]), int(colours[perm[k]]), definite, slot=int(perm[k]))
-
-        def rel_(a, b, perm=perm):
-            return int(rel[perm[a], perm[b]])
-
-        templates = TEMPLATES[n](np_, rel_)
-        caption, slots = untag(templates[int(rng.integers(len(templates)))]())
-        if caption not in seen:
-            seen.add(caption)
+        phrases = {"a": [noun_phrase(int(labels[k]), int(colours[k]), slot=int(k)) for k in perm],
+                   "the": [noun_phrase(int(labels[k]), int(colours[k]), True, slot=int(k)) for k in perm],
+                   "rel": [[RELATION_WORDS[int(rel[i, j])] for j in perm] for i in perm],
+                   "rel_long": [[RELATION_LONG[int(rel[i, j])] for j in perm] for i in perm]}
+        caption, slots = untag(TEMPLATES[n][int(rng.integers(len(TEMPLATES[n])))].format(**phrases))
+        if caption not in out:
             out.append(caption)
             items.append(slots)
-    return (out, items) if with_items else out
+    return out, items

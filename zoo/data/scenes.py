@@ -1,23 +1,20 @@
 """FashionScenes: an offline captioning dataset with known object boxes.
 
-A scene is a black `canvas_size` x `canvas_size` RGB canvas holding 1 to 3 colour-tinted
-Fashion-MNIST items that do not overlap. Each scene gets 3 to 5 reference captions from a small
-grammar that names the items, their colours and their spatial relations ("a red shirt left of a
-blue bag"). The item boxes are kept, so that attention localisation can be scored: does the
-model look at the shirt when it says "shirt"? The grammar is zoo.data.scene_grammar's, the
-scenes, their splits and their cache zoo.data.scene_generation's; this module serves them in
-zoo.data.caption_base's batches (images [B, 3, S, S] in [0, 1], never normalised), and besides:
-- train: length-bucketed (scene, caption) pairs sorted longest caption first, with `host_lengths`
-  (plain ints, so a model can skip finished rows without reading a tensor); for supervised
-  attention, `item_boxes float [B, K, 4]` (every item slot's box, -1 for empty slots) and
-  `word_items int64 [B, T]` (aligned with `captions`: the slot of the item a colour or item word
-  names, -1 elsewhere).
-- val / test: each scene once, its first reference as `captions`/`lengths`/`word_items` (for a
-  teacher-forced validation loss), `item_boxes`, `references` (raw strings), `boxes` (list of
-  float [n, 4]) and `box_words` (list of lists: each item's head word, "boot" for "ankle boot").
+A scene is a black `canvas_size` x `canvas_size` RGB canvas holding 1 to 3 colour-tinted,
+non-overlapping Fashion-MNIST items, with 3 to 5 reference captions that name the items, their
+colours and their spatial relations ("a red shirt left of a blue bag"; zoo.data.scene_grammar).
+The item boxes are kept, so that attention localisation can be scored: does the model look at the
+shirt when it says "shirt"? Pictures, splits and cache are zoo.data.scene_generation's; this module
+serves them in zoo.data.caption_base's batches (images [B, 3, S, S] in [0, 1], never normalised) with:
+- every batch, for supervised attention: `item_boxes float [B, K, 4]` (every item slot's box, -1
+  for empty slots) and `word_items int64 [B, T]` (aligned with `captions`: the slot of the item a
+  colour or item word names, -1 elsewhere);
+- val / test, each scene once with its first reference as `captions`: `references` (raw strings),
+  `boxes` (list of float [n, 4]) and `box_words` (lists of each item's head word, "boot" for "ankle boot").
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -25,68 +22,51 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
-from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file_name,
-                                       default_cache_dir, fashion_mnist_items, fingerprint,
-                                       generate_scenes, split_pools)
-from zoo.data.scene_grammar import COLOURS, ITEM_NAMES, ITEM_WORDS
+from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file, generate_scenes,
+                                       load_items, split_pool)
+from zoo.data.scene_grammar import COLOURS, ITEM_NAMES
 from zoo.data.vocab import pad_captions, tokenize
 from zoo.errors import UserError
-from zoo.io import atomic_write_bytes
-
-
-def _to_float(images: np.ndarray, index: np.ndarray) -> torch.Tensor:
-    """uint8 [N, 3, S, S] gathered at index -> float32 in [0, 1]. numpy on purpose: small torch
-    ops on a busy CPU lose most of their time to intra-op thread handoffs."""
-    return torch.from_numpy(images[index].astype(np.float32) / np.float32(255.0))
-
-
-def _word_items(encoded_items: list[list[int]], multiple: int | None) -> torch.Tensor:
-    """Per caption, the item slot of each token (aligned with <start> w1 .. wn <end>) -> int64
-    [N, T], -1 for <start>, <end>, pads and words that name no item."""
-    return pad_captions([[-1, *items, -1] for items in encoded_items], pad_value=-1, multiple=multiple)[0]
+from zoo.io import atomic_save_image, atomic_write_bytes
 
 
 class SceneCaptions(CaptionBatches):
-    """Caption rows of scenes, each with its word_items and its scene's item boxes. Training:
-    every (scene, caption) pair, sorted longest first. Evaluation (`references`): each scene once,
-    with what it is scored on (its references, item boxes and box words)."""
+    """The module docstring's batches: every (scene, caption) pair, longest first, for training;
+    each scene once (`references`) for evaluation. `caption_items`: per row, Scenes.caption_items'."""
 
     def __init__(self, scenes: Scenes, captions: torch.Tensor, lengths: torch.Tensor, row_scene: Sequence[int],
-                 word_items: torch.Tensor, multiple: int | None, references: bool):
+                 caption_items: list[list[int]], multiple: int | None, references: bool):
         super().__init__(captions, lengths, row_scene, multiple, longest_first=not references)
-        self.scenes, self.word_items, self.references = scenes, word_items, references
-        self.item_boxes = torch.from_numpy(scenes.boxes)  # [N, K, 4], -1 for empty slots
-        if references:
-            self.boxes = [torch.from_numpy(scenes.item_boxes(i).copy()) for i in range(len(scenes))]
-            self.box_words = [scenes.item_words(i) for i in range(len(scenes))]
+        self.scenes, self.references = scenes, references
+        # int64 [N, T] aligned with <start> w1 .. wn <end>: -1 at <start>, <end>, pads and non-item words
+        self.word_items = pad_captions([[-1, *items, -1] for items in caption_items], pad_value=-1,
+                                       multiple=multiple)[0]
 
     def images(self, image: torch.Tensor) -> torch.Tensor:
-        return _to_float(self.scenes.images, image.numpy())
+        # numpy on purpose: small torch ops on a busy CPU lose most of their time to intra-op thread handoffs
+        return torch.from_numpy(self.scenes.images[image.numpy()].astype(np.float32) / np.float32(255.0))
 
     def extras(self, rows: torch.Tensor, image: torch.Tensor, width: int) -> dict:
-        out = {"word_items": self.word_items[rows, :width], "item_boxes": self.item_boxes[image]}
+        out = {"word_items": self.word_items[rows, :width],
+               "item_boxes": torch.from_numpy(self.scenes.boxes[image.numpy()])}  # [B, K, 4]; -1: empty slot
         if self.references:
             out.update(references=[list(self.scenes.captions[i]) for i in image.tolist()],
-                       boxes=[self.boxes[i] for i in image.tolist()],
-                       box_words=[list(self.box_words[i]) for i in image.tolist()])
+                       boxes=[torch.from_numpy(self.scenes.item_boxes(i).copy()) for i in image.tolist()],
+                       box_words=[self.scenes.item_words(i) for i in image.tolist()])
         return out
 
 
 class FashionScenesDataModule(CaptionDataModule):
-    """FashionScenes splits as caption batches (see the module docstring for the batch layout).
-
-    `dm.vocab` (built from the training captions only) is available after `setup()`, and also
-    before it: reading it generates or loads the training split. `max_len` caps the words of a
-    caption: longer training captions are left out of training (so the model never learns to
-    stop mid-sentence); evaluation captions are cut. `item_loader(split) -> (uint8 [N, 28, 28],
+    """FashionScenes splits as caption batches (the module docstring's). Reading `dm.vocab` before
+    `setup()` generates or loads the training split. `item_loader(split) -> (uint8 [N, 28, 28],
     int64 [N])` replaces Fashion-MNIST (tests); it is not a hyperparameter."""
 
     label = "FashionScenes"
     path_arguments = ("cache_dir",)
     image_size_argument = "canvas_size"
-    item_words = ITEM_WORDS
     provides_word_boxes = True  # batches carry item_boxes + word_items (supervised attention)
 
     #: bytes a scene holds besides its canvas: captions as Python strings, their encoded rows, boxes
@@ -113,13 +93,9 @@ class FashionScenesDataModule(CaptionDataModule):
                  vocab: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["item_loader"])
-        for name in ("num_train", "num_val", "num_test"):
-            if getattr(self.hparams, name) < 1:
-                raise UserError(f"FashionScenes: {name} must be >= 1, got {getattr(self.hparams, name)}")
-        if max_len < 1:
-            raise UserError(f"FashionScenes: max_len must be >= 1, got {max_len}")
-        if pad_to_multiple is not None and pad_to_multiple < 1:
-            raise UserError(f"FashionScenes: pad_to_multiple must be >= 1, got {pad_to_multiple}")
+        for name in ("num_train", "num_val", "num_test", "max_len", "pad_to_multiple"):
+            if self.hparams[name] is not None and self.hparams[name] < 1:
+                raise UserError(f"FashionScenes: {name} must be >= 1, got {self.hparams[name]}")
         self.item_loader = item_loader
         self.image_size = canvas_size
         self.scenes: dict[str, Scenes] = {}
@@ -128,12 +104,7 @@ class FashionScenesDataModule(CaptionDataModule):
     # ------------------------------------------------------------------ generation + cache
     def _source(self, fm_split: str) -> tuple[np.ndarray, np.ndarray]:
         if fm_split not in self._sources:
-            images, labels = (self.item_loader or fashion_mnist_items)(fm_split)
-            images, labels = np.asarray(images, dtype=np.uint8), np.asarray(labels, dtype=np.int64)
-            if images.ndim != 3 or len(images) != len(labels):
-                raise UserError(f"FashionScenes: item source '{fm_split}' must give [N, H, W] images "
-                                f"and [N] labels, got {images.shape} and {labels.shape}")
-            self._sources[fm_split] = (images, labels)
+            self._sources[fm_split] = load_items(self.item_loader, fm_split, "FashionScenes")
         return self._sources[fm_split]
 
     def _settings(self, split: str) -> dict:
@@ -146,37 +117,24 @@ class FashionScenesDataModule(CaptionDataModule):
                 "max_captions": hp.max_captions, "gap": hp.gap, "items": ITEM_NAMES, "colours": COLOURS}
 
     def cache_path(self, split: str) -> Path:
-        settings = self._settings(split)
-        if self.item_loader is None:
-            settings["source"] = "fashion-mnist"
-        else:  # an injected source is identified by its content
-            settings["source"] = fingerprint(*self._source("train" if split == "train" else "test"))
-        root = Path(self.hparams.cache_dir) if self.hparams.cache_dir else default_cache_dir()
-        return root / cache_file_name(settings)
+        source = None if self.item_loader is None else self._source("train" if split == "train" else "test")
+        return cache_file(self._settings(split), source, self.hparams.cache_dir)
 
     def build_split(self, split: str) -> Scenes:
         """Generate (or load from the cache) one split."""
         if split in self.scenes:
             return self.scenes[split]
-        path = self.cache_path(split) if self.hparams.cache else None
+        hp, settings = self.hparams, self._settings(split)
+        path = self.cache_path(split) if hp.cache else None
         scenes = None
         if path is not None and path.is_file():
-            try:
-                scenes = Scenes.load(path, self.hparams.canvas_size)
-                if len(scenes) != self._settings(split)["num"]:
-                    raise ValueError("another number of scenes")
-            except Exception:  # a stale or damaged cache file is rebuilt, not trusted
-                scenes = None
+            with contextlib.suppress(Exception):  # a stale or damaged cache file is rebuilt, not trusted
+                scenes = Scenes.load(path, hp.canvas_size, settings["num"])
         if scenes is None:
-            settings = self._settings(split)
-            fm_split = "train" if split == "train" else "test"
-            items, labels = self._source(fm_split)
-            test_items = len(self._source("test")[0]) if split != "train" else 0
-            pools = split_pools(len(items) if split == "train" else 0, test_items, self.hparams.test_seed)
-            hp = self.hparams
-            scenes = generate_scenes(items, labels, pools[split], settings["num"], settings["seed"], split,
-                                     hp.canvas_size, hp.item_sizes, hp.min_items, hp.max_items,
-                                     hp.min_captions, hp.max_captions, hp.gap)
+            items, labels = self._source("train" if split == "train" else "test")
+            scenes = generate_scenes(items, labels, split_pool(split, len(items), hp.test_seed),
+                                     settings["num"], settings["seed"], split, hp.canvas_size, hp.item_sizes,
+                                     hp.min_items, hp.max_items, hp.min_captions, hp.max_captions, hp.gap)
             if path is not None:
                 try:
                     atomic_write_bytes(path, scenes.to_bytes())
@@ -199,14 +157,14 @@ class FashionScenesDataModule(CaptionDataModule):
         if "train" not in self.datasets:
             train = self.build_split("train")
             captions, lengths, pairs = self.encode_pairs(self.training_tokens())
-            items = _word_items([train.caption_items[i][j] for i, j in pairs], multiple)
+            items = [train.caption_items[i][j] for i, j in pairs]
             self.datasets["train"] = SceneCaptions(train, captions, lengths, [i for i, _ in pairs], items, multiple,
                                                    references=False)
         for split in ("val", "test"):
             if split not in self.datasets:
                 scenes = self.build_split(split)
                 captions, lengths = self.encode_first([tokenize(caps[0]) for caps in scenes.captions])
-                items = _word_items([each[0][:max_len] for each in scenes.caption_items], multiple)
+                items = [each[0][:max_len] for each in scenes.caption_items]
                 self.datasets[split] = SceneCaptions(scenes, captions, lengths, range(len(scenes)), items, multiple,
                                                      references=True)
 
@@ -227,18 +185,12 @@ class FashionScenesDataModule(CaptionDataModule):
     def export_pngs(self, split: str, directory: str | os.PathLike, count: int) -> list[Path]:
         """Write the first `count` scenes of `split` as PNGs plus references.json (for the
         demo and for captioning held-out scenes from the CLI)."""
-        from PIL import Image
-
-        from zoo.io import atomic_save_image
-
         scenes = self.build_split(split)
-        directory = Path(directory)
-        paths, refs = [], {}
-        for i in range(min(count, len(scenes))):
-            path = directory / f"{split}_{i:05d}.png"
+        directory, refs = Path(directory), {}
+        paths = [directory / f"{split}_{i:05d}.png" for i in range(min(count, len(scenes)))]
+        for i, path in enumerate(paths):
             atomic_save_image(Image.fromarray(scenes.images[i].transpose(1, 2, 0)), path)
             refs[path.name] = {"references": scenes.captions[i], "boxes": scenes.item_boxes(i).tolist(),
                                "box_words": scenes.item_words(i)}
-            paths.append(path)
         atomic_write_bytes(directory / "references.json", (json.dumps(refs, indent=1) + "\n").encode())
         return paths

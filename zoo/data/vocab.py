@@ -17,8 +17,7 @@ import torch
 
 from zoo.errors import UserError
 
-PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
-SPECIALS = (PAD, START, END, UNK)
+SPECIALS = ("<pad>", "<start>", "<end>", "<unk>")
 PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
 
 _NON_WORD = re.compile(r"[^a-z0-9']+")
@@ -37,8 +36,6 @@ def tokenize(text: str) -> list[str]:
 class Vocab:
     """Index <-> word map with the special tokens <pad>=0, <start>=1, <end>=2, <unk>=3."""
 
-    pad_id, start_id, end_id, unk_id = PAD_ID, START_ID, END_ID, UNK_ID
-
     def __init__(self, itos: Sequence[str]):
         itos = [str(w) for w in itos]
         if tuple(itos[:len(SPECIALS)]) != SPECIALS:
@@ -50,11 +47,6 @@ class Vocab:
         self.itos: list[str] = itos
         self.stoi: dict[str, int] = {w: i for i, w in enumerate(itos)}
 
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def from_itos(cls, itos: Sequence[str]) -> "Vocab":
-        return cls(itos)
-
     @classmethod
     def build(cls, token_lists: Iterable[Sequence[str]], min_freq: int = 1,
               max_size: int | None = None) -> "Vocab":
@@ -63,17 +55,13 @@ class Vocab:
         special tokens not counted. Pass training captions only."""
         if min_freq < 1:
             raise UserError(f"min_freq must be >= 1, got {min_freq}")
-        counts = Counter()
-        for tokens in token_lists:
-            counts.update(tokens)
-        for special in SPECIALS:
-            counts.pop(special, None)
-        words = sorted((w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w))
+        counts = Counter(word for tokens in token_lists for word in tokens)
+        words = sorted((w for w, c in counts.items() if c >= min_freq and w not in SPECIALS),
+                       key=lambda w: (-counts[w], w))
         if max_size is not None:
             words = words[:max_size]
         return cls(list(SPECIALS) + words)
 
-    # ------------------------------------------------------------------ use
     def __len__(self) -> int:
         return len(self.itos)
 
@@ -82,9 +70,6 @@ class Vocab:
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Vocab) and self.itos == other.itos
-
-    def __repr__(self) -> str:
-        return f"Vocab({len(self)} entries: {self.itos[4:10]}...)"
 
     @property
     def num_words(self) -> int:
@@ -97,22 +82,20 @@ class Vocab:
 
     def encode_caption(self, tokens: Sequence[str], max_len: int | None = None) -> list[int]:
         """[<start>, w1 .. wn, <end>] with at most `max_len` words (cut if longer)."""
-        ids = self.encode(tokens if max_len is None else tokens[:max_len])
-        return [START_ID, *ids, END_ID]
+        return [START_ID, *self.encode(tokens[:max_len]), END_ID]
 
     def decode(self, ids) -> list[str]:
         """Words up to the first <end>; <pad>, <start>, <unk> dropped. Accepts a list or a 1-D tensor."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        words = []
-        for i in ids:
-            i = int(i)
-            if i == END_ID:
-                break
-            if i < len(SPECIALS) or i >= len(self.itos):
-                continue
-            words.append(self.itos[i])
-        return words
+        ids = [int(i) for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids)]
+        ids = ids[:ids.index(END_ID)] if END_ID in ids else ids
+        return [self.itos[i] for i in ids if len(SPECIALS) <= i < len(self.itos)]
+
+
+def padded_length(longest: int, multiple: int | None, limit: int | None = None) -> int:
+    """Columns of a caption batch: the longest caption, or that rounded up to a multiple of
+    `multiple` (capped at the data's widest, `limit`), so a compiled step sees few shapes."""
+    width = -(-longest // multiple) * multiple if multiple else longest
+    return width if limit is None or not multiple else min(width, limit)
 
 
 def pad_captions(encoded: Sequence[Sequence[int]], pad_value: int = PAD_ID,
@@ -120,9 +103,7 @@ def pad_captions(encoded: Sequence[Sequence[int]], pad_value: int = PAD_ID,
     """Encoded captions -> (captions int64 [N, T] padded with `pad_value` (<pad>=0), lengths
     int64 [N]); with `multiple`, T is rounded up to a multiple of it."""
     lengths = torch.tensor([len(c) for c in encoded], dtype=torch.long)
-    width = int(lengths.max()) if len(encoded) else 0
-    if multiple:
-        width = -(-width // multiple) * multiple
+    width = padded_length(int(lengths.max()) if len(encoded) else 0, multiple)
     out = torch.full((len(encoded), width), pad_value, dtype=torch.long)
     for row, ids in enumerate(encoded):  # once per dataset, at setup
         out[row, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)

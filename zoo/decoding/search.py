@@ -47,10 +47,12 @@ def tree_map(fn: Callable[[torch.Tensor], torch.Tensor], tree: Any) -> Any:
     return tree
 
 
-def _results(tokens: torch.Tensor, n_words: torch.Tensor, scores: torch.Tensor, finished: torch.Tensor,
-             extras: dict[str, torch.Tensor]) -> list[DecodeResult]:
-    """tokens [B, T], n_words [B], scores [B], finished [B], extras name -> [B, T, ...] -> per image."""
-    tokens_list, n_list = tokens.tolist(), n_words.tolist()
+def _results(tokens: list[torch.Tensor], n_words: torch.Tensor, scores: torch.Tensor, finished: torch.Tensor,
+             extras: list[dict[str, torch.Tensor]]) -> list[DecodeResult]:
+    """Per step (T >= 1) tokens [B] and extras name -> [B, ...]; n_words, scores, finished [B]
+    -> one result per image."""
+    extras = {name: torch.stack([e[name] for e in extras], dim=1) for name in extras[0]}  # [B, T, ...]
+    tokens_list, n_list = torch.stack(tokens, dim=1).tolist(), n_words.tolist()
     score_list, finished_list = scores.tolist(), finished.tolist()
     return [DecodeResult(tokens_list[b][:n_list[b]], score_list[b], bool(finished_list[b]),
                          {name: value[b, :n_list[b]] for name, value in extras.items()})
@@ -80,8 +82,7 @@ def greedy_decode(step_fn: StepFn, state: Any, static: Any, batch_size: int, sta
         out_extras.append(extras)
         if (t + 1) % check_every == 0 and bool(finished.all()):
             break
-    extras = {name: torch.stack([e[name] for e in out_extras], dim=1) for name in out_extras[0]} if out_extras else {}
-    return _results(torch.stack(out_tokens, dim=1), n_words, scores, finished, extras)
+    return _results(out_tokens, n_words, scores, finished, out_extras)
 
 
 @torch.no_grad()
@@ -155,19 +156,16 @@ def beam_search(step_fn: StepFn, state: Any, static: Any, batch_size: int, beam_
     best_finished = normalised.masked_fill(~finished, float("-inf")).argmax(dim=1)
     choice = torch.where(has_finished, best_finished, normalised.argmax(dim=1))  # fallback: unfinished
     # Walk the back-pointers from the chosen beam to the first step.
-    T = len(token_hist)
-    beam = choice.unsqueeze(1)  # [B, 1]
-    out_tokens = [None] * T
-    out_extras: list[dict] = [None] * T
-    for t in range(T - 1, -1, -1):
-        out_tokens[t] = token_hist[t].gather(1, beam).squeeze(1)
-        out_extras[t] = {name: _gather_beam(value, beam) for name, value in extras_hist[t].items()}
+    choice = choice.unsqueeze(1)  # [B, 1]
+    beam, out_tokens, out_extras = choice, [], []
+    for t in reversed(range(len(token_hist))):
+        out_tokens.append(token_hist[t].gather(1, beam).squeeze(1))
+        out_extras.append({name: _gather_beam(value, beam) for name, value in extras_hist[t].items()})
         beam = parent_hist[t].gather(1, beam)
-    chosen_finished = finished.gather(1, choice.unsqueeze(1)).squeeze(1)
-    n_words = lengths.gather(1, choice.unsqueeze(1)).squeeze(1) - chosen_finished.long()
-    extras = {name: torch.stack([e[name] for e in out_extras], dim=1) for name in out_extras[0]} if T else {}
-    return _results(torch.stack(out_tokens, dim=1), n_words,
-                    scores.gather(1, choice.unsqueeze(1)).squeeze(1), chosen_finished, extras)
+    chosen_finished = finished.gather(1, choice).squeeze(1)
+    n_words = lengths.gather(1, choice).squeeze(1) - chosen_finished.long()
+    return _results(out_tokens[::-1], n_words, scores.gather(1, choice).squeeze(1), chosen_finished,
+                    out_extras[::-1])
 
 
 def _gather_beam(value: torch.Tensor, beam: torch.Tensor) -> torch.Tensor:
@@ -178,6 +176,5 @@ def _gather_beam(value: torch.Tensor, beam: torch.Tensor) -> torch.Tensor:
 
 def _device_of(*trees: Any) -> torch.device:
     found: list[torch.device] = []
-    for tree in trees:
-        tree_map(lambda x: found.append(x.device) or x, tree)
+    tree_map(lambda x: found.append(x.device) or x, trees)
     return found[0] if found else torch.device("cpu")

@@ -1,36 +1,30 @@
 """Was the attention on the right thing, and does the model use what it attends? The same metrics for
 every family, from an `AttentionRecord`'s pixel maps and boxes and a target box per image.
 
-Correctness (per map; the target is the box of the thing the model should look at):
-- pointing game (Zhang et al. 2016): the map's peak pixel lies inside the target box;
-- mass in box: the share of the map's mass on the target box's pixels (counted per pixel, with
-  partial pixels at a fractional box edge counted by their covered fraction);
-- for windows and glimpses, the box overlap: IoU with the target box, and whether the window's
-  centre lies inside it.
-
-Each comes with its chance levels, computed on the same boxes:
-- uniform: a map that is the same everywhere (pointing game = mass in box = the box's area share);
-- centre prior: a Gaussian at the image centre (`record.centre_prior`), the model that always looks
-  at the middle;
-- random boxes: the model's own window sizes at uniformly random places (fixed seed).
+Correctness (per map, against the box of the thing the model should look at): the pointing game
+(Zhang et al. 2016: the map's peak pixel lies inside the box); mass in box (the map's mass on the
+box's pixels, a pixel at a fractional box edge counted by its covered fraction); for windows and
+glimpses, the IoU with the box and whether the window's centre lies inside it. Each comes with its
+chance levels on the same boxes: uniform (pointing game = mass in box = the box's area share); the
+centre prior (`record.centre_prior`, a Gaussian: the model that always looks at the middle); random
+boxes (the model's own window sizes at uniformly random places, fixed seed).
 
 Faithfulness (Petsiuk et al. 2018, deletion and insertion): blank the most-attended pixels first
 (to a background value) and follow the score the model gives its own prediction; a model that uses
-what it attends loses it faster than when the same number of random pixels (or the centre prior's
-pixels) are blanked. Insertion starts from the blank image and restores pixels in the same order.
-The area between the curves (random minus attention for deletion, attention minus random for
-insertion) is the score: above zero means the attention is faithful.
+what it attends loses it faster than when as many random (or centre-prior) pixels are blanked.
+Insertion restores pixels to the blank image in the same order. The score is the area between the
+curves (deletion: random minus attention; insertion: attention minus random); above 0 is faithful.
 
-Uncertainty: with the test item each map (or deletion row) comes from, every number gets a
-percentile-bootstrap 95% interval over test items (`bootstrap_ci`: items are resampled with
-replacement, all their maps with them, the same resamples for every number, so differences are
-paired). The differences to the controls (`pointing_minus_centre`, `..._minus_uniform`, a window's
-`..._minus_random`, the deletion gaps) carry theirs: "beats the centre prior" is a claim only when
-that difference's interval lies above 0.
+Uncertainty: every number gets a percentile-bootstrap 95% interval over the test items the maps (or
+deletion rows) come from (`bootstrap_ci`: items resampled with replacement, all their maps with them,
+the same resamples for every number, so differences are paired). The differences to the controls
+(`pointing_minus_centre`, `..._minus_uniform`, a window's `..._minus_random`, the deletion gaps)
+carry theirs: "beats the centre prior" is a claim only when that interval lies above 0.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -62,18 +56,21 @@ def target_mask(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tenso
     return mask
 
 
+def _contains(boxes: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """boxes [..., 4] (x0, y0, x1, y1; x1, y1 exclusive), points x, y [...] -> bool [...]."""
+    return (boxes[..., 0] <= x) & (x < boxes[..., 2]) & (boxes[..., 1] <= y) & (y < boxes[..., 3])
+
+
 def pointing_game(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """maps [N, H, W], target boxes [N, 4] or [N, M, 4] -> hits [N] bool: the peak pixel's centre
     (`record.peak_pixels`: the middle of a plateau) lies inside a target box. A map with no finite
     positive mass is a miss."""
-    N, H, W = maps.shape
+    W = maps.shape[-1]
     flat = torch.nan_to_num(maps.flatten(1).float(), nan=-1.0, posinf=-1.0, neginf=-1.0)
-    index = peak_pixels(maps)
-    x, y = (index % W).float() + 0.5, (index // W).float() + 0.5
+    index = peak_pixels(maps)[:, None]  # [N, 1]
     b = _boxes(boxes).float()
-    inside = ((b[..., 0] <= x[:, None]) & (x[:, None] < b[..., 2]) & (b[..., 1] <= y[:, None])
-              & (y[:, None] < b[..., 3]) & (b >= 0).all(-1))
-    return inside.any(1) & (flat.amax(1) > 0)
+    inside = _contains(b, (index % W).float() + 0.5, (index // W).float() + 0.5)
+    return (inside & (b >= 0).all(-1)).any(1) & (flat.amax(1) > 0)
 
 
 def mass_in_box(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
@@ -100,17 +97,7 @@ def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def centre_in_box(windows: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """windows [..., 4], target boxes [..., 4] -> bool [...]: the window's centre lies in the box."""
-    cx, cy = (windows[..., 0] + windows[..., 2]) / 2, (windows[..., 1] + windows[..., 3]) / 2
-    return (boxes[..., 0] <= cx) & (cx < boxes[..., 2]) & (boxes[..., 1] <= cy) & (cy < boxes[..., 3])
-
-
-def random_like(windows: torch.Tensor, image_size: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
-    """Windows [..., 4] moved to uniformly random centres inside the image, sizes kept."""
-    H, W = image_size
-    size = windows[..., 2:] - windows[..., :2]
-    u = torch.rand(windows.shape[:-1] + (2,), generator=generator, device=windows.device)
-    centre = u * torch.tensor([W, H], dtype=windows.dtype, device=windows.device)
-    return torch.cat([centre - size / 2, centre + size / 2], -1)
+    return _contains(boxes, (windows[..., 0] + windows[..., 2]) / 2, (windows[..., 1] + windows[..., 3]) / 2)
 
 
 def bootstrap_ci(values: dict[str, torch.Tensor], groups: torch.Tensor, resamples: int = 1000, seed: int = 0,
@@ -153,11 +140,11 @@ def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor
     and write) against the best-overlapping target. Every metric comes with its chance levels
     (`_uniform`, `_centre`, `_random`) and its difference to them (`_minus_uniform`, ...); with
     groups [N] (each map's test item), every number's bootstrap 95% interval under "ci95"."""
-    H, W = maps.shape[-2:]
+    N, H, W = maps.shape
     targets = _boxes(targets).float()
-    if maps.shape[0] == 0:
+    if N == 0:
         return {"maps": 0}  # nothing to score (e.g. a caption set that names no item)
-    prior = centre_prior((H, W), device=maps.device).expand(maps.shape[0], H, W)
+    prior = centre_prior((H, W), device=maps.device).expand(N, H, W)
     area = box_area(targets, (H, W))
     per_map = {
         "pointing": pointing_game(maps, targets).float(),
@@ -173,9 +160,11 @@ def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor
         for k, name in enumerate(window_names or [f"window {k + 1}" for k in range(windows.shape[1])]):
             window = windows[:, k].float()  # [N, 4]
             size = window[:, 2:] - window[:, :2]
-            middle = torch.tensor([W / 2, H / 2], device=windows.device)
-            candidates = {"": window, "_random": random_like(window, (H, W), generator),
-                          "_centre": torch.cat([middle - size / 2, middle + size / 2], -1)}
+            at = lambda centre: torch.cat([centre - size / 2, centre + size / 2], -1)
+            # the window's size at uniformly random places, and at the image's middle
+            u = torch.rand(N, 2, generator=generator, device=windows.device)
+            candidates = {"": window, "_random": at(u * torch.tensor([W, H], device=windows.device)),
+                          "_centre": at(torch.tensor([W / 2, H / 2], device=windows.device))}
             key = name.replace(" ", "_")
             for suffix, boxes in candidates.items():
                 iou = (box_iou(boxes[:, None, None], targets[:, None]) * valid).amax(-1)[:, 0]  # [N]
@@ -186,7 +175,7 @@ def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor
         for control in ("_uniform", "_centre", "_random"):
             if not name.endswith(("_uniform", "_centre", "_random")) and f"{name}{control}" in per_map:
                 per_map[f"{name}_minus{control}"] = measured - per_map[f"{name}{control}"]
-    return {"maps": int(maps.shape[0]), **_summary(per_map, groups, seed)}
+    return {"maps": N, **_summary(per_map, groups, seed)}
 
 
 # ----------------------------------------------------------------------------- faithfulness
@@ -220,11 +209,6 @@ def curve(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, o
     return torch.stack(scores)
 
 
-def area(curve_values: torch.Tensor) -> torch.Tensor:
-    """[steps + 1, N] -> [N], the trapezoidal area under the curve on [0, 1]."""
-    return torch.trapezoid(curve_values, dx=1.0 / (curve_values.shape[0] - 1), dim=0)
-
-
 def faithfulness_rows(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, maps: torch.Tensor,
                       steps: int = 10, background: float = 0.0, seed: int = 0) -> dict[str, torch.Tensor]:
     """Per row [N]: deletion and insertion areas for the attention order, a random order and the
@@ -237,6 +221,7 @@ def faithfulness_rows(score: Callable[[torch.Tensor], torch.Tensor], images: tor
         "random": torch.rand(N, H * W, generator=generator, device=images.device).argsort(1),
         "centre": order_by(centre_prior((H, W), device=images.device).expand(N, H, W), generator),
     }
+    area = partial(torch.trapezoid, dx=1.0 / steps, dim=0)  # [steps + 1, N] -> [N], the area on [0, 1]
     out: dict[str, torch.Tensor] = {}
     for name, order in orders.items():
         out[f"deletion_{name}"] = area(curve(score, images, order, steps, background)).float()
@@ -297,7 +282,7 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
     Every number carries its bootstrap 95% interval over the examples ("ci95" beside it)."""
     images_all, targets_all = examples["images"], examples["targets"]
     words_all = examples.get("target_words")
-    maps, windows, times, boxes, items = [], [], [], [], []
+    scored, windows = [], []  # (maps, steps, target boxes, items) per batch; the windows of the maps
     rows: list[tuple] = []  # (images, row maps, evidence, items) per batch, for faithfulness
     labelled: list[torch.Tensor] = []  # (item, hallucinated) per item word
     degenerate = 0
@@ -309,10 +294,7 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
         degenerate += int(record.degenerate().sum())
         idx, t, target, named = scored_steps(record, targets_all[start:start + batch_size], words)
         labelled.append(named + torch.tensor([start, 0]))
-        maps.append(record.maps[idx, t])
-        times.append(t)
-        boxes.append(target)
-        items.append(idx.cpu() + start)
+        scored.append((record.maps[idx, t], t, target, idx.cpu() + start))
         names = record.box_labels
         if record.boxes is not None:
             windows.append(record.boxes[idx, t])
@@ -325,7 +307,7 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
         evidence = model.evidence(record, idx, t) if len(idx) else None
         if evidence is not None:
             rows.append((images[idx], row_maps, evidence, idx.cpu() + start))
-    maps_t, times_t, boxes_t, items_t = torch.cat(maps), torch.cat(times), torch.cat(boxes), torch.cat(items)
+    maps_t, times_t, boxes_t, items_t = (torch.cat(parts) for parts in zip(*scored))
     out: dict = {"correctness": correctness(maps_t, boxes_t, torch.cat(windows) if windows else None, names, seed,
                                             groups=items_t),
                  "degenerate_maps": degenerate}
@@ -340,12 +322,11 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
         out["per_step"] = [correctness(maps_t[times_t == s], boxes_t[times_t == s], seed=seed,
                                        groups=items_t[times_c == s]) | {"step": int(s) + 1}
                            for s in times_t.unique().tolist()]
+    out["faithfulness"] = None  # a family with no evidence to follow
     if rows:
         parts = [faithfulness_rows(evidence, images, row_maps, curve_steps, background, seed)
                  for images, row_maps, evidence, _ in rows]
         per_row = {key: torch.cat([part[key].cpu() for part in parts]) for key in parts[0]}
-        out["faithfulness"] = _summary(per_row, torch.cat([r[3] for r in rows]), seed)
-        out["faithfulness"]["rows"] = int(sum(len(r[3]) for r in rows))
-    else:
-        out["faithfulness"] = None
+        out["faithfulness"] = {**_summary(per_row, torch.cat([r[3] for r in rows]), seed),
+                               "rows": int(sum(len(r[3]) for r in rows))}
     return out

@@ -83,26 +83,22 @@ def _meteor_score(gts: dict, res: dict) -> float:
                     _meteor = Meteor()
             try:
                 with _quiet():
-                    score, _ = _meteor.compute_score(gts, res)
-                return float(score)
+                    return float(_meteor.compute_score(gts, res)[0])
             except Exception:
                 bad, _meteor = _meteor, None
                 with contextlib.suppress(Exception):
                     bad.meteor_p.kill()
                 if attempt:
                     raise
-    raise AssertionError("unreachable")
 
 
 def _spice_jar_ready() -> tuple[bool, str]:
     import pycocoevalcap
 
-    root = Path(list(pycocoevalcap.__path__)[0]) / "spice"
-    jar = root / "lib" / "stanford-corenlp-3.6.0.jar"
-    if not jar.is_file():
-        return False, (f"SPICE skipped: it needs the Stanford CoreNLP 3.6.0 jars in {jar.parent} "
-                       "(pycocoevalcap's spice/get_stanford_models.py downloads them; not possible offline)")
-    return True, ""
+    jar = Path(list(pycocoevalcap.__path__)[0], "spice", "lib", "stanford-corenlp-3.6.0.jar")
+    why = (f"SPICE skipped: it needs the Stanford CoreNLP 3.6.0 jars in {jar.parent} "
+           "(pycocoevalcap's spice/get_stanford_models.py downloads them; not possible offline)")
+    return jar.is_file(), why
 
 
 def score_captions(predictions: Mapping[Hashable, str], references: Mapping[Hashable, Sequence[str]],
@@ -134,37 +130,33 @@ def score_captions(predictions: Mapping[Hashable, str], references: Mapping[Hash
                            "programs): install a JRE, e.g. apt-get install default-jre-headless")
 
     gts, res = _tokenize(predictions, references)
-    result: dict = {}
     notes: dict[str, str] = {}
+
+    def optional(name: str, ready: tuple[bool, str], score) -> float | None:
+        """An optional metric's score, or None with a note saying why it is missing."""
+        if not ready[0]:
+            notes[name] = ready[1]
+            return None
+        try:
+            return score()
+        except Exception as exc:
+            notes[name] = f"{name} failed: {type(exc).__name__}: {exc}"
+            return None
+
+    def spice_score() -> float:
+        from pycocoevalcap.spice.spice import Spice
+
+        with _quiet():
+            return float(Spice().compute_score(gts, res)[0])
+
     with _quiet():
         bleu, _ = Bleu(4).compute_score(gts, res)
-    for n, value in enumerate(bleu, 1):
-        result[f"Bleu_{n}"] = float(value)
-    if meteor:
-        try:
-            result["METEOR"] = _meteor_score(gts, res)
-        except Exception as exc:
-            result["METEOR"] = None
-            notes["METEOR"] = f"METEOR failed: {type(exc).__name__}: {exc}"
-    else:
-        result["METEOR"] = None
-        notes["METEOR"] = "METEOR not requested"
+    result: dict = {f"Bleu_{n}": float(value) for n, value in enumerate(bleu, 1)}
+    result["METEOR"] = optional("METEOR", (meteor, "METEOR not requested"), lambda: _meteor_score(gts, res))
     result["ROUGE_L"] = float(Rouge().compute_score(gts, res)[0])
     result["CIDEr"] = float(Cider().compute_score(gts, res)[0])
     if spice:
-        ready, why = _spice_jar_ready()
-        if not ready:
-            result["SPICE"] = None
-            notes["SPICE"] = why
-        else:
-            try:
-                from pycocoevalcap.spice.spice import Spice
-
-                with _quiet():
-                    result["SPICE"] = float(Spice().compute_score(gts, res)[0])
-            except Exception as exc:
-                result["SPICE"] = None
-                notes["SPICE"] = f"SPICE failed: {type(exc).__name__}: {exc}"
+        result["SPICE"] = optional("SPICE", _spice_jar_ready(), spice_score)
     result["num_images"] = len(pred_ids)
     result["notes"] = notes
     return result

@@ -1,18 +1,17 @@
 """Attention localisation on scenes with known item boxes (FashionScenes).
 
-For each generated word that names an item, take the attention map `alpha` the decoder used to
-emit that word, find its peak (argmax over the h x w grid of annotation vectors), map the peak
-cell to the pixel coordinates of its centre, and ask whether that point lies inside the box of
-the item the word names. The score is the fraction of such item words that land inside.
+For each generated word that names an item: does the peak cell (argmax over the h x w grid) of the
+attention map `alpha` the decoder used to emit it have its centre inside the box of that item? The
+score is the fraction of such item words that do.
 
 How words map to boxes:
-- an item word is a word in `item_words` (by default: every word that names a box anywhere in
-  the evaluated set, e.g. the head words "shirt", "bag", "boot");
-- a word counts as a hit when the peak lies inside ANY box of the image labelled with that word.
-  With repeated items ("a red shirt left of a blue shirt") the words cannot be matched to
-  boxes without parsing colours and relations, and looking at either shirt is looking at a shirt;
-- an item word whose item is not in the image (a hallucinated "bag") has no box to look at:
-  it is left out of the fraction and counted in `absent` by `localization_stats`.
+- an item word is a word in `item_words` (by default every word that names a box anywhere in the
+  evaluated set, e.g. the head words "shirt", "bag", "boot");
+- it is a hit when the peak lies inside ANY box of the image labelled with that word: repeated
+  items ("a red shirt left of a blue shirt") cannot be told apart without parsing colours and
+  relations, and looking at either shirt is looking at a shirt;
+- an item word whose item is not in the image (a hallucinated "bag") has no box to look at: it is
+  left out of the fraction and counted in `absent` by `localization_stats`.
 
 Two more numbers per split, over the same scored item words: `attention_mass_in_box`, the mean
 attention mass inside the named item's box(es) (soft credit, not just the peak), and `box_area`,

@@ -5,26 +5,23 @@ run option, never a model hyperparameter (a machine setting does not travel insi
     zoo train fit --config RECIPE --accel compile       # auto | eager | compile | reduce-overhead
     zoo eval --model NAME --accel compile
 
-(train.py and eval.py add `zoo.callbacks.Accelerate(mode)` to the trainer; a Trainer without it
-runs auto, and `model.accel.force(mode)` sets a mode outside any trainer.)
+(train.py and eval.py add `zoo.callbacks.Accelerate(mode)` to the trainer; without it a Trainer
+runs auto; `model.accel.force(mode)` sets a mode outside any trainer.)
 
 - eager: plain PyTorch, what the released recipes were trained with (bit for bit).
-- compile: `torch.compile(fullgraph=True)` of the family's pure step function (forward and loss;
-  AOTAutograd compiles the backward with it) for training, and of its evaluation function. A
-  family whose whole step is too long to compile (DRAW, 64 unrolled steps) names the methods to
-  compile instead (its card's `compile.pieces`).
-- reduce-overhead: `compile` with torch.compile's mode "reduce-overhead" (inductor replays the
-  compiled step as CUDA graphs: one launch instead of hundreds for these small models). Opt-in,
-  CUDA only; it is the fastest mode for most families on an H200 (docs/acceleration.md).
-- auto (default): on CUDA, compile. On CPU, compiled training when the run has at least the
-  card's `compile.cpu_min_steps` optimizer steps (compiling costs a minute or two on CPU, so
-  short runs stay eager), and eager evaluation.
+- compile: `torch.compile(fullgraph=True)` of the family's pure training step (forward and loss;
+  AOTAutograd compiles the backward with it) and of its evaluation function. A step too long to
+  compile whole (DRAW, 64 unrolled steps) compiles the methods its card names (`compile.pieces`).
+- reduce-overhead: `compile` with torch.compile's mode "reduce-overhead" (the step replayed as
+  CUDA graphs: one launch instead of hundreds for these small models). Opt-in, CUDA only; the
+  fastest mode for most families on an H200 (docs/acceleration.md).
+- auto (default): compile on CUDA. On CPU, eager evaluation, and compiled training when the run has
+  at least the card's `compile.cpu_min_steps` optimizer steps (compiling costs a minute or two).
 The optimizer's kernel follows the device, not the mode (zoo.models.optim.build_optimizer).
 
 A mode that cannot work here falls back with ONE logged warning, never an error: "compile"
-without a working compiler (no C++ compiler for CPU code, no Triton for CUDA code, a Python that
-torch.compile does not support) runs eager; "reduce-overhead" off CUDA runs "compile". An unknown
-mode is a UserError.
+without a working compiler (no C++ compiler or Triton, an unsupported Python) runs eager;
+"reduce-overhead" off CUDA runs "compile". An unknown mode is a UserError.
 
 The family contract (zoo.models.base states it; every step input is named):
     train_inputs(batch) -> {name: value}   the batch and every random draw of the step
@@ -33,10 +30,9 @@ The family contract (zoo.models.base states it; every step input is named):
                                            tensor value, no draws (they come in as inputs)
     eval_inputs(batch, stage) -> {name: value}
     eval_metrics(stage, **inputs) -> {name: tensor}
-Random draws are inputs so that every mode consumes the same random stream: eager and compiled
-steps agree given the seed. Inputs that are not tensors are host-side hints for eager steps (the
-captioner's caption lengths as plain ints): a compiled step receives None for them, so that its
-graph stays static.
+Draws are inputs so that every mode consumes the same random stream: eager and compiled steps
+agree given the seed. Inputs that are not tensors are host-side hints for eager steps (the
+captioner's caption lengths as ints); a compiled step gets None for them: its graph stays static.
 
 `ZOO_COMPILE_BACKEND` (environment; default "inductor") picks the torch.compile backend, for
 debugging and tests: "aot_eager" traces and checks without generating code.
@@ -96,18 +92,6 @@ def compile_unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _compile_errors() -> tuple[type, ...]:
-    """Exceptions that mean torch.compile could not build a function (not that running it failed)."""
-    errors: list[type] = [torch._dynamo.exc.TorchDynamoException]
-    try:
-        from torch._inductor import exc as inductor_exc
-
-        errors += [inductor_exc.CppCompileError, inductor_exc.InvalidCxxCompiler]
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
 def _signature(inputs: dict) -> tuple:
     return tuple((key, tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else (key, v is None)
                  for key, v in sorted(inputs.items()))
@@ -134,10 +118,7 @@ class StepAccelerator:
         self.forced: str | None = None  # `force`: this mode for every step, trainer or not
         self._shapes: dict[str, list] = {}  # the input signatures each step was compiled for
 
-    def __deepcopy__(self, memo) -> "StepAccelerator":
-        return StepAccelerator()
-
-    def __reduce__(self):
+    def __reduce__(self):  # copy, deepcopy and pickle alike
         return (StepAccelerator, ())
 
     # ------------------------------------------------------------------ resolving the mode
@@ -190,16 +171,16 @@ class StepAccelerator:
     def _auto(self, module, trainer, device: torch.device, kind: str) -> tuple[str, str]:
         if device.type == "cuda":
             return ("eager" if compile_unavailable(device) else "compile"), "auto on cuda"
-        if kind == "train" and module.card.compile.cpu_min_steps is not None and not compile_unavailable(device):
+        least = module.card.compile.cpu_min_steps
+        if kind == "train" and least is not None and not compile_unavailable(device):
             try:
                 steps = trainer.estimated_stepping_batches
             except Exception:  # no training data to count
                 steps = 0
-            if steps >= module.card.compile.cpu_min_steps:
-                return "compile", (f"auto on {device.type}: {steps} steps, compiling pays off from "
-                                   f"{module.card.compile.cpu_min_steps}")
+            if steps >= least:
+                return "compile", f"auto on {device.type}: {steps} steps, compiling pays off from {least}"
             return "eager", (f"auto on {device.type}: {steps} steps are too few for compiling to pay off "
-                             f"(from {module.card.compile.cpu_min_steps})")
+                             f"(from {least})")
         return "eager", f"auto on {device.type}"
 
     def _warn(self, trainer, message: str) -> None:
@@ -224,8 +205,13 @@ class StepAccelerator:
         `card.compile.max_shapes` (`inputs`: the step's, for that count), and the family's
         `card.compile.pieces` compiled in a compiled mode (instance attributes shadow the methods)."""
         mode = self.mode(module, kind)
-        if mode in COMPILED and inputs is not None and not self._admit(name, inputs, module.card.compile.max_shapes):
-            mode = "eager"
+        if mode in COMPILED and inputs is not None:
+            # the first `max_shapes` input shapes get a static graph each; another (an epoch's smaller
+            # last batch) runs eagerly rather than compiling again (a minute on CPU)
+            signature, seen = _signature(inputs), self._shapes.setdefault(name, [])
+            if signature not in seen and len(seen) < module.card.compile.max_shapes:
+                seen.append(signature)
+            mode = mode if signature in seen else "eager"
         pieces = module.card.compile.pieces if mode in COMPILED else ()
         for piece in pieces:
             module.__dict__[piece] = self.compiled(piece, getattr(type(module), piece).__get__(module), mode)
@@ -247,19 +233,6 @@ class StepAccelerator:
         # caller (Lightning's logging, a test comparing steps) gets its own copies (a few scalars)
         return _owned(out) if mode == "reduce-overhead" else out
 
-    def _admit(self, name: str, inputs: dict, limit: int) -> bool:
-        """Whether a compiled mode runs step `name` compiled for these input shapes: the first
-        `limit` shapes it sees get a static graph each (the run's batch; a family with a few
-        fixed shapes, such as caption length buckets, raises `card.compile.max_shapes`); any other shape
-        (an epoch's smaller last batch) runs eagerly rather than compiling again (a minute on CPU)."""
-        signature, seen = _signature(inputs), self._shapes.setdefault(name, [])
-        if signature in seen:
-            return True
-        if len(seen) < limit:
-            seen.append(signature)
-            return True
-        return False
-
     # ------------------------------------------------------------------ steps
     def training_step(self, module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Lightning's training step: the loss (Lightning back-propagates and steps) and metrics."""
@@ -276,15 +249,20 @@ class StepAccelerator:
         optimizer.zero_grad(set_to_none=True)
         loss, metrics = self.training_step(module, batch)
         loss.backward()
-        _clip([p for g in optimizer.param_groups for p in g["params"]], clip_val, clip_algorithm)
+        if clip_val and clip_val > 0:  # Lightning's gradient_clip_val / gradient_clip_algorithm
+            params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+            if str(getattr(clip_algorithm, "value", clip_algorithm) or "norm") == "value":
+                torch.nn.utils.clip_grad_value_(params, float(clip_val))
+            else:  # the total norm and the clip factor stay on the device: no host sync
+                torch.nn.utils.clip_grad_norm_(params, float(clip_val))
         optimizer.step()
         return loss.detach(), {k: v.detach() for k, v in metrics.items()}
 
 
 class _Compiled:
     """torch.compile(fn) that runs fn as is when compiling fails: a user's mistake inside the step
-    (a wrong image size) then raises its own one-line error, and a function or machine the
-    compiler cannot handle (a missing toolchain) trains eagerly after one logged warning."""
+    (a wrong image size) raises its own one-line error; what the compiler cannot handle (a missing
+    toolchain) trains eagerly after one logged warning."""
 
     def __init__(self, runner: StepAccelerator, name: str, fn: Callable, mode: str) -> None:
         self.runner, self.name, self.fn, self.failed = runner, name, fn, False
@@ -292,18 +270,20 @@ class _Compiled:
                                       mode="reduce-overhead" if mode == "reduce-overhead" else None)
 
     def __call__(self, *args, **kwargs):
+        from torch._inductor import exc as inductor_exc
+
         if self.failed:
             return self.fn(*args, **kwargs)
         try:
             return self.compiled(*args, **kwargs)
-        except _compile_errors() as exc:
+        # the compiler could not build the function (not: running it failed)
+        except (torch._dynamo.exc.TorchDynamoException, inductor_exc.CppCompileError,
+                inductor_exc.InvalidCxxCompiler) as exc:
             out = self.fn(*args, **kwargs)  # raises the step's own error, if it has one
             self.failed = True
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            message = f"torch.compile could not compile the {self.name} step ({reason}); it runs eager"
-            if message not in self.runner._warned:
-                self.runner._warned.add(message)
-                log.warning(message)
+            self.runner._warn(None, f"torch.compile could not compile the {self.name} step ({reason}); "
+                                    "it runs eager")
             return out
 
 
@@ -316,14 +296,3 @@ def _owned(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_owned(v) for v in value)
     return value
-
-
-def _clip(params: list[torch.Tensor], clip_val: float | None, algorithm: str = "norm") -> None:
-    """Lightning's gradient clipping (trainer.gradient_clip_val / _algorithm), on the device."""
-    if not clip_val or clip_val <= 0:
-        return
-    params = [p for p in params if p.grad is not None]
-    if str(getattr(algorithm, "value", algorithm) or "norm") == "value":
-        torch.nn.utils.clip_grad_value_(params, float(clip_val))
-    else:  # the total norm and the clip factor stay on the device: no host sync
-        torch.nn.utils.clip_grad_norm_(params, float(clip_val))

@@ -17,6 +17,7 @@ with Lightning's own backward and optimizer step) and log what they return.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -48,6 +49,8 @@ class ZooModule(L.LightningModule):
     predict_top_k: int = TOP_K
     #: the card's name (the CLI uses it to refuse a checkpoint of the wrong family clearly)
     family: str = "zoo"
+    #: the attribute holding the trunk that a `backbone:` block (`self.backbone_spec`) built
+    backbone_attribute: str = "backbone"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -71,13 +74,17 @@ class ZooModule(L.LightningModule):
         """Everything needed to rebuild this model (and its data) without the training script."""
         config: dict = {"family": self.family, "class_path": class_path(self),
                         "init_args": _init_args(self.hparams)}
-        trainer = self._trainer
-        datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
+        datamodule = getattr(self._trainer, "datamodule", None)
         if datamodule is not None:
             config["data"] = {"class_path": class_path(datamodule),
                               "init_args": _init_args(getattr(datamodule, "hparams", {}))}
         elif getattr(self, "_zoo_data_config", None):
             config["data"] = self._zoo_data_config
+        spec = getattr(self, "backbone_spec", None)
+        if spec is not None:
+            # The trunk's weights are in the checkpoint: rebuilding it must neither fetch them again
+            # nor need the user's pretrained file or released backbone, and must normalise as trained.
+            config["init_args"]["backbone"] = spec.self_contained(getattr(self, self.backbone_attribute))
         return config
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -124,20 +131,18 @@ class ZooModule(L.LightningModule):
         return self.take_class_names(getattr(data_class, "class_names", None), config["class_path"])
 
     def setup(self, stage: str) -> None:
-        """Lightning's hook before any verb runs: the model takes what its data module decides (the
-        names of its classes), whoever runs it: train.py, or a plain `Trainer.fit(model, datamodule)`.
-        Fitting names the head after the data it learns; the other verbs name an unnamed head."""
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        """Before any verb, whoever runs it (train.py, a plain `Trainer.fit`): fitting names the head
+        after the classes of the data it learns; the other verbs name an unnamed head."""
+        datamodule = getattr(self._trainer, "datamodule", None)
         if datamodule is not None:
             self.take_class_names(getattr(datamodule, "class_names", None), type(datamodule).__name__,
                                   replace=stage == "fit", strict=True)
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
-        """Lightning's loader, with hyperparameters the checkpoint saved under an old name (zoo.hparams)
-        given under the current one: Lightning drops a name the class no longer takes, and would
-        build the class default in its place. A local file is read for them once more, with
-        weights_only=True; a URL, a file object or an `hparams_file` loads as Lightning loads it."""
+        """Lightning's loader, with hyperparameters saved under an old name (zoo.hparams) given under
+        the current one (Lightning would drop the name and build the class default): a local file is
+        read for them once more, weights_only=True; anything else loads as Lightning loads it."""
         if hparams_file is None and isinstance(checkpoint_path, (str, os.PathLike)) and os.path.isfile(checkpoint_path):
             saved = read_checkpoint(checkpoint_path).get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {}
             current = current_init_args(class_path(cls), saved)
@@ -148,13 +153,11 @@ class ZooModule(L.LightningModule):
     # ------------------------------------------------------------------ visualisation
     @torch.no_grad()
     def attention_figures(self, batch: Any) -> dict[str, Any]:
-        """Return {caption: image (PIL.Image or HxWx3 uint8 array)} showing where the model looks
-        on a few validation examples; `zoo.callbacks.AttentionImageLogger` logs these at validation.
-        The default draws the attention record of the first `num_figures` images, one strip per
-        image (the input, then every step's map and boxes: the panels `zoo attend` writes), so every
-        family that records its attention shows it the same way; a family without attention shows
-        nothing. A family whose figures show more than where it looked (the DRAW generator's canvases
-        and samples) overrides this."""
+        """{caption: image (PIL.Image or HxWx3 uint8 array)}: where the model looks on a few
+        validation examples, for `zoo.callbacks.AttentionImageLogger`. The default draws the
+        attention record of the first `num_figures` images, a strip per image (the panels `zoo
+        attend` writes): every attending family shows it the same way. A family whose figures show
+        more (the DRAW generator's canvases and samples) overrides this."""
         if not self.card.attention:
             return {}
         from zoo.viz.record import class_name, prediction_text, strip
@@ -185,20 +188,13 @@ class ZooModule(L.LightningModule):
 
     def evidence(self, record, images: torch.Tensor, steps: torch.Tensor):
         """What faithfulness follows for rows (image `images[s]` of `record`, step `steps[s]`): a
-        function from (edited) images [S, C, H, W] to scores [S], the model's probability of what it
-        predicted on the clean image. The default serves classifiers whose forward gives logits;
-        None where there is nothing to follow."""
+        function from (edited) images [S, C, H, W] to scores [S], the probability of the clean
+        prediction (the default: a classifier's logits), or None where there is nothing to follow."""
         label = record.prediction.get("label")
         if label is None:
             return None
         label = label[images].to(self.device)
         return lambda x: self(x.to(self.device)).float().softmax(-1).gather(1, label[:, None])[:, 0]
-
-    # ------------------------------------------------------------------ helpers
-    def speed_setup(self) -> None:
-        """Optional speed switches shared by families (config key `channels_last`)."""
-        if self.hparams.get("channels_last", False):
-            self.to(memory_format=torch.channels_last)
 
     # ------------------------------------------------------------------ acceleration
     @property
@@ -281,9 +277,8 @@ class ZooModule(L.LightningModule):
         return torch.rand(n, self.input_chans, *self.input_size, generator=g), g
 
     def example_batch(self, n: int = 2, seed: int = 0) -> Any:
-        """A hook of every family: a tiny batch of the form its data modules yield, at the model's
-        input size, what registry-wide tests, benchmarks and export feed a model they know nothing
-        else about (`labelled_batch` for image classifiers)."""
+        """A hook of every family: a tiny batch of its data modules' form at the model's input size,
+        for registry-wide tests, benchmarks and export (`labelled_batch` for image classifiers)."""
         raise NotImplementedError
 
     def labelled_batch(self, n: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -299,9 +294,9 @@ class ZooModule(L.LightningModule):
 
 class ClassifierModule(ZooModule):
     """Glue shared by plain image classifiers (the baselines, DRAW's attention classifier):
-    cross-entropy, accuracy, the test error in percent, and Adam with an optional cosine schedule.
+    cross-entropy, accuracy, the test error in percent, Adam with an optional cosine schedule.
     Subclasses define `forward(images) -> logits [B, classes]` and keep `lr`, `weight_decay` and
-    `lr_schedule` ("none" or "cosine", checked by `optim.check_schedule`) in their hparams."""
+    `lr_schedule` (`optim.check_schedule`) in their hparams."""
 
     example_batch = ZooModule.labelled_batch
 
@@ -347,6 +342,17 @@ def _check_label_set(cls: type, args: tuple, kwargs: dict) -> None:
     if isinstance(outputs, int) and len(names) != outputs:
         raise UserError(f"{cls.__name__}: {len(names)} class_names for a head of num_classes {outputs}; "
                         "give one name per class (and num_classes for a new label set)")
+
+
+@contextlib.contextmanager
+def evaluating(module: torch.nn.Module):
+    """The module in eval mode for the block, then back in the mode it was in."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
 
 
 def _named(batch) -> dict:

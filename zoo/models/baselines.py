@@ -81,7 +81,5 @@ class Classifier(ClassifierModule):
             raise UserError(f"unknown baseline arch '{arch}' (mlp, paper_cnn or cnn)")
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        expected = (self.hparams.in_chans, self.hparams.image_size, self.hparams.image_size)
-        if tuple(images.shape[1:]) != expected:
-            raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected}")
+        self.check_images(images)
         return self.net(images)

@@ -1,48 +1,37 @@
-"""The Show, Attend and Tell captioner (Xu et al. 2015) as a zoo LightningModule: how the network
-of zoo.models.captioner_network (`ShowAttendTellNetwork`, mixed in) is trained, evaluated and
-shown. The network's equations are there; here are its hyperparameters and vocabulary, the
-training objective, the step hooks of zoo.models.accel, evaluation, captioning and figures.
+"""The Show, Attend and Tell captioner (Xu et al. 2015) as a zoo LightningModule: the network of
+zoo.models.captioner_network (mixed in, with the equations) plus its hyperparameters, vocabulary,
+training objective, step hooks (zoo.models.accel), evaluation, captioning and figures.
 
-Training loss per caption: sum_t -log p(y_t) over real words (pads masked) + the doubly stochastic
-regularisation lambda * sum_i (1 - sum_t alpha_ti)^2 (eq. 14), both averaged over the batch. The
-losses are functions in zoo.models.caption_losses; `loss_terms` here wires them to the model (it
-stays beside the step hooks that call it, and the network stays free of training choices).
+Training loss per caption (functions in zoo.models.caption_losses, wired up by `loss_terms`):
+sum_t -log p(y_t) over real words + the doubly stochastic regulariser lambda * sum_i (1 - sum_t
+alpha_ti)^2 (eq. 14), both averaged over the batch.
 - Hard attention adds the REINFORCE surrogate of zoo.attention.hard. The authors' rule
   (`reinforce_cost: caption`, `baseline: moving_average`) charges every step's sample with the
   caption's per-word NLL against a moving average; `reinforce_cost: word` charges step t's sample
-  with the NLL of the words it can affect (word t, and later ones discounted by
-  `reinforce_discount`), and `baseline: learned` subtracts a prediction of that cost from the state
-  before the sample (h_{t-1} and the target word), trained by regression (Mnih et al. 2014 do the
-  same for RAM). With probability `semi_sampling_p` a minibatch uses the expected context instead
-  (sec. 4.1): a device-side coin, blended with torch.where, not a Python branch.
-- Other estimators of the same hard attention (`hard_estimator`, issue 33; default `reinforce`, the
-  above; zoo.attention.hard has each one's equations):
-  - `vimco` (Mnih & Rezende 2016): `hard_samples` K paths per caption; the loss is minus the
-    K-sample bound log (1/K) sum_k p(caption | z_k), and each path's log q(z_k) = sum_t log
-    alpha_t(s_kt) is scored with the leave-one-out signal. (`baseline: leave_one_out` with
-    `reinforce` is the plainer multi-sample baseline: K paths, each word's cost baselined by the
-    mean cost of the caption's other paths.)
+  with the NLL of word t and, discounted by `reinforce_discount`, of the later words it can affect;
+  `baseline: learned` regresses that cost on the state before the sample (h_{t-1}, the target
+  word), as Mnih et al. 2014 do for RAM. With probability `semi_sampling_p` a minibatch uses the
+  expected context instead (sec. 4.1): a device-side coin blended with torch.where, not a branch.
+- Other estimators (`hard_estimator`, issue 33; their equations are in zoo.attention.hard):
+  - `vimco` (Mnih & Rezende 2016): K = `hard_samples` paths per caption; the loss is minus the bound
+    log (1/K) sum_k p(caption | z_k), each path's log q(z_k) = sum_t log alpha_t(s_kt) scored with
+    the leave-one-out signal. (`reinforce` with `baseline: leave_one_out` is the plainer version:
+    each word's cost baselined by the mean cost of the caption's other paths.)
   - `marginal` (Deng et al. 2018): no samples; log p(y_t) = logsumexp_i [log alpha_ti + log p(y_t |
-    a_i)], exact. The cell reaches only the deep output, the LSTM gets the expected context (what
-    makes the sum tractable, as harvardnlp/var-attn does: zoo.models.captioner_network); decode and
+    a_i)], exact, with the LSTM fed the expected context (zoo.models.captioner_network); decode and
     score it with `hard_test_mode: marginal`, the same likelihood.
-  - `straight_through` (Jang et al. 2017): the sample's one-hot in the forward pass, the
-    Gumbel-softmax gradient at `gumbel_temperature` in the backward.
-  The coin (`semi_sampling_p`) and the entropy bonus (`entropy_coef`) apply to every sampling
-  estimator; the entropy bonus also to the marginal.
-- Supervised attention (Liu et al. 2017, "Attention Correctness in Neural Image Captioning"), off
-  by default: `supervised_attention` (weight lambda_s) adds lambda_s * sum_t loss(alpha_t, box) on
-  the words that name an item (its colour and item words; the data module says which item each
-  word names and where it is): `supervised_attention_target: box` is their strong supervision,
-  the cross-entropy between alpha_t and the box mask normalised to sum 1; `mass` is
-  -log(sum of alpha_t inside the box).
+  - `straight_through` (Jang et al. 2017): the sample's one-hot forward, the Gumbel-softmax
+    gradient at `gumbel_temperature` backward.
+  The coin applies to every sampling estimator; the entropy bonus (`entropy_coef`) also to the marginal.
+- Supervised attention (Liu et al. 2017), off by default: `supervised_attention` (lambda_s) adds
+  lambda_s * sum_t loss(alpha_t, box) over the words that name an item (the data module says which
+  item and where): `supervised_attention_target: box`, their strong supervision, is the
+  cross-entropy to the box mask normalised to sum 1; `mass` is -log(alpha_t's mass in the box).
 
-Speed: `loss_terms` is the whole loss as tensors (no logging, no host sync), so a compiled step
-can wrap it. `active_rows`: when a batch comes sorted longest caption first with its lengths as
-plain ints (`host_lengths`, as FashionScenes' training batches do), the teacher-forced pass runs
-only the rows still decoding at each step; off, or without `host_lengths`, every step runs every
-row (static shapes: a compiled step gets no host lengths, zoo.models.accel, and meets few caption
-lengths with the data module's `pad_to_multiple`).
+Speed: `loss_terms` is tensors only (no logging, no host sync), so a compiled step can wrap it.
+`active_rows`: a batch sorted longest caption first with plain-int `host_lengths` (FashionScenes'
+training batches) runs only the rows still decoding at each step; otherwise every row runs (static
+shapes: a compiled step gets no host lengths, and `pad_to_multiple` keeps caption lengths few).
 
 Validation and test decode every image ONCE, free-running, with batched beam search, and score the
 whole split in one call (coco-caption metrics) plus attention localisation where boxes are known.
@@ -57,13 +46,12 @@ from torch import nn
 from zoo.attention.hard import (MovingAverageBaseline, leave_one_out_baseline, negative_entropy,
                                 reinforce_surrogate, vimco_signal)
 from zoo.backbones.spec import BackboneSpec
-from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID
+from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, Vocab, pad_captions
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
 from zoo.limits import check_dimensions, check_memory
-from zoo.models import caption_losses
-from zoo.models import optim
-from zoo.models.base import ZooModule
+from zoo.models import caption_losses, optim
+from zoo.models.base import ZooModule, evaluating
 from zoo.models.card import CompileHints, FamilyCard
 from zoo.models.captioner_network import COORDS, ShowAttendTellNetwork
 
@@ -72,9 +60,8 @@ CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax
            "hard_estimator": ("reinforce", "vimco", "marginal", "straight_through"),
            "attention_query": ("previous", "current"),
            "deep_output_activation": ("tanh", "none"), "reinforce_cost": ("caption", "word"),
-           "baseline": ("moving_average", "learned", "leave_one_out"), "supervised_attention_target": ("box", "mass")}
-
-
+           "baseline": ("moving_average", "learned", "leave_one_out"), "optimizer": ("adam", "rmsprop"),
+           "supervised_attention_target": ("box", "mass"), "lr_schedule": optim.RECIPE_SCHEDULES}
 TINY = dict(vocab=[*SPECIALS, "a", "red", "blue", "shirt", "bag"], embed_dim=16, hidden_dim=24, attention_dim=12,
             dropout=0.0, image_size=[32, 32], decode_max_len=6, beam_size=1,
             backbone={"kind": "stem", "in_chans": 3, "channels": [8, 16], "strides": [4, 2]})
@@ -102,6 +89,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                                             "supervised_attention": 1.0}},
         skip={"inductor": "auto never compiles it on CPU, where inductor takes minutes on its whole step: AOT "
                           "tracing checks it there, inductor on CUDA"})
+    backbone_attribute = "encoder"
 
     def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
                  backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
@@ -131,28 +119,8 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"captioner: init_layers must be >= 0, got {init_layers}")
         if supervised_attention < 0:
             raise UserError(f"captioner: supervised_attention (its weight) must be >= 0, got {supervised_attention}")
-        self._check_estimator()
-
-        from zoo.backbones import check_input
-
-        encoder = spec.build()
-        check_input(encoder, self.input_chans, self.hparams.image_size, "the captioner")
-        self.backbone_spec = spec
-        self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
-        self._build_network(encoder)
-        # hard attention's REINFORCE baselines (the authors' moving average, or a learned one: the
-        # expected cost of step t from what is known before its sample, h_{t-1} and E y_t)
-        self.baseline = MovingAverageBaseline(baseline_decay) if attention == "hard" else None
-        self.baseline_net = (nn.Linear(hidden_dim + embed_dim, 1) if attention == "hard" and baseline == "learned"
-                             else None)
-        if vocab is not None:
-            self._build_vocab_layers(vocab)
-        self._eval_store: dict[str, list] = {}
-
-    def _check_estimator(self) -> None:
-        """One line, before anything is built or trained, for an estimator setting that cannot run
-        or cannot mean what it says (a million paths per caption, a temperature <= 0, VIMCO with
-        one path)."""
+        # the estimator: one line, before anything is built, for a setting that cannot run or cannot
+        # mean what it says (a million paths per caption, a temperature <= 0, VIMCO with one path)
         hp = self.hparams
         if int(hp.hard_samples) != hp.hard_samples or hp.hard_samples < 1:
             raise UserError(f"captioner: hard_samples (sample paths per caption) must be a whole number >= 1, "
@@ -175,23 +143,30 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError("captioner: the exact marginal sums the cell out at the deep output; it needs "
                             "deep_output: true")
 
-    # ------------------------------------------------------------------ checkpoints
-    def zoo_config(self) -> dict:
-        # The encoder's weights are in the checkpoint: rebuilding it must neither download them
-        # nor need the user's pretrained file or released backbone, and must normalise as trained.
-        config = super().zoo_config()
-        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.encoder)
-        return config
+        from zoo.backbones import check_input
+
+        encoder = spec.build()
+        check_input(encoder, self.input_chans, self.hparams.image_size, "the captioner")
+        self.backbone_spec = spec
+        self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
+        self._build_network(encoder)
+        # hard attention's REINFORCE baselines (the authors' moving average, or a learned one: the
+        # expected cost of step t from what is known before its sample, h_{t-1} and E y_t)
+        self.baseline = MovingAverageBaseline(baseline_decay) if attention == "hard" else None
+        self.baseline_net = (nn.Linear(hidden_dim + embed_dim, 1) if attention == "hard" and baseline == "learned"
+                             else None)
+        if vocab is not None:
+            self._build_vocab_layers(vocab)
+        self._eval_store: dict[str, list] = {}
 
     # ------------------------------------------------------------------ vocabulary
     def _build_vocab_layers(self, vocab: list[str]) -> None:
         if not isinstance(vocab, (list, tuple)) or not all(isinstance(w, str) for w in vocab):
             raise UserError("captioner: the vocabulary must be a list of words (strings)")
-        if len(set(vocab)) != len(vocab):
-            raise UserError("captioner: the vocabulary names a word twice")
-        vocab = list(vocab)
-        if vocab[:len(SPECIALS)] != list(SPECIALS):
-            raise UserError(f"captioner: vocabulary must start with {list(SPECIALS)}, got {vocab[:len(SPECIALS)]}")
+        try:  # the specials first, no word twice
+            vocab = Vocab(vocab).itos
+        except UserError as exc:
+            raise UserError(f"captioner: {exc}") from None
         if len(vocab) <= len(SPECIALS):
             raise UserError("captioner: empty vocabulary (no words besides the special tokens)")
         self.hparams.vocab = vocab
@@ -213,7 +188,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
     def setup(self, stage: str) -> None:
         super().setup(stage)
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        data_vocab = getattr(datamodule, "vocab", None) if datamodule is not None else None
+        data_vocab = getattr(datamodule, "vocab", None)
         if self.embed is None:
             if data_vocab is None:
                 raise UserError("captioner: no vocabulary; give model.vocab or a datamodule with .vocab")
@@ -274,11 +249,10 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                 out["log_alpha"], batch, grid, tuple(batch["images"].shape[-2:]), step_mask)
             loss = loss + hp.supervised_attention * terms["supervised_attention"]
         if sampled and hp.hard_estimator == "reinforce":
-            reinforce, extra = self._reinforce(out, nll, caption_nll / n_words, step_mask, targets, use_expected,
-                                               paths)
+            terms["reinforce"], extra = self._reinforce(out, nll, caption_nll / n_words, step_mask, targets,
+                                                        use_expected, paths)
             terms.update(extra)
-            terms["reinforce"] = reinforce
-            loss = loss + reinforce + extra.get("baseline_loss", 0.0)
+            loss = loss + terms["reinforce"] + extra.get("baseline_loss", 0.0)
         elif sampled and hp.hard_estimator == "vimco":
             terms["reinforce"] = self._vimco(out, signal, step_mask, use_expected)
             loss = loss + terms["reinforce"]
@@ -349,7 +323,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         batch["word_items"] [B, T], batch["item_boxes"] [B, K, 4] in pixels of `image_size`."""
         from zoo.metrics.localization import cell_masks
 
-        if "word_items" not in batch or "item_boxes" not in batch:
+        if batch.get("word_items") is None or batch.get("item_boxes") is None:
             raise UserError("captioner: supervised_attention needs batches with word_items and item_boxes")
         masks = cell_masks(batch["item_boxes"].to(log_alpha.dtype), grid, image_size)  # [B, K, L]
         return caption_losses.supervised_attention(log_alpha, masks, batch["word_items"], step_mask,
@@ -361,12 +335,10 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         expected-context coin), drawn here so that every acceleration mode sees the same stream;
         and the plain-int lengths that let an eager step pack its active rows (a host-side hint:
         a compiled step gets None and runs every row)."""
-        images, captions = batch["images"], batch["captions"]
+        images = batch["images"]
         cells = self._cells(images) if self.hparams.attention == "hard" else 0
-        gumbel, use_expected = self._draws(captions, cells, images, "sample", coin=True)
-        return {"images": images, "captions": captions, "word_items": batch.get("word_items"),
-                "item_boxes": batch.get("item_boxes"), "gumbel": gumbel, "use_expected": use_expected,
-                "host_lengths": batch.get("host_lengths")}
+        gumbel, use_expected = self._draws(batch["captions"], cells, images, "sample", coin=True)
+        return {**self.eval_inputs(batch, "train"), "gumbel": gumbel, "use_expected": use_expected}
 
     def _cells(self, images: torch.Tensor) -> int:
         """L, the annotation vectors of an image of this size (one encoder pass, then cached)."""
@@ -378,9 +350,9 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             cells[key] = int(grid[0]) * int(grid[1])
         return cells[key]
 
-    def train_loss(self, images, captions, word_items, item_boxes, gumbel, use_expected, host_lengths):
-        """Pure: the training loss and its parts (no logging, no host sync, no draws)."""
-        batch = _teacher_forced(images, captions, word_items, item_boxes, host_lengths)
+    def train_loss(self, gumbel, use_expected, **batch):
+        """Pure: the training loss and its parts (no logging, no host sync, no draws). batch: images,
+        captions, word_items, item_boxes (None where words name no items), host_lengths."""
         terms = self.loss_terms(batch, "sample", draws=(gumbel, use_expected))
         metrics = {key: terms[key].detach() for key in ("loss", "nll_word", "doubly_stochastic",
                                                         "supervised_attention", "reinforce") if key in terms}
@@ -410,11 +382,10 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
     def eval_inputs(self, batch: dict, stage: str) -> dict:
         return {key: batch.get(key) for key in ("images", "captions", "word_items", "item_boxes", "host_lengths")}
 
-    def eval_metrics(self, stage, images, captions, word_items=None, item_boxes=None, host_lengths=None):
+    def eval_metrics(self, stage, **batch):
         """The teacher-forced NLL of one reference, for model selection by loss (the decoded
         captions are scored per split, `_score_split`)."""
-        terms = self.loss_terms(_teacher_forced(images, captions, word_items, item_boxes, host_lengths),
-                                self.scoring_mode())
+        terms = self.loss_terms(batch, self.scoring_mode())
         return {"loss": terms["nll"], "nll_word": terms["nll_word"]}
 
     def _eval_step(self, batch: dict, stage: str) -> None:
@@ -486,10 +457,9 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"caption() wants images in [0, 1], got values from {low:.3g} to {high:.3g} "
                             "(the model normalises them itself: do not normalise beforehand)")
 
-    def memory_probe(self, images: torch.Tensor):
-        """What zoo.limits runs on the meta device to measure a forward pass: the encoder and the
-        decoder's start (a whole caption's decoding is `decoding_memory`'s)."""
-        return self.decode_start(images)
+    # what zoo.limits runs on the meta device to measure a forward pass: the encoder and the
+    # decoder's start (a whole caption's decoding is `decoding_memory`'s)
+    memory_probe = ShowAttendTellNetwork.decode_start
 
     def decoding_memory(self, images: torch.Tensor, beam_size: int, max_len: int) -> dict[str, float]:
         """Bytes a `caption` of images [B, 3, H, W] would hold at once (zoo.limits.check_memory):
@@ -521,9 +491,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         max_len = int(max_len or self.hparams.decode_max_len)
         check_dimensions({"beam_size": beam_size, "max_len": max_len}, "caption()")
         check_memory(self.decoding_memory(images, beam_size, max_len), "caption()")
-        was_training = self.training
-        self.eval()
-        try:
+        with evaluating(self):
             step_fn, state, static, grid = self.decoder(images)
             if beam_size <= 1:
                 decoded = greedy_decode(step_fn, state, static, images.shape[0], START_ID, END_ID, max_len)
@@ -531,8 +499,6 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                 lp = self.hparams.length_penalty if length_penalty is None else length_penalty
                 decoded = beam_search(step_fn, state, static, images.shape[0], int(beam_size), START_ID, END_ID,
                                       max_len, length_penalty=lp)
-        finally:
-            self.train(was_training)
         h, w = grid
         results = []
         for r in decoded:
@@ -574,12 +540,8 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         """p(word_t | image, words_<t) for each decoded caption (for hard attention the expected
         context or the exact marginal, as decoding uses: `scoring_mode`), by one teacher-forced pass."""
         tokens = self.caption_tokens([r["words"] for r in results], images.device)
-        was_training = self.training
-        self.eval()
-        try:
+        with evaluating(self):
             logits = self(images, tokens, mode=self.scoring_mode())["logits"]  # [B, T-1, V]
-        finally:
-            self.train(was_training)
         probs = logits.float().softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
         return [probs[b, :len(r["words"])].tolist() for b, r in enumerate(results)]
 
@@ -596,20 +558,10 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
 
         return score
 
-    def scoring_mode(self) -> str:
-        """How a teacher-forced pass scores words outside training: the exact marginal over the cell
-        for a model that decodes with it (`hard_test_mode: marginal`), else the expected context."""
-        return "marginal" if self.hparams.hard_test_mode == "marginal" else "expected"
-
     def caption_tokens(self, captions: list[list[str]], device) -> torch.Tensor:
         """Word lists -> token ids [B, T] as <start> words <end> <pad>.. (unknown words as <unk>)."""
-        stoi = {word: i for i, word in enumerate(self.itos)}
-        T = max(len(c) for c in captions) + 2
-        tokens = torch.full((len(captions), T), PAD_ID, dtype=torch.long)
-        for b, words in enumerate(captions):
-            ids = [START_ID] + [stoi.get(word, UNK_ID) for word in words] + [END_ID]
-            tokens[b, :len(ids)] = torch.tensor(ids)
-        return tokens.to(device)
+        vocab = Vocab(self.itos)
+        return pad_captions([vocab.encode_caption(words) for words in captions])[0].to(device)
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
@@ -620,20 +572,8 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         groups = [{"params": other}]
         if encoder_params:
             groups.append({"params": encoder_params, "lr": hp.backbone_lr or hp.lr})
-        if hp.optimizer not in ("adam", "rmsprop"):
-            raise UserError(f"captioner: optimizer must be 'adam' or 'rmsprop', got '{hp.optimizer}'")
-        if hp.lr_schedule not in ("none", "cosine"):
-            raise UserError(f"captioner: lr_schedule must be 'none' or 'cosine', got '{hp.lr_schedule}'")
         return optim.configure(self, groups, hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
                                schedule=hp.lr_schedule)
-
-
-def _teacher_forced(images, captions, word_items, item_boxes, host_lengths) -> dict:
-    """A batch for `loss_terms` from step inputs (the items' boxes only where words name items)."""
-    batch = {"images": images, "captions": captions, "host_lengths": host_lengths}
-    if word_items is not None:
-        batch.update(word_items=word_items, item_boxes=item_boxes)
-    return batch
 
 
 def _repeat_rows(batch: dict, times: int) -> dict:

@@ -1,6 +1,6 @@
-"""The Show, Attend and Tell network (Xu et al. 2015) alone, to read beside the paper: the layers
-and what runs them, with soft (sec. 4.2) or hard (sec. 4.1) attention. How it is trained,
-evaluated and logged is zoo.models.captioner's `Captioner`, which mixes this class in.
+"""The Show, Attend and Tell network (Xu et al. 2015) alone, to read beside the paper: its layers
+and what runs them, with soft (sec. 4.2) or hard (sec. 4.1) attention. zoo.models.captioner's
+`Captioner` mixes it in and trains, evaluates and logs it.
 
 Per step t, with annotations a [B, L, D] from the encoder (any zoo.backbones backbone):
     e_t, alpha_t = f_att(a, h_{t-1}), softmax(e_t)        eq. (4)-(5)
@@ -13,43 +13,38 @@ with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh, sec. 3.1.2), or
 `init_layers: 0` (an ablation, not the paper: the image then reaches the decoder only through
 attention).
 
-Hard attention's estimators (`hard_estimator`, trained in zoo.models.captioner) change the step only
-in two places. Gumbel-softmax straight-through (`straight_through`) forms z^_t from the one-hot
-sample with the relaxation's gradient (zoo.attention.hard.straight_through_weights). The exact
-marginal (`marginal`, Deng et al. 2018) cannot sum over the cell where z_t feeds the LSTM: every
-cell would start its own recurrence, L^T paths. So, as harvardnlp/var-attn does, the LSTM gets the
-EXPECTED context sum_i alpha_ti a_i, and the cell z_t ~ Cat(alpha_t) reaches only the deep output:
+Hard attention's estimators (`hard_estimator`) change the step in two places. `straight_through`
+forms z^_t from the one-hot sample with the relaxation's gradient. The exact marginal (`marginal`,
+Deng et al. 2018) cannot sum over the cell where z_t feeds the LSTM (every cell would start its
+own recurrence, L^T paths), so, as harvardnlp/var-attn does, the LSTM gets the EXPECTED context
+and the cell z_t ~ Cat(alpha_t) reaches only the deep output (L outputs per word, `marginal_output`):
     p(y_t) = sum_i alpha_ti p(y_t | a_i),  p(y_t | a_i) ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z beta_t a_i))
-L = 64 outputs per word on an 8x8 grid (`marginal_output`). Where the word's attention is read:
-- `attention_query: previous` (Xu et al.'s order): alpha_t = f_att(a, h_{t-1}), and its expected
+Where the word's attention is read:
+- `attention_query: previous` (Xu et al.'s order): alpha_t = f_att(a, h_{t-1}); its expected
   context also enters h_t, so the output can read the attended item through h_t as well;
 - `attention_query: current` (Deng et al.'s var-attn order, Luong et al. 2015's input feeding):
-  the output's alpha_t = f_att(a, h_t), read AFTER the LSTM took in E y_{t-1} and the previous
-  step's expected context (which is sum_i f_att(a, h_{t-1})_i a_i: the recurrence is the same one);
-  z_t then reaches y_t and nothing else, and the attention knows the word just said ("red") when it
-  picks the cell of the next ("shirt").
-`feed_context: false` (an ablation, not the paper) feeds the LSTM no context at all: the image reaches
-word t only through h_0 and the cell attended at step t. With `attention_query: current` that makes
-z_t reach y_t alone for every estimator, so the sampling estimators draw their cells after the loop.
+  alpha_t = f_att(a, h_t), read AFTER the LSTM took in E y_{t-1} and the previous step's expected
+  context (the same recurrence); z_t reaches y_t alone, and the attention knows the word just said
+  ("red") when it picks the cell of the next ("shirt").
+`feed_context: false` (an ablation, not the paper) feeds the LSTM no context: the image reaches
+word t only through h_0 and the cell attended at step t. With `attention_query: current` z_t then
+reaches y_t alone for every estimator, so the sampling estimators draw their cells after the loop.
 
-The encoder: the paper attends over a pretrained, frozen CNN (VGG conv5_4): `backbone:
-{kind: stem, pretrained: backbone_fmnist_stem, trainable: false}` does the same with the zoo's
-shared Fashion-MNIST backbone (zoo.models.item_grid). `annotation_coords: true` appends each
-cell's (x, y) in [-1, 1] to its annotation vector, so the context z_t carries where the decoder
-looked (the captions say "left of", and a frozen convolutional encoder is translation-equivariant).
+The encoder: the paper attends over a pretrained, frozen CNN (VGG conv5_4); `backbone: {kind: stem,
+pretrained: backbone_fmnist_stem, trainable: false}` does the same with the zoo's Fashion-MNIST
+backbone (zoo.models.item_grid). `annotation_coords: true` appends each cell's (x, y) in [-1, 1]
+to its annotation vector, so z_t carries where the decoder looked (the captions say "left of",
+and a frozen convolutional encoder is translation-equivariant).
 
-Why a mixin and not a child module: the layers are attributes of the Captioner itself, so their
+A mixin, not a child module: the layers are attributes of the Captioner itself, so their
 state_dict names (`encoder....`, `embed.weight`, `L_o.weight`) are those of every released weight
-and checkpoint; a child module would prefix them all. The choices (attention, dimensions, deep
-output) are read from the host's `hparams`, the checkpoint's one record of them.
+and checkpoint (a child would prefix them all); the choices are read from the host's `hparams`.
 
-Speed: `teacher_forced` computes everything that does not feed back outside the time loop:
-embeddings and their LSTM input term for all steps at once, the keys' projection once per image,
-one fused matmul per step for every linear map of h_{t-1} (attention query, gate, LSTM recurrent
-term), and the deep output for all steps after the loop. `step` is the same model one step at a
-time (decoding, and the tests' reference). `active`: when a batch comes sorted longest caption
-first, each step runs only the rows still decoding; without it every step runs every row (static
-shapes, for a compiled step: zoo.models.accel).
+Speed: `teacher_forced` computes outside the time loop all that does not feed back (the words'
+embeddings and their LSTM input term, the keys' projection, the deep output), and per step one
+fused matmul for every linear map of h_{t-1}; `step` is the same model one step at a time
+(decoding, and the tests' reference). `active`: for a batch sorted longest caption first, each
+step runs only the rows still decoding; without it, every row (static shapes for a compiled step).
 """
 from __future__ import annotations
 
@@ -68,18 +63,8 @@ COORDS = 2  # (x, y): what `annotation_coords` appends to each annotation vector
 
 def _mlp(in_dim: int, out_dim: int, layers: int) -> nn.Sequential:
     """`layers` Linear+tanh layers (the authors' f_init uses tanh)."""
-    modules: list[nn.Module] = []
-    for i in range(layers):
-        modules += [nn.Linear(in_dim if i == 0 else out_dim, out_dim), nn.Tanh()]
-    return nn.Sequential(*modules)
-
-
-def grid_coords(grid: tuple[int, int], device, dtype) -> torch.Tensor:
-    """(x, y) of every cell's centre in [-1, 1], row-major: [h * w, 2]."""
-    h, w = grid
-    ys = (torch.arange(h, device=device, dtype=dtype) + 0.5) / h * 2 - 1
-    xs = (torch.arange(w, device=device, dtype=dtype) + 0.5) / w * 2 - 1
-    return torch.stack([xs.repeat(h), ys.repeat_interleave(w)], dim=-1)
+    dims = [in_dim] + [out_dim] * layers
+    return nn.Sequential(*[module for a, b in zip(dims, dims[1:]) for module in (nn.Linear(a, b), nn.Tanh())])
 
 
 class ShowAttendTellNetwork(nn.Module):
@@ -129,8 +114,10 @@ class ShowAttendTellNetwork(nn.Module):
         tokens, grid = self.encoder(images)
         h, w = int(grid[0]), int(grid[1])
         annotations = tokens[:, tokens.shape[1] - h * w:]  # drop ViT prefix tokens if kept
-        if self.hparams.annotation_coords:
-            coords = grid_coords((h, w), annotations.device, annotations.dtype)
+        if self.hparams.annotation_coords:  # (x, y) of every cell's centre in [-1, 1], row-major: [h * w, 2]
+            ys = (torch.arange(h, device=annotations.device, dtype=annotations.dtype) + 0.5) / h * 2 - 1
+            xs = (torch.arange(w, device=annotations.device, dtype=annotations.dtype) + 0.5) / w * 2 - 1
+            coords = torch.stack([xs.repeat(h), ys.repeat_interleave(w)], dim=-1)
             annotations = torch.cat([annotations, coords.expand(annotations.shape[0], -1, -1)], dim=-1)
         return annotations, (h, w)
 
@@ -150,28 +137,24 @@ class ShowAttendTellNetwork(nn.Module):
         emb = self.embed(prev)  # E y_{t-1}  [N, m]
         out: dict[str, torch.Tensor] = {}
         marginal = mode == "marginal"  # the expected context feeds the LSTM; the cell is summed out at the output
-        if self.hparams.attention == "soft":
-            context, alpha = self.attend(projected, annotations, h)  # eq. (4), (5), (13)
-        else:
-            att = self.attend(projected, annotations, h, mode="expected" if marginal else mode)  # eq. (8), (9)
-            context, alpha = att.context, att.alpha
-            out["log_alpha"], out["location"] = att.log_alpha, att.location
-        if self.f_beta is not None:
-            beta = torch.sigmoid(self.f_beta(h))  # [N, 1], sec. 4.2.1
-            context = beta * context
-        else:
-            beta = torch.ones(h.shape[0], 1, device=h.device, dtype=h.dtype)
+
+        def attend(query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            """-> the gated context beta * z^ [N, D], alpha [N, L], beta [N, 1]."""
+            if self.hparams.attention == "soft":
+                context, alpha = self.attend(projected, annotations, query)  # eq. (4), (5), (13)
+            else:
+                att = self.attend(projected, annotations, query,
+                                  mode="expected" if marginal else mode)  # eq. (8), (9)
+                context, alpha = att.context, att.alpha
+                out["log_alpha"], out["location"] = att.log_alpha, att.location
+            beta = self._gate(query)
+            return beta * context, alpha, beta
+
+        context, alpha, beta = attend(h)
         fed = context if self.hparams.feed_context else torch.zeros_like(context)
         h, c = self.lstm(torch.cat([emb, fed], dim=-1), (h, c))  # eq. (1)-(3)
         if self.hparams.attention_query == "current":  # the word's attention reads h_t
-            if self.hparams.attention == "soft":
-                context, alpha = self.attend(projected, annotations, h)
-            else:
-                att = self.attend(projected, annotations, h, mode="expected" if marginal else mode)
-                context, alpha = att.context, att.alpha
-                out["log_alpha"], out["location"] = att.log_alpha, att.location
-            beta = self._gate(h)
-            context = beta * context
+            context, alpha, beta = attend(h)
         logits = (self.marginal_output(emb, h, beta, self.L_z(annotations), out["log_alpha"]) if marginal
                   else self.output(emb, h, context))
         out.update(logits=logits, h=h, c=c, alpha=alpha, beta=beta.squeeze(-1))
@@ -235,8 +218,7 @@ class ShowAttendTellNetwork(nn.Module):
         feeds the LSTM and the logits are the exact marginal over the cell (`marginal_output`;
         gumbel unused). active: rows still decoding at each step, for captions sorted longest
         first (rows past their <end> then skip the step; their outputs are zeros, which the losses
-        mask as pads). With `hard_estimator: straight_through` the sampled context carries the
-        Gumbel-softmax gradient.
+        mask as pads).
         -> logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1], h_prev [B, T-1, n] (h_{t-1}),
         and log_alpha [B, T-1, L] (hard, or when asked), location [B, T-1] (hard)."""
         hard = self.hparams.attention == "hard"
@@ -256,7 +238,6 @@ class ShowAttendTellNetwork(nn.Module):
         w_z = w_ih[:, m:]  # [4n, D]
         fused_w, fused_b, splits = self._fused_h_maps()
         keep_log = hard or need_log_alpha
-        straight_through = hard and self.hparams.hard_estimator == "straight_through"
         h_prev, h_new, zs, alphas, betas, log_alphas, locations = [], [], [], [], [], [], []
         keys, values = projected, annotations
         gumbel_steps = gumbel.unbind(1) if gumbel is not None else None
@@ -276,14 +257,8 @@ class ShowAttendTellNetwork(nn.Module):
             context = expected_context(alpha, values)  # eq. (13)
             if hard:
                 if gumbel_steps is not None and not marginal:
-                    location = (log_alpha.detach() + gumbel_steps[t][:rows]).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
-                    if straight_through:  # the same sample, with the relaxation's gradient into alpha
-                        weights = straight_through_weights(log_alpha, gumbel_steps[t][:rows],
-                                                           self.hparams.gumbel_temperature)
-                        sampled = expected_context(weights, values)
-                    else:
-                        sampled = gather_context(values, location)
-                    context = torch.where(use_expected, context, sampled)  # eq. (9)
+                    noise = gumbel_steps[t][:rows]
+                    context, location = self._sampled(log_alpha, noise, values, context, use_expected)
                 else:
                     location = alpha.detach().argmax(dim=-1)
                 locations.append(location)
@@ -323,10 +298,7 @@ class ShowAttendTellNetwork(nn.Module):
                 context = expected_context(alpha, values_rows)
                 if hard and gumbel_steps is not None:
                     noise = torch.cat([g[:rows] for g, rows in zip(gumbel_steps, active)])  # [N, L]
-                    location = (log_alpha.detach() + noise).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
-                    sampled = (expected_context(straight_through_weights(log_alpha, noise, self.hparams.gumbel_temperature),
-                                                values_rows) if straight_through else gather_context(values_rows, location))
-                    context = torch.where(use_expected, context, sampled)  # eq. (9)
+                    context, location = self._sampled(log_alpha, noise, values_rows, context, use_expected)
                 logits = self.output(emb, h_all, gates * context)
             log_alphas, alphas, locations = log_alpha.split(active), alpha.split(active), location.split(active)
             if self.f_beta is not None:
@@ -343,6 +315,19 @@ class ShowAttendTellNetwork(nn.Module):
         if hard:
             out["location"] = unpack(locations)
         return out
+
+    def _sampled(self, log_alpha: torch.Tensor, noise: torch.Tensor, values: torch.Tensor,
+                 expected: torch.Tensor, use_expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hard attention's context from the sample s_t = argmax(log alpha_t + noise) [N]: a_{s_t}, or
+        with `straight_through` the same sample with the relaxation's gradient into alpha; the
+        `expected` context instead on expected minibatches. log_alpha, noise [N, L], values [N, L, D]."""
+        location = (log_alpha.detach() + noise).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
+        if self.hparams.hard_estimator == "straight_through":
+            weights = straight_through_weights(log_alpha, noise, self.hparams.gumbel_temperature)
+            sampled = expected_context(weights, values)
+        else:
+            sampled = gather_context(values, location)
+        return torch.where(use_expected, expected, sampled), location  # eq. (9)
 
     def _draws(self, captions: torch.Tensor, cells: int, like: torch.Tensor, mode: str | None = None,
                coin: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -365,11 +350,15 @@ class ShowAttendTellNetwork(nn.Module):
         "expected"); the exact-marginal estimator has no samples, so its "sample" is "marginal"
         (the cell summed out at the output)."""
         if mode is None:
-            mode = "sample" if self.training else ("marginal" if self.hparams.hard_test_mode == "marginal"
-                                                   else "expected")
+            mode = "sample" if self.training else self.scoring_mode()
         if mode == "sample" and self.hparams.attention == "hard" and self.hparams.hard_estimator == "marginal":
             return "marginal"
         return mode
+
+    def scoring_mode(self) -> str:
+        """How a teacher-forced pass scores words outside training: the exact marginal over the cell
+        for a model that decodes with it (`hard_test_mode: marginal`), else the expected context."""
+        return "marginal" if self.hparams.hard_test_mode == "marginal" else "expected"
 
     def forward(self, images: torch.Tensor, captions: torch.Tensor, mode: str | None = None) -> dict[str, torch.Tensor]:
         """Teacher forcing. images [B, 3, H, W], captions [B, T] (<start> .. <end> <pad>..) ->

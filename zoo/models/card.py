@@ -86,10 +86,10 @@ class FamilyCard:
     bench_recipes: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if self.output not in OUTPUTS:
-            raise ValueError(f"family card {self.name!r}: output must be one of {OUTPUTS}, got {self.output!r}")
-        if self.resize not in RESIZE_RULES:
-            raise ValueError(f"family card {self.name!r}: resize must be one of {RESIZE_RULES}, got {self.resize!r}")
+        for key, allowed in (("output", OUTPUTS), ("resize", RESIZE_RULES)):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"family card {self.name!r}: {key} must be one of {allowed}, "
+                                 f"got {getattr(self, key)!r}")
 
 
 def register(cls: type, base: type) -> type:

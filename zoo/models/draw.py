@@ -52,19 +52,22 @@ def kl_std_normal(mu: torch.Tensor, logsigma: torch.Tensor) -> torch.Tensor:
     return 0.5 * (mu.pow(2) + torch.exp(2 * logsigma) - 2 * logsigma - 1).sum(-1)
 
 
-def _stack_params(steps: list) -> fb.FilterParams:
-    """T per-step FilterParams (each field [B]) -> one FilterParams with fields [T, B]."""
-    return fb.FilterParams(*(torch.stack(field) for field in zip(*steps)))
+def _window_record(model, windows: dict[str, tuple[list, int]], step: str, prediction: dict):
+    """windows {box label: (T per-step FilterParams (fields [B]), N)}, the read first -> the
+    AttentionRecord: one step per time step, the read's filter weight per pixel as its map."""
+    from zoo.attention import record
 
-
-def _filter_maps(params: fb.FilterParams, n: int, size: int) -> torch.Tensor:
-    """FilterParams with fields [T, B] -> the read's pixel weights [B, T, size, size]."""
-    from zoo.attention.record import maps_from_filters
-
-    T, B = params.gx.shape
-    flat = fb.FilterParams(*(field.reshape(T * B) for field in params))
-    fx, fy = fb.filterbank(flat, n, size, size)
-    return maps_from_filters(fx, fy).view(T, B, size, size).transpose(0, 1)
+    # each field [T, B]
+    stacked = [(fb.FilterParams(*(torch.stack(f) for f in zip(*steps))), n) for steps, n in windows.values()]
+    (reads, read_n), S = stacked[0], model.S
+    T, B = reads.gx.shape
+    fx, fy = fb.filterbank(fb.FilterParams(*(field.reshape(T * B) for field in reads)), read_n, S, S)
+    maps = record.maps_from_filters(fx, fy).view(T, B, S, S).transpose(0, 1)  # [B, T, S, S]
+    boxes = torch.stack([record.window_boxes(p.gx, p.gy, p.delta, n) for p, n in stacked], 2)  # [T, B, K, 4]
+    return record.AttentionRecord(
+        family=model.family, kind="window", maps=maps, labels=record.step_labels(step, B, T),
+        step_mask=record.full_mask(B, T, maps.device), boxes=boxes.transpose(0, 1), box_labels=list(windows),
+        prediction=prediction)
 
 
 def _check_size(value, name: str, lo: int = 1, hi: int | None = None) -> int:
@@ -80,9 +83,8 @@ class DRAW(ZooModule):
 
     card = FamilyCard(
         "draw", output="sample", resize="exact", attention="window", bench_recipes=("draw_fmnist",),
-        # a compiled mode compiles one step of eqs. 3-8 (`_cell`), not the T-step unroll. CPU: the
-        # compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays off after
-        # ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
+        # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
+        # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
         compile=CompileHints(pieces=("_cell",), cpu_min_steps=1000),
         dimensions={**dict.fromkeys(["enc_size", "dec_size", "z_size"], 16_384), "read_n": 1_024, "write_n": 1_024,
                     "T": 1_000, "iwae_samples": 100_000, "iwae_chunk": 100_000},
@@ -100,8 +102,8 @@ class DRAW(ZooModule):
                  num_figures: int = 8):
         super().__init__()
         self.save_hyperparameters()
-        S = _check_size(image_size, "image_size")
-        C = _check_size(in_chans, "in_chans")
+        self.S = S = _check_size(image_size, "image_size")
+        self.C = C = _check_size(in_chans, "in_chans")
         self.T = _check_size(T, "T")
         for name in ("enc_size", "dec_size", "z_size", "iwae_samples", "iwae_chunk"):
             _check_size(self.hparams[name], name)
@@ -112,7 +114,6 @@ class DRAW(ZooModule):
         if train_binarization not in BINARIZATIONS:
             raise UserError(f"DRAW config: train_binarization must be one of {BINARIZATIONS}, "
                             f"got {train_binarization!r}")
-        self.S, self.C = S, C
         if attention == "filterbank":
             _check_size(read_n, "read_n", 1, S)
             _check_size(write_n, "write_n", 1, S)
@@ -176,32 +177,25 @@ class DRAW(ZooModule):
         h_enc = c_enc = x.new_zeros(B, self.hparams.enc_size)
         h_dec = c_dec = x.new_zeros(B, self.hparams.dec_size)
         canvas = x.new_zeros(B, self.C, self.S, self.S)
-        kls, log_pq = [], x.new_zeros(B)
-        rec: dict[str, list] = {"mu": [], "logsigma": [], "z": [], "canvas": [], "read": [], "write": []}
+        kls, log_pq, steps = [], x.new_zeros(B), []
         for t in range(self.T):
-            (canvas, h_enc, c_enc, h_dec, c_dec, kl, log_pq_t, mu, logsigma, z,
-             read_params, write_params) = self._cell(x, canvas, h_enc, c_enc, h_dec, c_dec, noise[t])
+            canvas, h_enc, c_enc, h_dec, c_dec, kl, log_pq_t, *step = self._cell(
+                x, canvas, h_enc, c_enc, h_dec, c_dec, noise[t])
             kls.append(kl)
             log_pq = log_pq + log_pq_t
-            if record:
-                for key, value in (("mu", mu), ("logsigma", logsigma), ("z", z), ("canvas", canvas),
-                                   ("read", read_params), ("write", write_params)):
-                    rec[key].append(value)
+            steps.append((*step, canvas))  # mu, logsigma, z, read, write, canvas
         out = {"logits": canvas, "kl": torch.stack(kls), "log_pq": log_pq}
         if record:
-            out.update({k: (torch.stack(v) if k in ("mu", "logsigma", "z", "canvas") else v)
-                        for k, v in rec.items()})
+            mu, logsigma, z, read, write, canvases = zip(*steps)
+            out.update(mu=torch.stack(mu), logsigma=torch.stack(logsigma), z=torch.stack(z),
+                       canvas=torch.stack(canvases), read=list(read), write=list(write))
         return out
-
-    @staticmethod
-    def reconstruction_nll(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """-log Bernoulli(x | sigmoid(logits)) in nats per image (eq. 9): [B, ...] -> [B]."""
-        return F.binary_cross_entropy_with_logits(logits, x, reduction="none").flatten(1).sum(1)
 
     def negative_elbo(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> dict:
         """x binary [B, C, S, S] -> {nelbo, rec, kl: [B], kl_steps: [T, B], log_w: [B]}."""
         out = self(x, noise)
-        rec = self.reconstruction_nll(out["logits"], x)
+        # -log Bernoulli(x | sigmoid(c_T)) in nats per image (eq. 9)
+        rec = F.binary_cross_entropy_with_logits(out["logits"], x, reduction="none").flatten(1).sum(1)
         kl = out["kl"].sum(0)
         return {"nelbo": rec + kl, "rec": rec, "kl": kl, "kl_steps": out["kl"],
                 "log_w": -rec + out["log_pq"]}  # log p(x, z) - log q(z | x) at the sampled z
@@ -244,8 +238,7 @@ class DRAW(ZooModule):
             writes.append(params)
         return {"images": canvases[-1], "canvases": torch.stack(canvases), "write": writes}
 
-    def example_batch(self, n: int = 2, seed: int = 0):
-        return self.labelled_batch(n, seed)  # the data's form; the generator reads the images only
+    example_batch = ZooModule.labelled_batch  # the data's form; the generator reads the images only
 
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
@@ -253,28 +246,15 @@ class DRAW(ZooModule):
         test sets are, one fixed noise draw): one step per time step, the map is where it reads
         (`record.maps_from_filters`), boxes are the read and the write window; the prediction is
         the final canvas (Bernoulli means)."""
-        from zoo.attention import record
-
         if self.hparams.attention == "none":
             raise UserError("this DRAW model has no attention (attention: none) to record")
         x = self.binarize(images)
         noise = torch.randn(self.T, x.shape[0], self.hparams.z_size,
                             generator=torch.Generator().manual_seed(0)).to(x)
         out = self(x, noise=noise, record=True)
-        reads, writes = _stack_params(out["read"]), _stack_params(out["write"])  # each field [T, B]
-        maps = _filter_maps(reads, self.hparams.read_n, self.S)  # [B, T, S, S]
-        boxes = torch.stack([record.window_boxes(reads.gx, reads.gy, reads.delta, self.hparams.read_n),
-                             record.window_boxes(writes.gx, writes.gy, writes.delta, self.hparams.write_n)],
-                            2).transpose(0, 1)  # [B, T, 2, 4]
-        B, T = maps.shape[:2]
-        return record.AttentionRecord(
-            family=self.family, kind="window", maps=maps, labels=record.step_labels("step", B, T),
-            step_mask=record.full_mask(B, T, x.device), boxes=boxes, box_labels=["read", "write"],
-            prediction={"canvas": torch.sigmoid(out["logits"]),
-                        "canvases": torch.sigmoid(out["canvas"]).transpose(0, 1)})
-
-    def evidence(self, record, images, steps):
-        return None  # a generator predicts no class or word to follow
+        windows = {"read": (out["read"], self.hparams.read_n), "write": (out["write"], self.hparams.write_n)}
+        canvas, canvases = torch.sigmoid(out["logits"]), torch.sigmoid(out["canvas"]).transpose(0, 1)
+        return _window_record(self, windows, "step", {"canvas": canvas, "canvases": canvases})
 
     # ------------------------------------------------------------------ Lightning
     def binarize(self, images: torch.Tensor, train: bool = False) -> torch.Tensor:
@@ -286,8 +266,9 @@ class DRAW(ZooModule):
         return fixed_binarize(images, self.hparams.binarize_seed)
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
-    def train_inputs(self, batch):
-        x = self.binarize(batch[0], train=True)
+    def train_inputs(self, batch, train: bool = True):
+        """The binarized images and the latent noise [T, B, Z] of one step."""
+        x = self.binarize(batch[0], train=train)
         return {"x": x, "noise": torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)}
 
     def train_loss(self, x, noise):
@@ -296,9 +277,7 @@ class DRAW(ZooModule):
         return loss, {"loss": loss.detach(), "kl": terms["kl"].mean().detach()}
 
     def eval_inputs(self, batch, stage):
-        # fixed binarization: the same binary images for every model, batch size and order
-        x = self.binarize(batch[0], train=False)
-        return {"x": x, "noise": torch.randn(self.T, x.shape[0], self.hparams.z_size, device=x.device, dtype=x.dtype)}
+        return self.train_inputs(batch, train=False)  # fixed binarization: the same images for every model
 
     def eval_metrics(self, stage, x, noise):
         terms = self.negative_elbo(x, noise)
@@ -337,9 +316,8 @@ class DRAW(ZooModule):
         x = self.binarize(images[: self.hparams.num_figures], train=False)
         out = self(x, record=True)
         canvases = torch.sigmoid(out["canvas"])  # [T, n, C, S, S]
-        read_n = self.hparams.read_n if self.hparams.attention == "filterbank" else None
-        write_n = self.hparams.write_n if self.hparams.attention == "filterbank" else None
-        strip = viz.reconstruction_strip(x, canvases, out["read"], out["write"], read_n, write_n)
+        strip = viz.reconstruction_strip(x, canvases, out["read"], out["write"], self.hparams.read_n,
+                                         self.hparams.write_n)
         samples = self.sample(16, generator=torch.Generator().manual_seed(0))
         return {"draw/reconstruction (input, steps, final)": strip,
                 "draw/samples": viz.sample_grid(samples["images"], nrow=4, scale=2)}
@@ -370,9 +348,8 @@ class DRAWClassifier(ClassifierModule):
         optim.check_schedule(lr_schedule, "DRAWClassifier")
         if read_init not in ("whole_image", "default"):
             raise UserError(f"DRAWClassifier: read_init must be whole_image or default, got '{read_init}'")
-        S = _check_size(image_size, "image_size")
+        self.S = S = _check_size(image_size, "image_size")
         self.C = _check_size(in_chans, "in_chans")
-        self.S = S
         self.T = _check_size(T, "T")
         _check_size(read_n, "read_n", 1, S)
         _check_size(num_classes, "num_classes", 2)
@@ -408,17 +385,8 @@ class DRAWClassifier(ClassifierModule):
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
         """One step per glimpse: the map is the read's filter weight per pixel, the box its window."""
-        from zoo.attention import record
-
         logits, reads = self(images, record=True)
-        reads = _stack_params(reads)  # each field [T, B]
-        maps = _filter_maps(reads, self.hparams.read_n, self.S)
-        boxes = record.window_boxes(reads.gx, reads.gy, reads.delta, self.hparams.read_n).transpose(0, 1)[:, :, None]
-        B, T = maps.shape[:2]
         probs = logits.float().softmax(-1)
-        return record.AttentionRecord(
-            family=self.family, kind="window", maps=maps, labels=record.step_labels("glimpse", B, T),
-            step_mask=record.full_mask(B, T, images.device), boxes=boxes, box_labels=["read"],
-            prediction={"probs": probs, "label": probs.argmax(-1),
-                        "class_names": self.hparams.get("class_names")})
+        prediction = {"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names}
+        return _window_record(self, {"read": (reads, self.hparams.read_n)}, "glimpse", prediction)
 

@@ -1,20 +1,19 @@
 """Pretraining a shared backbone: Fashion-MNIST item classification at every grid cell.
 
-Show, Attend and Tell (Xu et al. 2015, sec. 3.1.1) attends over a pretrained, frozen CNN: each
-annotation vector already describes what is at its place, and the decoder only learns where to
-look. Our offline stand-in for ImageNet is Fashion-MNIST itself. This family trains a backbone
-(any `zoo.backbones` kind, usually the conv stem) so that EVERY cell of its h x w grid classifies
-what lies at that cell's centre (zoo.metrics.localization's cell convention):
+Show, Attend and Tell (Xu et al. 2015, sec. 3.1.1) attends over a pretrained, frozen CNN whose
+annotation vectors already describe what is at their place; the decoder only learns where to look.
+Our offline stand-in for ImageNet is Fashion-MNIST: this family trains a backbone (any
+`zoo.backbones` kind, usually the conv stem) so that EVERY cell of its h x w grid classifies what
+lies at its centre (zoo.metrics.localization's cell convention):
 
     tokens [B, L, D] -> class logits [B, L, 11]  (the 10 Fashion-MNIST classes, or background)
                      -> colour logits [B, L, 8]  (the item's tint; scored on item cells only)
 
-Why colour as well: FashionScenes captions name colours ("a red shirt"), and a frozen encoder
-can only pass on what its features keep. A pure item classifier is rewarded for ignoring the tint
-(every colour of shirt is a shirt), so it may discard it; the colour head makes every item cell
-say its colour too. Why per cell rather than one label per image: the captioner attends over
-cells, so a cell must describe its own place; a classifier pooled over the whole canvas may
-let one corner of an item carry the decision.
+Why colour: FashionScenes captions name colours ("a red shirt") and a frozen encoder passes on
+only what its features keep; an item classifier may discard the tint (every colour of shirt is a
+shirt), so the colour head makes every item cell say its colour. Why per cell: the captioner
+attends over cells, so each must describe its own place, where a classifier pooled over the
+canvas may let one corner of an item carry the decision.
 
 The released weight is the backbone (prefix `backbone.`) with this config; any family loads it
 with `backbone: {kind: stem, pretrained: <release name>, trainable: false}` (zoo.backbones.spec).
@@ -61,15 +60,9 @@ class ItemGridClassifier(ClassifierModule):
         self.class_head = nn.Linear(D, num_classes + 1)  # index num_classes: background
         self.colour_head = nn.Linear(D, num_colours)
 
-    def zoo_config(self) -> dict:
-        config = super().zoo_config()
-        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.backbone)
-        return config
-
     # ------------------------------------------------------------------ model
     def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
-        """ItemCanvases' batch form: images, one item box per image (its top-left quarter), the
-        item's class and colour."""
+        """ItemCanvases' batch form: images, one item box per image (its top-left quarter), class, colour."""
         images, _ = self.example_images(n, seed)
         H, W = self.input_size
         return {"images": images, "boxes": torch.tensor([[[0.0, 0.0, W / 2, H / 2]]] * n),
@@ -104,8 +97,7 @@ class ItemGridClassifier(ClassifierModule):
         colour_loss = F.cross_entropy(colour_logits.flatten(0, 1), colours.flatten(), ignore_index=-1)
         # per item: mean logits over its cells, as a classifier pooled over the item would decide
         weights = masks.to(class_logits.dtype)  # [B, K, L]
-        counts = weights.sum(-1)  # [B, K]
-        seen = counts > 0
+        seen = masks.any(-1)  # [B, K]: the items that hold a cell
         pooled = torch.einsum("bkl,blc->bkc", weights, class_logits[..., :self.hparams.num_classes])
         pooled_colour = torch.einsum("bkl,blc->bkc", weights, colour_logits)
         item_right = (pooled.argmax(-1) == batch["labels"]) & seen

@@ -2,27 +2,24 @@
 
     configure(module, params, optimizer="adam", lr=1e-3, schedule="cosine")
 
-returns what Lightning's `configure_optimizers` returns. Families pass their hyperparameters here;
-a recipe that chooses the schedule names it `lr_schedule` ("none" or "cosine", `check_schedule`)
-in every family that offers the choice (zoo.hparams); the recipes behave as before:
+returns what Lightning's `configure_optimizers` returns. A recipe names its schedule `lr_schedule`
+("none" or "cosine", `check_schedule`) in every family that offers the choice (zoo.hparams):
 - optimizers: Adam, AdamW, SGD (with momentum) and RMSprop, over a parameter list or groups;
 - schedules: "none"; "cosine", a cosine decay per epoch to 0 over `trainer.max_epochs`; and
   "warmup_cosine", a linear warm-up over `warmup_epochs` then a cosine decay per optimiser step to
   `min_lr` at the run's last step (`trainer.estimated_stepping_batches`).
 
-Both schedules read the run's horizon from the trainer each time they are evaluated, not once at
-construction, and `refresh` re-evaluates them when training starts: resuming a checkpoint with a
-larger `trainer.max_epochs` stretches the decay over the new horizon from the first resumed step.
-(A `CosineAnnealingLR` restores the `T_max` and the learning rate it was saved with, so a resumed
-longer run trained its extra epochs at learning rate 0: weights bit-identical to the checkpoint.)
-The factors are closures, so scheduler checkpoints hold plain numbers only.
+Both schedules read the run's horizon from the trainer whenever they are evaluated, and `refresh`
+re-evaluates them when training starts: resuming with a larger `trainer.max_epochs` stretches the
+decay over the new horizon from the first resumed step. (A `CosineAnnealingLR` restores the `T_max`
+and learning rate it was saved with: a resumed longer run trained its extra epochs at rate 0.) The
+factors are closures, so scheduler checkpoints hold plain numbers only.
 
-The optimizer's kernel follows the device, chosen here and nowhere else (`build_optimizer`): on
-an accelerator (CUDA) one fused kernel per step where the optimizer has one and the parameters'
-dtypes allow it; on CPU torch's default kernels, which the CPU releases were trained with (the
-ViT release excepted, trained with the fused CPU kernel when the kernel followed the mode). A
-checkpoint resumed on another device keeps the flags it was saved with: torch's kernels run on
-either.
+The optimizer's kernel follows the device, chosen here only (`build_optimizer`): on CUDA one fused
+kernel per step where the optimizer and the parameters' dtypes allow it; on CPU torch's default
+kernels, which the CPU releases were trained with (except ViT's, trained with the fused CPU kernel
+when the kernel followed the mode). A checkpoint resumed on another device keeps its flags: torch's
+kernels run on either.
 """
 from __future__ import annotations
 
@@ -43,13 +40,6 @@ _FUSED = ("adam", "adamw", "sgd")  # torch has fused kernels for these (CPU and 
 
 
 # ----------------------------------------------------------------------------- optimizers
-def _param_list(params) -> list[torch.Tensor]:
-    out = []
-    for item in params:
-        out.extend(item["params"] if isinstance(item, dict) else [item])
-    return out
-
-
 def fused_kernel(params: list[torch.Tensor], name: str) -> bool:
     """Whether `name` runs torch's fused kernel on `params`: the device's choice (an accelerator's,
     not the CPU's), where torch has one for this optimizer, device and dtype."""
@@ -72,28 +62,19 @@ def build_optimizer(params: Iterable, name: str = "adam", *, lr: float, weight_d
         kwargs["betas"] = tuple(betas)
     elif name == "sgd":
         kwargs["momentum"] = momentum
-    if fused_kernel(_param_list(params), name):
+    tensors = [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
+    if fused_kernel(tensors, name):
         kwargs["fused"] = True
     return _CLASSES[name](params, **kwargs)
 
 
 # ----------------------------------------------------------------------------- schedules
-def _trainer(module):
-    return getattr(module, "_trainer", None)
-
-
-def epoch_horizon(module) -> int:
-    """The run's epoch count as the trainer says now (>= 1; 1 without a trainer)."""
-    trainer = _trainer(module)
-    epochs = getattr(trainer, "max_epochs", None) if trainer is not None else None
-    return max(1, epochs or 1)
-
-
 def cosine_factor(module) -> Callable[[int], float]:
-    """lr(epoch) / lr: a half cosine from 1 at epoch 0 to 0 at the last epoch of the run."""
+    """lr(epoch) / lr: a half cosine from 1 at epoch 0 to 0 at the last epoch of the run (the
+    trainer's `max_epochs` now; 1 without a trainer)."""
 
     def factor(epoch: int) -> float:
-        total = epoch_horizon(module)
+        total = max(1, getattr(getattr(module, "_trainer", None), "max_epochs", None) or 1)
         return 0.5 * (1 + math.cos(math.pi * min(epoch, total) / total))
 
     return factor
@@ -104,9 +85,9 @@ def warmup_cosine_factor(module, warmup_epochs: float, floor: float) -> Callable
     to `floor` at the run's last optimiser step, both in optimiser steps."""
 
     def horizon() -> tuple[int, int]:
-        trainer = _trainer(module)
+        trainer = getattr(module, "_trainer", None)
         total = max(1, int(trainer.estimated_stepping_batches)) if trainer is not None else 1
-        epochs = getattr(trainer, "max_epochs", None) if trainer is not None else None
+        epochs = getattr(trainer, "max_epochs", None)
         batches = getattr(trainer, "num_training_batches", 1)  # inf until a plain Trainer(max_steps=...) fits
         per_epoch = total / epochs if epochs and epochs > 0 else max(1, batches if math.isfinite(batches) else total)
         return total, min(int(round(warmup_epochs * per_epoch)), total - 1)
@@ -138,8 +119,8 @@ def build_schedule(optimizer: torch.optim.Optimizer, module, name: str = "none",
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_factor(module))
         interval = "epoch"
     else:
-        base = float(optimizer.param_groups[0]["initial_lr"] if "initial_lr" in optimizer.param_groups[0]
-                     else optimizer.param_groups[0]["lr"])
+        first = optimizer.param_groups[0]
+        base = float(first.get("initial_lr", first["lr"]))
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine_factor(module, warmup_epochs,
                                                                                       min_lr / base))
         interval = "step"

@@ -10,71 +10,66 @@ multi-scale glimpse there, and updates a recurrent state; after the last glimpse
     y   = softmax(f_a(h_T))                classifier on the last state
 
 Training is the paper's hybrid loss:
-- cross-entropy trains the classifier, the core and the glimpse network. The sampled location is
-  detached, so cross-entropy never reaches the location network (the read is not differentiable
-  in l in the paper either);
+- cross-entropy trains the classifier, the core and the glimpse network; the sampled location is
+  detached, so it never reaches the location network (the read is not differentiable in l in the
+  paper either);
 - REINFORCE (eqs. 1-3) with reward R = 1 for a correct final prediction trains the location
-  network: -sum_t log pi(l_t | h_{t-1}) (R - b_t). The log-probability is taken of the raw
-  Gaussian sample, *before* it is clamped into the image;
-- a learned per-step baseline b_t = f_b(h_{t-1}) is fitted to R by its own MSE loss. It reads a
+  network: -sum_t log pi(l_t | h_{t-1}) (R - b_t), with the log-probability of the raw Gaussian
+  sample, *before* it is clamped into the image;
+- a learned per-step baseline b_t = f_b(h_{t-1}) is fitted to R by its own MSE loss; it reads a
   detached state and enters REINFORCE detached, so only its MSE trains it.
 
-`train_samples` M > 1 runs M glimpse paths per training image (the M episodes of eq. 2) and
-gives each path the leave-one-out mean reward of the image's other M - 1 paths as its baseline
-(a lower-variance baseline than the learned b_t, which still trains); cross-entropy averages over
-all paths. M = 1 (default) is the paper's one path per image.
+`train_samples` M > 1 runs M glimpse paths per training image (the M episodes of eq. 2), each with
+the leave-one-out mean reward of the image's other M - 1 paths as its baseline (lower variance than
+the learned b_t, which still trains); cross-entropy averages over all paths. M = 1 is the paper's.
 
-Switch `reinforce_to_core`: False (default) feeds the location network a detached state, so the
-REINFORCE gradient stops at the location network and the representation is trained by
-cross-entropy alone (the stable choice of most public ports). True lets REINFORCE also flow into
-the core and glimpse network through h_{t-1}, as in the paper's fully stochastic-gradient reading.
+`reinforce_to_core`: False (default) feeds the location network a detached state, so REINFORCE
+stops at the location network and cross-entropy alone trains the representation (the stable
+choice of most public ports); True lets REINFORCE flow into the core and glimpse network through
+h_{t-1}, the paper's fully stochastic-gradient reading.
 
-Remedies for a policy gradient that barely sees where the item is (each an option whose default
-is the paper's RAM, so recipes without them train exactly what they did):
+Remedies for a policy gradient that barely sees where the item is (each defaults to the paper's RAM):
 - `where_layer` (Ba, Mnih, Kavukcuoglu 2015, "Multiple object recognition with visual attention",
   DRAM, sec. 3): a second recurrent layer r2 ("where") reads the core r1 ("what") and alone feeds
   the location network and the baseline; the classifier reads r1. r1's input to r2 is detached
   unless `reinforce_to_core`, so r2 learns from REINFORCE only and r1 from cross-entropy only;
-- `context: conv` (DRAM's context network): a coarse view of the whole canvas (area-averaged to
-  `context_size` squared) through small convolutions sets r2's initial state, so the first glimpse
-  is proposed from the image instead of from an empty state. r1 starts at 0: the classifier never
-  reads the coarse view, only glimpses;
-- `reward: log_prob`: the reward is log p(y | glimpses) instead of 1 for a correct prediction:
-  DRAM's objective is the bound sum_l p(l | x) log p(y | l, x), whose score-function gradient has
-  exactly this reward (Ba et al. 2015, eq. 4-5); it moves with every change of the prediction, not
-  only where the arg max flips;
-- `reward_at: every_glimpse`: the classifier's running prediction earns its reward after every
-  glimpse t (r_t from h_t), and glimpse t is credited with the return sum_{s >= t} r_s (it cannot
-  change the rewards before it), so a glimpse that helps at once is told so at once;
-  `classify_every_glimpse` trains the classifier on every h_t so that running prediction means
-  something (cross-entropy averaged over the glimpses);
-- `baseline: per_glimpse`: b_t has its own weights for every glimpse (the expected return differs
-  from glimpse to glimpse), instead of one linear map shared by all;
+- `context: conv` (DRAM's context network): convolutions over a coarse view of the whole canvas
+  (area-averaged to `context_size` squared) set r2's initial state, so the first glimpse is
+  proposed from the image; r1 starts at 0: the classifier reads only glimpses;
+- `reward: log_prob`: the reward is log p(y | glimpses), the score-function gradient of DRAM's
+  bound sum_l p(l | x) log p(y | l, x) (Ba et al. 2015, eq. 4-5); it moves with every change of
+  the prediction, not only where the arg max flips;
+- `reward_at: every_glimpse`: the running prediction earns r_t after every glimpse t (from h_t),
+  and glimpse t is credited with the return sum_{s >= t} r_s (it cannot change earlier rewards);
+  `classify_every_glimpse` trains the classifier on every h_t (cross-entropy averaged over the
+  glimpses) so that running prediction means something;
+- `baseline: per_glimpse`: b_t has its own weights for every glimpse instead of one shared map;
 - `location_supervision` (labelled separately, never a headline: it uses the item's box): an MSE
-  that pulls every glimpse's policy mean onto the item's centre (weak supervision of the location,
-  as in the supervised rows of the captioners). It needs batches with boxes
-  (`FashionMNISTDataModule(with_boxes=true)`).
+  pulling every glimpse's policy mean onto the item's centre (as in the captioners' supervised
+  rows); needs batches with boxes (`FashionMNISTDataModule(with_boxes=true)`).
 
-Evaluation (`test_step`) reports separately: the deterministic policy (the Gaussian's mean) as the
-headline `test/acc`; one sampled trajectory (`acc_sampled`); the average of the class
-probabilities over M sampled trajectories (`acc_mc{M}`, M = `eval_samples`; the paper's
-"M=10" Monte-Carlo evaluation); the accuracy of the classifier read after each glimpse count
-1..T on the deterministic trajectory (`acc_glimpses_t`; the classifier is trained on h_T only);
-and the random-glimpse ablation (`acc_random`: the same model, locations uniform in the image).
+Evaluation (`test_step`) reports: the deterministic policy (the Gaussian's mean) as the headline
+`test/acc`; one sampled trajectory (`acc_sampled`); the class probabilities averaged over M sampled
+trajectories (`acc_mc{M}`, M = `eval_samples`, the paper's "M=10"); the classifier read after each
+glimpse count 1..T on the deterministic path (`acc_glimpses_t`); and the random-glimpse ablation
+(`acc_random`: locations uniform in the image).
 
-Speed (zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn
-glimpse by glimpse from the global or the evaluation generator), so eager, compiled and
-CUDA-graphed steps consume the same random stream.
+Speed (zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn glimpse by
+glimpse from the global or the evaluation generator), so eager, compiled and CUDA-graphed steps
+consume the same random stream.
 """
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from zoo.attention.glimpse import Retina
+from zoo.attention.hard import leave_one_out_baseline
+from zoo.data.base import as_size
 from zoo.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ZooModule
@@ -227,20 +222,18 @@ class RAM(ZooModule):
             raise UserError(f"RAM: location_lr_scale must be positive, got {location_lr_scale}")
         if not std > 0 or (std_mode == "annealed" and not std_final > 0):
             raise UserError("RAM: std and std_final must be positive")
-        size = [image_size, image_size] if isinstance(image_size, int) else list(image_size)
-        if len(size) != 2:
+        self.image_hw = as_size(image_size)
+        if len(self.image_hw) != 2:
             raise UserError(f"RAM: image_size is an int or [H, W], got {image_size}")
-        self.image_hw = (int(size[0]), int(size[1]))
         try:
             retina = Retina(patch_size, num_scales, scale_factor, method=retina_method,
                             subpixel=retina_subpixel, image_size=self.image_hw)
         except ValueError as exc:
             raise UserError(f"RAM: {exc}") from None
         self.glimpse = GlimpseNetwork(retina, in_chans, glimpse_hidden, location_hidden, glimpse_dim)
-        cell = nn.LSTMCell if core == "lstm" else nn.RNNCell
-        extra = {} if core == "lstm" else {"nonlinearity": "relu"}
+        cell = nn.LSTMCell if core == "lstm" else partial(nn.RNNCell, nonlinearity="relu")
         # f_h: h_t = ReLU(Linear(h_{t-1}) + Linear(g_t)) (sec. 4), or an LSTM
-        self.core = cell(glimpse_dim, hidden_size, **extra)
+        self.core = cell(glimpse_dim, hidden_size)
         policy_size = where_hidden if where_layer else hidden_size  # the state the policy reads
         self.locator = nn.Linear(policy_size, 2)  # mean of the location policy f_l
         self.log_std = nn.Parameter(torch.tensor(math.log(std)), requires_grad=std_mode == "learnable")
@@ -248,13 +241,9 @@ class RAM(ZooModule):
         self.baseline = nn.Linear(policy_size, 1 if baseline == "shared" else num_glimpses)
         self.classifier = nn.Linear(hidden_size, num_classes)  # f_a on h_T
         if where_layer:  # DRAM's r2 on r1 (built last: the paper's RAM initialises as it did)
-            self.where = cell(hidden_size, where_hidden, **extra)
+            self.where = cell(hidden_size, where_hidden)
         if context != "none":
             self.context_net = ContextNetwork(in_chans, context_size, context_channels, where_hidden)
-
-    @property
-    def retina(self) -> Retina:
-        return self.glimpse.retina
 
     # ------------------------------------------------------------------ policy
     def current_std(self) -> torch.Tensor | float:
@@ -269,15 +258,7 @@ class RAM(ZooModule):
             return hp.std + (hp.std_final - hp.std) * frac
         return hp.std
 
-    def location_mean(self, h: torch.Tensor) -> torch.Tensor:
-        mu = self.locator(h)  # [B, 2]
-        return torch.tanh(mu) if self.hparams.location_mean == "tanh" else mu
-
     # ------------------------------------------------------------------ rollout
-    @property
-    def input_size(self) -> tuple[int, int]:
-        return self.image_hw
-
     def policy_noise(self, policy: str, batch_size: int, like: torch.Tensor,
                      generator: torch.Generator | None = None) -> torch.Tensor | None:
         """The random draws of one rollout, [T, B, 2]: standard normals for "sample", uniforms in
@@ -323,12 +304,13 @@ class RAM(ZooModule):
         if std is None:
             std = self.current_std()  # a float, or a 0-d tensor when learnable (no host round trip)
         log_std = torch.log(std) if isinstance(std, torch.Tensor) else math.log(std)
-        states, locations, log_probs, baselines, means = [], [], [], [], []
+        steps = []  # per glimpse: h_t, l_t, log pi(l_t | h_{t-1}), b_t, mu_t
         for t in range(T):
             # The switch: a detached state keeps REINFORCE inside the location network (with a
             # where layer, r2 is the location network's own state; its input r1 is detached below).
             h_policy = w if hp.where_layer else h if hp.reinforce_to_core else h.detach()
-            mu = self.location_mean(h_policy)  # [B, 2]
+            mu = self.locator(h_policy)  # [B, 2], the policy's mean
+            mu = torch.tanh(mu) if hp.location_mean == "tanh" else mu
             if policy == "sample":
                 raw = (mu + std * noise[t]).detach()  # the action is a constant for every gradient
             elif policy == "mean":
@@ -340,27 +322,15 @@ class RAM(ZooModule):
             log_prob = (-((raw - mu) ** 2) / (2 * std ** 2) - log_std).sum(-1) - math.log(2 * math.pi)  # [B]
             location = raw.clamp(-1.0, 1.0)
             b = self.baseline(h_policy.detach())  # b_t from the detached state
-            baselines.append(b.squeeze(-1) if hp.baseline == "shared" else b[:, t])
-            g = self.glimpse(images, location)
-            if c is None:
-                h = self.core(g, h)
-            else:
-                h, c = self.core(g, (h, c))
+            b = b.squeeze(-1) if hp.baseline == "shared" else b[:, t]
+            h, c = _recur(self.core, self.glimpse(images, location), h, c)
             if hp.where_layer and t < T - 1:  # r2_t = f(r1_t, r2_{t-1}); the last one would propose nothing
-                r1 = h if hp.reinforce_to_core else h.detach()
-                if wc is None:
-                    w = self.where(r1, w)
-                else:
-                    w, wc = self.where(r1, (w, wc))
-            states.append(h)
-            locations.append(location)
-            log_probs.append(log_prob)
-            means.append(mu)
-        states_t = torch.stack(states, dim=1)  # [B, T, hidden]
-        step_logits = self.classifier(states_t)  # [B, T, classes]
-        return {"logits": step_logits[:, -1], "step_logits": step_logits,
-                "locations": torch.stack(locations, 1), "log_probs": torch.stack(log_probs, 1),
-                "baselines": torch.stack(baselines, 1), "means": torch.stack(means, 1)}
+                w, wc = _recur(self.where, h if hp.reinforce_to_core else h.detach(), w, wc)
+            steps.append((h, location, log_prob, b, mu))
+        states, locations, log_probs, baselines, means = (torch.stack(x, 1) for x in zip(*steps))
+        step_logits = self.classifier(states)  # [B, T, classes]
+        return {"logits": step_logits[:, -1], "step_logits": step_logits, "locations": locations,
+                "log_probs": log_probs, "baselines": baselines, "means": means}
 
     def forward(self, images: torch.Tensor, policy: str = "mean") -> torch.Tensor:
         """images [B, C, H, W] -> logits [B, num_classes] (deterministic policy by default)."""
@@ -394,12 +364,10 @@ class RAM(ZooModule):
             ce = F.cross_entropy(out["logits"], labels)
         baselines = out["baselines"]  # [B, T]
         returns = self.returns(out, labels)  # [B, T]
-        advantage = (returns - baselines).detach()
-        M = hp.train_samples
+        M, reference = hp.train_samples, baselines
         if M > 1:  # the M paths of an image (adjacent rows) are each other's baseline: leave-one-out
-            per_image = returns.view(-1, M, returns.shape[1])
-            others = (per_image.sum(1, keepdim=True) - per_image) / (M - 1)  # [B / M, M, T]
-            advantage = (returns - others.reshape(returns.shape)).detach()
+            reference = leave_one_out_baseline(returns.view(-1, M, returns.shape[1])).reshape(returns.shape)
+        advantage = (returns - reference).detach()
         # eq. 3: sum over steps of log pi (R - b_t), averaged over the batch; minimised, so negated
         reinforce = -(out["log_probs"] * advantage).sum(1).mean()
         baseline_mse = F.mse_loss(baselines, returns)
@@ -417,11 +385,8 @@ class RAM(ZooModule):
             terms["location_mse"] = supervision
         return {"loss": total, **terms}
 
-    def _train_policy(self) -> str:
-        return "random" if self.hparams.location_policy == "random" else "sample"
-
-    def _eval_policy(self) -> str:
-        return "random" if self.hparams.location_policy == "random" else "mean"
+    def _policy(self, learned: str) -> str:  # learned: "sample" to train, "mean" to evaluate
+        return "random" if self.hparams.location_policy == "random" else learned
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
     def example_batch(self, n: int = 2, seed: int = 0):
@@ -448,11 +413,11 @@ class RAM(ZooModule):
             images = images.repeat_interleave(self.hparams.train_samples, 0)
             labels = labels.repeat_interleave(self.hparams.train_samples, 0)
             targets = None if targets is None else targets.repeat_interleave(self.hparams.train_samples, 0)
-        noise = self.policy_noise(self._train_policy(), images.shape[0], images)
+        noise = self.policy_noise(self._policy("sample"), images.shape[0], images)
         return {"images": images, "labels": labels, "noise": noise, "std": self._std_input(images), "targets": targets}
 
     def train_loss(self, images, labels, noise, std, targets=None):
-        out = self.rollout(images, self._train_policy(), noise=noise, std=std)
+        out = self.rollout(images, self._policy("sample"), noise=noise, std=std)
         terms = self.losses(out, labels, targets)
         return terms["loss"], {key: value.detach() for key, value in terms.items()}
 
@@ -463,23 +428,18 @@ class RAM(ZooModule):
             self.log("train/std", std.detach() if isinstance(std, torch.Tensor) else float(std))
 
     # ------------------------------------------------------------------ evaluation
-    def _generator(self) -> torch.Generator:
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(self.hparams.eval_seed)
-        return generator
-
     def on_validation_epoch_start(self) -> None:
-        self._eval_generator = self._generator()
+        self._eval_generator = torch.Generator(device=self.device).manual_seed(self.hparams.eval_seed)
 
-    def on_test_epoch_start(self) -> None:
-        self._eval_generator = self._generator()
+    on_test_epoch_start = on_validation_epoch_start
 
     def eval_inputs(self, batch, stage):
         """The batch and, from the evaluation generator, the draws of the deterministic (none
         unless the policy is random), sampled, and for "test" the M-sample and random rollouts."""
         images, labels = batch[:2]
-        n, gen, train_policy = images.shape[0], self._eval_generator, self._train_policy()
-        inputs = {"images": images, "labels": labels, "det_noise": self.policy_noise(self._eval_policy(), n, images, gen),
+        n, gen, train_policy = images.shape[0], self._eval_generator, self._policy("sample")
+        inputs = {"images": images, "labels": labels,
+                  "det_noise": self.policy_noise(self._policy("mean"), n, images, gen),
                   "sampled_noise": self.policy_noise(train_policy, n, images, gen)}
         if stage == "test":
             inputs["many_noise"] = self.policy_noise(train_policy, n * self.hparams.eval_samples, images, gen)
@@ -488,8 +448,8 @@ class RAM(ZooModule):
 
     def eval_metrics(self, stage, images, labels, det_noise, sampled_noise, std, many_noise=None, random_noise=None):
         n, hp = images.shape[0], self.hparams
-        det = self.rollout(images, self._eval_policy(), noise=det_noise, std=std)
-        sampled = self.rollout(images, self._train_policy(), noise=sampled_noise, std=std)
+        det = self.rollout(images, self._policy("mean"), noise=det_noise, std=std)
+        sampled = self.rollout(images, self._policy("sample"), noise=sampled_noise, std=std)
         metrics = {"loss": F.cross_entropy(det["logits"], labels), "acc": _accuracy(det["logits"], labels)}
         if stage != "test":
             metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
@@ -498,8 +458,8 @@ class RAM(ZooModule):
         metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
         # M trajectories per image in one batched rollout; average the class probabilities
         m = hp.eval_samples
-        many = self.rollout(images.repeat_interleave(m, 0), self._train_policy(), noise=many_noise, std=std)["logits"]
-        probs = many.softmax(-1).view(n, m, -1).mean(1)
+        many = self.rollout(images.repeat_interleave(m, 0), self._policy("sample"), noise=many_noise, std=std)
+        probs = many["logits"].softmax(-1).view(n, m, -1).mean(1)
         metrics[f"acc_mc{m}"] = _accuracy(probs, labels)
         for t in range(hp.num_glimpses):
             metrics[f"acc_glimpses_{t + 1}"] = _accuracy(det["step_logits"][:, t], labels)
@@ -517,10 +477,10 @@ class RAM(ZooModule):
 
         if policy not in (None, "mean", "sample"):
             raise ValueError(f"policy must be mean or sample, got {policy!r}")
-        out = self.rollout(images, self._eval_policy() if policy is None else self._train_policy()
+        out = self.rollout(images, self._policy("mean") if policy is None else self._policy("sample")
                            if policy == "sample" else "mean")
         B, T = out["locations"].shape[:2]
-        boxes = self.retina.boxes(out["locations"].reshape(B * T, 2), *self.image_hw).view(B, T, -1, 4)
+        boxes = self.glimpse.retina.boxes(out["locations"].flatten(0, 1), *self.image_hw).view(B, T, -1, 4)
         probs = out["logits"].softmax(-1)
         return record.AttentionRecord(
             family=self.family, kind="glimpse", maps=record.maps_from_boxes(boxes, self.image_hw),
@@ -534,24 +494,26 @@ class RAM(ZooModule):
         return out["logits"], out["locations"]
 
     # ------------------------------------------------------------------ optimisation
-    def location_parameters(self) -> list[nn.Parameter]:
-        """The location network: f_l, and DRAM's where layer and context network when present."""
-        parts = [self.locator] + [getattr(self, name) for name in ("where", "context_net") if hasattr(self, name)]
-        return [p for part in parts for p in part.parameters()]
-
     def configure_optimizers(self):
         hp = self.hparams
         params = [p for p in self.parameters() if p.requires_grad]
         if hp.location_lr_scale != 1.0:
             # The location network learns from REINFORCE alone; its own step size damps the random
-            # walk a noisy policy gradient takes under Adam's per-parameter scaling.
-            location = self.location_parameters()
+            # walk a noisy policy gradient takes under Adam's per-parameter scaling. The location
+            # network: f_l, and DRAM's where layer and context network when present.
+            parts = [self.locator] + [getattr(self, n) for n in ("where", "context_net") if hasattr(self, n)]
+            location = [p for part in parts for p in part.parameters()]
             located = {id(p) for p in location}
             params = [{"params": [p for p in params if id(p) not in located]},
                       {"params": location, "lr": hp.lr * hp.location_lr_scale}]
         # the paper: SGD with momentum 0.9; the recipes: Adam
         return optim.configure(self, params, hp.optimizer, lr=hp.lr, momentum=hp.momentum,
                                weight_decay=hp.weight_decay, schedule=hp.lr_schedule)
+
+
+def _recur(cell: nn.RNNCell | nn.LSTMCell, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None):
+    """One step of an RNN cell (c None) or an LSTM cell: -> (h, c)."""
+    return (cell(x, h), None) if c is None else cell(x, (h, c))
 
 
 def _accuracy(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,7 @@ from zoo.backbones.spec import BackboneSpec
 from zoo.data.augment import BatchAugment, mixup
 from zoo.errors import UserError
 from zoo.models import optim
-from zoo.models.base import ZooModule
+from zoo.models.base import ClassifierModule
 from zoo.models.card import FamilyCard
 
 
@@ -45,8 +45,9 @@ TINY = dict(backbone={"kind": "timm_vit", "model_name": "vit_tiny_patch16_224", 
                       "embed_dim": 24, "num_heads": 2, "mlp_ratio": 2.0, "drop_path_rate": 0.0})
 
 
-class ViTClassifier(ZooModule):
-    """images [B, in_chans, H, W] in [0, 1] -> logits [B, num_classes]."""
+class ViTClassifier(ClassifierModule):
+    """images [B, in_chans, H, W] in [0, 1] -> logits [B, num_classes]; evaluated as every
+    ClassifierModule, trained with its own loss and optimiser (the module docstring)."""
 
     card = FamilyCard(
         "vit", attention="rollout", head_keys=("backbone.vit.head.",), bench_recipes=("vit_fmnist",),
@@ -75,14 +76,6 @@ class ViTClassifier(ZooModule):
         self.hparams.backbone = spec.to_dict()
         self.augment = BatchAugment(translate, hflip, erase, erase_area)
 
-    # ------------------------------------------------------------------ config
-    def zoo_config(self) -> dict:
-        # The weights live in the checkpoint: rebuilding it must neither fetch pretrained weights
-        # again nor need the user's pretrained file, and must normalise as trained.
-        config = super().zoo_config()
-        config["init_args"]["backbone"] = self.backbone_spec.self_contained(self.backbone)
-        return config
-
     @property
     def vit(self):
         """The timm VisionTransformer inside."""
@@ -90,7 +83,8 @@ class ViTClassifier(ZooModule):
 
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
-        self.speed_setup()
+        if self.hparams.channels_last:
+            self.to(memory_format=torch.channels_last)
 
     # ------------------------------------------------------------------ forward
     @property
@@ -99,9 +93,6 @@ class ViTClassifier(ZooModule):
 
     def takes_any_image_size(self) -> bool:
         return getattr(self.vit, "dynamic_img_size", False)
-
-    def example_batch(self, n: int = 2, seed: int = 0):
-        return self.labelled_batch(n, seed)
 
     def _logits(self, images: torch.Tensor) -> torch.Tensor:
         # images [B, C, H, W] -> logits [B, num_classes]
@@ -130,20 +121,10 @@ class ViTClassifier(ZooModule):
     def train_loss(self, images, labels, partner=None, lam=None):
         smoothing = self.hparams.label_smoothing
         logits = self(images)
-        if partner is None:
-            loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
-        else:
-            loss = (lam * F.cross_entropy(logits, labels, label_smoothing=smoothing)
-                    + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=smoothing))
+        loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
+        if partner is not None:  # mixup: both images' labels, weighted as their pixels are
+            loss = lam * loss + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=smoothing)
         return loss, {"loss": loss.detach(), "acc": (logits.argmax(-1) == labels).float().mean()}
-
-    def eval_metrics(self, stage, images, labels):
-        logits = self(images)
-        wrong = (logits.argmax(-1) != labels).float().mean()
-        metrics = {"loss": F.cross_entropy(logits, labels), "acc": 1 - wrong}
-        if stage == "test":
-            metrics["error_pct"] = 100 * wrong
-        return metrics
 
     # ------------------------------------------------------------------ optimisation
     def parameter_groups(self) -> list[dict]:
@@ -167,21 +148,21 @@ class ViTClassifier(ZooModule):
     @torch.no_grad()
     def attention_maps(self, images: torch.Tensor, head_fusion: str = "mean", residual: float = 0.5) -> dict:
         """images [B, C, H, W] in [0, 1] -> {"logits" [B, K], "attention" [layers, B, heads, N, N],
-        "last" [B, heads, h, w] (last layer, CLS to patches), "rollout" [B, h, w]}."""
+        "layers" [layers, B, heads, h, w] (CLS to patches), "last" [B, heads, h, w] (the last
+        layer's), "rollout" [B, h, w]}."""
         from zoo.attention import rollout as maps
 
         self.check_images(images)
         vit = self.vit
         cls_index = 0 if getattr(vit, "cls_token", None) is not None else None
         with maps.record_attention(vit) as recorded:
-            logits = self.backbone.forward_head(self.backbone.forward_features(images)).float()
+            logits = self._logits(images).float()
         attention = torch.stack(recorded).float()
         grid = self.backbone.grid_for(*images.shape[-2:])
-        prefix = vit.num_prefix_tokens
+        layers = maps.cls_attention(attention, vit.num_prefix_tokens, grid, cls_index)
         joint = maps.rollout(attention, head_fusion=head_fusion, residual=residual)
-        return {"logits": logits, "attention": attention,
-                "last": maps.cls_attention(attention[-1], prefix, grid, cls_index),
-                "rollout": maps.rollout_map(joint, prefix, grid, cls_index)}
+        return {"logits": logits, "attention": attention, "layers": layers, "last": layers[-1],
+                "rollout": maps.rollout_map(joint, vit.num_prefix_tokens, grid, cls_index)}
 
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor, heads: bool = False, head_fusion: str = "mean",
@@ -192,16 +173,12 @@ class ViTClassifier(ZooModule):
         each patch's mass is spread over its pixels. The mass the CLS query puts on prefix tokens is
         left out, so each map sums to 1."""
         from zoo.attention import record
-        from zoo.attention import rollout as maps
 
         if head_fusion not in ("mean", "max", "min") or not 0 <= residual < 1:
             raise ValueError(f"head_fusion must be mean, max or min and residual in [0, 1), got {head_fusion!r}, "
                              f"{residual!r}")
         out = self.attention_maps(images, head_fusion, residual)
-        vit, grid = self.vit, out["rollout"].shape[-2:]
-        cls_index = 0 if getattr(vit, "cls_token", None) is not None else None
-        layers = torch.stack([maps.cls_attention(a, vit.num_prefix_tokens, tuple(grid), cls_index).mean(1)
-                              for a in out["attention"]], 1)  # [B, layers, h, w]
+        layers = out["layers"].mean(2).transpose(0, 1)  # [B, layers, h, w]
         last = out["last"] if heads else layers[:, :0]  # [B, heads, h, w]
         cells = torch.cat([layers, last, out["rollout"][:, None]], 1)
         cells = cells / cells.sum((-2, -1), keepdim=True).clamp_min(1e-30)

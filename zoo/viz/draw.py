@@ -51,7 +51,7 @@ def compose(cells: list[list[tuple[torch.Tensor, list]]], scale: int = 3, pad: i
             tile.paste(Image.fromarray(to_rgb_uint8(image)).resize((W * scale, H * scale), Image.NEAREST), (m, m))
             draw = ImageDraw.Draw(tile)
             for params, index, n, colour in boxes:
-                if params is None:
+                if params is None:  # a step without attention
                     continue
                 rect, width = _box(params, index, n, scale)
                 draw.rectangle([v + m for v in rect], outline=colour, width=width)
@@ -59,12 +59,20 @@ def compose(cells: list[list[tuple[torch.Tensor, list]]], scale: int = 3, pad: i
     return figure
 
 
+def _rows(n: int, nrow: int | None) -> list[range]:
+    """Indices 0..n-1 in rows of nrow (default: square-ish)."""
+    nrow = nrow or max(1, int(np.ceil(np.sqrt(n))))
+    return [range(start, min(start + nrow, n)) for start in range(0, n, nrow)]
+
+
+def _windows(params: list | None, n: int | None, t: int, index: int, colour) -> list:
+    """Step t's window of example `index` as a `compose` box (none without attention)."""
+    return [(params[t], index, n, colour)] if params is not None and n and params[t] is not None else []
+
+
 def sample_grid(images: torch.Tensor, nrow: int | None = None, scale: int = 2) -> Image.Image:
     """images [n, C, H, W] in [0, 1] -> one grid, nrow images per row (default: square-ish)."""
-    n = images.shape[0]
-    nrow = nrow or max(1, int(np.ceil(np.sqrt(n))))
-    cells = [[(images[i], []) for i in range(start, min(start + nrow, n))] for start in range(0, n, nrow)]
-    return compose(cells, scale=scale)
+    return compose([[(images[i], []) for i in row] for row in _rows(images.shape[0], nrow)], scale=scale)
 
 
 def canvas_frames(canvases: torch.Tensor, write: list | None = None, write_n: int | None = None,
@@ -75,15 +83,14 @@ def canvas_frames(canvases: torch.Tensor, write: list | None = None, write_n: in
     [n, C, H, W] (the images being redrawn), each canvas follows its target, which carries the
     read box: the read looks at the input, the write draws on the canvas."""
     T, n = canvases.shape[:2]
-    nrow = nrow or max(1, int(np.ceil(np.sqrt(n))))
     frames = []
     for t in range(T):
         cells = []
-        for start in range(0, n, nrow):
+        for indices in _rows(n, nrow):
             row = []
-            for i in range(start, min(start + nrow, n)):
-                reads = [(read[t], i, read_n, READ_COLOUR)] if read is not None and read_n else []
-                writes = [(write[t], i, write_n, WRITE_COLOUR)] if write is not None and write_n else []
+            for i in indices:
+                reads = _windows(read, read_n, t, i, READ_COLOUR)
+                writes = _windows(write, write_n, t, i, WRITE_COLOUR)
                 if targets is not None:
                     row += [(targets[i], reads), (canvases[t, i], writes)]
                 else:
@@ -135,15 +142,7 @@ def reconstruction_strip(x: torch.Tensor, canvases: torch.Tensor, read: list | N
     """Rows: examples. Columns: the input, then canvases at `steps` steps with that step's read
     (green) and write (red) boxes. x [n, C, H, W]; canvases [T, n, C, H, W] in [0, 1]."""
     chosen = _steps(canvases.shape[0], steps)
-    cells = []
-    for i in range(x.shape[0]):
-        row = [(x[i], [])]
-        for t in chosen:
-            boxes = []
-            if read is not None and read_n and read[t] is not None:
-                boxes.append((read[t], i, read_n, READ_COLOUR))
-            if write is not None and write_n and write[t] is not None:
-                boxes.append((write[t], i, write_n, WRITE_COLOUR))
-            row.append((canvases[t, i], boxes))
-        cells.append(row)
+    cells = [[(x[i], [])] + [(canvases[t, i], _windows(read, read_n, t, i, READ_COLOUR)
+                              + _windows(write, write_n, t, i, WRITE_COLOUR)) for t in chosen]
+             for i in range(x.shape[0])]
     return compose(cells, scale=scale)

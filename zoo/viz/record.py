@@ -32,13 +32,6 @@ TARGET_COLOUR = ("white", (255, 255, 255))
 DEGENERATE_GREY = (110, 110, 110)
 
 
-def map_stats(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """maps [T, ...], each a probability map over its N cells -> (peak [T] in multiples of the
-    uniform weight 1/N, entropy [T] in nats, ln N: the uniform map's entropy)."""
-    flat = torch.nan_to_num(maps.detach().flatten(1).double().cpu(), nan=0.0, posinf=0.0, neginf=0.0)
-    return flat.amax(1) * flat.shape[1], -(flat * flat.clamp_min(1e-300).log()).sum(1), math.log(flat.shape[1])
-
-
 def attention_panels(image: Any, maps: torch.Tensor, labels: list[str], groups=None, boxes=None,
                      degenerate=None, size: int = 128):
     """image [C, H, W] in [0, 1] (or PIL); maps [T, h, w] probability maps over the image on any grid
@@ -55,7 +48,11 @@ def attention_panels(image: Any, maps: torch.Tensor, labels: list[str], groups=N
     T = len(labels)
     groups = [0] * T if groups is None else list(groups)
     bad = [False] * T if degenerate is None else [bool(d) for d in degenerate]
-    peak, entropy, uniform = map_stats(maps) if T else (torch.zeros(0), torch.zeros(0), 0.0)
+    # each map over its N cells: its peak in multiples of the uniform weight 1/N, its entropy in nats,
+    # and the uniform map's entropy ln N
+    flat = torch.nan_to_num(maps.detach().flatten(1).double().cpu(), nan=0.0, posinf=0.0, neginf=0.0)
+    peak, entropy = flat.amax(1) * flat.shape[1], -(flat * flat.clamp_min(1e-300).log()).sum(1)
+    uniform = math.log(flat.shape[1]) if T else 0.0
     order = list(dict.fromkeys(groups))  # one bar per group, in the order of its first step
     tops = {g: max([CONTRAST] + [float(peak[t]) for t in range(T) if groups[t] == g and not bad[t]]) for g in order}
     levels = F.interpolate(torch.nan_to_num(maps.detach().float().cpu())[:, None] * maps[0].numel(),
@@ -256,7 +253,8 @@ def html_report(record, images: torch.Tensor, names: list[str], title: str, metr
         table = ""
         if metrics and metrics[b]:
             keys = list(metrics[b][0])
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(m[k]))}</td>" for k in keys) + "</tr>"
+            cell = lambda v: html.escape(f"{v:.3f}" if isinstance(v, float) else str(v))
+            rows = "".join("<tr>" + "".join(f"<td>{cell(m[k])}</td>" for k in keys) + "</tr>"
                            for m in metrics[b])
             table = f"<table><tr>{''.join(f'<th>{html.escape(k)}</th>' for k in keys)}</tr>{rows}</table>"
         sections.append(
@@ -283,9 +281,4 @@ _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u
 def script_json(value) -> str:
     """Strict JSON (non-finite numbers as null) that is inert inside an HTML <script> element,
     whatever strings a model or a file supplied: every unsafe character as its JavaScript escape."""
-    text = json_text(value)
-    return text.translate(str.maketrans(_SCRIPT_UNSAFE))
-
-
-def _fmt(value) -> str:
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+    return json_text(value).translate(str.maketrans(_SCRIPT_UNSAFE))
