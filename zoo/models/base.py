@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from abc import abstractmethod
 from typing import Any
 
 import lightning as L
@@ -183,8 +184,6 @@ class ZooModule(L.LightningModule):
         """One line for a model without attention (the baselines), before any work is done."""
         if not self.card.attention:
             raise UserError(f"{type(self).__name__} ({self.family}) has no attention to record")
-        if type(self).attention_record is ZooModule.attention_record:
-            raise NotImplementedError(f"{type(self).__name__} attends ({self.card.attention}) but writes no attention_record")
 
     def evidence(self, record, images: torch.Tensor, steps: torch.Tensor):
         """What faithfulness follows for rows (image `images[s]` of `record`, step `steps[s]`): a
@@ -205,13 +204,13 @@ class ZooModule(L.LightningModule):
             runner = self.__dict__["_zoo_accel"] = StepAccelerator()
         return runner
 
+    @abstractmethod
     def train_loss(self, **inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """A hook of every family: the training loss and its metrics from `train_inputs`' items."""
-        raise NotImplementedError
 
+    @abstractmethod
     def eval_metrics(self, stage: str, **inputs) -> dict[str, torch.Tensor]:
         """A hook of every family: the "val" or "test" metrics from `eval_inputs`' items."""
-        raise NotImplementedError
 
     def train_inputs(self, batch) -> dict:
         """The batch and every random draw of a training step, by name: `train_loss`'s arguments."""
@@ -276,10 +275,10 @@ class ZooModule(L.LightningModule):
         g = torch.Generator().manual_seed(seed)
         return torch.rand(n, self.input_chans, *self.input_size, generator=g), g
 
+    @abstractmethod
     def example_batch(self, n: int = 2, seed: int = 0) -> Any:
         """A hook of every family: a tiny batch of its data modules' form at the model's input size,
         for registry-wide tests, benchmarks and export (`labelled_batch` for image classifiers)."""
-        raise NotImplementedError
 
     def labelled_batch(self, n: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """(images [n, C, H, W] in [0, 1], labels [n]): a classifier's example batch."""
