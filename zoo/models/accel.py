@@ -265,20 +265,21 @@ class _Compiled:
     toolchain) trains eagerly after one logged warning."""
 
     def __init__(self, runner: StepAccelerator, name: str, fn: Callable, mode: str) -> None:
+        from torch._inductor import exc as inductor_exc
+
         self.runner, self.name, self.fn, self.failed = runner, name, fn, False
         self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=compile_backend(),
                                       mode="reduce-overhead" if mode == "reduce-overhead" else None)
+        # the compiler could not build the function (not: running it failed)
+        self.build_errors = (torch._dynamo.exc.TorchDynamoException, inductor_exc.CppCompileError,
+                             inductor_exc.InvalidCxxCompiler)
 
     def __call__(self, *args, **kwargs):
-        from torch._inductor import exc as inductor_exc
-
         if self.failed:
             return self.fn(*args, **kwargs)
         try:
             return self.compiled(*args, **kwargs)
-        # the compiler could not build the function (not: running it failed)
-        except (torch._dynamo.exc.TorchDynamoException, inductor_exc.CppCompileError,
-                inductor_exc.InvalidCxxCompiler) as exc:
+        except self.build_errors as exc:
             out = self.fn(*args, **kwargs)  # raises the step's own error, if it has one
             self.failed = True
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
