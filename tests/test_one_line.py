@@ -127,7 +127,8 @@ def test_a_malformed_weights_manifest_is_one_line(tmp_path, monkeypatch, capsys,
 
 def test_a_bad_manifest_record_is_skipped_with_a_warning(tmp_path, monkeypatch):
     records = json.loads((REPO / "weights/MANIFEST.json").read_text())
-    records = {"vit_fmnist": records["vit_fmnist"], "broken": 5, "outside": {**records["vit_fmnist"], "file": "../x"}}
+    records = {"vit_fmnist": records["vit_fmnist"], "broken": 5, "outside": {**records["vit_fmnist"], "file": "../x"},
+               "long": {**records["vit_fmnist"], "file": "x" * 256}}  # a fuzz finding: it raised ENAMETOOLONG
     (tmp_path / "MANIFEST.json").write_text(json.dumps(records))
     shutil.copy(REPO / "weights/vit_fmnist.safetensors", tmp_path)
     monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(tmp_path))
@@ -136,6 +137,7 @@ def test_a_bad_manifest_record_is_skipped_with_a_warning(tmp_path, monkeypatch):
     messages = " ".join(str(w.message) for w in caught)
     assert "release 'broken' skipped, a int, not a record" in messages
     assert "release 'outside' skipped, its file is not a plain file name" in messages
+    assert "release 'long' skipped, its file name is longer than 255 bytes" in messages
 
 
 def test_one_unparsable_recipe_is_skipped_with_one_warning(tmp_path, monkeypatch, capsys):

@@ -66,6 +66,9 @@ def manifest() -> dict:
     return good
 
 
+MAX_FILE_NAME = 255  # bytes: the longest file name Linux and macOS file systems take (NAME_MAX)
+
+
 def _record_problem(record) -> str | None:
     """Why a manifest record is not a release (None when it is one)."""
     if not isinstance(record, dict):
@@ -75,6 +78,8 @@ def _record_problem(record) -> str | None:
             return f"its {key!r} is not a {kind.__name__}"
     if not re.fullmatch(r"[\w.+-]+", record["file"]) or record["file"] in (".", ".."):
         return "its file is not a plain file name"
+    if len(record["file"].encode()) > MAX_FILE_NAME:
+        return f"its file name is longer than {MAX_FILE_NAME} bytes"
     if not isinstance(record["config"].get("class_path"), str):
         return "its config names no class_path"
     for key, kind in (("metadata", dict), ("url", str)):
