@@ -200,9 +200,10 @@ def test_huge_dimensions_in_a_weights_file_are_refused_before_anything_is_built(
     _assert_refused(code, err, field, "sane range")
 
 
-@pytest.mark.parametrize("args", [{"beam_size": 10**6}, {"decode_max_len": 10**6}, {"hidden_size": 60000}])
+@pytest.mark.parametrize("args", [{"beam_size": 10**6}, {"decode_max_len": 10**6}, {"hidden_size": 60000},
+                                  {"in_chans": -1}])  # in_chans -1: a fuzz finding (a negative Linear width)
 def test_huge_decoding_and_model_sizes_are_refused_from_python(args):
-    name = "sat_soft_scenes" if "hidden_size" not in args else "ram_fmnist_centered"
+    name = "sat_soft_scenes" if set(args) <= {"beam_size", "decode_max_len"} else "ram_fmnist_centered"
     with pytest.raises(UserError, match="sane range"):
         zoo.create_model(name, **args)
 

@@ -49,7 +49,7 @@ DIMENSION_LIMITS: dict[str, float] = {
     **dict.fromkeys(["depth", "num_heads"], 256),
     # images (`img_size`: timm's name, a field of a backbone block; a model's is `image_size`)
     **dict.fromkeys(["image_size", "img_size", "resize_size", "crop_size"], 4_096),
-    "canvas_size": 1_024, "patch_size": 1_024,
+    "canvas_size": 1_024, "patch_size": 1_024, "in_chans": 1_024,
     # decoding (a captioner's defaults, and the commands' flags)
     "beam_size": 100, **dict.fromkeys(["decode_max_len", "max_len"], 1_000),
     "export_max_len": 200,  # `zoo export --max-len`: steps unrolled into one program
