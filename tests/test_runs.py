@@ -106,7 +106,8 @@ def test_a_running_runs_checkpoint_is_not_resumed_in_another_folder(trained_run,
         TRAIN.main(args)
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert stopped.value.code == 2 and len(err) == 1, err
-    assert f"{elsewhere} is not its run's folder" in err[0] and f"--trainer.default_root_dir {trained_run['root']}" in err[0]
+    assert f"{elsewhere} is not its run's folder" in err[0]
+    assert f"resume it there (--trainer.default_root_dir {trained_run['root']})" in err[0]
     assert not elsewhere.exists() and not (tmp_path / "wandb").exists()
 
 
@@ -216,7 +217,7 @@ def test_a_fine_tunes_saved_init_from_gives_way_to_its_checkpoint(tmp_path, fitt
     assert config.init_from is None and config.ckpt_path == str(root / "checkpoints" / runs.LAST)
 
 
-# ----------------------------------------------------------------------------- issue 42: a run folder belongs to one run
+# ----------------------------------------------------------------------------- issue 42: one run per run folder
 def _snapshot(folder) -> dict:
     """Everything under `folder`, hidden entries too: a file's bytes, a link's target, a folder."""
     return {str(p.relative_to(folder)): ("link", os.readlink(p)) if p.is_symlink() else p.read_bytes() if p.is_file()
@@ -285,8 +286,7 @@ def test_case_a_a_checkpoint_is_not_resumed_into_another_runs_folder(tmp_path):
     """Issue 42 (a): run A's checkpoint with run B's folder as default_root_dir would have rewritten
     B's best and last checkpoints and its config.yaml."""
     a, b = tmp_path / "a", tmp_path / "b"
-    _claimed_run(a)
-    b_id = _claimed_run(b)
+    a_id, b_id = _claimed_run(a), _claimed_run(b)
     before = _snapshot(b)
     theirs = a / "checkpoints" / runs.LAST
     expected = (rf"--ckpt_path {theirs} is a checkpoint of the run in {a.resolve()}, and {b} is the folder of another "
@@ -308,7 +308,7 @@ def test_case_a_a_checkpoint_is_not_resumed_into_another_runs_folder(tmp_path):
     a.rename(moved)
     config = _resume_config(moved)
     runs.check_resume(config, GIVEN, fitting=True)
-    assert _claim(moved, resume=config.ckpt_path) == runs.run_id(moved)
+    assert _claim(moved, resume=config.ckpt_path) == a_id == runs.run_id(moved)
 
 
 def test_case_b_a_users_files_are_never_a_run_folder(tmp_path):
@@ -325,9 +325,14 @@ def test_case_b_a_users_files_are_never_a_run_folder(tmp_path):
                                   "it one")
     _claimed_run(tmp_path / "run")
     theirs = tmp_path / "run" / "checkpoints" / runs.LAST
-    with pytest.raises(runs.UserError, match=r"and .*project holds files that are not its run's \(config.yaml, notes\)"):
+    with pytest.raises(runs.UserError, match=r"project holds files that are not its run's \(config.yaml, notes\)"):
         runs.claim(root, resume=theirs)  # nor does a resumed run go there
     assert _snapshot(root) == before  # not even a lock file
+    (root / "config.yaml").unlink()
+    (root / "notes").rmdir()
+    (root / runs.CLAIM).write_text('{"mine": "a file of that name, not a claim"}')
+    with pytest.raises(runs.UserError, match=r"holds files the zoo did not write there \(.*not a zoo run's claim"):
+        runs.claim(root)
 
 
 def test_case_c_a_run_without_checkpoints_keeps_its_folder(tmp_path):
@@ -419,4 +424,10 @@ def test_case_c_train_py_keeps_a_checkpointless_runs_folder_and_its_wandb_files(
     assert re.fullmatch(rf"train.py: error: --trainer.default_root_dir {root} holds an earlier run's files \(run "
                         rf"{runs.run_id(root)}, started [0-9T:Z-]+: config.yaml, wandb\) and no checkpoint to resume; "
                         "give this run a new directory", line), line
-    assert _snapshot(root) == before and not (tmp_path / "wandb").exists()
+    # W&B's service may still be writing the first run's log (its own file): the refused run started
+    # no W&B run, and every other file is byte-identical
+    assert sorted((root / "wandb").glob("offline-run-*")) == [root / name for name in before
+                                                              if re.fullmatch(r"wandb/offline-run-[^/]+", name)]
+    assert {k: v for k, v in _snapshot(root).items() if not k.startswith("wandb/")} == \
+        {k: v for k, v in before.items() if not k.startswith("wandb/")}
+    assert not (tmp_path / "wandb").exists()

@@ -173,13 +173,13 @@ def _check_folder(root: Path, resume, run: dict | None) -> None:
     if run is not None:
         return _check_owner(resume, run, root)
     names = _entries(root)
-    if not names:
-        return  # new, empty, or claimed by a run that stopped before it wrote anything
     try:
         claimed = read_claim(root)
     except UserError as exc:
         raise UserError(f"--trainer.default_root_dir {root} holds files the zoo did not write there ({exc}); "
                         "give this run a new directory") from None
+    if not names:
+        return  # new, empty, or claimed by a run that stopped before it wrote anything
     whose = _whose(claimed) if claimed else None
     if any((root / "checkpoints").glob("*.ckpt")):
         raise UserError(f"--trainer.default_root_dir {root} already holds an earlier run's checkpoints"
