@@ -1,8 +1,13 @@
 """Issue 35: a run's saved config.yaml is a recipe, never a resume, and a checkpoint of a run that
-is still training is not resumed into another folder (zoo/runs.py)."""
+is still training is not resumed into another folder (zoo/runs.py). Issue 42: a run folder belongs
+to one run, named by its claim; a new run goes only into a new or empty folder, a resumed one only
+into its own run's, and a refused run leaves every file as it was."""
 from __future__ import annotations
 
 import fcntl
+import json
+import os
+import re
 
 import pytest
 import torch
@@ -96,10 +101,14 @@ def test_a_running_runs_checkpoint_is_not_resumed_in_another_folder(trained_run,
     assert err[0].startswith(f"train.py: error: --ckpt_path {last}: its run ({trained_run['root'].resolve()})")
     assert "still training (pid 4242 on node7)" in err[0] and "--init_from" in err[0]
     assert not elsewhere.exists() and not (tmp_path / "wandb").exists()  # refused before anything started
-    # stopped: the resume goes ahead, and says whose run it continues, in one line
-    TRAIN.main(args)
-    warned = [line for line in capsys.readouterr().err.splitlines() if "is a checkpoint of the run in" in line]
-    assert len(warned) == 1 and f"{elsewhere} continues that run" in warned[0]
+    # stopped: still not in another folder (issue 42: a run continues only in its own), in one line
+    with pytest.raises(SystemExit) as stopped:
+        TRAIN.main(args)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stopped.value.code == 2 and len(err) == 1, err
+    assert f"{elsewhere} is not its run's folder" in err[0]
+    assert f"resume it there (--trainer.default_root_dir {trained_run['root']})" in err[0]
+    assert not elsewhere.exists() and not (tmp_path / "wandb").exists()
 
 
 def test_a_results_run_leaves_the_checkpoints_of_a_run_training_there(tmp_path, monkeypatch):
@@ -109,9 +118,9 @@ def test_a_results_run_leaves_the_checkpoints_of_a_run_training_there(tmp_path, 
     monkeypatch.setattr(script, "ROOT", tmp_path)
     monkeypatch.setattr(script, "run", lambda cmd: pytest.fail(f"ran {cmd}"))
     root = tmp_path / "runs/results/fam_recipe/seed0"
+    runs.claim(root)  # as train.py does: the run holds its folder
     (root / "checkpoints").mkdir(parents=True)
     (root / "checkpoints" / "last.ckpt").write_bytes(b"a live run's")
-    runs.claim(root, resuming=True)  # as train.py does: the run holds its folder
     try:
         with pytest.raises(SystemExit, match="runs/results/fam_recipe/seed0 is in use by another training run"):
             script.main(["configs/fam/recipe.yaml", "--seeds", "0"])
@@ -206,3 +215,219 @@ def test_a_fine_tunes_saved_init_from_gives_way_to_its_checkpoint(tmp_path, fitt
     runs.check_resume(config, ["validate", "--config", str(root / "config.yaml"), "--ckpt_path", "last"],
                       fitting=fitting)
     assert config.init_from is None and config.ckpt_path == str(root / "checkpoints" / runs.LAST)
+
+
+# ----------------------------------------------------------------------------- issue 42: one run per run folder
+def _snapshot(folder) -> dict:
+    """Everything under `folder`, hidden entries too: a file's bytes, a link's target, a folder."""
+    return {str(p.relative_to(folder)): ("link", os.readlink(p)) if p.is_symlink() else p.read_bytes() if p.is_file()
+            else "folder" for p in sorted(folder.rglob("*"))}
+
+
+def _claimed_run(root, checkpoints: bool = True) -> str:
+    """A run folder as a finished run leaves it: its claim, its config.yaml and (`checkpoints`) a
+    best and a last checkpoint that carry its run id. Returns the run's id."""
+    run_id = runs.claim(root, command=["train.py", "fit", "--config", "recipe.yaml"])
+    runs.release()
+    (root / "config.yaml").write_text("model: {}\n")
+    if checkpoints:
+        (root / "checkpoints").mkdir()
+        checkpoint = {"state_dict": {}, "global_step": 3,
+                      "hyper_parameters": {"_class_path": CLASSIFIER, "arch": "mlp", "lr": 0.001},
+                      "datamodule_hyper_parameters": {"variant": "centered", "batch_size": 64},
+                      "zoo_run": {"run_dir": str(root.resolve()), "run_id": run_id, "wandb_id": f"w{run_id[:7]}"}}
+        torch.save(checkpoint, root / "checkpoints" / "best-epoch=000.ckpt")
+        torch.save(checkpoint, root / "checkpoints" / runs.LAST)
+    return run_id
+
+
+def _claim(root, resume=None) -> str:
+    try:
+        return runs.claim(root, resume=resume)
+    finally:
+        runs.release()
+
+
+def _refused(args, capsys) -> str:
+    """train.py's one stderr line for `args`, which must end with exit code 2."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        TRAIN.main(args)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stopped.value.code == 2 and len(err) == 1, err
+    return err[0]
+
+
+def test_a_new_run_claims_a_new_or_empty_folder_and_the_claim_names_it(tmp_path):
+    new, empty = tmp_path / "a" / "new", tmp_path / "empty"
+    empty.mkdir()
+    ids = []
+    for root in (new, empty):
+        try:
+            ids.append(runs.claim(root, command=["train.py", "fit", "--config", "my recipe.yaml"]))
+        finally:
+            runs.release()
+        claimed = json.loads((root / runs.CLAIM).read_text())
+        assert claimed["run_id"] == ids[-1] == runs.run_id(root)
+        assert claimed["command"] == "train.py fit --config 'my recipe.yaml'"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", claimed["created"])
+        assert sorted(p.name for p in root.iterdir()) == sorted([runs.CLAIM, runs.RUN_LOCK])
+    # a run that stopped before it wrote anything (a claim and a lock, nothing else): a new run goes there
+    assert _claim(empty) not in ids and runs.run_id(empty) not in ids
+    # a W&B logger saving into the run folder writes nothing there before the claim (then it is the run's)
+    from zoo.callbacks import ZooWandbLogger
+
+    ZooWandbLogger(save_dir=str(tmp_path / "wb" / "wandb"))
+    assert not (tmp_path / "wb").exists()
+    _claim(tmp_path / "wb")
+
+
+def test_case_a_a_checkpoint_is_not_resumed_into_another_runs_folder(tmp_path):
+    """Issue 42 (a): run A's checkpoint with run B's folder as default_root_dir would have rewritten
+    B's best and last checkpoints and its config.yaml."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a_id, b_id = _claimed_run(a), _claimed_run(b)
+    before = _snapshot(b)
+    theirs = a / "checkpoints" / runs.LAST
+    expected = (rf"--ckpt_path {theirs} is a checkpoint of the run in {a.resolve()}, and {b} is the folder of another "
+                rf"run \(run {b_id}, started [0-9T:Z-]+\): a run continues only in its own folder; resume it there "
+                rf"\(--trainer.default_root_dir {a.resolve()}\), or start a new run from its weights with --init_from "
+                rf"{theirs}")
+    with pytest.raises(runs.UserError) as refused:  # train.py's check at parse time
+        runs.check_resume(_resume_config(b, ckpt_path=str(theirs)), ["fit", "--ckpt_path", str(theirs)], fitting=True)
+    assert re.fullmatch(expected, str(refused.value)), str(refused.value)
+    with pytest.raises(runs.UserError) as refused:  # and the claim's, under the run lock
+        runs.claim(b, resume=theirs)
+    assert re.fullmatch(expected, str(refused.value))
+    assert _snapshot(b) == before
+    # its own folder takes it: B's checkpoint resumes in B, and A's in A moved elsewhere (its claim moves with it)
+    config = _resume_config(b)
+    runs.check_resume(config, GIVEN, fitting=True)
+    assert _claim(b, resume=config.ckpt_path) == b_id and _snapshot(b) == before
+    moved = tmp_path / "moved"
+    a.rename(moved)
+    config = _resume_config(moved)
+    runs.check_resume(config, GIVEN, fitting=True)
+    assert _claim(moved, resume=config.ckpt_path) == a_id == runs.run_id(moved)
+
+
+def test_case_b_a_users_files_are_never_a_run_folder(tmp_path):
+    """Issue 42 (b): `fit` overwrote a config.yaml the user keeps in the folder given as default_root_dir."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "config.yaml").write_text("mine: true\n")
+    (root / "notes").mkdir()
+    before = _snapshot(root)
+    with pytest.raises(runs.UserError) as refused:
+        runs.claim(root)
+    assert str(refused.value) == (f"--trainer.default_root_dir {root} holds files the zoo did not write there "
+                                  "(config.yaml, notes); a new run writes only into a new or empty directory: give "
+                                  "it one")
+    _claimed_run(tmp_path / "run")
+    theirs = tmp_path / "run" / "checkpoints" / runs.LAST
+    with pytest.raises(runs.UserError, match=r"project holds files that are not its run's \(config.yaml, notes\)"):
+        runs.claim(root, resume=theirs)  # nor does a resumed run go there
+    assert _snapshot(root) == before  # not even a lock file
+    (root / "config.yaml").unlink()
+    (root / "notes").rmdir()
+    (root / runs.CLAIM).write_text('{"mine": "a file of that name, not a claim"}')
+    with pytest.raises(runs.UserError, match=r"holds files the zoo did not write there \(.*not a zoo run's claim"):
+        runs.claim(root)
+
+
+def test_case_c_a_run_without_checkpoints_keeps_its_folder(tmp_path):
+    """Issue 42 (c): a second run into a run folder without checkpoints replaced its config.yaml."""
+    root = tmp_path / "run"
+    run_id = _claimed_run(root, checkpoints=False)
+    before = _snapshot(root)
+    with pytest.raises(runs.UserError) as refused:
+        runs.claim(root)
+    assert re.fullmatch(rf"--trainer.default_root_dir {root} holds an earlier run's files \(run {run_id}, started "
+                        r"[0-9T:Z-]+: config.yaml\) and no checkpoint to resume; give this run a new directory",
+                        str(refused.value)), str(refused.value)
+    assert _snapshot(root) == before
+
+
+def test_a_folder_of_a_zoo_before_claims_resumes_and_is_claimed(tmp_path):
+    legacy = tmp_path / "legacy"
+    _saved_run(legacy)  # checkpoints that name their folder, no claim
+    config = _resume_config(legacy)
+    runs.check_resume(config, GIVEN, fitting=True)
+    run_id = _claim(legacy, resume=config.ckpt_path)
+    assert runs.run_id(legacy) == run_id
+    runs.check_resume(_resume_config(legacy), GIVEN, fitting=True)  # its old checkpoints stay its own
+    with pytest.raises(runs.UserError, match="already holds an earlier run's checkpoints"):
+        runs.claim(tmp_path / "legacy")  # a new run does not go there
+    # a checkpoint no run folder names (not the zoo's) starts its run in a new folder, not in another's
+    bare = tmp_path / "bare.ckpt"
+    torch.save({"state_dict": {}, "global_step": 1}, bare)
+    for root, refused in ((tmp_path / "new", None), (legacy, "is the folder of another run")):
+        config = _resume_config(root, ckpt_path=str(bare))
+        if refused is None:
+            runs.check_resume(config, ["fit", "--ckpt_path", str(bare)], fitting=True)
+        else:
+            with pytest.raises(runs.UserError, match=refused):
+                runs.check_resume(config, ["fit", "--ckpt_path", str(bare)], fitting=True)
+
+
+def test_ddp_ranks_after_the_first_go_on_in_the_folder_it_claimed(tmp_path, monkeypatch):
+    """DDP re-executes train.py per rank: rank 0 checks and claims, and by the time rank 1 checks,
+    the folder holds rank 0's claim (with a new id: the checkpoint named no run) and config.yaml."""
+    bare = tmp_path / "bare.ckpt"
+    torch.save({"state_dict": {}, "global_step": 1}, bare)
+    root, given = tmp_path / "run", ["fit", "--ckpt_path", str(bare)]
+    config = _resume_config(root, ckpt_path=str(bare))
+    runs.check_resume(config, given, fitting=True)
+    _claim(root, resume=config.ckpt_path)
+    (root / "config.yaml").write_text("model: {}\n")  # rank 0's SaveConfigToRunDir
+    with pytest.raises(runs.UserError, match="is the folder of another run"):  # to a launching process
+        runs.check_resume(_resume_config(root, ckpt_path=str(bare)), given, fitting=True)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    config = _resume_config(root, ckpt_path=str(bare))
+    runs.check_resume(config, given, fitting=True)  # rank 1's run is rank 0's
+    assert config.ckpt_path == str(bare)
+
+
+@pytest.mark.slow
+def test_case_a_train_py_keeps_another_runs_folder_byte_identical(tmp_path, tiny_data, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    TRAIN.main(_fit(a, "--trainer.max_epochs=1"))
+    TRAIN.main(_fit(b, "--trainer.max_epochs=1"))
+    before, wandb_runs = _snapshot(b), sorted((tmp_path / "wandb").iterdir())
+    assert {"config.yaml", runs.CLAIM, "checkpoints/last.ckpt", "checkpoints/best-epoch=000.ckpt"} <= set(before)
+    theirs = a / "checkpoints" / runs.LAST
+    line = _refused(_fit(b, "--trainer.max_epochs=2", "--ckpt_path", str(theirs)), capsys)
+    assert line.startswith(f"train.py: error: --ckpt_path {theirs} is a checkpoint of the run in {a.resolve()}, "
+                           f"and {b} is the folder of another run (run {runs.run_id(b)}, started ")
+    assert _snapshot(b) == before and sorted((tmp_path / "wandb").iterdir()) == wandb_runs
+
+
+def test_case_b_train_py_leaves_a_users_folder_as_it_was(tmp_path, tiny_data, capsys):
+    root = tmp_path / "mine"
+    root.mkdir()
+    (root / "config.yaml").write_text("# my own notes, not a run's\n")
+    before = _snapshot(root)
+    line = _refused(_fit(root, "--trainer.max_epochs=1"), capsys)
+    assert line == (f"train.py: error: --trainer.default_root_dir {root} holds files the zoo did not write there "
+                    "(config.yaml); a new run writes only into a new or empty directory: give it one")
+    assert _snapshot(root) == before and not (tmp_path / "wandb").exists()
+
+
+@pytest.mark.slow
+def test_case_c_train_py_keeps_a_checkpointless_runs_folder_and_its_wandb_files(tmp_path, tiny_data, capsys):
+    root = tmp_path / "run"  # its W&B files inside it: the run's own, not a reason to refuse the run
+    TRAIN.main(_fit(root, "--trainer.max_epochs=1", "--trainer.enable_checkpointing=false",
+                    f"--trainer.logger.init_args.save_dir={root}"))
+    before = _snapshot(root)
+    assert {"config.yaml", runs.CLAIM, "wandb"} <= set(before) and "checkpoints" not in before
+    line = _refused(_fit(root, "--trainer.max_epochs=1"), capsys)
+    assert re.fullmatch(rf"train.py: error: --trainer.default_root_dir {root} holds an earlier run's files \(run "
+                        rf"{runs.run_id(root)}, started [0-9T:Z-]+: config.yaml, wandb\) and no checkpoint to resume; "
+                        "give this run a new directory", line), line
+    # W&B's service may still be writing the first run's log (its own file): the refused run started
+    # no W&B run, and every other file is byte-identical
+    assert sorted((root / "wandb").glob("offline-run-*")) == [root / name for name in before
+                                                              if re.fullmatch(r"wandb/offline-run-[^/]+", name)]
+    assert {k: v for k, v in _snapshot(root).items() if not k.startswith("wandb/")} == \
+        {k: v for k, v in before.items() if not k.startswith("wandb/")}
+    assert not (tmp_path / "wandb").exists()

@@ -14,6 +14,7 @@ import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -29,17 +30,25 @@ WANDB_CLASSES = ("zoo.callbacks.ZooWandbLogger", "lightning.pytorch.loggers.Wand
 class ZooWandbLogger(WandbLogger):
     """WandbLogger that needs no account: offline under ./wandb unless WANDB_MODE=online (the one
     place that chooses W&B's mode; `wandb sync wandb/offline-run-*` uploads an offline run later).
-    Model upload (`log_model`) is only possible online: forced off offline."""
+    Model upload (`log_model`) is only possible online: forced off offline. `save_dir` is made when
+    the W&B run starts, not when the logger is built: inside the run folder, it is the run's, and
+    nothing is written there before the run claims its folder (zoo.runs.claim)."""
 
     def __init__(self, project: str = "attention-zoo", save_dir: str = ".", name: str | None = None,
                  log_model: bool = False, **kwargs):
         offline = os.environ.get("WANDB_MODE", "offline").lower() in OFFLINE_MODES
         kwargs.pop("offline", None)
-        Path(save_dir).mkdir(parents=True, exist_ok=True)
         super().__init__(project=project, save_dir=save_dir, name=name, offline=offline,
                          log_model=log_model and not offline, **kwargs)
         if self._wandb_init.get("anonymous") is None:
             self._wandb_init.pop("anonymous", None)  # an unset key W&B warns about at every start
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        if self._experiment is None and self._save_dir:
+            Path(self._save_dir).mkdir(parents=True, exist_ok=True)  # W&B would fall back to /tmp without it
+        return super().experiment
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -131,8 +140,13 @@ class ZooCheckpoint(ModelCheckpoint):
             trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        from zoo.runs import run_id
+
         run = checkpoint.setdefault("zoo_run", {})
         run["run_dir"] = str(Path(trainer.default_root_dir).resolve())  # whose checkpoint it is (zoo.runs)
+        claimed = run_id(trainer.default_root_dir)  # the run that claimed the folder: it continues only there
+        if claimed:
+            run["run_id"] = claimed
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger) and logger.version:
                 run["wandb_id"] = str(logger.version)

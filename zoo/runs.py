@@ -1,13 +1,20 @@
 """What belongs to a training run, so that one run never writes into another (train.py asks).
 
-- A run folder (`trainer.default_root_dir`) is held by the process training in it: an flock on
-  `<root>/.run.lock` for the process's life (the kernel's lock, seen from every PID namespace and,
-  over NFS, every machine). A second run there is refused, and so is a new run in a folder that
-  already holds an earlier run's checkpoints.
-- A checkpoint belongs to the run folder that saved it (`zoo_run.run_dir` in the checkpoint; for
-  older ones, the folder above their `checkpoints/`). Resuming it in another folder warns once;
-  while its own run is still training, it is refused (two processes would write one run's history
-  and one W&B run).
+- A run folder (`trainer.default_root_dir`) belongs to one run. Before the run writes anything, it
+  claims the folder: `<root>/.zoo-run.json` (written atomically) names the run (its id, when it
+  started, its command), and every checkpoint it saves carries that id (`zoo_run.run_id`). The
+  claim is checked first, reading only: a new run goes only into a folder that is new or empty (a
+  claim whose run wrote nothing else aside); a folder holding another run's files, or files the
+  zoo did not write there (a user's config.yaml), is refused in one line with nothing written.
+- A run folder is also held by the process training in it: an flock on `<root>/.run.lock` for the
+  process's life (the kernel's lock, seen from every PID namespace and, over NFS, every machine). A
+  second run there is refused while the first one trains.
+- A checkpoint continues only in its own run's folder: the one whose claim names its run (for
+  checkpoints and folders of a zoo before claims, the folder that saved it: `zoo_run.run_dir`, or
+  the folder above its `checkpoints/`). Resuming it elsewhere is refused in one line; so is resuming
+  it while its run is still training (two processes would write one run's history and one W&B run).
+  Only the launching process checks and claims: DDP's other ranks re-execute train.py into the
+  folder rank 0 claimed for their own run.
 - A run's saved `config.yaml` is a recipe: it never holds `ckpt_path` or the W&B run's identity
   (`id`, `version`, `resume`), which live in the checkpoints. A --config file that holds them (saved
   by an older zoo) has them dropped with one warning: a resume is asked for on the command line.
@@ -18,52 +25,211 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import re
+import secrets
+import shlex
 import socket
+import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from zoo import hub
 from zoo.errors import UserError
 from zoo.hparams import current_init_args
-from zoo.io import check_writable
-from zoo.limits import shorten
+from zoo.io import atomic_write_bytes, check_writable
+from zoo.limits import read_json, shorten
 
 RUN_LOCK = ".run.lock"
+CLAIM = ".zoo-run.json"  # names the run a folder belongs to (claim)
+_CLAIM_BYTES = 64 * 1024  # a claim is a few hundred bytes; a larger file is not one
+_RUN_ID = re.compile(r"[0-9a-f]{8,64}")
 LAST = "last.ckpt"  # zoo.callbacks.ZooCheckpoint's, rewritten every epoch
 #: data settings a resumed run may change (with one warning): how the data is served, not which
 RESUME_MAY_CHANGE = ("batch_size", "eval_batch_size", "num_workers")
 WANDB_IDENTITY = ("id", "version", "resume")  # which W&B run a logger writes: a run's, never a recipe's
 _held: list = []  # the lock files of the run folders this process holds
+_resumed: dict[str, dict] = {}  # checkpoint path (as check_resume verified it) -> its run (run_of)
 
 
-def claim(root: Path, resuming: bool) -> None:
-    """Take run folder `root` for this process until `release()` (or its exit), or refuse in one
-    line: in use by another run, or holding an earlier run's checkpoints."""
+def launching_process() -> bool:
+    """True in the process that starts the run: not in the extra DDP ranks Lightning or torchrun
+    start (they inherit RANK/LOCAL_RANK), which must neither check nor claim the run folder again."""
+    rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
+    return rank == "0" and os.environ.get("NODE_RANK", "0") == "0"
+
+
+def claim(root: Path, resume: str | os.PathLike | None = None, command: Sequence[str] = ()) -> str:
+    """Take run folder `root` for this process's run until `release()` (or its exit), naming the run
+    in it before the run writes anything there; or refuse in one line, having written nothing.
+    `resume`: the checkpoint the run continues (`check_resume` checked it), None for a new run;
+    `command`: the command line, recorded in the claim. Returns the run's id."""
+    root = Path(root)
     check_writable(root, "--trainer.default_root_dir", directory=True)
+    run = (_resumed.get(str(resume)) or run_of(resume, hub.read_checkpoint(resume))) if resume else None
+    training = holder(root)
+    if training:
+        raise _in_use(root, training)
+    _check_folder(root, resume, run)  # reading only: a refused run leaves no trace
     try:
         root.mkdir(parents=True, exist_ok=True)
         lock = open(root / RUN_LOCK, "a+")
     except OSError as exc:
         raise UserError(f"--trainer.default_root_dir {root}: cannot write there ({exc.strerror or exc})") from None
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            raise _in_use(root, lock.read().strip() or "?") from None
+        _check_folder(root, resume, run)  # again, under the lock: a run that started there meanwhile
         lock.seek(0)
-        owner = lock.read().strip() or "?"
+        lock.truncate()
+        lock.write(f"{os.getpid()} on {socket.gethostname()}")
+        lock.flush()
+        claimed = read_claim(root)
+        if run is not None and claimed is not None and (claimed["run_id"] == run["run_id"] or _entries(root)):
+            run_id = claimed["run_id"]  # its own folder: the run goes on under its claim
+        else:  # a new run; or a resumed one in a folder without a claim (a zoo's before claims) or its files
+            run_id = (run or {}).get("run_id") or secrets.token_hex(6)
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            atomic_write_bytes(root / CLAIM, (json.dumps({"run_id": run_id, "created": created,
+                                                          "command": shlex.join(map(str, command))}, indent=1)
+                                              + "\n").encode())
+    except BaseException:
         lock.close()
-        raise UserError(f"--trainer.default_root_dir {root} is in use by another training run (pid {owner}); "
-                        "give this run its own directory") from None
-    lock.seek(0)
-    lock.truncate()
-    lock.write(f"{os.getpid()} on {socket.gethostname()}")
-    lock.flush()
-    checkpoints = root / "checkpoints"
-    if not resuming and checkpoints.is_dir() and any(checkpoints.glob("*.ckpt")):
-        lock.close()
-        raise UserError(f"--trainer.default_root_dir {root} already holds an earlier run's checkpoints; "
-                        "resume it with --ckpt_path last, or give this run a new directory")
+        raise
     _held.append(lock)
+    return run_id
+
+
+def _in_use(root: Path, owner: str) -> UserError:
+    return UserError(f"--trainer.default_root_dir {root} is in use by another training run (pid {owner}); "
+                     "give this run its own directory")
+
+
+def read_claim(root: Path) -> dict | None:
+    """The claim of run folder `root` (`run_id`, `created`, `command`), or None where it has none; a
+    file by that name that is not a zoo claim is a UserError."""
+    path = Path(root) / CLAIM
+    if not os.path.lexists(path):
+        return None
+    claimed = read_json(path, str(path), expect=dict, max_bytes=_CLAIM_BYTES)
+    if not isinstance(claimed.get("run_id"), str) or not _RUN_ID.fullmatch(claimed["run_id"]):
+        raise UserError(f"{path}: not a zoo run's claim (no run_id)")
+    return claimed
+
+
+def run_id(root: Path) -> str | None:
+    """The id of the run that claimed folder `root` (its checkpoints carry it), or None."""
+    try:
+        claimed = read_claim(root)
+    except UserError:
+        return None
+    return claimed["run_id"] if claimed else None
+
+
+def run_of(path: Path, checkpoint: dict) -> dict:
+    """Which run checkpoint `path` is: `run_id` (its run's claim; None before claims) and `run_dir`
+    (the folder that saved it; None where nothing says)."""
+    saved = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
+    owner = run_dir_of(path, checkpoint)
+    found = saved.get("run_id")
+    return {"run_id": found if isinstance(found, str) and _RUN_ID.fullmatch(found) else None,
+            "run_dir": str(owner) if owner is not None else None, "path": str(Path(path).resolve())}
+
+
+def _entries(root: Path) -> list[str]:
+    """What folder `root` holds besides a claim and the run lock (nothing where it does not exist)."""
+    try:
+        return sorted(entry.name for entry in os.scandir(root) if entry.name not in (CLAIM, RUN_LOCK))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _whose(claimed: dict) -> str:
+    return f"run {claimed['run_id']}, started {shorten(claimed.get('created', '?'), 40)}"
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(shorten(name, 40) for name in names[:4])
+    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def _saved_it(root: Path, run: dict) -> bool:
+    """Folder `root` is the one that saved the checkpoint of `run` (its recorded folder, or the
+    folder above the checkpoint's `checkpoints/`): how a folder of a zoo before claims is known."""
+    here = Path(root).resolve()
+    path = Path(run["path"])
+    return (run["run_dir"] is not None and Path(run["run_dir"]).resolve() == here) or \
+        (path.parent.name == "checkpoints" and path.parent.parent == here)
+
+
+def _check_folder(root: Path, resume, run: dict | None) -> None:
+    """Refuse in one line unless this run may write in folder `root`: a new run (`run` None) an
+    absent or empty one, a resumed one its own run's."""
+    if run is not None:
+        return _check_owner(resume, run, root)
+    names = _entries(root)
+    try:
+        claimed = read_claim(root)
+    except UserError as exc:
+        raise UserError(f"--trainer.default_root_dir {root} holds files the zoo did not write there ({exc}); "
+                        "give this run a new directory") from None
+    if not names:
+        return  # new, empty, or claimed by a run that stopped before it wrote anything
+    whose = _whose(claimed) if claimed else None
+    if any((root / "checkpoints").glob("*.ckpt")):
+        raise UserError(f"--trainer.default_root_dir {root} already holds an earlier run's checkpoints"
+                        f"{f' ({whose})' if whose else ''}; resume it with --ckpt_path last, or give this run a "
+                        "new directory")
+    if whose:
+        raise UserError(f"--trainer.default_root_dir {root} holds an earlier run's files ({whose}: "
+                        f"{_listing(names)}) and no checkpoint to resume; give this run a new directory")
+    raise UserError(f"--trainer.default_root_dir {root} holds files the zoo did not write there ({_listing(names)}); "
+                    "a new run writes only into a new or empty directory: give it one")
+
+
+def _check_owner(path, run: dict, root: Path) -> None:
+    """A resumed checkpoint (`run`: run_of it) continues only in its own run's folder."""
+    root = Path(root)
+    owner = Path(run["run_dir"]) if run["run_dir"] else None
+    if owner is not None and owner.resolve() != root.resolve():
+        training = holder(owner)
+        if training:
+            raise UserError(f"--ckpt_path {path}: its run ({owner}) is still training (pid {training}); resuming it "
+                            f"in {root} would make two processes continue one run and one W&B run. Wait for it to "
+                            f"stop, or start a new run from its weights with --init_from {path}")
+    reason = _why_not_its_folder(run, root)
+    if reason is None:
+        return
+    where = f"the run in {owner}" if owner is not None else "another run"
+    there = f"resume it there (--trainer.default_root_dir {owner}), or " if owner is not None else ""
+    raise UserError(f"--ckpt_path {path} is a checkpoint of {where}, and {root} {reason}: a run continues only in "
+                    f"its own folder; {there}start a new run from its weights with --init_from {path}")
+
+
+def _why_not_its_folder(run: dict, root: Path) -> str | None:
+    """Why folder `root` is not the folder of the run of a resumed checkpoint (`run`: run_of it), or
+    None where it is."""
+    names = _entries(root)
+    try:
+        claimed = read_claim(root)
+    except UserError as exc:
+        return f"holds files the zoo did not write there ({exc})"
+    if claimed is not None and run["run_id"] and claimed["run_id"] == run["run_id"]:
+        return None  # the folder whose claim names its run (wherever it has moved since)
+    if claimed is not None and names:  # the claim of a run that wrote there: this one's, or another's
+        if not run["run_id"] and _saved_it(root, run):
+            return None  # a checkpoint from before claims, in the folder that saved it (claimed since)
+        return f"is the folder of another run ({_whose(claimed)})"
+    if _saved_it(root, run):
+        return None  # the folder that saved it, written by a zoo before claims
+    if not names and run["run_dir"] is None:
+        return None  # a checkpoint that no run folder names: its run starts here
+    return f"holds files that are not its run's ({_listing(names)})" if names else "is not its run's folder"
 
 
 def release() -> None:
@@ -99,18 +265,13 @@ def run_dir_of(path: Path, checkpoint: dict) -> Path | None:
 
 
 def check_resume_owner(path: Path, checkpoint: dict, root: Path) -> None:
-    """Resuming checkpoint `path` in run folder `root`: fine in its own run's folder; refused while
-    its run is training elsewhere; one warning when its run is elsewhere and stopped."""
-    owner = run_dir_of(path, checkpoint)
-    if owner is None or owner.resolve() == Path(root).resolve():
-        return
-    training = holder(owner)
-    if training:
-        raise UserError(f"--ckpt_path {path}: its run ({owner}) is still training (pid {training}); resuming it "
-                        f"in {root} would make two processes continue one run and one W&B run. Wait for it to "
-                        f"stop, or start a new run from its weights with --init_from {path}")
-    warnings.warn(f"--ckpt_path {path} is a checkpoint of the run in {owner}: {root} continues that run (its "
-                  f"epochs, its W&B run); --init_from {path} starts a new run from its weights instead", UserWarning)
+    """Resuming checkpoint `path` in run folder `root`: only in its own run's folder (the one whose
+    claim names its run), and not while its run trains elsewhere; refused in one line otherwise.
+    Checked by the launching process alone: DDP's other ranks find the folder claimed for their run."""
+    run = run_of(path, checkpoint)
+    _resumed[str(path)] = run  # for claim(), which checks again under the run lock
+    if launching_process():
+        _check_owner(path, run, Path(root))
 
 
 def _wandb_logger_args(config) -> list:

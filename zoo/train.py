@@ -49,6 +49,7 @@ from zoo import recipe_args, registry, runs, verbs
 from zoo.callbacks import Accelerate, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
 from zoo.errors import UserError, environment_error, one_line_warnings, printable, quiet_lightning
 from zoo.hparams import renamed_for
+from zoo.io import atomic_write_bytes
 from zoo.limits import check_environment
 from zoo.models.accel import MODES
 from zoo.models.base import ZooModule
@@ -123,7 +124,8 @@ def _names_in(dotted: str, names, is_module: bool = False) -> list[str]:
 class SaveConfigToRunDir(SaveConfigCallback):
     """The resolved config as <default_root_dir>/config.yaml beside the checkpoints (LightningCLI's
     default is the logger's folder: for W&B the working directory), logged to every logger too. It
-    is a recipe: no ckpt_path, no W&B run id (zoo.runs.as_recipe)."""
+    is a recipe: no ckpt_path, no W&B run id (zoo.runs.as_recipe). Written atomically, one file, into
+    the folder the run claimed (zoo.runs.claim) before it."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved:
@@ -131,9 +133,8 @@ class SaveConfigToRunDir(SaveConfigCallback):
         if trainer.is_global_zero:
             recipe = runs.as_recipe(self.config)
             if stage == "fit":  # validate, test and predict read a run, never write it (zoo.verbs)
-                os.makedirs(trainer.default_root_dir, exist_ok=True)
-                self.parser.save(recipe, os.path.join(trainer.default_root_dir, self.config_filename),
-                                 skip_none=False, overwrite=True, multifile=self.multifile)
+                atomic_write_bytes(Path(trainer.default_root_dir) / self.config_filename,
+                                   self.parser.dump(recipe, skip_unset=False).encode())
             for logger in trainer.loggers:
                 logger.log_hyperparams({"config": recipe.as_dict()})
         self.already_saved = trainer.strategy.broadcast(True)
@@ -240,10 +241,10 @@ class ZooCLI(LightningCLI):
             data.setup("fit")    # idempotently: a missing file is reported now, in one line
             if hasattr(data, "summary") and _launching_process():
                 print(f"data: {data.summary()}", flush=True)
-        if _launching_process():
-            runs.claim(root, resuming=bool(run.get("ckpt_path")))  # held until the run ends (main)
         if run.get("init_from"):
             self._init_from = InitFrom.prepare(run["init_from"], self.model, run.get("sha256"))
+        if _launching_process():  # last: the run's first write, held until the run ends (main)
+            runs.claim(root, resume=run.get("ckpt_path"), command=[PROG, *self._argv])
 
     def before_fit(self) -> None:
         if getattr(self, "_init_from", None) is not None:
@@ -253,8 +254,7 @@ class ZooCLI(LightningCLI):
 def _launching_process() -> bool:
     """True in the process that starts the run: not in the extra DDP ranks Lightning or torchrun
     start (they inherit RANK/LOCAL_RANK), which must not take the run directory's lock again."""
-    rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
-    return rank == "0" and os.environ.get("NODE_RANK", "0") == "0"
+    return runs.launching_process()
 
 
 def _user_error(exc: BaseException | None) -> str | None:
