@@ -211,6 +211,17 @@ def test_megapixel_served_smaller_is_the_canvas_area_mean_and_its_boxes_scale(ti
     assert MegapixelFashionDataModule.image_size_for(canvas_size=300) == (300, 300)
 
 
+@pytest.mark.parametrize("size, side", [(300, 100), (301, 77), (61, 59), (29, 28), (9, 4), (12, 12)])
+def test_the_sparse_area_resize_equals_torchs_area_resize(size, side):
+    rng = np.random.default_rng(size)
+    canvases = ((rng.random((3, size, size)) < 0.1) * rng.integers(0, 256, (3, size, size))).astype(np.uint8)
+    reference = torch.nn.functional.interpolate(torch.from_numpy(canvases)[:, None].double(), size=(side, side),
+                                                mode="area")[:, 0].numpy()
+    served = cs.downsample(canvases, side)
+    assert served.shape == (3, side, side) and served.dtype == np.uint8
+    assert np.abs(served - reference).max() <= 0.5 + 1e-9  # the mean, rounded to a byte (ties either way)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(canvas_size=60), "canvas_size must be at least 84"), (dict(canvas_size=200, image_size=300), "image_size"),
     (dict(target_items=2, other_items=2), "target_items > other_items"), (dict(num_test=0), "num_test must be >= 1"),

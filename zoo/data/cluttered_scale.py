@@ -39,8 +39,6 @@ from zoo.errors import UserError
 DENSITY = VARIANTS["cluttered60"][1] / VARIANTS["cluttered60"][0] ** 2
 #: RNG streams of the splits (apart from zoo.data.item_canvases' 10-12)
 SPLIT_CODES = {"train": 20, "val": 21, "test": 22}
-#: canvases resized at once when a module serves them smaller (bounds the float copy: 16 x 9 MB at 1,500 px)
-DOWNSAMPLE_CHUNK = 16
 
 
 def distractors_for(canvas_size: int) -> int:
@@ -107,11 +105,11 @@ class GeneratedCanvases(Dataset):
         if len(indices) and (indices.min() < 0 or indices.max() >= self.length):
             raise IndexError(f"canvas index out of range 0..{self.length - 1}")
         canvases, labels, boxes = self.painter.paint([self.rng(i) for i in indices], indices)
-        images, boxes = torch.from_numpy(canvases).unsqueeze(1), torch.from_numpy(boxes).float()
+        boxes = torch.from_numpy(boxes).float()
         if self.served is not None and self.served != canvases.shape[-1]:
             boxes = boxes * (self.served / canvases.shape[-1])
-            images = torch.cat([downsample(chunk, self.served) for chunk in images.split(DOWNSAMPLE_CHUNK)])
-        return images, torch.from_numpy(labels), boxes
+            canvases = downsample(canvases, self.served)
+        return torch.from_numpy(canvases).unsqueeze(1), torch.from_numpy(labels), boxes
 
     def __getitems__(self, indices) -> tuple:
         images, labels, boxes = self.batch(indices)
@@ -122,10 +120,47 @@ class GeneratedCanvases(Dataset):
         return tuple(part[0] for part in self.__getitems__([index]))
 
 
-def downsample(canvases: torch.Tensor, side: int) -> torch.Tensor:
-    """uint8 [B, 1, S, S] -> uint8 [B, 1, side, side]: each served pixel the mean of the canvas area
-    it covers (torch's "area" resize), rounded back to bytes (the loaders' currency)."""
-    return torch.nn.functional.interpolate(canvases.float(), size=(side, side), mode="area").round_().to(torch.uint8)
+def area_bins(size: int, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """Torch's "area" resize of one axis from `size` to `side` pixels (adaptive average pooling:
+    output i averages inputs floor(i * size / side) .. ceil((i + 1) * size / side) - 1): for each
+    input pixel the two outputs it may fall in ([size, 2], the same twice when one) and its weight
+    in each ([size, 2] float64, 0 for the repeat)."""
+    out = np.arange(side)
+    start, end = out * size // side, -(-(out + 1) * size // side)
+    inputs = np.arange(size)
+    first = np.searchsorted(end, inputs, side="right")  # the first output whose range holds the input
+    second = np.minimum(first + 1, side - 1)
+    weights = np.stack([1.0 / (end[first] - start[first]),
+                        np.where((second != first) & (start[second] <= inputs), 1.0 / (end[second] - start[second]), 0)], 1)
+    return np.stack([first, second], 1), weights
+
+
+def drawn_pixels(canvases: np.ndarray) -> np.ndarray:
+    """The flat indices of the nonzero bytes of uint8 `canvases`, found eight bytes at a time (a
+    mostly black 1,500 px canvas is scanned ~10x faster than byte by byte)."""
+    flat = canvases.reshape(-1)
+    body = len(flat) // 8 * 8
+    words = np.flatnonzero(flat[:body].view(np.uint64))  # the 8-byte words holding a drawn pixel
+    candidates = (words[:, None] * 8 + np.arange(8)).ravel()
+    tail = np.arange(body, len(flat))
+    candidates = np.concatenate([candidates, tail])
+    return candidates[flat[candidates] != 0]
+
+
+def downsample(canvases: np.ndarray, side: int) -> np.ndarray:
+    """uint8 [B, S, S] -> uint8 [B, side, side]: torch's "area" resize, rounded back to bytes (the
+    loaders' currency), computed from the drawn pixels only: a mostly black canvas costs its items,
+    not its area (1,500 px canvases are 98% black)."""
+    n, size = len(canvases), canvases.shape[-1]
+    drawn = drawn_pixels(np.ascontiguousarray(canvases))
+    values = canvases.reshape(-1)[drawn].astype(np.float64)
+    b, rest = np.divmod(drawn, size * size)
+    y, x = np.divmod(rest, size)
+    bins, weights = area_bins(size, side)
+    flat = ((b[:, None, None] * side + bins[y][:, :, None]) * side + bins[x][:, None, :]).ravel()  # [P * 4]
+    mass = (values[:, None, None] * weights[y][:, :, None] * weights[x][:, None, :]).ravel()
+    out = np.bincount(flat, mass, minlength=n * side * side).reshape(n, side, side)
+    return np.rint(out).astype(np.uint8)
 
 
 class GeneratedCanvasModule(SplitDataModule, ABC):
