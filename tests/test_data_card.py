@@ -116,7 +116,8 @@ class _Base(SplitDataModule):
     (DataCard(dimensions={"depth": 3}), r"card.dimensions names 'depth'"),
     (DataCard(path_arguments=("folder",)), r"card.path_arguments names 'folder'"),
     (DataCard(path_arguments=("root",), tiny={"root": "/tmp"}), r"card.tiny sets the path argument\(s\) root"),
-    (DataCard(image_size="canvas_size", tiny={"canvas_size": 8}), r"card.tiny sets 'canvas_size', the size of its images"),
+    (DataCard(image_size="canvas_size", tiny={"canvas_size": 8}),
+     r"card.tiny sets 'canvas_size', the size of its images"),
     ({"channels": 1}, r"card must be a DataCard, got dict")])
 def test_a_card_that_does_not_fit_its_class_is_refused_when_the_class_is_defined(card, message):
     known = data_sets()

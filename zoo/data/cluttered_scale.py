@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.base import SplitDataModule, batch_identity
 from zoo.data.card import DataCard
-from zoo.data.fashion_mnist import CLASS_NAMES, ITEM_SIZE, PATCH, VARIANTS, load_fashion_mnist
+from zoo.data.fashion_mnist import CLASS_NAMES, ITEM_SIZE, PATCH, VARIANTS, load_fashion_mnist, window
 from zoo.errors import UserError
 
 #: cluttered60's distractors per canvas pixel: the density every side keeps
@@ -59,12 +59,6 @@ def split_items(split_seed: int, val_size: int) -> dict[str, tuple[np.ndarray, n
     pools = {"train": order[val_size:], "val": order[:val_size]}
     out = {split: (images[idx].numpy(), labels[idx].numpy()) for split, idx in pools.items()}
     return {**out, "test": (test_images.numpy(), test_labels.numpy())}
-
-
-def window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:
-    """The index of each canvas n's h x w window at (top[n], left[n]): canvases[index] is [N, h, w]."""
-    return (np.arange(len(top))[:, None, None], (top[:, None] + np.arange(h))[:, :, None],
-            (left[:, None] + np.arange(w))[:, None, :])
 
 
 def batches_in_flight(side: int, batch_size: int, eval_batch_size: int | None, num_workers: int) -> dict[str, float]:
@@ -130,8 +124,8 @@ def area_bins(size: int, side: int) -> tuple[np.ndarray, np.ndarray]:
     inputs = np.arange(size)
     first = np.searchsorted(end, inputs, side="right")  # the first output whose range holds the input
     second = np.minimum(first + 1, side - 1)
-    weights = np.stack([1.0 / (end[first] - start[first]),
-                        np.where((second != first) & (start[second] <= inputs), 1.0 / (end[second] - start[second]), 0)], 1)
+    in_second = (second != first) & (start[second] <= inputs)
+    weights = np.stack([1.0 / (end[first] - start[first]), np.where(in_second, 1.0 / (end[second] - start[second]), 0)], 1)
     return np.stack([first, second], 1), weights
 
 
@@ -257,7 +251,8 @@ class ClutteredScaleDataModule(GeneratedCanvasModule):
         super().__init__()
         self.save_hyperparameters()
         if canvas_size < ITEM_SIZE:
-            raise UserError(f"ClutteredScale: canvas_size must be at least the item's {ITEM_SIZE} px, got {canvas_size}")
+            raise UserError(f"ClutteredScale: canvas_size must be at least the item's {ITEM_SIZE} px, "
+                            f"got {canvas_size}")
         if min(seed, test_seed) < 0:
             raise UserError(f"ClutteredScale: seeds must be >= 0, got seed {seed} and test_seed {test_seed}")
         self.image_size = canvas_size

@@ -171,13 +171,13 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
             which = rng.integers(0, len(source), size=n)
             cy = rng.integers(0, ITEM_SIZE - PATCH + 1, size=n)
             cx = rng.integers(0, ITEM_SIZE - PATCH + 1, size=n)
-            _paste_max(canvases, source[which][_window(cy, cx, PATCH, PATCH)],
+            _paste_max(canvases, source[which][window(cy, cx, PATCH, PATCH)],
                        rng.integers(0, size - PATCH + 1, size=n), rng.integers(0, size - PATCH + 1, size=n))
         boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
     return (canvases, boxes, sources) if return_sources else (canvases, boxes)
 
 
-def _window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:
+def window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:
     """The index of each image n's h x w window at (top[n], left[n]): images[index] is [N, h, w]."""
     return (np.arange(len(top))[:, None, None], (top[:, None] + np.arange(h))[:, :, None],
             (left[:, None] + np.arange(w))[:, None, :])
@@ -185,7 +185,7 @@ def _window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:
 
 def _paste_max(canvases: np.ndarray, patches: np.ndarray, top: np.ndarray, left: np.ndarray) -> None:
     """canvases[n, top:top+h, left:left+w] = max(canvas, patch) for every n at once."""
-    index = _window(top, left, *patches.shape[1:])
+    index = window(top, left, *patches.shape[1:])
     canvases[index] = np.maximum(canvases[index], patches)
 
 

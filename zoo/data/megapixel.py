@@ -3,19 +3,27 @@ the authors' `scripts/make_mnist.py`) with Fashion-MNIST items, each canvas draw
 
 A canvas is black, `canvas_size` px square, with five 28x28 items placed without overlap: three of
 the label's class and two of other classes, plus noise patches (pairs of straight lines) that may
-cover parts of them. The label is the class that appears three times. Beside the paper's protocol:
-
-| | Megapixel MNIST (paper, code) | Megapixel Fashion (here, default) |
-|---|---|---|
-| canvas | 1,500 x 1,500, one channel | `canvas_size` 1,500 |
-| canvases | 5,000 train, 1,000 test | `num_train` 5,000, `num_test` 1,000 (fixed: `test_seed`), and `num_val` 1,000 for model selection |
-| items | MNIST digits: train canvases from MNIST train, test from MNIST test | Fashion-MNIST items: train canvases from its train items less `val_size` held out for val, test from its test items |
-| label | t ~ U{0..9}; 3 items of class t (with replacement), 2 of classes != t (these 2 may share a class) | the same (`target_items` 3, `other_items` 2) |
-| places | top-left ~ U{0..1472}^2, an item redrawn while it overlaps another | uniform over the layouts without overlap (zoo.data.layout.place_items) |
-| noise | 50 patches per canvas from 50 fixed 28x28 patterns, at top-left ~ U{28..1471}^2, pasted after the items by assignment | the same (`noise_patches` 50); the 50 patterns drawn once from `test_seed`, shared by every split (the code draws them per split) |
-| pattern | a line from the corner at angle U(0, 0.4 pi) OR'd with a shuffled copy of another, flipped (both flags flip the same axis, as the code does); each pixel x U(0.8, 1) | the same |
-| randomness | one NumPy stream per split, `seed + int(train)` | canvas i of a split from its own PCG64 stream (seed, split, i): train and val from `seed`, test from `test_seed` |
-| low-resolution view | precomputed at scale 0.12 (180 x 180) for the attention network | the model's own (the data serves the canvas); `image_size` serves the canvas area-downsampled instead, for a dense network on a smaller view |
+cover parts of them. The label is the class that appears three times. The paper's protocol (its
+code's defaults) beside this module's (its defaults):
+- canvas: 1,500 x 1,500, one channel | `canvas_size` 1,500.
+- canvases: 5,000 train, 1,000 test | `num_train` 5,000, `num_test` 1,000 (fixed by `test_seed`),
+  plus `num_val` 1,000 for model selection (the paper has no validation split).
+- items: MNIST digits, train canvases from MNIST train, test from MNIST test | Fashion-MNIST items,
+  train canvases from its train items less the `val_size` held out for val, test from its test items.
+- label: t ~ U{0..9}; 3 items of class t (with replacement), 2 of classes other than t (these 2 may
+  share a class) | the same (`target_items` 3, `other_items` 2).
+- places: top-left ~ U{0..1472}^2, an item redrawn while it overlaps another | uniform over the
+  layouts without overlap (zoo.data.layout.place_items, as every zoo canvas).
+- noise: 50 patches per canvas from 50 fixed 28x28 patterns, top-left ~ U{28..1471}^2, pasted after
+  the items by assignment | the same (`noise_patches` 50), the 50 patterns drawn once from
+  `test_seed` and shared by every split (the code draws them per split).
+- a pattern: a line from the corner (0, 0) at angle U(0, 0.4 pi), OR'd with a shuffled copy of
+  another, flipped (both of the code's flags flip the same axis); each pixel x U(0.8, 1) | the same.
+- randomness: one NumPy stream per split, seed + int(train) | canvas i of a split from its own
+  PCG64 stream (seed, split, i): train and val from `seed`, test from `test_seed`.
+- low-resolution view: precomputed at scale 0.12 (180 x 180) for the attention network | the
+  model's own (the data serves the canvas); `image_size` serves the canvas area-downsampled
+  instead, for a dense network on a smaller view.
 
 Batches are zoo.data.cluttered_scale's: (images float [B, 1, S, S] in [0, 1], labels int64 [B]), plus
 the three target items' boxes float [B, 3, 4] (x0, y0, x1, y1 pixels of the served image) with
@@ -67,8 +75,8 @@ class ItemsAndNoise(CanvasPainter):
         classes = np.arange(len(CLASS_NAMES))
         self.start, self.end = np.searchsorted(self.labels, classes), np.searchsorted(self.labels, classes, "right")
         if (self.start == self.end).any():
-            raise UserError(f"MegapixelFashion: no item of class {CLASS_NAMES[int(np.argmax(self.start == self.end))]!r} "
-                            "in a split's items")
+            missing = CLASS_NAMES[int(np.argmax(self.start == self.end))]
+            raise UserError(f"MegapixelFashion: no item of class {missing!r} in a split's items")
         self.patterns, self.size = patterns, canvas_size
         self.targets, self.others, self.noise = target_items, other_items, noise_patches
 
@@ -94,9 +102,11 @@ class ItemsAndNoise(CanvasPainter):
         patterns, places = draws[:, 1 + 3 * k:1 + 3 * k + m], draws[:, 1 + 3 * k + m:].reshape(n, m, 2)
         canvases = np.zeros((n, size, size), dtype=np.uint8)
         for slot in range(k):  # items never overlap: assignment, each slot over the whole batch
-            canvases[window(corners[:, slot, 1], corners[:, slot, 0], ITEM_SIZE, ITEM_SIZE)] = self.items[sources[:, slot]]
+            place = window(corners[:, slot, 1], corners[:, slot, 0], ITEM_SIZE, ITEM_SIZE)
+            canvases[place] = self.items[sources[:, slot]]
         for slot in range(m):  # noise after the items, by assignment, in order (a later patch covers an earlier)
-            canvases[window(places[:, slot, 0], places[:, slot, 1], ITEM_SIZE, ITEM_SIZE)] = self.patterns[patterns[:, slot]]
+            place = window(places[:, slot, 0], places[:, slot, 1], ITEM_SIZE, ITEM_SIZE)
+            canvases[place] = self.patterns[patterns[:, slot]]
         targets = corners[:, :self.targets]
         return canvases, labels, np.concatenate([targets, targets + ITEM_SIZE], -1)  # [B, target_items, 4]
 
