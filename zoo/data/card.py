@@ -7,11 +7,12 @@ finds every data set by its card (never by a hand-kept list), as zoo.models.card
                         tiny=dict(val_size=16, limit_train=16, limit_eval=16, batch_size=8))
 
 A SplitDataModule subclass that declares `card` in its own body is a data set. When the class is
-defined its card is checked against its constructor (every name the card gives is an argument, the
-tiny configuration sets no path nor image size), the facts readers take from the class (`image_size_argument`,
-`image_chans`, `class_names`, `path_arguments`) are set from it, and it is registered: files may
-name it (zoo.classes), zoo.limits bounds its size arguments, and the registry-wide tests build its
-tiny configuration (a batch of the promised size, channels and labels; boxes inside the canvas).
+defined its card is checked against its constructor (every name the card gives is an argument; the
+tiny configuration sets no path nor image size), the facts readers take from the class
+(`image_size_argument`, `image_chans`, `class_names`, `path_arguments`) are set from it, and it is
+registered: files may name it (zoo.classes), zoo.limits bounds its size arguments, and the
+registry-wide tests build its tiny configuration (a batch of the promised size, channels and
+labels; boxes inside the canvas).
 """
 from __future__ import annotations
 
