@@ -117,15 +117,16 @@ class GeneratedCanvases(Dataset):
 def area_bins(size: int, side: int) -> tuple[np.ndarray, np.ndarray]:
     """Torch's "area" resize of one axis from `size` to `side` pixels (adaptive average pooling:
     output i averages inputs floor(i * size / side) .. ceil((i + 1) * size / side) - 1): for each
-    input pixel the two outputs it may fall in ([size, 2], the same twice when one) and its weight
-    in each ([size, 2] float64, 0 for the repeat)."""
+    input pixel the two outputs it may fall in ([size, 2]) and its weight in each ([size, 2]
+    float64; 0 in the second where it falls in one only)."""
     out = np.arange(side)
     start, end = out * size // side, -(-(out + 1) * size // side)
     inputs = np.arange(size)
     first = np.searchsorted(end, inputs, side="right")  # the first output whose range holds the input
     second = np.minimum(first + 1, side - 1)
     in_second = (second != first) & (start[second] <= inputs)
-    weights = np.stack([1.0 / (end[first] - start[first]), np.where(in_second, 1.0 / (end[second] - start[second]), 0)], 1)
+    weights = np.stack([1.0 / (end[first] - start[first]),
+                        np.where(in_second, 1.0 / (end[second] - start[second]), 0.0)], 1)
     return np.stack([first, second], 1), weights
 
 
