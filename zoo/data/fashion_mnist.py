@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.data.base import SplitDataModule
+from zoo.data.card import DataCard
 from zoo.data.layout import place_items
 from zoo.errors import UserError
 from zoo.limits import check_memory
@@ -170,13 +171,13 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
             which = rng.integers(0, len(source), size=n)
             cy = rng.integers(0, ITEM_SIZE - PATCH + 1, size=n)
             cx = rng.integers(0, ITEM_SIZE - PATCH + 1, size=n)
-            _paste_max(canvases, source[which][_window(cy, cx, PATCH, PATCH)],
+            _paste_max(canvases, source[which][window(cy, cx, PATCH, PATCH)],
                        rng.integers(0, size - PATCH + 1, size=n), rng.integers(0, size - PATCH + 1, size=n))
         boxes = np.stack([left, top, left + ITEM_SIZE, top + ITEM_SIZE], axis=1)
     return (canvases, boxes, sources) if return_sources else (canvases, boxes)
 
 
-def _window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:
+def window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:
     """The index of each image n's h x w window at (top[n], left[n]): images[index] is [N, h, w]."""
     return (np.arange(len(top))[:, None, None], (top[:, None] + np.arange(h))[:, :, None],
             (left[:, None] + np.arange(w))[:, None, :])
@@ -184,7 +185,7 @@ def _window(top: np.ndarray, left: np.ndarray, h: int, w: int) -> tuple:
 
 def _paste_max(canvases: np.ndarray, patches: np.ndarray, top: np.ndarray, left: np.ndarray) -> None:
     """canvases[n, top:top+h, left:left+w] = max(canvas, patch) for every n at once."""
-    index = _window(top, left, *patches.shape[1:])
+    index = window(top, left, *patches.shape[1:])
     canvases[index] = np.maximum(canvases[index], patches)
 
 
@@ -196,8 +197,8 @@ class FashionMNISTDataModule(SplitDataModule):
     the test canvases always with `test_seed` (the same test set for every run). `limit_train`
     keeps the first N training examples (after the split) for quick runs."""
 
-    class_names = CLASS_NAMES  # what zoo.preprocess labels a model trained here with
-    image_chans = 1
+    card = DataCard(image_size="variant", channels=1, class_names=CLASS_NAMES,  # zoo.preprocess labels with these
+                    tiny=dict(val_size=16, limit_train=16, limit_eval=16, batch_size=8))
 
     @classmethod
     def image_size_for(cls, variant: str = "centered", **_) -> tuple[int, int] | None:
