@@ -151,9 +151,12 @@ def slow_patches(images: torch.Tensor, corners: torch.Tensor, P: int) -> torch.T
     return out
 
 
-@pytest.mark.parametrize("shape,P", [((4, 1, 60, 60), 28), ((3, 3, 17, 29), 8), ((2, 2, 9, 9), 12)])
+@pytest.mark.parametrize("shape,P", [((6, 1, 60, 60), 28), ((3, 3, 17, 29), 8), ((2, 2, 9, 9), 12),
+                                     ((5, 1, 9, 9), 12), ((1, 1, 40, 30), 5)])
 def test_batched_extraction_equals_the_per_image_loop(shape, P):
-    """Corners anywhere, patches partly or wholly outside the image (zeros there), any channels."""
+    """Corners anywhere, patches partly or wholly outside the image (zeros there), any channels;
+    the strip read (more than 2 images), and the pixel gather it falls back on (the first and last
+    image, a batch of 2, rows narrower than a patch)."""
     g = torch.Generator().manual_seed(4)
     B, C, H, W = shape
     images = torch.rand(shape, generator=g) + 0.5  # no zero pixel inside: outside reads must be the zeros
@@ -163,6 +166,18 @@ def test_batched_extraction_equals_the_per_image_loop(shape, P):
     fast = sampling.extract_patches(images, corners, P)
     assert fast.shape == (B, K, C, P, P)
     assert torch.equal(fast, slow_patches(images, corners, P))
+
+
+def test_the_strip_read_passes_the_gradient_to_the_pixels_read():
+    """Overlapping strips (as_strided) in the backward pass: each pixel gets the sum of the
+    gradients of every patch pixel it was read into, as the loop's slices give it."""
+    g = torch.Generator().manual_seed(7)
+    images = torch.rand(5, 2, 30, 30, generator=g, dtype=DOUBLE, requires_grad=True)
+    corners = torch.randint(-10, 32, (5, 6, 2), generator=g)
+    weights = torch.randn(5, 6, 2, 12, 12, generator=g, dtype=DOUBLE)
+    fast = torch.autograd.grad((sampling.extract_patches(images, corners, 12) * weights).sum(), images)[0]
+    slow = torch.autograd.grad((slow_patches(images, corners, 12) * weights).sum(), images)[0]
+    torch.testing.assert_close(fast, slow, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("image,grid,P", [((60, 60), (15, 15), 28), ((60, 60), (15, 15), 9), ((17, 23), (5, 7), 6),

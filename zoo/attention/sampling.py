@@ -42,8 +42,8 @@ to the loss, which with lambda > 0 keeps the distribution from collapsing onto a
 Patches: position (r, c) of an h x w view of an H x W image is the full-resolution patch of side P
 centred on the cell's centre ((c + 1/2) W / w, (r + 1/2) H / h), its top-left corner rounded to the
 nearest pixel; pixels outside the image read as zeros (zero padding). `extract_patches` reads all
-B x K patches with one gather (integer index arithmetic on the device, no padded copy, no Python
-loop over images or patches, no host sync).
+B x K patches at once (integer index arithmetic on the device, each patch row one contiguous strip
+copied by one `index_select`; no padded copy, no Python loop over images or patches, no host sync).
 """
 from __future__ import annotations
 
@@ -131,20 +131,60 @@ def patch_boxes(corners: torch.Tensor, patch_size: int) -> torch.Tensor:
 
 def extract_patches(images: torch.Tensor, corners: torch.Tensor, patch_size: int) -> torch.Tensor:
     """images [B, C, H, W], corners [B, K, 2] (x0, y0) integers -> patches [B, K, C, P, P]:
-    patch k of image b is images[b, :, y0:y0 + P, x0:x0 + P], zero where it leaves the image.
-
-    One gather over the flattened image with indices y W + x (rows and columns clamped into the
-    image and a 0/1 mask for the pixels outside): the work is B K P^2, whatever the image's size."""
+    patch k of image b is images[b, :, y0:y0 + P, x0:x0 + P], zero where it leaves the image
+    (`read_windows`, then a 0/1 mask of the pixels inside, built from its row and column factors:
+    bool ops over B K P^2 elements cost more)."""
     B, C, H, W = images.shape
-    K, P = corners.shape[1], patch_size
+    P = patch_size
     offsets = torch.arange(P, device=images.device)
-    rows = corners[..., 1, None] + offsets  # [B, K, P]
-    cols = corners[..., 0, None] + offsets
-    inside = ((rows >= 0) & (rows < H)).unsqueeze(-1) & ((cols >= 0) & (cols < W)).unsqueeze(-2)  # [B, K, P, P]
-    flat = (rows.clamp(0, H - 1) * W).unsqueeze(-1) + cols.clamp(0, W - 1).unsqueeze(-2)  # [B, K, P, P]
-    patches = images.reshape(B, C, H * W).gather(2, flat.view(B, 1, K * P * P).expand(B, C, K * P * P))
-    patches = patches.view(B, C, K, P, P) * inside.unsqueeze(1).to(images.dtype)
-    return patches.transpose(1, 2)  # [B, K, C, P, P]
+    rows, cols = corners[..., 1:] + offsets, corners[..., :1] + offsets  # [B, K, P]
+    row_in = (rows == rows.clamp(0, H - 1)).to(images.dtype)
+    col_in = (cols == cols.clamp(0, W - 1)).to(images.dtype)
+    return read_windows(images, corners, P).mul_((row_in.unsqueeze(-1) * col_in.unsqueeze(-2)).unsqueeze(2))
+
+
+def read_windows(images: torch.Tensor, corners: torch.Tensor, size: int) -> torch.Tensor:
+    """images [B, C, H, W], corners [B, M, 2] (x0, y0) integers -> windows [B, M, C, S, S] (S = size):
+    window m of image b is images[b, :, y0:y0 + S, x0:x0 + S] where that lies inside the image;
+    its pixels outside the image hold other (finite) pixels of the batch, for the caller to mask.
+
+    Each window row is S pixels next to each other in memory: the batch, flattened, is viewed as
+    overlapping strips (strip s = pixels s .. s + S - 1, `as_strided`, no copy) and one
+    `index_select` copies the B M C S strips. That moves rows instead of single pixels (a gather
+    pixel by pixel costs several times more on CPU), no padded copy is made, and the work is
+    B M C S^2 whatever the image's size. A row above or below the image reads a clamped row, and a
+    row reaching past the left or right edge reads on into the neighbouring row. Only the first and
+    last image's strips can reach past the ends of the batch's memory: those two images are read
+    pixel by pixel (`_gather_windows`), and so is a batch of at most 2 images."""
+    B, C, H, W = images.shape
+    M, S = corners.shape[1], size
+    if B <= 2 or W < S:  # (W < S: a clamped row's strip could leave the batch anywhere)
+        return _gather_windows(images, corners, S)
+    rows = (corners[..., 1:] + torch.arange(S, device=images.device)).clamp(0, H - 1)  # [B, M, S]
+    x0 = corners[..., :1].clamp(-S, W)  # a window wholly left or right of the image stays so
+    plane = H * W
+    start = rows * W + (x0 + torch.arange(0, B * C * plane, C * plane, device=images.device).view(B, 1, 1))
+    if C > 1:
+        start = start.unsqueeze(2) + torch.arange(0, C * plane, plane, device=images.device).view(C, 1)
+    flat = images.contiguous().view(-1)
+    strips = flat.as_strided((flat.numel() - S + 1, S), (1, 1))  # strips[s] = flat[s:s + S]
+    # the clamp changes only rows of the first and last image, which are replaced below
+    windows = strips.index_select(0, start.clamp(0, flat.numel() - S).view(-1)).view(B, M, C, S, S)
+    windows[::B - 1] = _gather_windows(images[::B - 1], corners[::B - 1], S)  # images 0 and B - 1
+    return windows
+
+
+def _gather_windows(images: torch.Tensor, corners: torch.Tensor, S: int) -> torch.Tensor:
+    """`read_windows` pixel by pixel: one gather over the flattened images with indices y W + x,
+    rows and columns clamped into the image. [B, M, C, S, S]."""
+    B, C, H, W = images.shape
+    M = corners.shape[1]
+    offsets = torch.arange(S, device=images.device)
+    rows = (corners[..., 1:] + offsets).clamp(0, H - 1)  # [B, M, S]
+    cols = (corners[..., :1] + offsets).clamp(0, W - 1)
+    flat = (rows * W).unsqueeze(-1) + cols.unsqueeze(-2)  # [B, M, S, S]
+    windows = images.reshape(B, C, H * W).gather(2, flat.view(B, 1, M * S * S).expand(B, C, M * S * S))
+    return windows.view(B, C, M, S, S).transpose(1, 2)
 
 
 def downsample(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -155,4 +195,4 @@ def downsample(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 __all__ = ["attention_distribution", "negative_entropy", "gumbel_noise", "sample_without_replacement",
            "without_replacement_weights", "expected_features", "patch_corners", "patch_boxes", "extract_patches",
-           "downsample"]
+           "read_windows", "downsample"]
