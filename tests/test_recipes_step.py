@@ -1,5 +1,6 @@
 """Every recipe runs its real Lightning training and validation step: `Trainer(fast_dev_run=1)` on the
-recipe's own model and data classes, with tiny data. No family is special-cased here; what cannot
+recipe's own model and data classes, with its data card's tiny settings (zoo.data.card) on the tests' tiny
+Fashion-MNIST. No family or data set is special-cased here; what cannot
 run offline or on a tiny budget is excluded below, as data, with the reason and the test that
 covers it instead."""
 from __future__ import annotations
@@ -18,13 +19,6 @@ EXCLUDED = {
     "sat_flickr8k_hard": "Flickr8k files and an ImageNet VGG encoder: tests/test_recipes_e2e.py (the soft route)",
     "sat_flickr8k_soft": "Flickr8k files and an ImageNet VGG encoder: tests/test_recipes_e2e.py",
     "vit_imagenet_finetune": "an ImageFolder tree and ViT-B/16: tests/test_recipes_e2e.py",
-}
-
-#: tiny settings per data class (Fashion-MNIST itself comes from the tests' tiny IDX files)
-TINY_DATA = {
-    "FashionMNISTDataModule": {"val_size": 16, "limit_train": 16, "limit_eval": 16, "batch_size": 8},
-    "FashionScenesDataModule": {"num_train": 16, "num_val": 8, "num_test": 8, "batch_size": 8, "cache": False},
-    "ItemCanvasesDataModule": {"num_train": 16, "num_val": 8, "num_test": 8, "val_items": 100, "batch_size": 8},
 }
 
 #: model settings that only shrink the run's cost (never what is trained): evaluation extras
@@ -50,8 +44,8 @@ def test_every_recipe_runs_its_real_training_and_validation_step(name, tiny_data
     tiny = {k: v for k, v in TINY_MODEL.items() if k in init_args}
     torch.manual_seed(0)
     model = zoo.create_model(name, **_offline(init_args), **tiny)
-    data_class = entry.data["class_path"].rsplit(".", 1)[-1]
-    data = registry.build_datamodule(model, **TINY_DATA[data_class])
+    data_class = registry.resolve_class(entry.data["class_path"], "data")
+    data = registry.build_datamodule(model, **data_class.card.tiny)  # the data card's tiny settings
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     trainer = L.Trainer(fast_dev_run=1, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)

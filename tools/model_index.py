@@ -97,11 +97,13 @@ def build() -> dict:
 
 
 def limit_names() -> list[str]:
-    """Every size a family's card bounds (zoo.limits reads them without importing the families, so
-    ZOO_LIMITS can name them before any model is loaded)."""
+    """Every size a family's or a data set's card bounds (zoo.limits reads them without importing the
+    families or the data, so ZOO_LIMITS can name them before any model is loaded)."""
+    from zoo.data.card import data_sets, dimensions_of
     from zoo.models.card import families
 
-    return sorted({name for cls in families().values() for name in cls.card.dimensions})
+    return sorted({name for cls in families().values() for name in cls.card.dimensions}
+                  | {name for cls in data_sets().values() for name in dimensions_of(cls)})
 
 
 def differences(stored: dict, fresh: dict, where: str = "") -> list[str]:

@@ -49,15 +49,14 @@ DIMENSION_LIMITS: dict[str, float] = {
     **dict.fromkeys(["depth", "num_heads"], 256),
     # images (`img_size`: timm's name, a field of a backbone block; a model's is `image_size`)
     **dict.fromkeys(["image_size", "img_size", "resize_size", "crop_size"], 4_096),
-    "canvas_size": 1_024, "patch_size": 1_024, "in_chans": 1_024,
+    "patch_size": 1_024, "in_chans": 1_024,
     # decoding (a captioner's defaults, and the commands' flags)
     "beam_size": 100, **dict.fromkeys(["decode_max_len", "max_len"], 1_000),
     "export_max_len": 200,  # `zoo export --max-len`: steps unrolled into one program
-    # data
-    **dict.fromkeys(["num_train", "num_val", "num_test", "val_items", "val_size", "limit_train", "limit_eval",
-                     "max_vocab"], 10_000_000),
-    **dict.fromkeys(["batch_size", "eval_batch_size"], 1_000_000),
-    "num_workers": 256, "num_classes": 100_000, "num_colours": 10_000, "max_items": 1_000,
+    # what commands' flags and export sets share with data modules (a data set's own sizes: its card's,
+    # zoo.data.card)
+    **dict.fromkeys(["limit_eval", "max_vocab"], 10_000_000), "batch_size": 1_000_000,
+    "num_classes": 100_000, "num_colours": 10_000,
 }
 #: every limit: the dimensions, the structure of anything read from a file, and the memory budget
 #: of one command (MB: what a model, its data and its decoding may ask for)

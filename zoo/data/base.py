@@ -10,6 +10,7 @@ from lightning.pytorch.utilities.parsing import AttributeDict
 from torch.utils.data import DataLoader, RandomSampler
 
 from zoo.classes import allow_class
+from zoo.data.card import DataCard, dimensions_of, register
 from zoo.data.sampling import BucketBatchSampler
 from zoo.errors import UserError
 from zoo.limits import check_arguments
@@ -31,16 +32,22 @@ class SplitDataModule(L.LightningDataModule):
     eval.py runs `trainer.test` with `--split val` (so one metrics code serves both splits)."""
 
     test_split = "test"
+    #: the data set's facts (zoo.data.card): a subclass declaring its own is a data set
+    card: DataCard | None = None
 
     def __init_subclass__(cls, **kwargs):
-        """A concrete data module registers itself: files (checkpoints, releases) may name it."""
+        """A concrete data module registers itself: files (checkpoints, releases) may name it; one
+        declaring its card is a data set (zoo.data.card.register checks the card)."""
         super().__init_subclass__(**kwargs)
+        if "card" in cls.__dict__:
+            register(cls)
         if not any(getattr(getattr(cls, name, None), "__isabstractmethod__", False) for name in dir(cls)):
             allow_class(cls, "data")
 
     def __new__(cls, *args, **kwargs):
-        """Absurd sizes (a billion test images) are refused in one line before anything is built."""
-        check_arguments(cls, args, kwargs, "data.init_args")
+        """Absurd sizes (a billion test images) are refused in one line before anything is built:
+        its card's `dimensions`, beside the shared ones."""
+        check_arguments(cls, args, kwargs, "data.init_args", dimensions_of(cls))
         return super().__new__(cls)
 
     #: arguments that name places on disk: a checkpoint's or release's data config never sets
@@ -61,6 +68,7 @@ class SplitDataModule(L.LightningDataModule):
                     if p.default is not inspect.Parameter.empty}
         return {**defaults, **init_args}
 
+    # these three and `path_arguments`: a data set's card sets them (zoo.data.card)
     #: the argument that fixes the served image size (None: none does)
     image_size_argument: str | None = None
     #: channels of the images this module serves (None: it does not fix them)

@@ -76,7 +76,6 @@ class CaptionDataModule(SplitDataModule, ABC):
     it gives `training_tokens()` and a `setup()` that fills `datasets`."""
 
     label = "captions"  # what its error messages start with
-    image_chans = 3
     provides_word_boxes = False  # whether batches say where each word's item is (supervised attention)
 
     def __init__(self):

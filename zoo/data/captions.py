@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
+from zoo.data.card import DataCard
 from zoo.data.vocab import tokenize
 from zoo.errors import UserError
 from zoo.limits import read_json
@@ -198,9 +199,10 @@ class CaptionsDataModule(CaptionDataModule):
     """COCO or Flickr captions (see the module docstring). Reading `dm.vocab` before `setup()`
     loads the training annotations, not the images."""
 
-    image_size_argument = "image_size"
-    path_arguments = ("karpathy_json", "train_annotations", "val_annotations", "test_annotations", "image_root",
-                      "train_image_root", "val_image_root", "test_image_root")
+    card = DataCard(image_size="image_size", channels=3,
+                    path_arguments=("karpathy_json", "train_annotations", "val_annotations", "test_annotations",
+                                    "image_root", "train_image_root", "val_image_root", "test_image_root"),
+                    skip={"tiny": "COCO or Flickr files: tests/test_captions_data.py writes tiny ones"})
 
     @classmethod
     def eval_resize_for(cls, size: tuple[int, int], resize_size: int | None = None, **_) -> int | None:

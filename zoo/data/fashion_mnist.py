@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.data.base import SplitDataModule
+from zoo.data.card import DataCard
 from zoo.data.layout import place_items
 from zoo.errors import UserError
 from zoo.limits import check_memory
@@ -196,8 +197,8 @@ class FashionMNISTDataModule(SplitDataModule):
     the test canvases always with `test_seed` (the same test set for every run). `limit_train`
     keeps the first N training examples (after the split) for quick runs."""
 
-    class_names = CLASS_NAMES  # what zoo.preprocess labels a model trained here with
-    image_chans = 1
+    card = DataCard(image_size="variant", channels=1, class_names=CLASS_NAMES,  # zoo.preprocess labels with these
+                    tiny=dict(val_size=16, limit_train=16, limit_eval=16, batch_size=8))
 
     @classmethod
     def image_size_for(cls, variant: str = "centered", **_) -> tuple[int, int] | None:

@@ -19,14 +19,16 @@ from pathlib import Path
 from torch.utils.data import DataLoader
 
 from zoo.data.base import SplitDataModule
+from zoo.data.card import DataCard
 from zoo.errors import UserError
 from zoo.io import load_image
 from zoo.preprocess import Preprocessing
 
 
 class ImageFolderDataModule(SplitDataModule):
-    path_arguments = ("root",)
-    image_size_argument = "image_size"
+    # channels: `in_chans`; classes: the class folders' names (image_chans_for, class_names_for)
+    card = DataCard(image_size="image_size", path_arguments=("root",),
+                    skip={"tiny": "class folders of images on disk: tests/test_vit.py writes a tiny tree"})
 
     @classmethod
     def image_chans_for(cls, in_chans: int = 3, **_) -> int | None:

@@ -23,6 +23,7 @@ import torch
 from torch.utils.data import Dataset
 
 from zoo.data.base import SplitDataModule, batch_identity
+from zoo.data.card import DataCard
 from zoo.data.fashion_mnist import CLASS_NAMES
 from zoo.data.scene_generation import draw_layouts, load_items, paint
 from zoo.errors import UserError
@@ -57,9 +58,9 @@ class ItemCanvasesDataModule(SplitDataModule):
     """The canvases of the module docstring. `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])`
     replaces Fashion-MNIST (tests); it is not a hyperparameter."""
 
-    image_size_argument = "canvas_size"
-    image_chans = 3
-    class_names = CLASS_NAMES  # the items' classes
+    card = DataCard(image_size="canvas_size", channels=3, class_names=CLASS_NAMES,  # the items' classes
+                    dimensions={"canvas_size": 1_024, "max_items": 1_000},
+                    tiny=dict(num_train=16, num_val=8, num_test=8, val_items=100, batch_size=8))
 
     def __init__(self, num_train: int = 60000, num_val: int = 2000, num_test: int = 5000, val_items: int = 5000,
                  seed: int = 0, test_seed: int = 1234, batch_size: int = 128, eval_batch_size: int | None = None,

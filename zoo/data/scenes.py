@@ -25,6 +25,7 @@ import torch
 from PIL import Image
 
 from zoo.data.caption_base import CaptionBatches, CaptionDataModule
+from zoo.data.card import DataCard
 from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, cache_file, generate_scenes,
                                        load_items, split_pool)
 from zoo.data.scene_grammar import COLOURS, ITEM_NAMES
@@ -65,8 +66,9 @@ class FashionScenesDataModule(CaptionDataModule):
     int64 [N])` replaces Fashion-MNIST (tests); it is not a hyperparameter."""
 
     label = "FashionScenes"
-    path_arguments = ("cache_dir",)
-    image_size_argument = "canvas_size"
+    card = DataCard(image_size="canvas_size", channels=3, path_arguments=("cache_dir",),
+                    dimensions={"canvas_size": 1_024, "max_items": 1_000},
+                    tiny=dict(num_train=16, num_val=8, num_test=8, batch_size=8, cache=False))
     provides_word_boxes = True  # batches carry item_boxes + word_items (supervised attention)
 
     #: bytes a scene holds besides its canvas: captions as Python strings, their encoded rows, boxes
