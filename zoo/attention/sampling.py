@@ -155,10 +155,13 @@ def read_windows(images: torch.Tensor, corners: torch.Tensor, size: int) -> torc
     B M C S^2 whatever the image's size. A row above or below the image reads a clamped row, and a
     row reaching past the left or right edge reads on into the neighbouring row. Only the first and
     last image's strips can reach past the ends of the batch's memory: those two images are read
-    pixel by pixel (`_gather_windows`), and so is a batch of at most 2 images."""
+    pixel by pixel (`_gather_windows`), and so is a batch of at most 2 images. The strips are an
+    eager-mode optimisation: a traced program (torch.compile, torch.export) reads pixel by pixel,
+    which the compiler fuses, whose shapes stay symbolic in the batch, and which ONNX exports."""
     B, C, H, W = images.shape
     M, S = corners.shape[1], size
-    if B <= 2 or W < S:  # (W < S: a clamped row's strip could leave the batch anywhere)
+    # (W < S: a clamped row's strip could leave the batch anywhere)
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting() or B <= 2 or W < S:
         return _gather_windows(images, corners, S)
     rows = (corners[..., 1:] + torch.arange(S, device=images.device)).clamp(0, H - 1)  # [B, M, S]
     x0 = corners[..., :1].clamp(-S, W)  # a window wholly left or right of the image stays so
