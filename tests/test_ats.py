@@ -168,13 +168,14 @@ def test_batched_extraction_equals_the_per_image_loop(shape, P):
     assert torch.equal(fast, slow_patches(images, corners, P))
 
 
-def test_the_strip_read_passes_the_gradient_to_the_pixels_read():
-    """Overlapping strips (as_strided) in the backward pass: each pixel gets the sum of the
-    gradients of every patch pixel it was read into, as the loop's slices give it."""
+@pytest.mark.parametrize("B", [5, 2])
+def test_the_read_passes_the_gradient_to_the_pixels_read(B):
+    """Overlapping strips (as_strided) in the backward pass, and the pixel gather: each pixel gets
+    the sum of the gradients of every patch pixel it was read into, as the loop's slices give it."""
     g = torch.Generator().manual_seed(7)
-    images = torch.rand(5, 2, 30, 30, generator=g, dtype=DOUBLE, requires_grad=True)
-    corners = torch.randint(-10, 32, (5, 6, 2), generator=g)
-    weights = torch.randn(5, 6, 2, 12, 12, generator=g, dtype=DOUBLE)
+    images = torch.rand(B, 2, 30, 30, generator=g, dtype=DOUBLE, requires_grad=True)
+    corners = torch.randint(-10, 32, (B, 6, 2), generator=g)
+    weights = torch.randn(B, 6, 2, 12, 12, generator=g, dtype=DOUBLE)
     fast = torch.autograd.grad((sampling.extract_patches(images, corners, 12) * weights).sum(), images)[0]
     slow = torch.autograd.grad((slow_patches(images, corners, 12) * weights).sum(), images)[0]
     torch.testing.assert_close(fast, slow, rtol=0, atol=1e-12)
