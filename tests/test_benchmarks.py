@@ -19,6 +19,7 @@ TINY = {
     "glimpse.py": ["--device", "cpu", "--batch-size", "2", "--repeats", "1", "--threads", "1"],
     "releases.py": ["--models", "ram_fmnist_centered", "sat_soft_scenes", "--batch-sizes", "2", "--warmup", "0",
                     "--repeats", "1", "--min-repeat-s", "0", "--threads", "1", "--modes", "eager", "--csv-dir", "."],
+    "sampling.py": ["--batch-size", "3", "--sizes", "20", "--repeats", "1", "--threads", "1"],
     "sat_train.py": ["--threads", "1", "--rounds", "1", "--batch-size", "2"],
     "vit.py": ["--steps", "1", "--warmup", "0", "--rounds", "1", "--batch-size", "2"],
 }

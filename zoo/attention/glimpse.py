@@ -18,12 +18,13 @@ the read is continuous in l. Three batched implementations of that same function
 each one op over batch x scales, with no Python loop over the batch and no host sync; they agree
 to float rounding everywhere, and `benchmarks/glimpse.py` measures them:
 
-- "crop" (default; fastest on CPU): gather the largest patch plus one pixel from the image
-  (out-of-image indices masked to zero, no padded copy), shift it by the sub-pixel offset with two
-  lerps (the area average over a box shifted by f is the lerp, with weight f, of the averages at
-  the neighbouring integer positions), then average-pool a pyramid: pooling the window by the
-  scale factor once per scale serves all larger scales. Needs an integer `scale_factor` and
-  scales on the largest patch's cell grid (e.g. even `patch_size` with factor 2).
+- "crop" (default; fastest on CPU): read the largest patch plus one pixel from the image, row by
+  row as contiguous strips (out-of-image pixels masked to zero, no padded copy), shift it by the
+  sub-pixel offset with two lerps (the area average over a box shifted by f is the lerp, with
+  weight f, of the averages at the neighbouring integer positions), then average-pool a pyramid:
+  pooling the window by the scale factor once per scale serves all larger scales. Needs an
+  integer `scale_factor` and scales on the largest patch's cell grid (e.g. even `patch_size` with
+  factor 2).
 - "filterbank": the separable box-filter read `patch_i = F_y,i . x . F_x,i^T`, RAM's counterpart
   of DRAW's Gaussian read (`filters()` returns F). Row j of F_x,i holds the overlap of output
   cell j with each pixel column over the cell width. Two batched matmuls; any `scale_factor`.
@@ -43,6 +44,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from zoo.attention.sampling import read_windows
 
 METHODS = ("filterbank", "grid_sample", "crop")
 
@@ -184,16 +187,16 @@ class Retina(nn.Module):
         edge = self.centres(locations, H, W) - big / 2  # [B, 2] largest patch's top-left corner
         corner = torch.floor(edge)
         frac = edge - corner  # [B, 2] in [0, 1); exactly 0 when snapped
-        # Clamp far-off corners (the window then lies wholly outside and reads zeros). int32 index
-        # arithmetic, widened once for gather, is measurably cheaper on CPU than int64.
-        corner = corner.clamp(min=-n, max=max(H, W)).int()
-        r = torch.arange(n, device=images.device, dtype=torch.int32)
+        # Clamp far-off corners (the window then lies wholly outside and reads zeros).
+        corner = corner.clamp(min=-n, max=max(H, W)).long()
+        r = torch.arange(n, device=images.device)
         rows, cols = corner[:, 1, None] + r, corner[:, 0, None] + r  # [B, n]
         row_ok = ((rows >= 0) & (rows < H)).to(images.dtype)  # out-of-image pixels read as 0
         col_ok = ((cols >= 0) & (cols < W)).to(images.dtype)
-        index = ((rows.clamp(0, H - 1) * W)[:, :, None] + cols.clamp(0, W - 1)[:, None, :]).long()
-        window = (images.reshape(B, C, H * W).gather(2, index.view(B, 1, n * n).expand(B, C, n * n))
-                  .view(B, C, n, n))  # [B, C, n, n]
+        # The window's rows, copied as contiguous strips (zoo.attention.sampling.read_windows; a
+        # pixel-by-pixel gather cost several times more): its pixels outside the image hold other
+        # pixels, which the masks below multiply by 0.
+        window = read_windows(images, corner.view(B, 1, 2), n)[:, 0]  # [B, C, n, n]
         if self.subpixel:
             # The area average over a box shifted by f in (0, 1) pixels is the linear
             # interpolation, with weight f, between the averages at the two neighbouring integer
