@@ -181,3 +181,91 @@ def test_a_run_lives_its_whole_life(family, tmp_path, tiny_data_dir):
     assert started["zoo_run"]["wandb_id"] != first["zoo_run"]["wandb_id"]
     _resumes(work, env, tuned, ["train.py", "fit", "--config", tuned / "config.yaml", "--trainer.max_epochs=2",
                                 "--ckpt_path", "last"], started, "the fine-tune's fit --ckpt_path last")
+
+
+# ----------------------------------------------------------------------------- a run that trains nothing
+def _image_folder(root, per_class: int, size: int = 28) -> None:
+    """An ImageFolder tree: train/ and val/ with two classes of `per_class` grey images each."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for label in ("shirt", "bag"):
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                Image.fromarray(rng.integers(0, 256, (size, size), dtype=np.uint8)).save(folder / f"{i}.png")
+
+
+def _karpathy(tmp_path) -> dict:
+    from test_captions_data import write_karpathy
+
+    return dict(karpathy_json=str(write_karpathy(tmp_path)), image_root=str(tmp_path / "images"), min_freq=1,
+                image_size=32, resize_size=36)
+
+
+#: every zoo data module with a training split of a few examples (fewer than a batch of 64)
+SMALL_SPLIT = {
+    "zoo.data.fashion_mnist.FashionMNISTDataModule": lambda tmp: dict(val_size=TINY_VAL, limit_train=24),
+    "zoo.data.scenes.FashionScenesDataModule": lambda tmp: dict(num_train=4, num_val=2, num_test=2, cache=False),
+    "zoo.data.item_canvases.ItemCanvasesDataModule": lambda tmp: dict(num_train=4, num_val=2, num_test=2, val_items=2),
+    "zoo.data.imagefolder.ImageFolderDataModule": lambda tmp: (_image_folder(tmp / "images", 12),
+                                                               dict(root=str(tmp / "images"), image_size=28))[1],
+    "zoo.data.captions.CaptionsDataModule": _karpathy,
+}
+
+
+def _zoo_data_modules() -> list[str]:
+    from zoo.classes import registered
+
+    return sorted(path for path in registered("data") if path.startswith("zoo."))
+
+
+@pytest.mark.parametrize("path", _zoo_data_modules())
+def test_a_training_split_smaller_than_a_batch_trains_on_it_or_is_one_line(path, tmp_path, tiny_data):
+    """Every data module: a loader that keeps the partial batch trains on it; one that drops it
+    would train nothing, and train.py refuses that in one line naming batch_size."""
+    from zoo.errors import UserError
+    from zoo.train import check_batches
+
+    assert path in SMALL_SPLIT, f"{path}: add a training split of a few examples to SMALL_SPLIT"
+    data = registry.instantiate({"class_path": path, "init_args": {**SMALL_SPLIT[path](tmp_path), "batch_size": 64,
+                                                                   "num_workers": 0}}, "data")
+    data.prepare_data()
+    data.setup("fit")
+    loader = data.train_dataloader()
+    count = len(loader.dataset)
+    assert 0 < count < 64
+    if getattr(loader.batch_sampler, "drop_last", False):
+        with pytest.raises(UserError) as refused:
+            check_batches(data)
+        assert str(refused.value).startswith(f"data.init_args.batch_size 64 is more than the {count} training")
+        assert len(str(refused.value).splitlines()) == 1
+    else:
+        check_batches(data)
+        assert len(loader) == 1  # the partial batch is the epoch
+
+
+def test_an_empty_training_split_is_one_line(tiny_data):
+    from zoo.data.fashion_mnist import FashionMNISTDataModule
+    from zoo.errors import UserError
+    from zoo.train import check_batches
+
+    data = FashionMNISTDataModule(val_size=600, limit_eval=8)  # the tiny set's 600 images all validate
+    data.setup("fit")
+    with pytest.raises(UserError, match="the training split is empty"):
+        check_batches(data)
+
+
+@pytest.mark.slow
+def test_fit_on_fewer_images_than_the_batch_is_refused_before_the_run_folder(tmp_path, tiny_data_dir):
+    """docs/finetune.md's route with a 24-image ImageFolder and the recipe's batch of 64 trained
+    zero batches and exited 0 without a checkpoint."""
+    _image_folder(tmp_path / "images", 12)
+    root = tmp_path / "run"
+    code, out, err = run_cli(["train.py", "fit", "--config", "vit_fmnist", "--config",
+                              REPO / "configs/vit/_fmnist5_imagefolder.yaml", "--data.init_args.root",
+                              tmp_path / "images", f"--trainer.default_root_dir={root}"],
+                             cwd=tmp_path, env=cli_env(tiny_data_dir))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err[-3000:]
+    assert "data.init_args.batch_size 64 is more than the 24 training example(s)" in lines[0]
+    assert not root.exists()
