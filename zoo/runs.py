@@ -265,23 +265,25 @@ def read_resume_checkpoint(path: Path) -> dict:
 def check_resume_model(checkpoint: dict, class_path: str, init_args, path: Path, data=None) -> None:
     """The checkpoint's model must be `class_path` with these `init_args` (its hyperparameters under
     old names too, zoo.hparams) as the run builds them: with what its `data` ({class_path,
-    init_args}) decides linked in (zoo.registry.link_data: image size, channels, label set). A
-    hyperparameter left unset (None) is taken from the checkpoint: one the data filled in during
-    training (a captioner's vocabulary), a typed block's field (a backbone's) that its kind or its
-    pretrained weight decided."""
+    init_args}) decides linked in (zoo.registry.link_data: image size, channels, label set), which
+    an older checkpoint may lack. A hyperparameter left unset (None) is taken from the checkpoint:
+    one the data filled in during training (a captioner's vocabulary), a typed block's field (a
+    backbone's) that its kind or its pretrained weight decided."""
     saved = checkpoint.get("zoo") if isinstance(checkpoint.get("zoo"), dict) else {}
     hparams = checkpoint.get("hyper_parameters") or {}
     saved_class = saved.get("class_path") or hparams.get("_class_path")
     if saved_class and saved_class != class_path:
         raise UserError(f"--ckpt_path {path}: the checkpoint is a {saved_class}, but this config trains {class_path}")
     model_class = _model_class(class_path)
-    built = _linked(model_class, init_args, data)
+    given, built = _plain(init_args), _linked(model_class, init_args, data)
     for key, value in current_init_args(class_path, hparams).items():
         if key.startswith("_") or key not in built:
             continue
         here, there, block = built[key], _plain(value), _block_type(model_class, key)
         if here is None and there is not None:
             init_args[key] = value
+        elif there is None and here != given[key]:
+            continue  # the data's, linked in; a checkpoint from before its model kept it (class names)
         elif block is not None and isinstance(here, dict) and isinstance(there, dict):
             for field, (mine, theirs) in _block_fields(block, here, there).items():
                 if mine is None and theirs is not None:
