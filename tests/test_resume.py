@@ -249,3 +249,15 @@ def test_a_size_the_data_decides_is_compared_after_the_link():
     with pytest.raises(UserError, match=r"model.init_args.hidden differs \(\[16\] here, \[8\] in the checkpoint\)"):
         runs.check_resume_model(_checkpoint(trained), class_path(Classifier),
                                 _parsed(Classifier, {"arch": "mlp", "hidden": [16]}), Path("last.ckpt"), CLUTTERED)
+
+
+def test_a_run_folder_named_like_its_recipe_leaves_the_name_the_recipe(tmp_path, monkeypatch):
+    """`fit --config vit_fmnist --trainer.default_root_dir vit_fmnist`, then the same with
+    `--ckpt_path last`: the run's folder is no config file, the name still means the recipe."""
+    from zoo.recipe_args import with_recipe_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vit_fmnist" / "checkpoints").mkdir(parents=True)
+    recipe = str(registry.get_entry("vit_fmnist").recipe)
+    assert with_recipe_paths(["fit", "--config", "vit_fmnist", "--ckpt_path", "last"]) == [
+        "fit", "--config", recipe, "--ckpt_path", "last"]
