@@ -2,17 +2,27 @@
 missing `last.ckpt` is one line; a save interrupted by a full disk or Ctrl-C is one line."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import typing
+from pathlib import Path
 
 import pytest
 import torch
+from jsonargparse import ArgumentParser, Namespace
 
 from conftest import REPO, cli_env, run_cli, tiny_fit_args
+from zoo import registry, runs
 from zoo.callbacks import AtomicCheckpointIO
+from zoo.data.fashion_mnist import FashionMNISTDataModule
+from zoo.errors import UserError
+from zoo.models.base import class_path
+from zoo.models.baselines import Classifier
+from zoo.models.card import tiny_models
 
 
 @pytest.fixture
@@ -151,3 +161,103 @@ def test_a_run_stopped_during_validation_validates_that_epoch_on_resume(tmp_path
     assert "could not find the monitored key" not in err
     names = sorted(p.name for p in (root / "checkpoints").iterdir())
     assert names == ["best-epoch=000.ckpt", "best-epoch=001.ckpt", "last.ckpt"]
+
+
+# ----------------------------------------------------------------------------- the comparison (issue 42)
+#: the first tiny configuration of every registered family
+FIRST = [(name, cls, hp) for name, cls, hp in tiny_models() if name == cls.card.name]
+CLUTTERED = Namespace(class_path="zoo.data.fashion_mnist.FashionMNISTDataModule",
+                      init_args=Namespace(variant="cluttered60"))
+
+
+def _parsed(cls, init_args: dict):
+    """`init_args` as LightningCLI holds them: every argument, typed blocks as Namespaces of every field."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, "model", fail_untyped=False)
+    return parser.parse_object({"model": init_args}).model
+
+
+def _checkpoint(model) -> dict:
+    """What Lightning and the zoo save of a model's hyperparameters."""
+    return {"hyper_parameters": dict(model.hparams), "zoo": {"class_path": class_path(type(model))}}
+
+
+def _blocks(cls) -> list[str]:
+    """The family's hyperparameters typed as a block (a dataclass: a backbone)."""
+    hints = typing.get_type_hints(cls.__init__)
+    return [key for key, hint in hints.items()
+            if any(dataclasses.is_dataclass(t) for t in (hint, *typing.get_args(hint)))]
+
+
+def _tiny(cls, hparams: dict) -> dict:
+    return {**{k: v for k, v in cls.card.filled_by_data.items() if hparams.get(k) is None}, **hparams}
+
+
+@pytest.mark.parametrize("name,cls,hparams", FIRST, ids=[n for n, _, _ in FIRST])
+def test_a_parsed_config_resumes_its_own_checkpoint_and_a_changed_block_is_one_line(name, cls, hparams):
+    """b22de23 compared a parsed block (a Namespace listing every field, unset ones None) with the
+    checkpoint's dict of the fields set, and refused every family with a backbone."""
+    tiny = _tiny(cls, hparams)
+    model = registry.build({"class_path": class_path(cls), "init_args": tiny})
+    runs.check_resume_model(_checkpoint(model), class_path(cls), _parsed(cls, tiny), Path("last.ckpt"))
+    for key in _blocks(cls):
+        block = dict(tiny.get(key) or {})
+        field = next(f for f, v in sorted(block.items()) if isinstance(v, list) and v and isinstance(v[0], int)
+                     or isinstance(v, int) and not isinstance(v, bool))
+        block[field] = [v + 1 for v in block[field]] if isinstance(block[field], list) else block[field] + 1
+        with pytest.raises(UserError) as refused:
+            runs.check_resume_model(_checkpoint(model), class_path(cls), _parsed(cls, {**tiny, key: block}),
+                                    Path("last.ckpt"))
+        message = str(refused.value)
+        assert f"but model.init_args.{key}.{field} differs" in message and len(message.splitlines()) == 1
+        assert "Namespace" not in message and "--init_from last.ckpt" in message
+
+
+WITH_BLOCKS = [(name, cls, hp) for name, cls, hp in FIRST if _blocks(cls)]
+
+
+@pytest.mark.parametrize("name,cls,hparams", WITH_BLOCKS, ids=[n for n, _, _ in WITH_BLOCKS])
+def test_a_block_field_left_unset_takes_the_checkpoints(name, cls, hparams):
+    """A field the config leaves unset is the kind's or its pretrained weight's, which the checkpoint
+    recorded (sat_soft_scenes: its backbone_fmnist_stem release's `normalize`): it resumes with it."""
+    tiny = _tiny(cls, hparams)
+    model = registry.build({"class_path": class_path(cls), "init_args": tiny})
+    key = _blocks(cls)[0]
+    checkpoint = _checkpoint(model)
+    checkpoint["hyper_parameters"][key] = {**checkpoint["hyper_parameters"][key], "normalize": False}
+    init_args = _parsed(cls, tiny)
+    assert init_args[key].normalize is None
+    runs.check_resume_model(checkpoint, class_path(cls), init_args, Path("last.ckpt"))
+    assert init_args[key].normalize is False
+
+
+def test_a_size_the_data_decides_is_compared_after_the_link():
+    """The checkpoint holds the image size its data gave the model (60 px); the command line the
+    class default (28): b22de23 refused `baseline_cnn_cluttered60` and the RAM cluttered recipes."""
+    spec = {"class_path": class_path(Classifier), "init_args": {"arch": "mlp", "hidden": [8]}}
+    trained = registry.build(registry.linked(spec, CLUTTERED.as_dict()))
+    assert trained.hparams.image_size == 60 and trained.hparams.class_names == FashionMNISTDataModule.class_names
+    init_args = _parsed(Classifier, {"arch": "mlp", "hidden": [8]})
+    assert init_args.image_size == 28 and init_args.class_names is None
+    runs.check_resume_model(_checkpoint(trained), class_path(Classifier), init_args, Path("last.ckpt"), CLUTTERED)
+    older = _checkpoint(trained)
+    older["hyper_parameters"]["class_names"] = None  # saved before models kept their data's class names
+    runs.check_resume_model(older, class_path(Classifier), init_args, Path("last.ckpt"), CLUTTERED)
+    centered = Namespace(class_path=CLUTTERED.class_path, init_args=Namespace(variant="centered"))
+    with pytest.raises(UserError, match=r"but model.init_args.image_size differs \(28 here, 60 in the checkpoint\)"):
+        runs.check_resume_model(_checkpoint(trained), class_path(Classifier), init_args, Path("last.ckpt"), centered)
+    with pytest.raises(UserError, match=r"model.init_args.hidden differs \(\[16\] here, \[8\] in the checkpoint\)"):
+        runs.check_resume_model(_checkpoint(trained), class_path(Classifier),
+                                _parsed(Classifier, {"arch": "mlp", "hidden": [16]}), Path("last.ckpt"), CLUTTERED)
+
+
+def test_a_run_folder_named_like_its_recipe_leaves_the_name_the_recipe(tmp_path, monkeypatch):
+    """`fit --config vit_fmnist --trainer.default_root_dir vit_fmnist`, then the same with
+    `--ckpt_path last`: the run's folder is no config file, the name still means the recipe."""
+    from zoo.recipe_args import with_recipe_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vit_fmnist" / "checkpoints").mkdir(parents=True)
+    recipe = str(registry.get_entry("vit_fmnist").recipe)
+    assert with_recipe_paths(["fit", "--config", "vit_fmnist", "--ckpt_path", "last"]) == [
+        "fit", "--config", recipe, "--ckpt_path", "last"]

@@ -59,7 +59,8 @@ def with_recipe_paths(argv: list[str]) -> list[str]:
     recipe, wherever the recipes are installed: after `pip install` there is no configs/ folder."""
     names, out = set(registry.list_models()), []
     for key, value, items in _options(argv, CONFIG.__contains__):
-        if key in CONFIG and value in names and not Path(value).exists() and registry.get_entry(value).recipe:
+        # a folder of that name (the run's own: --trainer.default_root_dir vit_fmnist) is no config
+        if key in CONFIG and value in names and not Path(value).is_file() and registry.get_entry(value).recipe:
             recipe = str(registry.get_entry(value).recipe)
             items = [f"{key}={recipe}"] if len(items) == 1 else [key, recipe]
         out += items

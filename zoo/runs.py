@@ -24,6 +24,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -35,6 +36,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn, get_args, get_type_hints
 
 from zoo import hub
 from zoo.errors import UserError
@@ -346,7 +348,7 @@ def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] 
     checkpoint = read_resume_checkpoint(path)
     config["ckpt_path"] = str(path)
     model, data = config["model"], config.get("data")
-    check_resume_model(checkpoint, model["class_path"], model["init_args"], path)
+    check_resume_model(checkpoint, model["class_path"], model["init_args"], path, data)
     if data is not None and data.get("init_args") is not None:
         check_resume_data(checkpoint, data["class_path"], data["init_args"], path)
     if fitting:
@@ -421,24 +423,87 @@ def read_resume_checkpoint(path: Path) -> dict:
         raise UserError(f"cannot resume: {exc}{hint}") from None
 
 
-def check_resume_model(checkpoint: dict, class_path: str, init_args, path: Path) -> None:
+def check_resume_model(checkpoint: dict, class_path: str, init_args, path: Path, data=None) -> None:
     """The checkpoint's model must be `class_path` with these `init_args` (its hyperparameters under
-    old names too, zoo.hparams); one the data filled in during training (a captioner's vocabulary)
-    is taken from it."""
+    old names too, zoo.hparams) as the run builds them: with what its `data` ({class_path,
+    init_args}) decides linked in (zoo.registry.link_data: image size, channels, label set), which
+    an older checkpoint may lack. A hyperparameter left unset (None) is taken from the checkpoint:
+    one the data filled in during training (a captioner's vocabulary), a typed block's field (a
+    backbone's) that its kind or its pretrained weight decided."""
     saved = checkpoint.get("zoo") if isinstance(checkpoint.get("zoo"), dict) else {}
     hparams = checkpoint.get("hyper_parameters") or {}
     saved_class = saved.get("class_path") or hparams.get("_class_path")
     if saved_class and saved_class != class_path:
         raise UserError(f"--ckpt_path {path}: the checkpoint is a {saved_class}, but this config trains {class_path}")
+    model_class = _model_class(class_path)
+    given, built = _plain(init_args), _linked(model_class, init_args, data)
     for key, value in current_init_args(class_path, hparams).items():
-        if key.startswith("_") or key not in init_args:
+        if key.startswith("_") or key not in built:
             continue
-        if init_args[key] is None and value is not None:
+        here, there, block = built[key], _plain(value), _block_type(model_class, key)
+        if here is None and there is not None:
             init_args[key] = value
-        elif _plain(init_args[key]) != _plain(value):
-            raise UserError(f"--ckpt_path resumes the run it was saved from, but model.init_args.{key} differs "
-                            f"({_plain(init_args[key])!r} here, {_plain(value)!r} in the checkpoint); to train with "
-                            f"new hyperparameters start a new run with --init_from {path}")
+        elif there is None and here != given[key]:
+            continue  # the data's, linked in; a checkpoint from before its model kept it (class names)
+        elif block is not None and isinstance(here, dict) and isinstance(there, dict):
+            for field, (mine, theirs) in _block_fields(block, here, there).items():
+                if mine is None and theirs is not None:
+                    _set(init_args[key], field, theirs)
+                elif mine != theirs:
+                    _differs(f"{key}.{field}", mine, theirs, path)
+        elif here != there:
+            _differs(key, here, there, path)
+
+
+def _set(block, field: str, value) -> None:
+    """Set a field of a config's block (a jsonargparse Namespace, a dict or a dataclass)."""
+    if hasattr(block, "__setitem__"):
+        block[field] = value
+    else:
+        setattr(block, field, value)
+
+
+def _differs(key: str, here, there, path: Path) -> NoReturn:
+    raise UserError(f"--ckpt_path resumes the run it was saved from, but model.init_args.{key} differs "
+                    f"({shorten(here, 80)} here, {shorten(there, 80)} in the checkpoint); to train with new "
+                    f"hyperparameters start a new run with --init_from {path}")
+
+
+def _block_fields(block: type, here: dict, there: dict) -> dict:
+    """{field: (this config's value, the checkpoint's)} of a typed block, each side's unstated fields
+    at the block's defaults (a parsed block lists every field, a checkpoint's only those it set)."""
+    defaults = {f.name: _plain(f.default) if f.default is not dataclasses.MISSING else None
+                for f in dataclasses.fields(block)}
+    return {name: (here.get(name, default), there.get(name, default)) for name, default in defaults.items()}
+
+
+def _model_class(class_path: str) -> type | None:
+    """The allowed model class `class_path` names, or None (LightningCLI refuses it later)."""
+    from zoo.registry import is_allowed, resolve_class
+
+    return resolve_class(class_path) if is_allowed(class_path, "model") else None
+
+
+def _linked(model_class: type | None, init_args, data) -> dict:
+    """A plain copy of a config's model `init_args` with what its `data` decides filled in, as
+    train.py links them before the model is built (zoo.registry.link_data): the checkpoint
+    holds the linked values, the command line the recipe's (a default 28 px, the data's 60 px)."""
+    from zoo.registry import is_allowed, link_data, resolve_class
+
+    built = _plain(init_args)
+    data_path = data.get("class_path") if data is not None else None
+    if model_class is not None and isinstance(data_path, str) and is_allowed(data_path, "data"):
+        link_data(model_class, built, resolve_class(data_path, "data"), _plain(data.get("init_args") or {}))
+    return built
+
+
+def _block_type(model_class: type | None, key: str) -> type | None:
+    """The dataclass hyperparameter `key` is typed as (a `BackboneSpec` block), or None."""
+    try:
+        hint = get_type_hints(model_class.__init__).get(key) if model_class is not None else None
+    except (NameError, TypeError):  # an annotation that does not resolve: compare as plain values
+        return None
+    return next((t for t in (hint, *get_args(hint)) if dataclasses.is_dataclass(t)), None)
 
 
 def check_resume_data(checkpoint: dict, class_path: str, init_args, path: Path) -> None:
@@ -468,7 +533,12 @@ def check_resume_data(checkpoint: dict, class_path: str, init_args, path: Path) 
 
 
 def _plain(value):
-    """A config value with tuples as lists, to compare with a checkpoint's."""
+    """A config value as plain data, to compare with a checkpoint's: a parsed block (a jsonargparse
+    Namespace, a dataclass) as a dict, tuples as lists."""
+    if hasattr(value, "as_dict") and callable(value.as_dict):  # jsonargparse's Namespace
+        value = value.as_dict()
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

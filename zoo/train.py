@@ -239,6 +239,7 @@ class ZooCLI(LightningCLI):
         if data is not None:
             data.prepare_data()  # our data modules build or read their files here and in setup,
             data.setup("fit")    # idempotently: a missing file is reported now, in one line
+            check_batches(data)
             if hasattr(data, "summary") and _launching_process():
                 print(f"data: {data.summary()}", flush=True)
         if run.get("init_from"):
@@ -249,6 +250,28 @@ class ZooCLI(LightningCLI):
     def before_fit(self) -> None:
         if getattr(self, "_init_from", None) is not None:
             self.trainer.callbacks.append(self._init_from)
+
+
+def check_batches(data) -> None:
+    """A training loader that makes no batch would end the run at once, with exit 0 and no
+    checkpoint: fewer examples than `batch_size` where the last partial batch is dropped (an
+    ImageFolder's, as timm's training does), or none at all. Refused in one line naming the data
+    argument, before the run folder exists. Loaders that keep the partial batch train on it."""
+    datasets = getattr(data, "datasets", None)  # our data modules' splits, built by setup
+    split = datasets.get("train") if isinstance(datasets, dict) else None
+    if split is not None and hasattr(split, "__len__") and not len(split):  # a shuffling loader refuses to exist
+        raise UserError(f"data: the training split is empty ({type(data).__name__}): no step would train")
+    loader = data.train_dataloader()
+    try:
+        if len(loader):
+            return
+        count = len(loader.dataset)
+    except TypeError:  # an iterable without a length: nothing to say before it runs
+        return
+    batch_size = getattr(data, "hparams", {}).get("batch_size", getattr(loader, "batch_size", None))
+    raise UserError(f"data.init_args.batch_size {batch_size} is more than the {count} training example(s), and "
+                    f"{type(data).__name__} drops a last partial batch: no step would train; give "
+                    f"--data.init_args.batch_size {count} or less, or more training data")
 
 
 def _launching_process() -> bool:

@@ -41,8 +41,9 @@ class ItemGridClassifier(ClassifierModule):
 
     card = FamilyCard("backbone", progress_bar=("loss", "item_acc"), head_keys=("class_head.",),
                       exports=("class_logits", "colour_logits"),
+                      # num_colours left at the palette's size: ItemCanvases paints with all of it
                       tiny={"": dict(backbone={"kind": "stem", "in_chans": 3, "channels": [8], "strides": [4]},
-                                     image_size=[16, 16], num_colours=4)})
+                                     image_size=[16, 16])})
 
     def __init__(self, backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
                  num_classes: int = 10, num_colours: int = 8, colour_weight: float = 1.0,
