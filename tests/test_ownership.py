@@ -435,11 +435,13 @@ def test_card_out_as_a_link_replaces_the_card_it_names_and_keeps_the_link(tmp_pa
     assert link.is_symlink() and os.readlink(link) == "real"
     assert json.loads((real / "config.json").read_text())["name"] == "vit_fmnist"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
-    (real / "model.safetensors").write_bytes(b"my own weights")  # not the card's file any more
-    before = _files(tmp_path)
-    code, err = _run(["card", "vit_fmnist", "--out", str(link), "--overwrite"], capsys)
-    assert code == 2 and len(err) == 1 and "model.safetensors is not the file the earlier card wrote" in err[0], err
-    assert _files(tmp_path) == before
+    kept = (real / "README.md").read_bytes()
+    for name, data in [("README.md", kept + b"\nMy notes on this model.\n"), ("model.safetensors", b"my weights")]:
+        (real / name).write_bytes(data)  # not the card's file any more
+        before = _files(tmp_path)
+        code, err = _run(["card", "vit_fmnist", "--out", str(link), "--overwrite"], capsys)
+        assert code == 2 and len(err) == 1 and f"{name} is not the file the earlier card wrote" in err[0], err
+        assert _files(tmp_path) == before
 
 
 def test_a_set_is_never_swapped_in_through_a_link(tmp_path):
@@ -478,4 +480,18 @@ def test_an_earlier_export_with_a_replaced_file_is_refused_naming_it(tmp_path, c
         assert _files(tmp_path) == before
     with pytest.raises(UserError, match="model.onnx is not the file the earlier export wrote"):
         _small_export(target)  # the Python API proves the same
+    assert _files(tmp_path) == before
+
+
+def test_an_earlier_export_whose_manifest_was_edited_is_refused(tmp_path, capsys):
+    """export.json records a digest of itself: class names edited for a deployment are not the
+    zoo's manifest any more, and a re-export does not replace them."""
+    target = tmp_path / "exported"
+    _small_export(target)
+    manifest = json.loads((target / "export.json").read_text())
+    manifest["class_names"] = ["mine"] * 10
+    (target / "export.json").write_text(json.dumps(manifest, indent=2))
+    before = _files(tmp_path)
+    with pytest.raises(UserError, match="export.json is not the one the earlier export wrote"):
+        _small_export(target, seed=1)
     assert _files(tmp_path) == before

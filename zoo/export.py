@@ -24,8 +24,8 @@ one, never a mix; `load_export` refuses a set whose files do not match its manif
 The zoo replaces only what it can prove it wrote: an earlier export (its export.json a zoo export
 manifest, the folder holding exactly the files it names, each with the sha256 export.json records).
 A folder with anything else in it (a file of yours added to an earlier export, or one of its files
-replaced, a quantised model.onnx say) is refused before any work, naming the file, and nothing in
-it or beside it is touched; a symlink given as the target is followed. `zoo export` replaces even
+replaced, a quantised model.onnx say, or export.json edited: it records a digest of itself) is
+refused before any work, naming the file, and nothing in it or beside it is touched; a symlink given as the target is followed. `zoo export` replaces even
 an intact earlier export only with --overwrite (the Python API's `overwrite`, True by default).
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from zoo.errors import UserError
-from zoo.export_set import MANIFEST, METADATA_KEY, check_set
+from zoo.export_set import MANIFEST, MANIFEST_DIGEST, METADATA_KEY, check_set, manifest_digest
 from zoo.io import (OVERWRITE_HINT, atomic_write_bytes, check_writable, image_rules, sigterm_raises, swap_in_folder,
                     writing)
 from zoo.limits import shorten
@@ -262,6 +262,8 @@ def earlier_export_problem(folder: Path) -> str | None:
         listed = ", ".join(shorten(name, 40) for name in others[:3])
         listed += f" and {len(others) - 3} more" if len(others) > 3 else ""
         return f"holds other files (not an earlier export): {listed}, which its {MANIFEST} does not name"
+    if MANIFEST_DIGEST in manifest and manifest[MANIFEST_DIGEST] != manifest_digest(manifest):  # older ones have none
+        return f"{MANIFEST} is not the one the earlier export wrote (edited since: not the digest it records)"
     for name, digest in files.items():
         try:
             same = sha256_file(folder / name) == digest
@@ -293,7 +295,9 @@ def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | 
             _test_hook(written)
         # every file the exporters wrote (an ONNX file's external data too) is in the set
         files = {path.name: sha256_file(path) for path in sorted(staging.iterdir())}
-        atomic_write_bytes(staging / MANIFEST, (json.dumps({**info, "files": files}, indent=2) + "\n").encode())
+        record = {**info, "files": files}
+        record[MANIFEST_DIGEST] = manifest_digest(record)
+        atomic_write_bytes(staging / MANIFEST, (json.dumps(record, indent=2) + "\n").encode())
         problem = earlier_export_problem(out_dir) if out_dir.is_dir() and any(out_dir.iterdir()) else None
         if problem is None and not overwrite and out_dir.is_dir() and any(out_dir.iterdir()):
             problem = "holds an earlier export"

@@ -36,18 +36,12 @@ def check_output_folder(given: str, overwrite: bool):
 
     from zoo.errors import UserError
     from zoo.hf import check_card_target
-    from zoo.hub import CARD_CONFIG, CARD_WEIGHTS, read_card_config, sha256_file
     from zoo.io import OVERWRITE_HINT, check_writable
 
     if Path(given).is_symlink() and not Path(given).exists():
         raise UserError(f"--out {given}: a symlink to {os.readlink(given)}, which does not exist; give a folder")
     out = check_writable(os.path.realpath(given), "--out", directory=True)
-    check_card_target(out)  # someone's folder is refused whatever the flags
-    if out.is_dir() and any(out.iterdir()):
-        recorded = read_card_config(out / CARD_CONFIG, f"--out {given}")["files"][CARD_WEIGHTS]["sha256"]
-        if sha256_file(out / CARD_WEIGHTS) != recorded:  # the user's weights under the card's name
-            raise UserError(f"--out {given}: {CARD_WEIGHTS} is not the file the earlier card wrote (its sha256 is "
-                            f"not the one {CARD_CONFIG} records); nothing was changed")
-        if not overwrite:
-            raise UserError(f"--out {given}: holds an earlier card; {OVERWRITE_HINT}")
+    check_card_target(out)  # someone's folder, or a card whose files changed, is refused whatever the flags
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"--out {given}: holds an earlier card; {OVERWRITE_HINT}")
     return out
