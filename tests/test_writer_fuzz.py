@@ -184,6 +184,8 @@ class Killed(Exception):
 
 #: the last sequence run (the shrunk one, when Hypothesis replays a failure last): kept by tools/fuzz.py
 LAST_STEPS: list[dict] = []
+#: what ran: sequences, command steps, and of those the ones that succeeded or were refused in one line
+COUNTS = {"sequences": 0, "steps": 0, "ok": 0, "refused": 0}
 
 
 class WriterMachine(RuleBasedStateMachine):
@@ -203,6 +205,7 @@ class WriterMachine(RuleBasedStateMachine):
         self.runs = 0
         LAST_STEPS[:] = []
         self.steps = LAST_STEPS
+        COUNTS["sequences"] += 1
 
     def teardown(self):
         os.chdir(self.cwd)
@@ -278,6 +281,8 @@ class WriterMachine(RuleBasedStateMachine):
         assert code == 0 or (len(lines) == 1 and "Traceback" not in lines[0]), \
             f"{' '.join(argv)}: exit {code} with {len(lines)} lines on stderr: {lines[-5:]}"
         self._check(set(replaces), points_at)
+        COUNTS["steps"] += 1
+        COUNTS["ok" if code == 0 else "refused"] += 1
         return code
 
     def _check(self, replaces: set[str], points_at) -> None:
