@@ -169,7 +169,8 @@ def test_sigterm_during_an_export_removes_its_staging_and_keeps_the_earlier_set(
     before = load_export(target)["files"]
     env = cli_env(None, ZOO_TEST_KILL_EXPORT_AFTER="1", ZOO_TEST_KILL_EXPORT_SIGNAL="SIGTERM")
     proc = subprocess.run([sys.executable, "-m", "zoo.cli", "export", "--checkpoint", str(weights), "--out",
-                           str(target), "--overwrite"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                           str(target), "--overwrite"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 143, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == f"zoo export: stopped by SIGTERM: --out {target} is as it was"
     assert load_export(target)["files"] == before

@@ -25,8 +25,9 @@ The zoo replaces only what it can prove it wrote: an earlier export (its export.
 manifest, the folder holding exactly the files it names, each with the sha256 export.json records).
 A folder with anything else in it (a file of yours added to an earlier export, or one of its files
 replaced, a quantised model.onnx say, or export.json edited: it records a digest of itself) is
-refused before any work, naming the file, and nothing in it or beside it is touched; a symlink given as the target is followed. `zoo export` replaces even
-an intact earlier export only with --overwrite (the Python API's `overwrite`, True by default).
+refused before any work, naming the file, and nothing in it or beside it is touched; a symlink
+given as the target is followed. `zoo export` replaces even an intact earlier export only with
+--overwrite (the Python API's `overwrite`, True by default).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 def add_arguments(parser) -> None:
     parser.add_argument("name", help="a release (`zoo list --pretrained` shows them)")
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="folder for the card: new, empty, or an earlier card (replaced whole)")
+                        help="folder for the card: new, empty, or (with --overwrite) an earlier card (replaced whole)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier card in --out")
     parser.add_argument("--repo-id", metavar="ORG/NAME",
                         help="the hub repository the card's usage lines name (default: attention-zoo/NAME)")
