@@ -328,7 +328,8 @@ class WriterMachine(RuleBasedStateMachine):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(command, "folders", lambda: {SAMPLES_FOLDER: everything()[SAMPLES_FOLDER]})
             self._command(["samples", "--out", str(self.root / out), "--n", "1",
-                           *(["--overwrite"] if overwrite else [])], replaces=self._given(files, overwrite), points_at=[out])
+                           *(["--overwrite"] if overwrite else [])],
+                          replaces=self._given(files, overwrite), points_at=[out])
 
     @rule(out=st.sampled_from(FOLDERS), html=st.none() | st.sampled_from(FILE_FOLDERS).flatmap(
         lambda folder: st.sampled_from(OUTPUT_FILES).map(lambda name: f"{folder}/{name}")), overwrite=flags)
