@@ -22,6 +22,7 @@ order); `make fuzz` (tools/fuzz.py) runs the machine with fresh draws and keeps 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -87,6 +88,7 @@ def world() -> dict:
     from zoo.models.baselines import Classifier
 
     root = Path(tempfile.mkdtemp(prefix="zoo-writer-fuzz-world-"))
+    atexit.register(shutil.rmtree, root, True)
     write_fashion_mnist(root / "data", n_train=200, n_test=40, gz=True)
     torch.manual_seed(0)
     model = Classifier(arch="mlp", hidden=[4])
