@@ -55,22 +55,28 @@ RELEASE = "tiny_release"  # the release the release steps write (into the sandbo
 FIT_SHARED = os.environ.get("ZOO_WRITER_FUZZ_FIT") == "shared"
 
 # ----------------------------------------------------------------------------- the sandbox's names
+# Few names, so that steps meet: a user's file where a command writes, a command where another wrote.
 FOLDERS = ["work/a", "work/b", "work/a/sub"]  # where commands write, and users keep files
 FILE_FOLDERS = ["work", *FOLDERS]
-USER_NAMES = ["model.onnx", "model.pt2", "export.json", "config.yaml", "last.ckpt", "README.md", "config.json",
-              "model.safetensors", "boxes.json", "test_00000.png", "img_attend.png", "img.png", "r.json", "s.png",
-              "s.gif", "preds.jsonl", "report.html", "notes.txt", "sub", ".hidden",
-              ".r.json.0123456789abcdef.tmp", ".r.json.0123456789abcdef.lock", "a.previous-0123abcd"]
-OUTPUT_FILES = ["r.json", "report.html", "preds.jsonl", "model.onnx", "export.json", "config.yaml", "notes.txt"]
-IMAGE_FILES = ["s.png", "img.png", "test_00000.png", "s.jpg"]
+OUTPUT_FILES = ["r.json", "model.onnx", "config.yaml"]  # eval --json, predict --predictions, attend --html
+IMAGE_FILES = ["s.png", "img.png"]  # sample --out (and its .gif)
+SAMPLES_FOLDER = "baseline_cnn_centered"  # `zoo samples` builds this one folder here (all of them take 20 s)
+#: every file a command here may write (and a user may keep there): the collisions worth drawing
+IN_FOLDERS = ["img_attend.png", "img.png", "model.pt2", "export.json", "README.md", "config.json", "model.safetensors",
+              SAMPLES_FOLDER, f"{SAMPLES_FOLDER}/test_00000.png", f"{SAMPLES_FOLDER}/boxes.json"]
+WRITTEN = sorted({f"{folder}/{name}" for folder in FILE_FOLDERS for name in [*OUTPUT_FILES, *IMAGE_FILES, "s.gif"]}
+                 | {f"{folder}/{name}" for folder in FOLDERS for name in IN_FOLDERS})
+USER_NAMES = ["last.ckpt", "notes.txt", "sub", ".hidden", ".r.json.0123456789abcdef.tmp",
+              ".r.json.0123456789abcdef.lock", "a.previous-0123abcd"]
 #: what a link seeded in the output area points at: the outside's files and folders, a dangling
 #: name, and folders of the output area itself
 LINK_TARGETS = ["outside/secret.txt", "outside/folder", "outside/empty", "outside/nowhere", "work/b", "work/a/sub"]
 TEMPORARY = re.compile(r"\..+\.[0-9a-f]{16}\.(tmp|part|old|lock)|\.zoo-write-check-.*")
-SAMPLES_FOLDER = "baseline_cnn_centered"  # `zoo samples` builds this one folder here (all of them take 20 s)
 
-names = st.sampled_from(USER_NAMES) | st.text(st.sampled_from("abcXYZ019-_. é"), min_size=1, max_size=12).filter(
+other_names = st.sampled_from(USER_NAMES) | st.text(st.sampled_from("abcXYZ019-_. é"), min_size=1, max_size=12).filter(
     lambda n: n not in (".", "..") and "/" not in n)
+#: where the user puts a file or a link: mostly where a command writes
+places = st.sampled_from(WRITTEN) | st.tuples(st.sampled_from(FILE_FOLDERS), other_names).map("/".join)
 contents = st.binary(max_size=64)
 flags = st.booleans()
 
@@ -225,19 +231,17 @@ class WriterMachine(RuleBasedStateMachine):
                 return False
         return True
 
-    @rule(folder=st.sampled_from(FILE_FOLDERS + ["weights", "weights/golden"]), name=names, data=contents)
+    @rule(relative=places, data=contents)
     @recorded
-    def seed_file(self, folder, name, data):
-        relative = f"{folder}/{name}"
+    def seed_file(self, relative, data):
         if self._free(relative):
             (self.root / relative).parent.mkdir(parents=True, exist_ok=True)
             (self.root / relative).write_bytes(data)
             self.tracked[relative] = _state(self.root / relative)
 
-    @rule(folder=st.sampled_from(FILE_FOLDERS), name=names, points=st.sampled_from(LINK_TARGETS))
+    @rule(relative=places, points=st.sampled_from(LINK_TARGETS))
     @recorded
-    def seed_link(self, folder, name, points):
-        relative = f"{folder}/{name}"
+    def seed_link(self, relative, points):
         if self._free(relative) and not (self.root / relative).exists():
             (self.root / relative).parent.mkdir(parents=True, exist_ok=True)
             os.symlink(os.path.relpath(self.root / points, (self.root / relative).parent), self.root / relative)
