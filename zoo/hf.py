@@ -141,7 +141,8 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
         if config["files"][CARD_WEIGHTS]["sha256"] != entry.weights["sha256"]:
             raise UserError(f"{source}: changed while it was copied; try again")
         readme = card_readme(record, config, repo_id).encode()
-        config["files"][README] = {"sha256": hashlib.sha256(readme).hexdigest(), "size": len(readme)}  # see below
+        # recorded, so that a README edited since is not replaced (earlier_card_problem)
+        config["files"][README] = {"sha256": hashlib.sha256(readme).hexdigest(), "size": len(readme)}
         atomic_write_bytes(staging / CARD_CONFIG, (json.dumps(config, indent=2) + "\n").encode())
         atomic_write_bytes(staging / README, readme)
         check_card_target(out_dir)  # someone wrote there while we worked?
