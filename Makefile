@@ -38,8 +38,9 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q --timeout 900 $(XDIST) -m "not slow" tests
 
-# Fuzz the ten kinds of untrusted input with fresh draws for FUZZ_SECONDS (tools/fuzz.py); failing
-# inputs are saved under tests/fuzz_corpus/, which `make test` replays.
+# Fuzz the ten kinds of untrusted input and the writers (sequences of the commands that write files,
+# over seeded user files and links) with fresh draws for FUZZ_SECONDS (tools/fuzz.py); failing inputs
+# and sequences are saved under tests/fuzz_corpus/ (writers/ for sequences), which `make test` replays.
 FUZZ_SECONDS ?= 600
 fuzz: setup
 	$(PY) tools/fuzz.py --seconds $(FUZZ_SECONDS) --json results/fuzz_report.json

@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zoo.errors import UserError  # noqa: E402
+from zoo.io import check_output  # noqa: E402
 from zoo.metrics.localization import cells_in_boxes  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
@@ -74,6 +75,7 @@ def main(argv=None) -> int:
     parser.add_argument("--num", type=int, default=500, help="images analysed (the first of the split)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the latent noise")
     parser.add_argument("--json", help="write the statistics here")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --json file if it exists")
     args = parser.parse_args(argv)
     import torch
 
@@ -83,6 +85,8 @@ def main(argv=None) -> int:
     try:
         if args.num < 1:
             raise UserError(f"--num must be positive, got {args.num}")
+        if args.json:
+            check_output(args.json, "--json", args.overwrite)  # before any work, as every command's output
         model = (zoo.load_checkpoint(args.checkpoint) if args.checkpoint
                  else zoo.create_model(args.model, pretrained=True)).eval()
         if model.card.output != "sample" or not model.card.attention:

@@ -35,7 +35,8 @@ def run(name: str, extra: list[str], seed: int, args) -> dict:
     train_s = time.perf_counter() - start
     best = sorted((root / "checkpoints").glob("best*.ckpt"))[-1]  # the recipe keeps the best on val/acc
     out = root / "test.json"
-    subprocess.run([sys.executable, "eval.py", "--checkpoint", str(best), "--split", "test", "--json", str(out)],
+    subprocess.run([sys.executable, "eval.py", "--checkpoint", str(best), "--split", "test", "--json", str(out),
+                    "--overwrite"],
                    cwd=REPO, check=True)
     metrics = json.loads(out.read_text())["metrics"]
     return {"command": " ".join(fit[1:]), "checkpoint": best.name, "train_wall_s": round(train_s, 1),

@@ -20,12 +20,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ".release.lock"  # in the weights folder: one release.py writes there at a time
+#: in the weights folder, while a release writes: the files it is about to write and the release it
+#: replaces. What a killed release left is swept from this record, never from how names look.
+PENDING = ".release.pending.json"
+SHA_PREFIX = 8  # hex digits of the weights' sha256 in a release file's name: <name>-<sha8>.safetensors
 sys.path.insert(0, str(ROOT))
 
 from tools import release  # noqa: E402
@@ -75,8 +81,10 @@ def write_release(name: str, model, probe: dict) -> Path:
 
     All of it runs under an exclusive lock on the weights folder (`weights/.release.lock`), and the
     manifest is read under it: a second release.py at the same time waits, then builds on the manifest
-    the first one committed. Leftovers of a killed run (its temporaries, release files no manifest
-    entry names) are swept under the lock too, where no live release can own them."""
+    the first one committed. Before it writes a file, the release records it (`weights/.release.pending.json`);
+    leftovers of a killed run (its temporaries, the files it recorded that no manifest entry names)
+    are swept under the lock too, where no live release can own them. A file the zoo did not record,
+    whatever its name, is never removed, nor one whose content is not what was recorded."""
     weights = hub.weights_dir()
     weights.mkdir(parents=True, exist_ok=True)
     with held_lock(weights / LOCK, "another release.py writing this weights folder"):
@@ -84,34 +92,74 @@ def write_release(name: str, model, probe: dict) -> Path:
         _sweep(weights, manifest)
         data = hub.release_bytes(model, probe["config"], probe["metadata"])
         sha256 = hashlib.sha256(data).hexdigest()
-        target = weights / f"{name}-{sha256[:8]}.safetensors"
-        atomic_write_bytes(target, data)
+        target = weights / f"{name}-{sha256[:SHA_PREFIX]}.safetensors"
         entry = {**probe, "file": target.name, "sha256": sha256}
+        previous = manifest.get(name)
+        # recorded before anything is written: what a kill from here on leaves is provably this release's
+        atomic_write_bytes(weights / PENDING, (json.dumps({"name": name, "writing": entry["file"], "sha256": sha256,
+                                                           "replacing": previous}) + "\n").encode())
+        atomic_write_bytes(target, data)
         golden = release.golden_output(registry.load_checkpoint(target))
         atomic_write_bytes(release.golden_path(name, entry), (json.dumps(golden) + "\n").encode())
         _test_hook("staged")
-        previous = manifest.get(name)
         atomic_write_bytes(weights / "MANIFEST.json",
                            (json.dumps({**manifest, name: entry}, indent=2, sort_keys=True) + "\n").encode())
         _test_hook("committed")
         if previous and previous.get("file") != target.name:
-            (weights / previous["file"]).unlink(missing_ok=True)
-            release.golden_path(name, previous).unlink(missing_ok=True)
+            _remove_release(weights, name, previous)
+        (weights / PENDING).unlink()
     print(f"{target} ({target.stat().st_size / 1e6:.2f} MB, sha256 {sha256[:12]}…) -> {weights / 'MANIFEST.json'}")
     return target
 
 
+def _generated(name: str, file: str) -> bool:
+    """`file` is a name release.py generates for release `name`: `<name>-<8 lowercase hex>.safetensors`."""
+    return re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{{SHA_PREFIX}}}\.safetensors", file) is not None
+
+
+def _remove_release(weights: Path, name: str, record: dict) -> None:
+    """Remove the files of release `name`'s manifest record `record` (replaced, or never committed):
+    its weights file only while it holds the bytes the record's sha256 names (a file of yours under
+    that name is kept, with a warning), and its golden output."""
+    file = record.get("file")
+    if not isinstance(file, str) or Path(file).name != file or file in ("", ".", ".."):
+        return  # not a plain name inside the folder: nothing of ours to remove
+    path = weights / file
+    if path.is_file() and not path.is_symlink():
+        if hub.sha256_file(path) != record.get("sha256"):
+            warnings.warn(f"kept {path}: it is not the file release {name} recorded (its sha256 differs)",
+                          UserWarning, stacklevel=2)
+            return
+        path.unlink()
+    release.golden_path(name, record).unlink(missing_ok=True)
+
+
 def _sweep(weights: Path, manifest: dict) -> None:
     """What a release killed between two steps of `write_release` leaves: its temporaries (of the
-    manifest, of each release file) and release files (`<name>-<sha8>` weights and their golden
-    outputs) that no manifest entry names. Called under the folder's lock, so no live writer's."""
+    manifest, of each release file), and the files its record (PENDING) names: the new release's
+    when the manifest never took it, the replaced one's when it did. Nothing else: a file is the
+    zoo's when the zoo recorded it, never because its name looks like one. Called under the
+    folder's lock, so no live writer's."""
     sweep_folder(weights)
     sweep_folder(release.golden_dir())
-    named = {Path(entry["file"]).stem for entry in manifest.values()}
-    for path in [*weights.glob("*-*.safetensors"), *release.golden_dir().glob("*-*.json")]:
-        stem = path.stem
-        if stem not in named and stem.rsplit("-", 1)[0] in manifest and len(stem.rsplit("-", 1)[1]) == 8:
-            path.unlink(missing_ok=True)
+    pending = weights / PENDING
+    if not pending.exists():
+        return
+    try:
+        record = json.loads(pending.read_text())
+        name, file = record["name"], record["writing"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        warnings.warn(f"{pending}: not a release record ({exc}); nothing swept by it", UserWarning, stacklevel=2)
+        return
+    named = {entry["file"] for entry in manifest.values()}  # a file some release names stays, whoever wrote it
+    committed = (manifest.get(name) or {}).get("file") == file
+    if not committed and isinstance(name, str) and isinstance(file, str) and _generated(name, file) \
+            and file not in named:
+        _remove_release(weights, name, {"file": file, "sha256": record.get("sha256")})
+    replaced = record.get("replacing")
+    if committed and isinstance(replaced, dict) and replaced.get("file") not in named:
+        _remove_release(weights, name, replaced)
+    pending.unlink()
 
 
 def _test_hook(point: str) -> None:

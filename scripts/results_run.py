@@ -139,7 +139,7 @@ def main(argv=None) -> int:
                     and json.loads(out.read_text()).get("checkpoint_sha256") == sha256_file(best[-1]))
             if not done:
                 run([sys.executable, "eval.py", "--checkpoint", str(best[-1]), "--split", split,
-                     "--seed", str(seed), "--json", str(out), *args.eval_arg])
+                     "--seed", str(seed), "--json", str(out), "--overwrite", *args.eval_arg])  # this run's own file
             evaluated = json.loads(out.read_text())
             metrics.update(evaluated["metrics"])
         record = {"name": name, "recipe": str(config), "train_args": extra, "seed": seed,

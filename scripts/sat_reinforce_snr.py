@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zoo.attention.hard import reinforce_surrogate  # noqa: E402
 from zoo.errors import UserError  # noqa: E402
+from zoo.io import check_output  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 VARIANTS = ("caption/moving_average", "caption/leave_one_out", "word/leave_one_out",
@@ -98,12 +99,15 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=32)
     parser.add_argument("--batches", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--out")
+    parser.add_argument("--out", help="also write the table as JSON")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
     args = parser.parse_args()
     import zoo
     from zoo.data.scenes import FashionScenesDataModule
 
     try:
+        if args.out:
+            check_output(args.out, "--out", args.overwrite)  # before any work, as every command's output
         model = zoo.load_checkpoint(args.checkpoint) if args.checkpoint else zoo.create_model(args.model, pretrained=True)
         if model.card.output != "caption" or model.hparams.get("attention") != "hard":
             raise UserError("this script analyses hard-attention captioners")

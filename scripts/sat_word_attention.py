@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from zoo.data.scene_grammar import COLOUR_NAMES, HEAD_WORDS  # noqa: E402
 from zoo.data.scenes import FashionScenesDataModule  # noqa: E402
 from zoo.errors import UserError  # noqa: E402
+from zoo.io import check_output  # noqa: E402
 from zoo.metrics.localization import cells_in_boxes  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
@@ -96,10 +97,13 @@ def main() -> None:
     parser.add_argument("--num-test", type=int, default=300)
     parser.add_argument("--beam-size", type=int, default=3)
     parser.add_argument("--out", help="also write the table as JSON")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists")
     args = parser.parse_args()
     import zoo
 
     try:
+        if args.out:
+            check_output(args.out, "--out", args.overwrite)  # before any work, as every command's output
         model = zoo.load_checkpoint(args.checkpoint) if args.checkpoint else zoo.create_model(args.model, pretrained=True)
         if not hasattr(model, "caption"):
             raise UserError("this script analyses captioners; the model given is not one")

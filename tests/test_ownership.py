@@ -169,7 +169,8 @@ def test_sigterm_during_an_export_removes_its_staging_and_keeps_the_earlier_set(
     before = load_export(target)["files"]
     env = cli_env(None, ZOO_TEST_KILL_EXPORT_AFTER="1", ZOO_TEST_KILL_EXPORT_SIGNAL="SIGTERM")
     proc = subprocess.run([sys.executable, "-m", "zoo.cli", "export", "--checkpoint", str(weights), "--out",
-                           str(target)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                           str(target), "--overwrite"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 143, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == f"zoo export: stopped by SIGTERM: --out {target} is as it was"
     assert load_export(target)["files"] == before
@@ -290,3 +291,208 @@ def test_a_live_writer_in_another_pid_namespace_keeps_its_files(tmp_path):
     assert _finish(killed, "die") != 0  # killed in its namespace: its lock is free
     assert len(_temporaries(tmp_path)) == 2
     assert len(sweep_stale(target)) == 2 and _temporaries(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- every command's output files
+# Issue 42: every command that writes a file treats one that exists the same way (refused without
+# --overwrite, one line, exit 2, before any work) and writes through no symbolic link. Before,
+# `eval --json`, `attend --html`, `attend`'s figures, `caption --attention-dir` and `sample --out`
+# replaced existing files with exit code 0.
+def _run(argv, capsys) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    try:
+        code = zoo_main(argv)
+    except SystemExit as exc:  # `zoo train` exits through LightningCLI
+        code = exc.code
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def _files(root) -> dict:
+    """Every entry under root: a file's bytes, a link's target, a folder."""
+    return {str(p.relative_to(root)): (f"-> {os.readlink(p)}" if p.is_symlink() else
+                                       p.read_bytes() if p.is_file() else "folder") for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Commands refused here must be refused before any model is built or loaded."""
+    import zoo
+
+    def never(*args, **kwargs):
+        raise AssertionError("a model was loaded before the output was checked")
+
+    for name in ("create_model", "load_checkpoint"):
+        monkeypatch.setattr(zoo, name, never)
+
+
+def _image(tmp_path):
+    from PIL import Image
+
+    Image.new("L", (28, 28), 100).save(tmp_path / "img.png")
+    return tmp_path / "img.png"
+
+
+#: (command line, the output file that exists): {t} is the test's folder, {img} an image in it
+EXISTING_OUTPUTS = {
+    "eval --json": (["eval", "--model", "ram_fmnist_centered", "--json", "{t}/r.json"], "r.json"),
+    "attend --html": (["attend", "--model", "ram_fmnist_centered", "{img}", "--out", "{t}/fig", "--html",
+                       "{t}/report.html"], "report.html"),
+    "attend figure": (["attend", "--model", "ram_fmnist_centered", "{img}", "--out", "{t}/fig"], "fig/img_attend.png"),
+    "caption --attention-dir": (["caption", "--model", "sat_soft_scenes", "{img}", "--attention-dir", "{t}/fig"],
+                                "fig/img.png"),
+    "sample --out": (["sample", "--model", "draw_fmnist_t16", "--out", "{t}/s.png"], "s.png"),
+    "sample --gif": (["sample", "--model", "draw_fmnist_t16", "--out", "{t}/s.png", "--gif"], "s.gif"),
+    "samples --out": (["samples", "--out", "{t}/fig"], "fig/vit_fmnist/test_00000.png"),  # refused: not empty
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXISTING_OUTPUTS))
+def test_an_existing_output_file_is_refused_without_overwrite(case, tmp_path, no_model, capsys):
+    argv, existing = EXISTING_OUTPUTS[case]
+    image = _image(tmp_path)
+    (tmp_path / existing).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / existing).write_bytes(b"mine")
+    before = _files(tmp_path)
+    code, err = _run([a.format(t=tmp_path, img=image) for a in argv], capsys)
+    assert code == 2 and len(err) == 1, err
+    assert ("exists;" in err[0] or "not empty;" in err[0]) and "--overwrite" in err[0], err
+    assert _files(tmp_path) == before
+
+
+def test_predict_refuses_an_existing_file_or_a_link_in_one_line(tmp_path, capsys, monkeypatch):
+    from conftest import REPO
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outside.jsonl").write_bytes(b"mine")
+    (tmp_path / "preds.jsonl").symlink_to(tmp_path / "outside.jsonl")
+    (tmp_path / "dangling.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    before = _files(tmp_path)
+    recipe = str(REPO / "configs/baseline/mlp_centered.yaml")
+    for name, hint in [("outside.jsonl", "the file exists; --overwrite replaces it"),
+                       ("preds.jsonl", "is a symbolic link"), ("dangling.jsonl", "is a symbolic link")]:
+        code, err = _run(["train", "predict", "--config", recipe, "--predictions", name,
+                          *([] if name == "outside.jsonl" else ["--overwrite"])], capsys)
+        assert code == 2 and len(err) == 1 and hint in err[0], err
+    assert _files(tmp_path) == before
+
+
+def test_overwrite_replaces_the_named_outputs_and_nothing_else(tmp_path, capsys):
+    image = _image(tmp_path)
+    (tmp_path / "fig").mkdir()
+    for name in ("fig/img_attend.png", "report.html", "fig/notes.txt"):
+        (tmp_path / name).write_bytes(b"mine")
+    code, err = _run(["attend", "--model", "ram_fmnist_centered", str(image), "--out", str(tmp_path / "fig"),
+                      "--html", str(tmp_path / "report.html"), "--overwrite"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "fig/img_attend.png").read_bytes().startswith(b"\x89PNG")
+    assert (tmp_path / "report.html").read_bytes().startswith(b"<!")
+    assert (tmp_path / "fig/notes.txt").read_bytes() == b"mine"
+
+
+#: (command line with --overwrite, the link it meets below or at its output): links are neither
+#: written through nor replaced, whatever --overwrite says, and whatever they point at is untouched
+LINKED_OUTPUTS = {
+    "eval --json": (["eval", "--model", "ram_fmnist_centered", "--json", "{t}/r.json"], "r.json"),
+    "attend --html": (["attend", "--model", "ram_fmnist_centered", "{img}", "--out", "{t}/fig", "--html",
+                       "{t}/report.html"], "report.html"),
+    "attend figure": (["attend", "--model", "ram_fmnist_centered", "{img}", "--out", "{t}/fig"], "fig/img_attend.png"),
+    "caption --attention-dir": (["caption", "--model", "sat_soft_scenes", "{img}", "--attention-dir", "{t}/fig"],
+                                "fig/img.png"),
+    "sample --out": (["sample", "--model", "draw_fmnist_t16", "--out", "{t}/s.png"], "s.png"),
+    "sample --gif": (["sample", "--model", "draw_fmnist_t16", "--out", "{t}/s.png", "--gif"], "s.gif"),
+    "samples: a release's folder": (["samples", "--out", "{t}/fig"], "fig/ram_fmnist_centered"),
+    "samples: a file": (["samples", "--out", "{t}/fig"], "fig/vit_fmnist/boxes.json"),
+}
+
+
+@pytest.mark.parametrize("dangling", [False, True], ids=["to-a-file-outside", "dangling"])
+@pytest.mark.parametrize("case", sorted(LINKED_OUTPUTS))
+def test_no_writer_follows_or_replaces_a_link_in_its_output(case, dangling, tmp_path, no_model, capsys):
+    argv, link = LINKED_OUTPUTS[case]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(b"mine")
+    target = outside / "nowhere" if dangling else outside if "folder" in case else outside / "secret.txt"
+    (tmp_path / link).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / link).symlink_to(target)
+    image = _image(tmp_path)
+    before = _files(tmp_path)
+    code, err = _run([a.format(t=tmp_path, img=image) for a in argv] + ["--overwrite"], capsys)
+    assert code == 2 and len(err) == 1 and "is a symbolic link" in err[0], err
+    assert _files(tmp_path) == before
+
+
+def test_card_out_as_a_link_replaces_the_card_it_names_and_keeps_the_link(tmp_path, capsys):
+    """Before: the swap renamed the link itself, emptied the folder it named and exited 2 with
+    `cannot use .link.<token>.tmp: Not a directory`."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    assert _run(["card", "ram_fmnist_centered", "--out", str(real)], capsys)[0] == 0
+    link.symlink_to("real")
+    first = _files(real)
+    code, err = _run(["card", "vit_fmnist", "--out", str(link)], capsys)  # an earlier card needs --overwrite
+    assert code == 2 and len(err) == 1 and "holds an earlier card; --overwrite replaces it" in err[0], err
+    assert _files(real) == first
+    assert _run(["card", "vit_fmnist", "--out", str(link), "--overwrite"], capsys)[0] == 0
+    assert link.is_symlink() and os.readlink(link) == "real"
+    assert json.loads((real / "config.json").read_text())["name"] == "vit_fmnist"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+    kept = (real / "README.md").read_bytes()
+    for name, data in [("README.md", kept + b"\nMy notes on this model.\n"), ("model.safetensors", b"my weights")]:
+        (real / name).write_bytes(data)  # not the card's file any more
+        before = _files(tmp_path)
+        code, err = _run(["card", "vit_fmnist", "--out", str(link), "--overwrite"], capsys)
+        assert code == 2 and len(err) == 1 and f"{name} is not the file the earlier card wrote" in err[0], err
+        assert _files(tmp_path) == before
+
+
+def test_a_set_is_never_swapped_in_through_a_link(tmp_path):
+    from zoo.io import swap_in_folder
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "mine.txt").write_text("mine")
+    (tmp_path / "link").symlink_to("real")
+    (tmp_path / "staging").mkdir()
+    with pytest.raises(UserError, match="is a symbolic link"):
+        swap_in_folder(tmp_path / "staging", tmp_path / "link", lambda folder: None)
+    assert os.readlink(tmp_path / "link") == "real" and (tmp_path / "real" / "mine.txt").read_text() == "mine"
+
+
+# ----------------------------------------------------------------------------- an export's files, by content
+def test_an_earlier_export_with_a_replaced_file_is_refused_naming_it(tmp_path, capsys):
+    """Issue 42: a user replaced model.onnx of an earlier export (a quantised one, say); before, a
+    re-export deleted it with exit code 0, since the files' sha256 values were never compared."""
+    from zoo import hub
+
+    weights = tmp_path / "w.safetensors"
+    model = Classifier(arch="mlp", hidden=[4])
+    hub.save_release(model, model.zoo_config(), weights)
+    target = tmp_path / "exported"
+    assert _run(["export", "--checkpoint", str(weights), "--out", str(target)], capsys)[0] == 0
+    code, err = _run(["export", "--checkpoint", str(weights), "--out", str(target)], capsys)
+    assert code == 2 and len(err) == 1 and "holds an earlier export; --overwrite replaces it" in err[0], err
+    assert _run(["export", "--checkpoint", str(weights), "--out", str(target), "--overwrite"], capsys)[0] == 0
+    (target / "model.onnx").write_bytes(b"my quantised model")
+    before = _files(tmp_path)
+    for overwrite in ([], ["--overwrite"]):
+        code, err = _run(["export", "--checkpoint", str(weights), "--out", str(target), *overwrite], capsys)
+        assert code == 2 and len(err) == 1, err
+        assert "model.onnx is not the file the earlier export wrote (its sha256 is not the one export.json " \
+               "records" in err[0], err
+        assert _files(tmp_path) == before
+    with pytest.raises(UserError, match="model.onnx is not the file the earlier export wrote"):
+        _small_export(target)  # the Python API proves the same
+    assert _files(tmp_path) == before
+
+
+def test_an_earlier_export_whose_manifest_was_edited_is_refused(tmp_path, capsys):
+    """export.json records a digest of itself: class names edited for a deployment are not the
+    zoo's manifest any more, and a re-export does not replace them."""
+    target = tmp_path / "exported"
+    _small_export(target)
+    manifest = json.loads((target / "export.json").read_text())
+    manifest["class_names"] = ["mine"] * 10
+    (target / "export.json").write_text(json.dumps(manifest, indent=2))
+    before = _files(tmp_path)
+    with pytest.raises(UserError, match="export.json is not the one the earlier export wrote"):
+        _small_export(target, seed=1)
+    assert _files(tmp_path) == before

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,88 @@ def test_concurrent_releases_leave_every_release_loadable_round_after_round(tmp_
         [".release.lock", "MANIFEST.json", "golden", *(manifest[name]["file"] for name in names)])
     assert sorted(p.name for p in (weights / "golden").iterdir()) == sorted(
         manifest[name]["file"].replace(".safetensors", ".json") for name in names)
+
+
+# ----------------------------------------------------------------------------- what a release sweep removes
+# Issue 42: the sweep removed any `<release>-<any 8 characters>.safetensors` (a user's
+# `ram_fmnist_centered-backup01.safetensors`), looking at the suffix's length only. Now it removes
+# only what a release recorded (.release.pending.json) before writing it, by its exact generated
+# name, and a weights file only while it has the sha256 that was recorded.
+NAME = "tiny_release"
+
+
+@pytest.fixture
+def script(tmp_path, monkeypatch):
+    import importlib.util
+
+    weights = tmp_path / "weights"
+    (weights / "golden").mkdir(parents=True)
+    (weights / "MANIFEST.json").write_text("{}")
+    monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(weights))
+    spec = importlib.util.spec_from_file_location("release_script", REPO / "scripts" / "release.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Killed(Exception):
+    """Stands for a kill -9 at one of write_release's test hooks (the subprocess tests kill for real)."""
+
+
+def _release(script, seed: int, kill_at: str | None = None) -> str:
+    import torch
+
+    from zoo.models.baselines import Classifier
+
+    def hook(point):
+        if point == kill_at:
+            raise Killed(point)
+
+    torch.manual_seed(seed)
+    model = Classifier(arch="mlp", hidden=[4])
+    probe = {"config": model.zoo_config(), "metadata": {"recipe": "configs/baseline/mlp_centered.yaml", "seed": 0}}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(script, "_test_hook", hook)
+        return script.write_release(NAME, model, probe).name
+
+
+def _listing(weights) -> dict:
+    return {str(p.relative_to(weights)): p.read_bytes() for p in sorted(weights.rglob("*")) if p.is_file()}
+
+
+def test_a_sweep_keeps_every_file_it_did_not_record(script, tmp_path, monkeypatch, capsys):
+    weights = tmp_path / "weights"
+    first = _release(script, 0)
+    mine = {"tiny_release-backup01.safetensors": b"my backup",  # the audit's case: 8 characters, not hex
+            "tiny_release-0123abcd.safetensors": b"hex, but no release wrote it",
+            "tiny_release-0123ABCD.safetensors": b"upper case",
+            "tiny_release-0123abcd0.safetensors": b"nine",
+            "golden/tiny_release-0123abcd.json": b"{}",
+            "notes.txt": b"mine"}
+    for name, data in mine.items():
+        (weights / name).write_bytes(data)
+    second = _release(script, 1)
+    assert second != first and not (weights / first).exists()  # the replaced release went, as recorded
+    for name, data in mine.items():
+        assert (weights / name).read_bytes() == data, name
+
+
+def test_what_a_killed_release_recorded_is_swept_and_nothing_else(script, tmp_path, monkeypatch):
+    weights = tmp_path / "weights"
+    first = _release(script, 0)
+    with pytest.raises(Killed):
+        _release(script, 1, kill_at="staged")  # written and recorded, not committed
+    staged = [p.name for p in weights.glob("tiny_release-*.safetensors") if p.name != first]
+    assert len(staged) == 1 and (weights / ".release.pending.json").exists()
+    with pytest.raises(Killed):
+        _release(script, 2, kill_at="committed")  # committed; the old one not yet removed
+    assert not (weights / staged[0]).exists()  # the staged release's files went with its record
+    third = json.loads((weights / "MANIFEST.json").read_text())[NAME]["file"]
+    assert (weights / first).exists()  # the replaced release is still there ...
+    (weights / first).write_bytes(b"a file of mine under the old release's name")  # ... and now it is not the zoo's
+    with pytest.warns(UserWarning, match="it is not the file release tiny_release recorded"):
+        fourth = _release(script, 3)
+    assert (weights / first).read_bytes() == b"a file of mine under the old release's name"
+    assert sorted(_listing(weights)) == sorted(["MANIFEST.json", ".release.lock", first, fourth,
+                                                f"golden/{Path(first).stem}.json", f"golden/{Path(fourth).stem}.json"])
+    assert third != fourth

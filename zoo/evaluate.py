@@ -24,6 +24,7 @@ def parse_args(argv=None, prog: str = "eval.py"):
     parser.add_argument("--sha256", metavar="HASH", help="pin --checkpoint to its sha256 (or first 8+ hex digits)")
     parser.add_argument("--split", choices=["val", "test"], default="test")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --json file if it exists")
     parser.add_argument("--seed", type=int, default=0, help="seed for stochastic metrics")
     parser.add_argument("--batch-size", type=int, help="override the data module's batch size")
     parser.add_argument("--limit", type=int, help="evaluate only the first N examples")
@@ -63,14 +64,14 @@ def evaluate(args) -> int:
 
     import zoo
     from zoo import hub
-    from zoo.io import check_writable
+    from zoo.io import check_output
     from zoo.limits import check_environment, check_flags
     from zoo.results import write_json
 
     check_environment()  # every setting read from the environment, before any work
     started = time.perf_counter()
     if args.json:
-        check_writable(args.json, "--json")
+        check_output(args.json, "--json", args.overwrite)
     for flag, value in (("--batch-size", args.batch_size), ("--limit", args.limit)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be >= 1, got {value}")

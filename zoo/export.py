@@ -21,10 +21,13 @@ vocabulary and special token ids, the zoo version), and the folder is swapped in
 (atomically, where the kernel can exchange two folders): a kill leaves the old export or the new
 one, never a mix; `load_export` refuses a set whose files do not match its manifest.
 
-The zoo replaces only what it wrote: an earlier export (its export.json a zoo export manifest, the
-folder holding exactly the files it names). A folder with anything else in it (a file of yours added
-to an earlier export included) is refused before any work, and nothing in it or beside it is
-touched; a symlink given as the target is followed.
+The zoo replaces only what it can prove it wrote: an earlier export (its export.json a zoo export
+manifest, the folder holding exactly the files it names, each with the sha256 export.json records).
+A folder with anything else in it (a file of yours added to an earlier export, or one of its files
+replaced, a quantised model.onnx say, or export.json edited: it records a digest of itself) is
+refused before any work, naming the file, and nothing in it or beside it is touched; a symlink
+given as the target is followed. `zoo export` replaces even an intact earlier export only with
+--overwrite (the Python API's `overwrite`, True by default).
 """
 from __future__ import annotations
 
@@ -37,8 +40,9 @@ import torch
 from torch import nn
 
 from zoo.errors import UserError
-from zoo.export_set import MANIFEST, METADATA_KEY, check_set
-from zoo.io import atomic_write_bytes, check_writable, image_rules, sigterm_raises, swap_in_folder, writing
+from zoo.export_set import MANIFEST, MANIFEST_DIGEST, METADATA_KEY, check_set, manifest_digest
+from zoo.io import (OVERWRITE_HINT, atomic_write_bytes, check_writable, image_rules, sigterm_raises, swap_in_folder,
+                    writing)
 from zoo.limits import shorten
 
 FORMATS = ("onnx", "torch")
@@ -197,11 +201,12 @@ def preprocessing_record(spec) -> dict:
             "normalisation": "inside the program (mean/std above are applied by it)"}
 
 
-def check_target(out_dir: str | os.PathLike) -> Path:
-    """Where the export goes, checked before any work: a new folder, an empty one, or an earlier
-    export (see `earlier_export_problem`); a symlink is followed to the folder it names. Returns
-    that folder. Anything else (a folder of someone's files, the current folder or one above it,
-    a mount point, the file system's root) is refused in one line."""
+def check_target(out_dir: str | os.PathLike, overwrite: bool = True) -> Path:
+    """Where the export goes, checked before any work: a new folder, an empty one, or (with
+    `overwrite`) an earlier export (see `earlier_export_problem`); a symlink is followed to the
+    folder it names. Returns that folder. Anything else (a folder of someone's files, an earlier
+    export whose files changed, the current folder or one above it, a mount point, the file
+    system's root) is refused in one line."""
     given = Path(out_dir)
     if given.is_symlink() and not given.exists():
         raise UserError(f"--out {given}: a symlink to {os.readlink(given)}, which does not exist; give a folder")
@@ -220,14 +225,19 @@ def check_target(out_dir: str | os.PathLike) -> Path:
         if problem:
             raise UserError(f"--out {given}: {problem}; nothing was changed (give a new or empty folder, or "
                             "move those files out)")
+        if not overwrite:
+            raise UserError(f"--out {given}: holds an earlier export; {OVERWRITE_HINT}")
     check_writable(target.parent, "--out: the folder above", directory=True)
     return target
 
 
 def earlier_export_problem(folder: Path) -> str | None:
     """None when `folder` is an earlier export: its export.json is a zoo export manifest and the
-    folder holds exactly the files it names, nothing else. Only then may an export replace it;
+    folder holds exactly the files it names, nothing else, each with the sha256 it records (a file
+    replaced under the same name is not the zoo's any more). Only then may an export replace it;
     otherwise why not, in words."""
+    from zoo.export_set import sha256_file
+
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file() or manifest_path.is_symlink():
         return f"holds other files (not an earlier export): it has no {MANIFEST}"
@@ -253,17 +263,29 @@ def earlier_export_problem(folder: Path) -> str | None:
         listed = ", ".join(shorten(name, 40) for name in others[:3])
         listed += f" and {len(others) - 3} more" if len(others) > 3 else ""
         return f"holds other files (not an earlier export): {listed}, which its {MANIFEST} does not name"
+    if MANIFEST_DIGEST in manifest and manifest[MANIFEST_DIGEST] != manifest_digest(manifest):  # older ones have none
+        return f"{MANIFEST} is not the one the earlier export wrote (edited since: not the digest it records)"
+    for name, digest in files.items():
+        try:
+            same = sha256_file(folder / name) == digest
+        except OSError as exc:
+            return f"{shorten(name, 60)} of the earlier export cannot be read ({exc.strerror or exc})"
+        if not same:
+            return (f"{shorten(name, 60)} is not the file the earlier export wrote (its sha256 is not the one "
+                    f"{MANIFEST} records: changed or replaced since)")
     return None
 
 
-def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | None = None) -> list[Path]:
+def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | None = None,
+           overwrite: bool = True) -> list[Path]:
     """Export every program of `model` into `out_dir` (<program>.onnx or <program>.pt2, and
-    export.json), as one set (see the module docstring)."""
+    export.json), as one set (see the module docstring); an earlier export there is replaced only
+    with `overwrite`, and only while every file of it is the one it recorded."""
     from zoo.hub import sha256_file
 
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
-    out_dir = check_target(out_dir)
+    out_dir = check_target(out_dir, overwrite)
     suffix = ".onnx" if fmt == "onnx" else ".pt2"
     info = describe(model, fmt)
     metadata = {METADATA_KEY: json.dumps(info)}
@@ -274,8 +296,12 @@ def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | 
             _test_hook(written)
         # every file the exporters wrote (an ONNX file's external data too) is in the set
         files = {path.name: sha256_file(path) for path in sorted(staging.iterdir())}
-        atomic_write_bytes(staging / MANIFEST, (json.dumps({**info, "files": files}, indent=2) + "\n").encode())
+        record = {**info, "files": files}
+        record[MANIFEST_DIGEST] = manifest_digest(record)
+        atomic_write_bytes(staging / MANIFEST, (json.dumps(record, indent=2) + "\n").encode())
         problem = earlier_export_problem(out_dir) if out_dir.is_dir() and any(out_dir.iterdir()) else None
+        if problem is None and not overwrite and out_dir.is_dir() and any(out_dir.iterdir()):
+            problem = "holds an earlier export"
         if problem:  # someone wrote there while we worked
             raise UserError(f"--out {out_dir}: {problem}; the new export was not put in place")
         swap_in_folder(staging, out_dir, earlier_export_problem)

@@ -13,6 +13,7 @@ onnx or onnxruntime to look inside ONNX programs). `check_set(folder)` refuses, 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -23,6 +24,7 @@ from zoo.errors import UserError
 from zoo.limits import check_memory, limit, read_json, shorten
 
 MANIFEST = "export.json"
+MANIFEST_DIGEST = "manifest_sha256"  # export.json's digest of itself (manifest_digest)
 #: the programs a family's export holds: a captioner's three, a classifier's one
 CAPTION_PROGRAMS = ("encoder", "decoder_step", "greedy")
 CLASSIFIER_PROGRAMS = ("model",)
@@ -30,6 +32,14 @@ SUFFIXES = {"onnx": ".onnx", "torch": ".pt2"}
 #: the key of a program's ONNX metadata that holds the description export.json holds too
 METADATA_KEY = "attention_zoo"
 SPECIAL_TOKENS = ("pad", "start", "end", "unk")
+
+
+def manifest_digest(manifest: dict) -> str:
+    """The sha256 an export.json records of itself (under MANIFEST_DIGEST): of its canonical JSON
+    (sorted keys, no spaces) without that key. A manifest edited since the export no longer
+    matches it, so a new export does not replace it (zoo.export.earlier_export_problem)."""
+    body = {key: value for key, value in manifest.items() if key != MANIFEST_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def programs_of(manifest: dict) -> tuple[str, ...]:
@@ -139,7 +149,7 @@ def _check_programs(folder: Path, manifest: dict) -> None:
     if width is not None and width != len(manifest["vocabulary"]):
         raise UserError(f"{folder}: decoder_step.onnx scores {width:,} words but {MANIFEST}'s vocabulary has "
                         f"{len(manifest['vocabulary']):,}; export again")
-    description = {k: v for k, v in manifest.items() if k != "files"}
+    description = {k: v for k, v in manifest.items() if k not in ("files", MANIFEST_DIGEST)}
     for name, (embedded, _) in read.items():
         if embedded is not None and embedded != description:
             raise UserError(f"{folder}: {name}.onnx was exported from another model than {MANIFEST} describes "

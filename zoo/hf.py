@@ -10,6 +10,7 @@ its results. Loading one (zoo.hub.fetch_card) is as safe as loading a release: s
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -89,14 +90,19 @@ def card_readme(record: dict, config: dict, repo_id: str) -> str:
 
 def earlier_card_problem(folder: Path) -> str | None:
     """None when `folder` is an earlier card: exactly a card's files (no links), with a config.json
-    that reads as one; otherwise why not, in words."""
+    that reads as one, and the files it records (the weights; README.md, since issue 42) with the
+    sha256 it records: a file edited or replaced since is the user's. Otherwise why not, in words."""
     names = sorted(p.name for p in folder.iterdir())
     if names != sorted(CARD_FILES) or any((folder / n).is_symlink() for n in names):
         return "holds other files (not an earlier model card)"
     try:
-        read_card_config(folder / CARD_CONFIG, str(folder))
+        config = read_card_config(folder / CARD_CONFIG, str(folder))
     except UserError:
         return "holds other files (its config.json is not a model card's)"
+    for name, recorded in config["files"].items():
+        if name in CARD_FILES and isinstance(recorded, dict) and sha256_file(folder / name) != recorded.get("sha256"):
+            return (f"{name} is not the file the earlier card wrote (its sha256 is not the one {CARD_CONFIG} records: "
+                    "edited or replaced since)")
     return None
 
 
@@ -134,8 +140,11 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
         config = card_config(record, entry.weights["config"], staging / CARD_WEIGHTS)
         if config["files"][CARD_WEIGHTS]["sha256"] != entry.weights["sha256"]:
             raise UserError(f"{source}: changed while it was copied; try again")
+        readme = card_readme(record, config, repo_id).encode()
+        # recorded, so that a README edited since is not replaced (earlier_card_problem)
+        config["files"][README] = {"sha256": hashlib.sha256(readme).hexdigest(), "size": len(readme)}
         atomic_write_bytes(staging / CARD_CONFIG, (json.dumps(config, indent=2) + "\n").encode())
-        atomic_write_bytes(staging / README, card_readme(record, config, repo_id).encode())
+        atomic_write_bytes(staging / README, readme)
         check_card_target(out_dir)  # someone wrote there while we worked?
         swap_in_folder(staging, out_dir, earlier_card_problem)
     return [out_dir / n for n in CARD_FILES]

@@ -122,6 +122,55 @@ def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) 
     return path
 
 
+# ----------------------------------------------------------------------------- what a command may write
+# Every command treats an output file the same way: a file that exists is replaced only with
+# --overwrite, and a symbolic link is neither written through nor replaced (a link in an output
+# folder may lead anywhere; the zoo writes only where the user pointed it). The folder or file the
+# user names may itself be a link: that is where the user points it. Below it, nothing is followed.
+OVERWRITE_HINT = "--overwrite replaces it"
+
+
+def _link_problem(path: Path) -> str:
+    return f"is a symbolic link (to {os.readlink(path)}); the zoo writes through no link and replaces none"
+
+
+def check_output(path: str | os.PathLike, flag: str, overwrite: bool = False) -> Path:
+    """The file `path` a command writes (named `flag` in the message), checked before any work:
+    writable (`check_writable`), not a symbolic link, and, unless `overwrite`, not there yet.
+    One line (UserError) otherwise."""
+    path = Path(path)
+    if path.is_symlink():
+        raise UserError(f"{flag} {path}: {_link_problem(path)}; give another name")
+    check_writable(path, flag)
+    if path.exists() and not overwrite:
+        raise UserError(f"{flag} {path}: the file exists; {OVERWRITE_HINT}")
+    return path
+
+
+def output_in(root: str | os.PathLike, name: str, flag: str, overwrite: bool = False) -> Path:
+    """The file `name` (plain names joined by "/") that a command writes inside its output folder
+    `root` (named `flag`), checked before it is written: no folder on the way and not the file
+    itself is a symbolic link (whatever links a folder holds, the zoo writes nothing outside
+    `root`), the folders on the way are folders, and an existing file is replaced only with
+    `overwrite`. One line (UserError) otherwise."""
+    root, parts = Path(root), name.split("/")
+    if not name or any(part in ("", ".", "..") for part in parts) or any("\0" in part for part in parts):
+        raise ValueError(f"{name!r} is not a plain relative name")  # the caller builds names: a bug
+    current = root
+    for i, part in enumerate(parts):
+        current = current / part
+        where = f"{flag} {root}: {'/'.join(parts[:i + 1])}"
+        if current.is_symlink():
+            raise UserError(f"{where} {_link_problem(current)}; move it or give another {flag}")
+        last = i == len(parts) - 1
+        if current.exists() and current.is_dir() == last:
+            raise UserError(f"{where} is {'a directory' if last else 'not a directory'}; move it or give another "
+                            f"{flag}")
+    if current.exists() and not overwrite:
+        raise UserError(f"{flag} {root}: {name} exists; {OVERWRITE_HINT}")
+    return current
+
+
 # ----------------------------------------------------------------------------- writing whole things
 # Everything written beside its target and renamed into place (a file, a checkpoint, a download, an
 # export's staging folder) is named `.<target>.<token>.<kind>` (kind: tmp, part for downloads, old for
@@ -345,6 +394,8 @@ def swap_in_folder(staging: Path, target: Path, problem_of: Callable[[Path], str
     until the set is in place. The set moved aside is removed only where `problem_of(folder)` finds
     nothing wrong with it (it is the kind of set we write, and nothing else is in it); otherwise it
     is kept beside `target`, with a warning."""
+    if target.is_symlink():  # renames would move the link, and the old set's clean-up would follow it
+        raise UserError(f"--out {target}: is a symbolic link; give the folder it names ({os.path.realpath(target)})")
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         previous = None  # where the old set is now, if any

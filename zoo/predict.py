@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from zoo.errors import UserError
-from zoo.io import check_writable, writing
+from zoo.io import check_output, writing
 
 TOP_K = 5  # classes per image written by default (--top_k)
 
@@ -36,13 +36,11 @@ def check_predicts(model) -> None:
 
 
 def check_target(path: str | None, overwrite: bool) -> Path:
-    """The predictions file: named, not there already (unless `overwrite`), writable."""
+    """The predictions file: named, not there already (unless `overwrite`), writable, not a link
+    (zoo.io.check_output, as every command's output file)."""
     if not path:
         raise UserError("predict writes its predictions to a file: give --predictions FILE (JSON lines)")
-    path = check_writable(path, "--predictions")
-    if path.exists() and not overwrite:
-        raise UserError(f"--predictions {path}: the file exists; --overwrite replaces it")
-    return path
+    return check_output(path, "--predictions", overwrite)
 
 
 @torch.no_grad()

@@ -30,6 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the attention records as JSON")
     parser.add_argument("--maps", action="store_true", help="with --json: include the per-pixel maps")
     parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report here")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace figures (and the --html file) that exist already")
     parser.add_argument("--boxes", metavar="FILE",
                         help="JSON {image: [[x0, y0, x1, y1], ...] or {\"boxes\": [...]}} of known targets in the "
                              "original image's pixels (a scene export's references.json as it is); keys are paths "
@@ -42,14 +44,16 @@ def run(args) -> int:
     import inspect
 
     from zoo.evaluate import key_values
-    from zoo.io import atomic_save_image, atomic_write_bytes, check_writable, json_text
+    from zoo.io import atomic_save_image, atomic_write_bytes, check_output, check_writable, json_text, output_in
     from zoo.metrics.attention import mass_in_box, pointing_game
     from zoo.preprocess import for_model, load_batch
     from zoo.viz.record import html_report, prediction_text, strip
 
     out_dir = check_writable(args.out, "--out", directory=True)
     if args.html:
-        check_writable(args.html, "--html")
+        check_output(args.html, "--html", args.overwrite)
+    for name in unique_names(args.images, "_attend.png"):  # every figure, before any work
+        output_in(out_dir, name, "--out", args.overwrite)
     if args.maps and not args.json:
         raise UserError("--maps goes with --json")
     options = key_values(args.record, "--record")
@@ -64,10 +68,13 @@ def run(args) -> int:
     batch, good, errors = load_batch(args.images, spec, notes, sizes)
     given = read_boxes(args.boxes, good, sizes) if args.boxes else {}
     targets = to_input(spec, given, good, sizes)
-    report_bad_files(errors, "attend", notes)  # after the boxes file, which may refuse the command
+    names = unique_names(good, "_attend.png")  # the readable images' figures (numbered among themselves)
+    for name in names:
+        output_in(out_dir, name, "--out", args.overwrite)
+    report_bad_files(errors, "attend", notes)  # after the boxes file and the figures, which may refuse the command
     if not good:
         return exit_code(0, errors)
-    records, pages, names = [], [], unique_names(good, "")  # pages: each chunk's record, for the report
+    records, pages = [], []  # pages: each chunk's record, for the report
     for start in range(0, len(good), CHUNK):
         images = batch[start:start + CHUNK]
         try:
@@ -80,7 +87,7 @@ def run(args) -> int:
         for i in range(images.shape[0]):
             path, name = good[start + i], names[start + i]
             boxes = targets.get(path)
-            figure = out_dir / f"{name}_attend.png"
+            figure = out_dir / name
             atomic_save_image(strip(record, i, images[i], boxes), figure)
             entry = {"image": path, "summary": prediction_text(record, i), "figure": str(figure),
                      "degenerate_steps": int(bad[i].sum()), **plain["images"][i]}

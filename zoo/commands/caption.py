@@ -24,19 +24,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="images captioned at once")
     parser.add_argument("--attention-dir", metavar="DIR",
                         help="write one attention overlay PNG per image here")
+    parser.add_argument("--overwrite", action="store_true", help="replace overlays that exist already")
     parser.add_argument("--json", action="store_true",
                         help="print JSON with per-word alpha maps and beta gates")
 
 
 def run(args) -> int:
     from zoo.errors import printable
-    from zoo.io import atomic_save_image, check_writable, json_text
+    from zoo.io import atomic_save_image, check_writable, json_text, output_in
     from zoo.limits import check_flags
     from zoo.preprocess import for_model, load_batch
 
     check_flags({"--beam-size": args.beam_size, "--max-len": args.max_len, "--batch-size": args.batch_size})
     attention_dir = args.attention_dir and check_writable(args.attention_dir, "--attention-dir",
                                                           directory=True)
+    for name in unique_names(args.images, ".png") if attention_dir else ():  # every overlay, before any work
+        output_in(attention_dir, name, "--attention-dir", args.overwrite)
 
     if not args.checkpoint and args.model == DEFAULT_MODEL:
         print(f"zoo caption: model {DEFAULT_MODEL} (the default; --model NAME or --checkpoint PATH picks another)",
@@ -47,6 +50,9 @@ def run(args) -> int:
     beam_size = args.beam_size or int(model.hparams.get("beam_size", 3))
     notes: list[str] = []
     images, good, errors = load_batch(args.images, for_model(model), notes)
+    names = unique_names(good, ".png")  # the readable images' overlays (numbered among themselves)
+    for name in names if attention_dir else ():  # may refuse the command: before the bad files' lines
+        output_in(attention_dir, name, "--attention-dir", args.overwrite)
     report_bad_files(errors, "caption", notes)
 
     results = []
@@ -57,7 +63,7 @@ def run(args) -> int:
     if attention_dir and good:
         from zoo.viz.record import caption_figure
 
-        for path, name, image, result in zip(good, unique_names(good, ".png"), images, results):
+        for path, name, image, result in zip(good, names, images, results):
             target = attention_dir / name
             atomic_save_image(caption_figure(image, result), target)
             overlays[path] = str(target)

@@ -17,6 +17,9 @@ def add_arguments(parser) -> None:
                         help="onnx (default) or torch (torch.export ExportedProgram, .pt2)")
     parser.add_argument("--max-len", type=int, default=None,
                         help="captioners: words in the unrolled greedy program (default: the model's)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier export in --out (only while its files are the ones its "
+                             "export.json records)")
 
 
 def run(args) -> int:
@@ -26,10 +29,10 @@ def run(args) -> int:
     from zoo.limits import check_flags
 
     check_flags({"--max-len": args.max_len}, limit_name="export_max_len")
-    check_target(args.out)  # before the model loads: a folder of someone else's files is refused at once
+    check_target(args.out, args.overwrite)  # before the model loads: someone else's folder is refused at once
     model = resolve_model(args)
     try:
-        paths = export(model, args.out, args.format, args.max_len)
+        paths = export(model, args.out, args.format, args.max_len, args.overwrite)
     except SystemExit as exc:
         if exc.code != 143:
             raise

@@ -33,6 +33,7 @@ def add_arguments(parser) -> None:
                                               f"images to reconstruct (default {DEFAULT_N['split']})")
     parser.add_argument("--out", required=True, help="figure file (.png, .jpg, ...)")
     parser.add_argument("--gif", action="store_true", help="also write the animated canvas beside --out (.gif)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out (and the GIF) if they exist")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--reconstruct", nargs="+", metavar="IMAGE",
                         help="encode and redraw these grayscale images of the model's size")
@@ -80,7 +81,7 @@ def _save(write, path: Path) -> None:
 def run(args) -> int:
     import torch
 
-    from zoo.io import atomic_save_image, check_writable
+    from zoo.io import atomic_save_image, check_output
     from zoo.limits import check_memory
     from zoo.preprocess import for_model, load_batch
     from zoo.viz import draw as viz
@@ -97,7 +98,9 @@ def run(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in IMAGE_SUFFIXES:
         raise UserError(f"--out {out}: use an image suffix ({', '.join(IMAGE_SUFFIXES)})")
-    check_writable(out, "--out")  # before any work; a missing folder is created on write
+    check_output(out, "--out", args.overwrite)  # before any work; a missing folder is created on write
+    if args.gif:
+        check_output(out.with_suffix(".gif"), "--gif", args.overwrite)
     model = resolve_model(args, lambda card: card.output == "sample", "a generator (zoo sample draws from one)")
     # every step's canvas of every image is kept for the figures (and thrice over for the GIF's frames)
     height, width = model.input_size

@@ -18,7 +18,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the samples (new or empty)")
     parser.add_argument("--n", type=int, default=4, help="test images per folder (1-100, default 4)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="write into a folder that is not empty (files of the same names are replaced)")
+                        help="write into a folder that is not empty (files of the same names are replaced; "
+                             "symbolic links in it are refused, never followed)")
 
 
 def folders() -> dict[str, tuple[str, dict]]:
@@ -45,15 +46,19 @@ def run(args) -> int:
 
     from zoo import registry
     from zoo.errors import UserError
-    from zoo.io import atomic_save_image, atomic_write_bytes, check_writable
+    from zoo.io import atomic_save_image, atomic_write_bytes, check_writable, output_in
 
     if not 1 <= args.n <= 100:
         raise UserError(f"--n must be 1 to 100, got {args.n}")
     out = check_writable(args.out, "--out", directory=True)
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
         raise UserError(f"--out {out}: not empty; give --overwrite to write into it, or name a new folder")
+    chosen = folders()
+    for name in chosen:  # every file, before any work: none through a link, none out of --out
+        for file in [*(f"test_{i:05d}.png" for i in range(args.n)), "boxes.json"]:
+            output_in(out, f"{name}/{file}", "--out", args.overwrite)
     built: dict[str, dict] = {}  # releases trained on the same data share its examples
-    for name, (family, data) in folders().items():
+    for name, (family, data) in chosen.items():
         key = json.dumps(data, sort_keys=True)
         if key not in built:
             few = registry.resolve_class(data.get("class_path"), "data").few_examples(args.n)
