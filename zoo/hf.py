@@ -124,7 +124,8 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
     """Write release `name` as a hub repository in `out_dir` (README.md, config.json,
     model.safetensors), all at once: a staging folder beside it is swapped in at the end."""
     from zoo.info import describe
-    from zoo.io import atomic_write_bytes, sigterm_raises, swap_in_folder, writing
+    from zoo.errors import sigterm_stops
+    from zoo.io import atomic_write_bytes, swap_in_folder, writing
     from zoo.registry import get_entry, list_models
 
     entry = get_entry(name)
@@ -138,7 +139,7 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
         raise UserError(f"--repo-id {shorten(repo_id)}: give it as ORG/NAME")
     record = describe(name)
     source = fetch_release(name)  # sha256-checked against the manifest
-    with sigterm_raises(), writing(out_dir) as staging:
+    with sigterm_stops(), writing(out_dir) as staging:
         staging.mkdir()
         shutil.copyfile(source, staging / CARD_WEIGHTS)
         config = card_config(record, entry.weights["config"], staging / CARD_WEIGHTS)

@@ -118,17 +118,76 @@ WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
 
 
 def check_environment(logging: bool = False) -> None:
-    """Every setting the zoo reads from the environment, checked once before any work: a typo or a
-    non-number is one line now, not a traceback (or a limit silently off) minutes later. `logging`:
-    the command logs to W&B (training), so WANDB_MODE is checked too."""
+    """Every setting the zoo reads from the environment, or hands on to a library that reads it
+    (the Hugging Face hub's `HF_*`; W&B's `WANDB_*` when the command logs to it), checked once before
+    any work or folder: a typo or a non-number is one line naming the variable now, not a traceback
+    (or a limit silently off) minutes later. `logging`: the command logs to W&B (training)."""
     _overrides()
     for name, default in NUMERIC_ENVIRONMENT.items():
         env_number(name, default)
+    _check_hf_environment()
     mode = os.environ.get("WANDB_MODE", "").strip()
     if logging and mode and mode not in WANDB_MODES:
         close = difflib.get_close_matches(mode, WANDB_MODES, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         raise UserError(f"WANDB_MODE={shorten(mode, 40)!r} is not one of {', '.join(WANDB_MODES)}{hint}")
+    if logging:
+        _check_wandb_environment()
+
+
+#: the hub's settings the zoo hands on (zoo.hub, zoo.backbones), or huggingface_hub reads when
+#: imported (checked: 2.4; a non-integer timeout there is a ValueError at import)
+HF_INTEGERS = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
+HF_SWITCHES = ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_XET",
+               "HF_HUB_DISABLE_SYMLINKS_WARNING", "HF_HUB_DISABLE_IMPLICIT_TOKEN")
+HF_FOLDERS = ("HF_HOME", "HF_HUB_CACHE", "HF_XET_CACHE")
+SWITCH_VALUES = ("1", "0", "true", "false", "yes", "no", "on", "off")
+
+
+def _check_hf_environment() -> None:
+    environ = os.environ
+    for name in HF_INTEGERS:
+        raw = environ.get(name, "").strip()
+        if raw and not (raw.isdigit() and int(raw) > 0):
+            raise UserError(f"{name}={shorten(environ[name], 40)!r}: give a whole number of seconds > 0")
+    for name in HF_SWITCHES:  # the hub reads anything but its true words as false: a typo switches nothing
+        raw = environ.get(name, "").strip()
+        if raw and raw.lower() not in SWITCH_VALUES:
+            raise UserError(f"{name}={shorten(environ[name], 40)!r} is not one of {', '.join(SWITCH_VALUES)}")
+    for name in HF_FOLDERS:
+        raw = environ.get(name, "")
+        if raw and os.path.exists(raw) and not os.path.isdir(raw):
+            raise UserError(f"{name}={shorten(raw, 80)!r}: exists and is not a folder")
+    endpoint = environ.get("HF_ENDPOINT", "")
+    if endpoint:
+        from urllib.parse import urlparse
+
+        parsed = urlparse(endpoint.strip())
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise UserError(f"HF_ENDPOINT={shorten(endpoint, 80)!r}: give the hub's http(s) URL")
+    token = environ.get("HF_TOKEN", "")
+    if token and any(ord(c) < 32 or ord(c) == 127 for c in token):
+        raise UserError("HF_TOKEN holds a control character (a line break?); give the token alone")
+
+
+def _check_wandb_environment() -> None:
+    """Each `WANDB_*` variable as W&B's own settings read it (wandb.Settings.update_from_env_vars,
+    checked: wandb 0.31), one at a time, so that the line names the variable W&B refuses."""
+    names = sorted(name for name in os.environ if name.startswith("WANDB_"))
+    if not names:
+        return
+    try:
+        from wandb.sdk.wandb_settings import Settings
+    except ImportError:  # W&B is not installed: nothing reads these
+        return
+    for name in names:
+        try:
+            Settings().update_from_env_vars({name: os.environ[name]})
+        except Exception as exc:  # wandb's UsageError, pydantic's ValidationError
+            errors = getattr(exc, "errors", None)
+            detail = errors()[0].get("msg") if callable(errors) and errors() else str(exc)
+            detail = next((line.strip() for line in str(detail).splitlines() if line.strip()), type(exc).__name__)
+            raise UserError(f"{name}={shorten(os.environ[name], 40)!r}: W&B refuses it ({shorten(detail, 160)})") from None
 
 
 def limit(name: str, own: Mapping[str, float] | None = None) -> float:
