@@ -414,3 +414,34 @@ def test_a_signal_during_a_download_is_one_line_and_leaves_no_part_file(tmp_path
     code, words = STOPS[sig]
     assert proc.returncode == code and err.strip().splitlines() == [f"zoo attend: {words}"], err[-3000:]
     assert _temporaries(tmp_path / "cache") == [] and not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- the leftovers
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, "ten"])
+def test_num_classes_is_a_positive_integer(tmp_path, capsys, value):
+    """Before: num_classes=0 built a head of 0 outputs (and -3 a traceback deep in torch)."""
+    with pytest.raises(UserError, match=r"num_classes=.*: give a positive integer \(the new head's classes\), or None"):
+        zoo.create_model("vit_fmnist", pretrained=True, num_classes=value)
+    with pytest.raises(UserError, match="give a positive integer"):
+        zoo.load_checkpoint(str(REPO / "weights/vit_fmnist.safetensors"), num_classes=value)
+    assert cli.main(["eval", "--model", "vit_fmnist", "--model-arg", f"num_classes={value}"]) == 2
+    assert "give a positive integer" in _one_line(capsys.readouterr().err, "zoo eval")
+
+
+def test_num_classes_none_keeps_the_releases_head():
+    """Before: num_classes=None on vit_fmnist built the class default's 1000-class head."""
+    release = zoo.create_model("vit_fmnist", pretrained=True)
+    model = zoo.create_model("vit_fmnist", pretrained=True, num_classes=None)
+    assert model.hparams.num_classes == 10 and model.class_names == release.class_names
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), release.state_dict().values()))
+    assert zoo.create_model("vit_fmnist", num_classes=None).hparams.num_classes == 10  # the recipe's data's
+    assert zoo.load_checkpoint(str(REPO / "weights/vit_fmnist.safetensors"), num_classes=None).hparams.num_classes == 10
+
+
+def test_init_vocab_release_without_init_from_is_one_line(tmp_path, capsys, tiny_data):
+    """Before: `--init_vocab release` without `--init_from` was silently ignored (the data's words)."""
+    line = _train(["fit", "--config", str(REPO / "configs/sat/soft_scenes.yaml"), "--init_vocab", "release",
+                   f"--trainer.default_root_dir={tmp_path / 'run'}"], capsys)
+    assert line == ("train.py: error: --init_vocab release takes the vocabulary of the --init_from weights: give "
+                    "--init_from NAME|PATH|URL too (or drop --init_vocab)")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "wandb").exists()

@@ -398,6 +398,7 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     pretrained: load its released weights (verified against the manifest's sha256).
     checkpoint: load weights from this .ckpt/.safetensors (a path or URL, pinned by `sha256`)
     instead; it must be this model's kind. overrides: hyperparameters replacing the recipe's."""
+    overrides = _head_override(overrides)
     if hub.is_hub_id(name):
         if checkpoint is not None:
             raise UserError(f"{name} is a whole model with its weights; give it without checkpoint=...")
@@ -417,6 +418,21 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     if checkpoint is not None:
         load_into(model, checkpoint, sha256, new_head="num_classes" in overrides)
     return model
+
+
+def _head_override(overrides: dict) -> dict:
+    """`overrides` with a new label set's `num_classes` checked: a positive integer (a head of 0
+    outputs, or of -3, is no classifier), or None, which keeps the release's (or recipe's) head
+    rather than the class default's (a 1000-class ImageNet head for ViT)."""
+    if "num_classes" not in overrides:
+        return overrides
+    value = overrides["num_classes"]
+    if value is None:
+        return {k: v for k, v in overrides.items() if k != "num_classes"}
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"num_classes={shorten(value, 40)}: give a positive integer (the new head's classes), "
+                        "or None to keep the release's head")
+    return overrides
 
 
 def _check_released(entry: Entry) -> Entry:
@@ -478,6 +494,7 @@ def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overri
     .safetensors with its config in metadata or a sidecar .json; a path or a URL (`sha256` pins
     it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.hub). The
     classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
+    overrides = _head_override(overrides)
     state, config = hub.load_fetched(path, sha256)
     if not isinstance(config, dict) or "class_path" not in config:
         raise UserError(f"{path}: no zoo config inside; use zoo.create_model(NAME, checkpoint=PATH)")
