@@ -25,7 +25,7 @@ from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, is_allowed, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
-from zoo.limits import (check_memory, check_tree, data_memory, evaluation_memory, model_memory, shorten,
+from zoo.limits import (check_memory, check_tree, data_memory, evaluation_memory, limit, model_memory, shorten,
                         training_memory)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -252,7 +252,7 @@ def check_run_memory(data, model) -> None:
     parts = {}
     if is_allowed(model.class_path, "model"):
         cls, model_args = resolve_class(model.class_path, "model"), plain(model.init_args)
-        if _is_count(batch) and (eval_batch is None or _is_count(eval_batch)):
+        if _is_count(batch, "batch_size") and (eval_batch is None or _is_count(eval_batch, "eval_batch_size")):
             parts.update(training_memory(cls, model_args, batch, eval_batch))
         else:  # no batch size to measure at (the data module has none, or it is refused later, in one line)
             for key, value in model_memory(cls, model_args).items():
@@ -264,8 +264,10 @@ def check_run_memory(data, model) -> None:
     check_memory(parts, "this run")
 
 
-def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+def _is_count(value, name: str | None = None) -> bool:
+    """A positive integer (within the limit of the argument `name`: a batch size past its sane
+    range is refused by that range, naming it, when the data module is built)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= (limit(name) if name else value)
 
 
 def _served(batch, limit):
@@ -322,7 +324,7 @@ def build_datamodule(model, **overrides):
     merged = {**(config.get("init_args") or {}), **overrides}
     key = "eval_batch_size" if merged.get("eval_batch_size") is not None else "batch_size"
     batch = _served(merged.get(key), merged.get("limit_eval"))
-    if _is_count(batch) and hasattr(model, "zoo_config"):
+    if _is_count(batch, key) and hasattr(model, "zoo_config"):
         check_memory(evaluation_memory(type(model), model.zoo_config()["init_args"], batch, f"the data's {key}"),
                      "this evaluation")
     return instantiate(config, "data", **overrides)
