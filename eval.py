@@ -1,8 +1,9 @@
 """Evaluate a checkpoint or a released model on a split: `python eval.py --checkpoint PATH`, the
-same as `zoo eval --checkpoint PATH` after `pip install`. The code is zoo/evaluate.py."""
+same as `zoo eval --checkpoint PATH` after `pip install`. The code is zoo/evaluate.py; zoo.cli.script
+checks the environment and reports SIGTERM and Ctrl-C in one line from the first import on."""
 import sys
 
-from zoo.evaluate import main
+from zoo.cli import script
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script("eval", "eval.py"))

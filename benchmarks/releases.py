@@ -55,6 +55,7 @@ from zoo import cost, registry  # noqa: E402
 from zoo.io import atomic_write_bytes  # noqa: E402
 from zoo.models.accel import compile_backend, compile_unavailable  # noqa: E402
 from zoo.results import write_json  # noqa: E402
+from zoo.text import csv_cell  # noqa: E402
 
 INFER_COLUMNS = ["model", "infer_samples_per_sec", "infer_step_time", "infer_batch_size", "infer_img_size",
                  "infer_gmacs", "param_count", "infer_mode"]
@@ -165,7 +166,7 @@ def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in sorted(rows, key=lambda r: (r["model"], r[columns[-1]], r[columns[3]])):
-        writer.writerow({c: row[c] for c in columns})
+        writer.writerow({c: csv_cell(row[c]) for c in columns})  # a release's name is a manifest's text
     atomic_write_bytes(path, buffer.getvalue().encode())
 
 

@@ -250,3 +250,118 @@ def test_an_idx_file_that_inflates_to_gigabytes_is_refused_from_its_header(tmp_p
     (tmp_path / "bomb-idx3-ubyte.gz").write_bytes(gzip.compress(header + bytes(10_000_000)))
     with allocation_cap(), pytest.raises(UserError, match=r"bomb-idx3-ubyte.gz: refused, .*\(25000000, 28, 28\)"):
         read_idx(tmp_path / "bomb-idx3-ubyte.gz")
+
+
+# ----------------------------------------------------------------------------- training at the recipe's batch
+def _steps(cls, init_args: dict, batch: int) -> dict:
+    from zoo.limits import _steps_memory
+
+    return _steps_memory(cls, init_args, ((True, "batch_size", batch),), 0)
+
+
+@pytest.mark.parametrize("family, variant", [(name, variant) for name, cls in sorted(__import__(
+    "zoo.models.card", fromlist=["families"]).families().items()) for variant in cls.card.tiny])
+def test_a_training_step_measured_on_meta_is_what_the_real_step_allocates(family, variant):
+    """The budget's training step (zoo.limits: the family's example batch grown to the batch size,
+    forward and backward on the meta device) counts what the same step allocates on the CPU,
+    tensor by tensor; each family's own smallest configuration runs whole there (a configuration
+    whose step has an op without a meta kernel falls back to its forward pass, named so)."""
+    from torch.utils._pytree import tree_map
+
+    from zoo.limits import _live_bytes
+    from zoo.models.card import families
+
+    cls = families()[family]
+    init_args = cls.card.tiny[variant]
+    parts = _steps(cls, init_args, 6)
+    (what, estimate), = parts.items()
+    if not what.startswith("a training step (forward and backward) of batch_size=6"):
+        assert variant != next(iter(cls.card.tiny)), what  # the family's own smallest runs on meta
+        assert what.startswith("the forward pass of a training step of batch_size=6"), what
+        return
+    torch.manual_seed(0)
+    model = cls(**{**{k: v for k, v in cls.card.filled_by_data.items() if init_args.get(k) is None}, **init_args})
+    example = model.example_batch(6)
+    counter = _live_bytes()
+    model.train()
+    with counter:
+        batch = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) and t.dim() else t, example)
+        loss, _ = model.train_loss(**model.train_inputs(batch))
+        loss.backward()
+    # equal where every op's output is the same on both devices; a few meta kernels return a copy
+    # where the CPU's returns a view (a captioner's packed rows): never fewer bytes than the real step
+    assert counter.peak <= estimate <= 1.1 * counter.peak, (what, estimate, counter.peak)
+    assert sum(_steps(cls, init_args, 60).values()) > sum(_steps(cls, init_args, 12).values()) > estimate
+
+
+@pytest.mark.parametrize("flag, expected", [
+    ("--data.init_args.batch_size=1000000", "a training step (forward and backward) of data.init_args.batch_size=1,000,000"),
+    ("--data.init_args.eval_batch_size=1000000", "an evaluation step (forward) of data.init_args.eval_batch_size=1,000,000"),
+])
+@pytest.mark.usefixtures("offline_in_tmp")
+def test_a_batch_of_a_million_is_refused_before_the_run(tmp_path, capsys, tiny_data, flag, expected):
+    """Before: the budget measured one input, so a batch of 1,000,000 (inside its own limit) went to
+    a 153-line traceback at 3.3 GB. Now the training step is measured at the batch and refused in
+    one line naming it and the estimate, before the data, the run folder or W&B exist."""
+    import zoo.train as TRAIN
+
+    with allocation_cap(), pytest.raises(SystemExit) as info:
+        TRAIN.main(["fit", "--config", "vit_fmnist", f"--trainer.default_root_dir={tmp_path / 'run'}", flag])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert info.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("train.py: error: this run: refused, it would need about ") and expected in lines[0]
+    assert " GB of memory, more than the 4.0 GB budget" in lines[0]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "wandb").exists()
+
+
+@pytest.mark.usefixtures("offline_in_tmp")
+def test_an_evaluation_at_a_batch_of_a_million_is_refused_before_reading_data(capsys, tiny_data):
+    with allocation_cap():
+        assert cli.main(["eval", "--model", "vit_fmnist", "--data", "eval_batch_size=1000000"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("zoo eval: error: this evaluation: refused"), lines
+    assert "an evaluation step (forward) of the data's eval_batch_size=1,000,000" in lines[0]
+
+
+def test_a_split_smaller_than_the_batch_is_measured_at_its_size():
+    """`limit_train` / `limit_eval` cap what a step holds: a batch of a million over 10 examples is
+    the 10 (the estimate does not refuse what the run would never allocate)."""
+    from jsonargparse import Namespace
+
+    from zoo import registry
+
+    recipe = registry.get_entry("vit_fmnist").recipe_config()
+    model = Namespace(class_path=recipe["class_path"], init_args=Namespace(**recipe["init_args"]))
+    data = Namespace(class_path=recipe["data"]["class_path"],
+                     init_args=Namespace(batch_size=1_000_000, eval_batch_size=None, limit_train=10, limit_eval=10))
+    registry.check_run_memory(data, model)
+    data.init_args.limit_train = None
+    with pytest.raises(UserError, match=r"data\.init_args\.batch_size=1,000,000"):
+        registry.check_run_memory(data, model)
+
+
+@pytest.mark.slow
+def test_fifty_thousand_classes_parse_and_train(tmp_path):
+    """Before: a 50,000-class ImageFolder hung for more than 300 s in argument parsing (the class
+    names linked into LightningCLI's config, which jsonargparse validates in time quadratic in a
+    list's length). The names now come from the data module when training starts: the run trains,
+    and its checkpoint names every class."""
+    from PIL import Image
+
+    Image.new("L", (8, 8), 128).save(tmp_path / "one.png")
+    train = tmp_path / "folders" / "train"
+    for i in range(50_000):  # one image per class: a link to the same file (no disk for 50,000 images)
+        (train / f"c{i:05d}").mkdir(parents=True)
+        (train / f"c{i:05d}" / "a.png").symlink_to(tmp_path / "one.png")
+    root = tmp_path / "run"
+    code, _, err = run_cli(["train.py", "fit", "--config", REPO / "configs/baseline/mlp_centered.yaml",
+                            "--config", REPO / "configs/vit/_fmnist5_imagefolder.yaml",
+                            f"--data.init_args.root={train.parent}", "--data.init_args.val_dir=train",
+                            "--data.init_args.test_dir=null", "--data.init_args.batch_size=4",
+                            "--data.init_args.eval_batch_size=4", f"--trainer.default_root_dir={root}",
+                            "--trainer.max_epochs=1", "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1",
+                            "--trainer.enable_model_summary=false"], cwd=tmp_path, env=cli_env(None), timeout=240)
+    assert code == 0, err[-3000:]
+    saved = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    names = saved["hyper_parameters"]["class_names"]
+    assert len(names) == 50_000 and names[:2] == ["c00000", "c00001"] and names[-1] == "c49999"

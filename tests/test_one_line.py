@@ -245,3 +245,203 @@ def test_eval_with_an_unusable_data_folder_is_one_line(tmp_path):
                             capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "a_file" in result.stderr, result.stderr
+
+
+# ----------------------------------------------------------------------------- W&B and the hub, checked up front
+@pytest.mark.parametrize("name, value, expected", [
+    ("WANDB_RUN_ID", "a/b", "WANDB_RUN_ID='a/b': W&B refuses it (Run ID cannot contain the characters"),
+    ("WANDB_PROJECT", "a/b:c", "WANDB_PROJECT='a/b:c': W&B refuses it (Invalid project name 'a/b:c'"),
+    ("WANDB_RESUME", "sometimes", "WANDB_RESUME='sometimes': W&B refuses it (Input should be 'allow'"),
+    ("WANDB_HTTP_TIMEOUT", "soon", "WANDB_HTTP_TIMEOUT='soon': W&B refuses it (Input should be a valid number"),
+    ("HF_HUB_ETAG_TIMEOUT", "soon", "HF_HUB_ETAG_TIMEOUT='soon': give a whole number of seconds > 0"),
+    ("HF_HUB_DOWNLOAD_TIMEOUT", "-5", "HF_HUB_DOWNLOAD_TIMEOUT='-5': give a whole number of seconds > 0"),
+    ("HF_ENDPOINT", "hub.example", "HF_ENDPOINT='hub.example': give the hub's http(s) URL"),
+    ("HF_HUB_OFFLINE", "maybe", "HF_HUB_OFFLINE='maybe' is not one of 1, 0, true, false, yes, no, on, off"),
+])
+def test_wandb_and_hub_variables_are_one_line_before_the_run_folder(tmp_path, monkeypatch, capsys, tiny_data,
+                                                                   name, value, expected):
+    """Before: `WANDB_RUN_ID=a/b` or `WANDB_PROJECT='a/b:c'` was a 57-line traceback once the run
+    folder was claimed; a non-integer HF_HUB_ETAG_TIMEOUT a traceback wherever the hub was imported."""
+    monkeypatch.setenv(name, value)
+    line = _train(_fit(tmp_path), capsys)
+    assert line.startswith(f"train.py: error: {expected}"), line
+    assert not (tmp_path / "run").exists() and not (tmp_path / "wandb").exists()
+    assert cli.main(["train", *_fit(tmp_path)]) == 2  # `zoo train`: checked before Lightning is imported
+    assert _one_line(capsys.readouterr().err, "zoo train").startswith(f"zoo train: error: {expected}")
+    if name.startswith("HF_"):  # the hub serves every command's downloads: checked in each
+        assert cli.main(["attend", _image(tmp_path), "--model", "vit_fmnist", "--out", str(tmp_path / "out")]) == 2
+        assert _one_line(capsys.readouterr().err, "zoo attend").startswith(f"zoo attend: error: {expected}")
+        assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- SIGTERM and Ctrl-C, at any moment
+#: run as `python -c SIGNAL_AT ARGS...`: the process sends itself a signal at a named point, the
+#: `call`-th call of `module.function` (with `argument` as its first argument, when given), then runs
+#: ARGS as `zoo ARGS` (or the clone's script ARGS[0]): a stop at a known moment, with no sleep or race
+SIGNAL_AT = """
+import importlib, json, os, signal, sys
+spec = json.loads(os.environ["ZOO_TEST_SIGNAL_AT"])
+owner = importlib.import_module(spec["module"])
+real, calls = getattr(owner, spec["function"]), []
+def patched(*args, **kwargs):
+    if spec.get("argument") is None or (args and args[0] == spec["argument"]):
+        calls.append(1)
+        if len(calls) == spec.get("call", 1):
+            os.kill(os.getpid(), getattr(signal, spec["signal"]))
+    return real(*args, **kwargs)
+setattr(owner, spec["function"], patched)
+if sys.argv[1].endswith(".py"):
+    import runpy
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+else:
+    from zoo.cli import main
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _stopped_at(tmp_path, point: dict, args: list[str], env: dict | None = None) -> tuple[int, str]:
+    from conftest import cli_env
+
+    env = {**cli_env(None, ZOO_CACHE_DIR=str(tmp_path / "cache")), **(env or {}),
+           "ZOO_TEST_SIGNAL_AT": json.dumps(point)}
+    # a test runner may start children with SIGINT ignored, and Python then never raises KeyboardInterrupt
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_AT, *map(str, args)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return proc.returncode, proc.stderr
+
+
+def _temporaries(folder: Path) -> list[Path]:
+    """What a writer leaves while it writes (zoo.io.writing): `.<target>.<token>.tmp|part|old|lock`."""
+    return sorted(p for p in folder.rglob(".*") if p.name.endswith((".tmp", ".part", ".old", ".lock"))) \
+        if folder.exists() else []
+
+
+import signal  # noqa: E402 (beside the signal tests that use it)
+
+STOPS = {"SIGTERM": (143, "stopped by SIGTERM"), "SIGINT": (130, "stopped by Ctrl-C")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("point, args, prog", [
+    # start-up: while the command's module (torch, Lightning) is being imported
+    ({"module": "importlib", "function": "import_module", "argument": "zoo.commands.attend"},
+     ["attend", "{image}", "--model", "vit_fmnist", "--out", "{tmp}/out"], "zoo attend"),
+    ({"module": "importlib", "function": "import_module", "argument": "zoo.train"},
+     ["{repo}/train.py", "fit", "--config", "vit_fmnist", "--trainer.default_root_dir={tmp}/run"], "train.py"),
+    # fit, before the trainer: while the run's memory is measured
+    ({"module": "zoo.registry", "function": "check_run_memory"},
+     ["train", "fit", "--config", "baseline_mlp_centered", "--trainer.default_root_dir={tmp}/run"], "zoo train"),
+    # samples: between writing its third file and renaming it into place
+    ({"module": "os", "function": "replace", "call": 3}, ["samples", "--out", "{tmp}/out"], "zoo samples"),
+    # a card: copying the weights into its staging folder
+    ({"module": "shutil", "function": "copyfile"}, ["card", "ram_fmnist_centered", "--out", "{tmp}/out"], "zoo card"),
+])
+def test_a_signal_at_any_moment_is_one_line_and_leaves_no_temporaries(tmp_path, sig, point, args, prog):
+    """Before: Ctrl-C during start-up was a traceback, and a SIGTERM outside the few writers that
+    caught it ended the process without a word. Now each is one line, exit 143 or 130, and no
+    writer's temporary is left."""
+    Image.new("L", (28, 28), 90).save(tmp_path / "shirt.png")
+    args = [a.format(image=tmp_path / "shirt.png", tmp=tmp_path, repo=REPO) for a in args]
+    code, err = _stopped_at(tmp_path, {**point, "signal": sig}, args)
+    expected_code, words = STOPS[sig]
+    lines = err.strip().splitlines()  # a training run says it itself, with what it saved
+    assert code == expected_code and len(lines) == 1 and lines[0].startswith(f"{prog}: "), err[-3000:]
+    assert lines[0] in (f"{prog}: {words}", f"{prog}: error: {words}: no checkpoint was saved")
+    assert _temporaries(tmp_path) == []
+    assert not (tmp_path / "run").exists() and not (tmp_path / "wandb").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_export_stopped_by_ctrl_c_or_sigterm_is_one_line(tmp_path, sig):
+    from conftest import cli_env
+
+    env = cli_env(None, ZOO_TEST_KILL_EXPORT_AFTER="1", ZOO_TEST_KILL_EXPORT_SIGNAL=sig)
+    proc = subprocess.run([sys.executable, "-m", "zoo.cli", "export", "--model", "sat_soft_scenes", "--out",
+                           str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    code, words = STOPS[sig]
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code and len(lines) == 1 and lines[0].startswith(f"zoo export: {words}"), proc.stderr[-3000:]
+    assert not (tmp_path / "out").exists() and _temporaries(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_during_a_download_is_one_line_and_leaves_no_part_file(tmp_path, sig):
+    """A loopback server sends the first 64 KB of a 1 MB file and holds the rest until the test
+    has stopped the download (it signals after the server has sent them: no race, no sleep).
+    Before: SIGTERM there ended `zoo` with exit 143 and not a word."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from conftest import cli_env
+
+    sent, release = threading.Event(), threading.Event()
+
+    class Stalling(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(2**20))
+            self.end_headers()
+            self.wfile.write(bytes(2**16))
+            self.wfile.flush()
+            sent.set()
+            release.wait(300)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Image.new("L", (28, 28), 90).save(tmp_path / "shirt.png")
+    url = f"http://127.0.0.1:{server.server_address[1]}/w-{'0' * 16}.safetensors"
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "zoo.cli", "attend", str(tmp_path / "shirt.png"), "--checkpoint",
+                                 url, "--out", str(tmp_path / "out")], cwd=tmp_path, text=True,
+                                env=cli_env(None, ZOO_CACHE_DIR=str(tmp_path / "cache")), stderr=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        assert sent.wait(300), "the download never started"
+        assert [p.suffix for p in _temporaries(tmp_path / "cache")] == [".lock", ".part"]  # mid-download
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=300)
+    finally:
+        release.set()
+        server.shutdown()
+    code, words = STOPS[sig]
+    assert proc.returncode == code and err.strip().splitlines() == [f"zoo attend: {words}"], err[-3000:]
+    assert _temporaries(tmp_path / "cache") == [] and not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- the leftovers
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, "ten"])
+def test_num_classes_is_a_positive_integer(tmp_path, capsys, value):
+    """Before: num_classes=0 built a head of 0 outputs (and -3 a traceback deep in torch)."""
+    with pytest.raises(UserError, match=r"num_classes=.*: give a positive integer \(the new head's classes\), or None"):
+        zoo.create_model("vit_fmnist", pretrained=True, num_classes=value)
+    with pytest.raises(UserError, match="give a positive integer"):
+        zoo.load_checkpoint(str(REPO / "weights/vit_fmnist.safetensors"), num_classes=value)
+    assert cli.main(["eval", "--model", "vit_fmnist", "--model-arg", f"num_classes={value}"]) == 2
+    assert "give a positive integer" in _one_line(capsys.readouterr().err, "zoo eval")
+
+
+def test_num_classes_none_keeps_the_releases_head():
+    """Before: num_classes=None on vit_fmnist built the class default's 1000-class head."""
+    release = zoo.create_model("vit_fmnist", pretrained=True)
+    model = zoo.create_model("vit_fmnist", pretrained=True, num_classes=None)
+    assert model.hparams.num_classes == 10 and model.class_names == release.class_names
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), release.state_dict().values()))
+    assert zoo.create_model("vit_fmnist", num_classes=None).hparams.num_classes == 10  # the recipe's data's
+    assert zoo.load_checkpoint(str(REPO / "weights/vit_fmnist.safetensors"), num_classes=None).hparams.num_classes == 10
+
+
+def test_init_vocab_release_without_init_from_is_one_line(tmp_path, capsys, tiny_data):
+    """Before: `--init_vocab release` without `--init_from` was silently ignored (the data's words)."""
+    line = _train(["fit", "--config", str(REPO / "configs/sat/soft_scenes.yaml"), "--init_vocab", "release",
+                   f"--trainer.default_root_dir={tmp_path / 'run'}"], capsys)
+    assert line == ("train.py: error: --init_vocab release takes the vocabulary of the --init_from weights: give "
+                    "--init_from NAME|PATH|URL too (or drop --init_vocab)")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "wandb").exists()

@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 
-from zoo.errors import OneLineParser, report_user_errors
+from zoo.errors import OneLineParser, report_stops, report_user_errors
 from zoo.limits import check_environment
 
 SUBCOMMANDS = {
@@ -54,20 +54,38 @@ def _checked_run(args):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    known = argv[0] if argv and argv[0] in (*SUBCOMMANDS, *PASSTHROUGH) else None
+    # from here on a SIGTERM or a Ctrl-C is one line, the command's imports (torch) included
+    return report_stops(f"zoo {known}" if known else "zoo", lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in PASSTHROUGH:
-        module = importlib.import_module(PASSTHROUGH[argv[0]][0])
-        return module.main(argv[1:], prog=f"zoo {argv[0]}") or 0
+        return passthrough(argv[0], argv[1:], f"zoo {argv[0]}")
     parser = build_parser(next((a for a in argv if not a.startswith("-")), None) or "")
     if not argv:
         parser.error(f"give a command: {', '.join([*SUBCOMMANDS, *PASSTHROUGH])}")
     args = parser.parse_args(argv)
     try:
         return report_user_errors(f"zoo {args.command}", lambda: _checked_run(args))
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:  # `zoo list | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 141
+
+
+def passthrough(command: str, argv: list[str], prog: str) -> int:
+    """`zoo train` / `zoo eval` (and the clone's train.py / eval.py): the environment checked before
+    the command's module (Lightning, torch) is imported, then its main(argv, prog)."""
+    code = report_user_errors(prog, lambda: check_environment(logging=command == "train"))
+    if code:
+        return code
+    module = importlib.import_module(PASSTHROUGH[command][0])
+    return module.main(argv, prog=prog) or 0
+
+
+def script(command: str, prog: str) -> int:
+    """The clone's `python train.py` / `python eval.py`: `zoo train` / `zoo eval` named `prog`."""
+    return report_stops(prog, lambda: passthrough(command, sys.argv[1:], prog))
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ import argparse
 import errno
 import logging
 import re
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class UserError(Exception):
@@ -106,3 +109,60 @@ def report_user_errors(prog: str, main: Callable[[], int | None]) -> int:
             raise
         print(f"{prog}: error: {printable(message)}", file=sys.stderr)
         return 2
+
+
+# ----------------------------------------------------------------------------- stopping
+#: exit codes of a stopped command, as a shell reports a process its signal ended (128 + the signal)
+EXIT_SIGTERM, EXIT_CTRL_C = 128 + signal.SIGTERM, 128 + signal.SIGINT
+
+
+class Stopped(SystemExit):
+    """SIGTERM, raised where the process is (a SystemExit: `finally` blocks, and with them every
+    writer's clean-up of its temporaries, run on the way out); the entry point reports it in one
+    line, exit code 143. Ctrl-C stays Python's KeyboardInterrupt."""
+
+    def __init__(self):
+        super().__init__(EXIT_SIGTERM)
+
+
+def _raise_stopped(signum, frame) -> None:
+    # During `fit`, Lightning's signal connector calls this among its own handlers (it keeps the
+    # handler it found): there it saves last.ckpt where the run is and stops the run itself
+    # (zoo.train reports it), so this handler acts only while it is the process's own.
+    if signal.getsignal(signal.SIGTERM) is _raise_stopped:
+        raise Stopped()
+
+
+def stop_on_sigterm() -> None:
+    """From now on, SIGTERM raises `Stopped` in the main thread (an entry point's first act)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_stopped)
+
+
+@contextmanager
+def sigterm_stops() -> Iterator[None]:
+    """While a long write runs (a download, a card), SIGTERM raises `Stopped` even where no entry
+    point installed the handler (the zoo used as a library), so the writer's temporaries go."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def report_stops(prog: str, main: Callable[[], int | None]) -> int:
+    """Run an entry point's `main` with SIGTERM and Ctrl-C, at any moment from its imports on, as
+    one line on stderr and exit code 143 or 130 (a stop the command reported itself, as a training
+    run does with the checkpoint it saved, passes through as its own exit)."""
+    stop_on_sigterm()
+    try:
+        return int(main() or 0)
+    except Stopped:
+        print(f"{prog}: stopped by SIGTERM", file=sys.stderr)
+        return EXIT_SIGTERM
+    except KeyboardInterrupt:
+        print(f"{prog}: stopped by Ctrl-C", file=sys.stderr)
+        return EXIT_CTRL_C

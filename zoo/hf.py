@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -47,17 +48,25 @@ def card_config(record: dict, zoo_config: dict, weights: Path) -> dict:
 
 
 def card_readme(record: dict, config: dict, repo_id: str) -> str:
-    """README.md: YAML front matter (library, tags, pipeline, model-index) and the card's text."""
+    """README.md: YAML front matter (library, tags, pipeline, model-index) and the card's text.
+    Text from the manifest stays text (zoo.text): the front matter is YAML's own escaping of every
+    non-ASCII and control character, the Facts sit in a fence longer than any backtick run in
+    them, and what stands outside fences is HTML-escaped; a metric that is not a number is left
+    out of the model-index (the hub reads numbers there) and shown as text in the Facts."""
     import yaml
 
     from zoo.info import attention_line, render, summary_metrics
+    from zoo.text import code_fence, code_span, is_number, markdown_text
+
+    def finite(value) -> bool:
+        return is_number(value) and math.isfinite(value)
 
     metrics = [{"type": key.split("/", 1)[1], "value": value["value"], "name": key}
-               for key, value in summary_metrics(record.get("metrics")).items()]
-    attention = record.get("attention") or {}
+               for key, value in summary_metrics(record.get("metrics")).items() if finite(value.get("value"))]
+    attention = record.get("attention") if isinstance(record.get("attention"), dict) else {}
     metrics += [{"type": f"attention_{key}", "value": attention[key], "name": f"attention {key.replace('_', ' ')}"}
                 for key in ("pointing", "pointing_centre", "deletion_gap", "deletion_gap_centre")
-                if isinstance(attention.get(key), (int, float))]
+                if finite(attention.get(key))]
     pipeline = PIPELINE_TAGS.get(record.get("output_kind"), "image-classification")
     # the data module's name as a dataset id: FashionMNISTDataModule -> fashion_mnist
     data_class = str((config["zoo_config"].get("data") or {}).get("class_path", "unknown")).rsplit(".", 1)[-1]
@@ -71,20 +80,21 @@ def card_readme(record: dict, config: dict, repo_id: str) -> str:
             "metrics": metrics}]}],
     }
     lines = [
-        "---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=120).rstrip(), "---", "",
-        f"# {record['name']}", "",
-        record.get("description") or "", "",
+        # allow_unicode=False: YAML escapes every control and non-ASCII character ("\e", "\u202E")
+        "---", yaml.safe_dump(front, sort_keys=False, allow_unicode=False, width=120).rstrip(), "---", "",
+        f"# {markdown_text(record['name'])}", "",
+        markdown_text(record.get("description") or ""), "",
         f"A release of {LIBRARY}: `{CARD_WEIGHTS}` holds the weights (sha256 `{config['files'][CARD_WEIGHTS]['sha256']}`, "
         f"the sha256 that `{CARD_CONFIG}` records and the loader checks), `{CARD_CONFIG}` the model's config.", "",
         "## Use", "",
         "```python", "import zoo", "", f'model = zoo.create_model("{HUB_PREFIX}{repo_id}")', "```", "",
         f"or from the command line: `zoo attend IMAGE --checkpoint {HUB_PREFIX}{repo_id}`.", "",
-        "## Facts", "", "```", render(record), "```", "",
+        "## Facts", "", *code_fence(render(record)), "",
     ]
     if attention:
-        lines += ["## Attention", "", attention_line(attention), ""]
-    lines += ["## Training", "", f"`{record.get('recipe')}` (seed {record.get('seed')}) trains these weights; "
-              f"`{record.get('remake')}` re-makes the release.", ""]
+        lines += ["## Attention", "", markdown_text(attention_line(attention)), ""]
+    lines += ["## Training", "", f"{code_span(record.get('recipe'))} (seed {markdown_text(record.get('seed'))}) trains "
+              f"these weights; {code_span(record.get('remake'))} re-makes the release.", ""]
     return "\n".join(lines)
 
 
@@ -120,7 +130,8 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
     """Write release `name` as a hub repository in `out_dir` (README.md, config.json,
     model.safetensors), all at once: a staging folder beside it is swapped in at the end."""
     from zoo.info import describe
-    from zoo.io import atomic_write_bytes, sigterm_raises, swap_in_folder, writing
+    from zoo.errors import sigterm_stops
+    from zoo.io import atomic_write_bytes, swap_in_folder, writing
     from zoo.registry import get_entry, list_models
 
     entry = get_entry(name)
@@ -134,7 +145,7 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
         raise UserError(f"--repo-id {shorten(repo_id)}: give it as ORG/NAME")
     record = describe(name)
     source = fetch_release(name)  # sha256-checked against the manifest
-    with sigterm_raises(), writing(out_dir) as staging:
+    with sigterm_stops(), writing(out_dir) as staging:
         staging.mkdir()
         shutil.copyfile(source, staging / CARD_WEIGHTS)
         config = card_config(record, entry.weights["config"], staging / CARD_WEIGHTS)

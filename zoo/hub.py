@@ -24,10 +24,10 @@ import zipfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-from zoo.errors import UserError
+from zoo.errors import UserError, sigterm_stops
 from zoo.export_set import sha256_file
 from zoo.hparams import current_config
-from zoo.io import atomic_write_bytes, sigterm_raises, writing
+from zoo.io import atomic_write_bytes, writing
 from zoo.limits import NUMERIC_ENVIRONMENT, check_tree, env_number, parse_json, read_json, shorten
 
 #: the largest zoo config a weights file may carry (a COCO captioner's, vocabulary and all, is ~1 MB)
@@ -324,7 +324,8 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
             pass
         target.unlink()  # a cached file that is damaged or no longer matches its pin is not served again
     try:
-        with sigterm_raises(), writing(target, "part") as part:  # a killed download's .part: swept next time
+        # SIGTERM or Ctrl-C mid-download: the .part and its lock go on the way out (a SIGKILL'd one's: swept next time)
+        with sigterm_stops(), writing(target, "part") as part:
             _download(url, part)
             if pin is None:
                 check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache

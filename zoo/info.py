@@ -16,9 +16,10 @@ import json
 import re
 from pathlib import Path
 
-from zoo.errors import UserError
+from zoo.errors import UserError, printable
 from zoo.registry import index
 from zoo.io import ALPHA_RULE, INTERPOLATION
+from zoo.text import is_number, number_text
 
 REGENERATE = "python scripts/model_index.py"
 
@@ -92,9 +93,9 @@ def describe(name: str) -> dict:
     seeds = facts.get("seeds") or {}  # {metric: {"n", "mean", "std"}}
     pre = {**facts.get("preprocessing", {}), **{k: v for k, v in (meta.get("preprocessing") or {}).items()
                                                 if k != "class_names"}}
-    names = meta.get("class_names") or (meta.get("preprocessing") or {}).get("class_names") \
-        or entry.model.get("init_args", {}).get("class_names") or facts.get("class_names")
-    vocab = meta.get("vocab")
+    names = _words(meta.get("class_names")) or _words(_mapping(meta.get("preprocessing")).get("class_names")) \
+        or _words(_mapping(entry.model.get("init_args")).get("class_names")) or _words(facts.get("class_names"))
+    vocab = _words(meta.get("vocab"))
     # started from timm's pretrained weights, whose mean/std the model applies (timm's pretrained_cfg)
     args = config_of(entry).get("init_args") or {}
     timm = any(block.get("pretrained") is True or block.get("pretrained_file")
@@ -131,8 +132,8 @@ def describe(name: str) -> dict:
             "seed": meta.get("seed"), "trained_at": meta.get("trained_at"), "device": meta.get("device"),
             "remake": meta.get("remake"), "results_file": meta.get("results_file"),
             # the spread over the seeds of the release's recipe, where its results summary has more than one
-            "metrics": {key: {"value": value, **({"seeds": seeds[key]} if key in seeds else {})}
-                        for key, value in (meta.get("metrics") or {}).items()},
+            "metrics": {str(key): {"value": value, **({"seeds": seeds[key]} if key in seeds else {})}
+                        for key, value in _mapping(meta.get("metrics")).items()},
             "attention": facts.get("attention"),
         })
     if stored is None:
@@ -141,33 +142,46 @@ def describe(name: str) -> dict:
     return record
 
 
+def _mapping(value) -> dict:
+    """A manifest field that should be a mapping, or {} (a file may hold anything there)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _words(value) -> list | None:
+    """A manifest's class names or vocabulary: a list, or None (a file may hold anything there;
+    each entry is shown as its escaped text)."""
+    return value if isinstance(value, list) and value else None
+
+
 #: per-step metrics (DRAW's KL per step, RAM's accuracy after k glimpses): in the JSON, not the summary lines
 PER_STEP = re.compile(r"_(step|glimpses_)\d+$")
 
 
 def summary_metrics(metrics: dict) -> dict:
     """The test metrics of a `describe` record that its text and its card show."""
-    return {k: v for k, v in (metrics or {}).items() if k.startswith("test/") and not PER_STEP.search(k)}
+    return {k: v for k, v in _mapping(metrics).items() if k.startswith("test/") and not PER_STEP.search(k)}
 
 
 # ----------------------------------------------------------------------------- text
 def _number(value, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, int):
+    """A number for the text (a count with thousands separators); anything else a file put where a
+    number belongs, as its escaped text (zoo.text.number_text)."""
+    if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    return f"{value:.{digits}g}"
+    return number_text(value, f".{digits}g")
 
 
 def render(record: dict) -> str:
-    """`zoo info`'s text: one fact per line."""
-    lines = [f"{record['name']}  ({record['family']}, {'released weights' if record['pretrained'] else 'recipe only, no released weights'})"]
+    """`zoo info`'s text: one fact per line, every line printable (text from a manifest, a recipe or
+    the index shows its control characters escaped: no line breaks in two, no ESC reaches a terminal)."""
+    lines = [printable(f"{record['name']}  ({record['family']}, "
+                       f"{'released weights' if record['pretrained'] else 'recipe only, no released weights'})")]
     if record.get("description"):
-        lines.append(f"  {record['description']}")
+        lines.append(printable(f"  {record['description']}"))
 
     def row(label: str, text) -> None:
         if text not in (None, ""):
-            lines.append(f"{label:12s} {text}")
+            lines.append(printable(f"{label:12s} {text}"))
 
     c, *hw = record["input_size"]
     norm = f"mean {record['mean']}, std {record['std']} (applied inside the model)" if record["mean"] else \
@@ -180,20 +194,20 @@ def render(record: dict) -> str:
     row("resize", rules.get(record["resize"], record["resize"]))
     row("alpha", record["alpha"])
     if record.get("class_names"):
-        shown = ", ".join(record["class_names"][:10]) + (", ..." if len(record["class_names"]) > 10 else "")
+        shown = ", ".join(map(str, record["class_names"][:10])) + (", ..." if len(record["class_names"]) > 10 else "")
         row("classes", f"{record['num_classes']}: {shown}")
     elif record.get("num_classes"):
         row("classes", record["num_classes"])
     row("vocabulary", f"{record['vocab_size']} words" if record.get("vocab_size") else None)
     params = record.get("num_params")
-    row("parameters", f"{params:,} ({params / 1e6:.2f} M)" + (f"; {record['num_params_note']}" if record.get("num_params_note") else "")
-        if params is not None else None)
+    row("parameters", (f"{params:,} ({params / 1e6:.2f} M)" if is_number(params) else _number(params))
+        + (f"; {record['num_params_note']}" if record.get("num_params_note") else "") if params is not None else None)
     gmacs = record.get("gmacs")
     row("GMACs", f"- ({record.get('gmacs_note') or 'not known'})" if gmacs is None else
         f"{_number(gmacs)} per image: {record['inference']} (torch.utils.flop_counter; MACs = FLOPs / 2)")
     if record["pretrained"]:
         size = record.get("file_size")
-        row("file", f"{record['file']}" + (f", {size / 1e6:.2f} MB" if size else ""))
+        row("file", f"{record['file']}" + (f", {size / 1e6:.2f} MB" if is_number(size) and size else ""))
         row("sha256", record["sha256"])
     row("recipe", record["recipe"])
     if record["pretrained"]:
@@ -201,11 +215,11 @@ def render(record: dict) -> str:
         row("remake", record.get("remake"))
         tests = summary_metrics(record["metrics"])
         for key, metric in tests.items():
-            spread = metric.get("seeds")
-            extra = (f"   ({spread['n']} seeds: {_number(spread['mean'])} ± {_number(spread['std'], 2)})"
+            spread = _mapping(metric.get("seeds"))
+            extra = (f"   ({spread.get('n')} seeds: {_number(spread.get('mean'))} ± {_number(spread.get('std'), 2)})"
                      if spread else "")
             row("metrics" if key == next(iter(tests)) else "", f"{key} {_number(metric['value'])}{extra}")
-        row("attention", attention_line(record["attention"]) if record.get("attention") else None)
+        row("attention", attention_line(_mapping(record["attention"])) if record.get("attention") else None)
     for note in record.get("notes", []):
         row("note", note)
     return "\n".join(lines)
@@ -214,10 +228,11 @@ def render(record: dict) -> str:
 def attention_line(scores: dict) -> str:
     """Pointing game and deletion gap beside their chance levels, in one line."""
     def pct(key):
-        return "-" if scores.get(key) is None else f"{100 * scores[key]:.1f}%"
+        value = scores.get(key)
+        return f"{100 * value:.1f}%" if is_number(value) else number_text(value)
 
     def num(key):
-        return "-" if scores.get(key) is None else f"{scores[key]:+.3f}"
+        return number_text(scores.get(key), "+.3f")
 
     return (f"pointing {pct('pointing')} (uniform {pct('pointing_uniform')}, centre prior {pct('pointing_centre')}); "
             f"deletion gap {num('deletion_gap')} vs random, {num('deletion_gap_centre')} vs centre prior; "

@@ -19,6 +19,7 @@ silently switched off.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import inspect
@@ -116,17 +117,76 @@ WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
 
 
 def check_environment(logging: bool = False) -> None:
-    """Every setting the zoo reads from the environment, checked once before any work: a typo or a
-    non-number is one line now, not a traceback (or a limit silently off) minutes later. `logging`:
-    the command logs to W&B (training), so WANDB_MODE is checked too."""
+    """Every setting the zoo reads from the environment, or hands on to a library that reads it
+    (the Hugging Face hub's `HF_*`; W&B's `WANDB_*` when the command logs to it), checked once before
+    any work or folder: a typo or a non-number is one line naming the variable now, not a traceback
+    (or a limit silently off) minutes later. `logging`: the command logs to W&B (training)."""
     _overrides()
     for name, default in NUMERIC_ENVIRONMENT.items():
         env_number(name, default)
+    _check_hf_environment()
     mode = os.environ.get("WANDB_MODE", "").strip()
     if logging and mode and mode not in WANDB_MODES:
         close = difflib.get_close_matches(mode, WANDB_MODES, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         raise UserError(f"WANDB_MODE={shorten(mode, 40)!r} is not one of {', '.join(WANDB_MODES)}{hint}")
+    if logging:
+        _check_wandb_environment()
+
+
+#: the hub's settings the zoo hands on (zoo.hub, zoo.backbones), or huggingface_hub reads when
+#: imported (checked: 2.4; a non-integer timeout there is a ValueError at import)
+HF_INTEGERS = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
+HF_SWITCHES = ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_XET",
+               "HF_HUB_DISABLE_SYMLINKS_WARNING", "HF_HUB_DISABLE_IMPLICIT_TOKEN")
+HF_FOLDERS = ("HF_HOME", "HF_HUB_CACHE", "HF_XET_CACHE")
+SWITCH_VALUES = ("1", "0", "true", "false", "yes", "no", "on", "off")
+
+
+def _check_hf_environment() -> None:
+    environ = os.environ
+    for name in HF_INTEGERS:
+        raw = environ.get(name, "").strip()
+        if raw and not (raw.isdigit() and int(raw) > 0):
+            raise UserError(f"{name}={shorten(environ[name], 40)!r}: give a whole number of seconds > 0")
+    for name in HF_SWITCHES:  # the hub reads anything but its true words as false: a typo switches nothing
+        raw = environ.get(name, "").strip()
+        if raw and raw.lower() not in SWITCH_VALUES:
+            raise UserError(f"{name}={shorten(environ[name], 40)!r} is not one of {', '.join(SWITCH_VALUES)}")
+    for name in HF_FOLDERS:
+        raw = environ.get(name, "")
+        if raw and os.path.exists(raw) and not os.path.isdir(raw):
+            raise UserError(f"{name}={shorten(raw, 80)!r}: exists and is not a folder")
+    endpoint = environ.get("HF_ENDPOINT", "")
+    if endpoint:
+        from urllib.parse import urlparse
+
+        parsed = urlparse(endpoint.strip())
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise UserError(f"HF_ENDPOINT={shorten(endpoint, 80)!r}: give the hub's http(s) URL")
+    token = environ.get("HF_TOKEN", "")
+    if token and any(ord(c) < 32 or ord(c) == 127 for c in token):
+        raise UserError("HF_TOKEN holds a control character (a line break?); give the token alone")
+
+
+def _check_wandb_environment() -> None:
+    """Each `WANDB_*` variable as W&B's own settings read it (wandb.Settings.update_from_env_vars,
+    checked: wandb 0.31), one at a time, so that the line names the variable W&B refuses."""
+    names = sorted(name for name in os.environ if name.startswith("WANDB_"))
+    if not names:
+        return
+    try:
+        from wandb.sdk.wandb_settings import Settings
+    except ImportError:  # W&B is not installed: nothing reads these
+        return
+    for name in names:
+        try:
+            Settings().update_from_env_vars({name: os.environ[name]})
+        except Exception as exc:  # wandb's UsageError, pydantic's ValidationError
+            errors = getattr(exc, "errors", None)
+            detail = errors()[0].get("msg") if callable(errors) and errors() else str(exc)
+            detail = next((line.strip() for line in str(detail).splitlines() if line.strip()), type(exc).__name__)
+            raise UserError(f"{name}={shorten(os.environ[name], 40)!r}: W&B refuses it ({shorten(detail, 160)})") from None
 
 
 def limit(name: str, own: Mapping[str, float] | None = None) -> float:
@@ -273,42 +333,121 @@ def model_memory(cls, init_args: Mapping, batch: int = 1) -> dict[str, float]:
     `batch` inputs of its own input size runs there too, for the peak of the activations alive at
     once. {} when the class cannot be built on `meta` (the real build then decides). Measured once
     per class and arguments in a process (a meta forward pass costs up to a second)."""
-    try:
-        key = (f"{cls.__module__}.{cls.__qualname__}", json.dumps(init_args, sort_keys=True, default=repr), batch)
-    except (TypeError, ValueError, RecursionError):
-        return _model_memory(cls, init_args, batch)
-    if key not in _MEASURED:
-        _MEASURED[key] = _model_memory(cls, init_args, batch)
-    return dict(_MEASURED[key])
+    return _measured(("model", batch), cls, init_args, lambda: _model_memory(cls, init_args, batch))
+
+
+def training_memory(cls, init_args: Mapping, batch_size: int, eval_batch_size: int | None = None,
+                    where: str = "data.init_args.") -> dict[str, float]:
+    """What training `cls(**init_args)` would allocate at its data's batch sizes, measured on the
+    `meta` device like `model_memory`: its weights four times (the weights, their gradients and
+    Adam's two moments), and the larger of a training step of `batch_size` examples (forward and
+    backward: the batch, the tensors autograd keeps for the backward pass, the gradients) and an
+    evaluation step of `eval_batch_size` (forward without gradients). A step's batch is the
+    family's `example_batch` grown to the batch size along its first dimension (the other
+    dimensions, a caption's length, are the example's). A step that cannot run on `meta` (an op
+    without a meta kernel, a data-dependent branch) falls back to the forward pass of
+    `model_memory` at that batch size: fewer bytes than the step takes. `where` prefixes the batch
+    arguments' names in the parts. {} when the class cannot be built on `meta`."""
+    # an evaluation step (no gradients, nothing kept for a backward pass) of no more examples than a
+    # training step's takes less than it: measured only when its batch is larger
+    steps = ((True, f"{where}batch_size", batch_size),
+             *([(False, f"{where}eval_batch_size", eval_batch_size)] if (eval_batch_size or 0) > batch_size else []))
+    return _measured(("training", *steps), cls, init_args, lambda: _steps_memory(cls, init_args, steps, 4))
+
+
+def evaluation_memory(cls, init_args: Mapping, batch: int, name: str = "batch_size") -> dict[str, float]:
+    """What evaluating `cls(**init_args)` (already built: its weights are not counted again) would
+    allocate at `batch` examples a step (its argument `name`), measured as `training_memory`'s
+    evaluation step."""
+    steps = ((False, name, batch),)
+    return _measured(("evaluation", *steps), cls, init_args, lambda: _steps_memory(cls, init_args, steps, 0))
 
 
 _MEASURED: dict[tuple, dict[str, float]] = {}
 
 
-def _model_memory(cls, init_args: Mapping, batch: int) -> dict[str, float]:
+def _measured(kind: tuple, cls, init_args: Mapping, measure) -> dict[str, float]:
+    """`measure()`, once per class, arguments and `kind` in a process."""
+    try:
+        key = (f"{cls.__module__}.{cls.__qualname__}", json.dumps(init_args, sort_keys=True, default=repr), *kind)
+    except (TypeError, ValueError, RecursionError):
+        return measure()
+    if key not in _MEASURED:
+        _MEASURED[key] = measure()
+    return dict(_MEASURED[key])
+
+
+@contextlib.contextmanager
+def _on_meta():
+    """torch's `meta` device as the default, with a build's notices and warnings kept quiet (the real
+    build prints them)."""
     import torch
 
     disabled = logging.root.manager.disable
-    logging.disable(max(disabled, logging.WARNING))  # a build's notices would print twice
+    logging.disable(max(disabled, logging.WARNING))
     try:
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            try:
-                model = cls(**init_args)
-            except UserError:
-                raise
-            except (TypeError, ValueError) as exc:  # an argument it does not take, or a value it refuses
-                raise UserError(f"{cls.__name__}: bad arguments ({shorten(str(exc), 200)})") from None
-            except Exception:  # a class that needs real data to be built: measured by the real build
-                return {}
-            parts = {_largest_tensor(model, init_args): float(sum(t.numel() * t.element_size() for t in
-                                                                   [*model.parameters(), *model.buffers()]))}
-            activations, largest = _forward_peak(model, batch)
-            if activations:
-                parts[f"activations of a forward pass of {batch} input(s), the largest {largest}"] = activations
-            return parts
+            yield
     finally:
         logging.disable(disabled)
+
+
+def _build_on_meta(cls, init_args: Mapping):
+    """`cls(**init_args)` on the meta device, or None where it needs real data to be built (the
+    real build then decides); a value it refuses is one line."""
+    try:
+        return cls(**init_args)
+    except UserError:
+        raise
+    except (TypeError, ValueError) as exc:  # an argument it does not take, or a value it refuses
+        raise UserError(f"{cls.__name__}: bad arguments ({shorten(str(exc), 200)})") from None
+    except Exception:
+        return None
+
+
+def _weights(model, init_args: Mapping) -> dict[str, float]:
+    return {_largest_tensor(model, init_args): float(sum(t.numel() * t.element_size() for t in
+                                                       [*model.parameters(), *model.buffers()]))}
+
+
+def _model_memory(cls, init_args: Mapping, batch: int) -> dict[str, float]:
+    with _on_meta():
+        model = _build_on_meta(cls, init_args)
+        if model is None:
+            return {}
+        parts = _weights(model, init_args)
+        activations, largest = _forward_peak(model, batch)
+        if activations:
+            parts[f"activations of a forward pass of {batch} input(s), the largest {largest}"] = activations
+        return parts
+
+
+def _steps_memory(cls, init_args: Mapping, steps, weights: int) -> dict[str, float]:
+    """The weights `weights` times and the largest of `steps` ((train, argument name, batch)...)."""
+    # hyperparameters the data fills in when training starts (a captioner's vocabulary): the card's
+    # example value, so that the model can be built and stepped here
+    filled = getattr(getattr(cls, "card", None), "filled_by_data", None) or {}
+    init_args = {**init_args, **{k: v for k, v in filled.items() if init_args.get(k) is None}}
+    with _on_meta():
+        model = _build_on_meta(cls, init_args)
+        if model is None:
+            return {}
+        parts = {f"{name} with gradients and optimizer state (x{weights})": weights * size
+                 for name, size in _weights(model, init_args).items()} if weights else {}
+        measured = []
+        for train, name, batch in steps:
+            step = "a training step (forward and backward)" if train else "an evaluation step (forward)"
+            peak, largest = _step_peak(model, batch, train)
+            if peak is None:
+                step = f"the forward pass of a{' training' if train else 'n evaluation'} step"
+                peak, largest = _forward_peak(model, batch)
+            if peak is not None:
+                measured.append((peak, f"{step} of {name}={batch:,}, the largest tensor {largest}"))
+        if measured:
+            peak, what = max(measured)
+            parts[what] = peak
+        return parts
 
 
 def _largest_tensor(model, init_args: Mapping) -> str:
@@ -338,18 +477,12 @@ def _largest_tensor(model, init_args: Mapping) -> str:
     return f"the weights (largest: {name} {list(tensor.shape)}{cause})"
 
 
-def _forward_peak(model, batch: int) -> tuple[float | None, str]:
-    """The peak bytes of tensors alive at once during `model`'s forward pass (on `meta`) of `batch`
-    inputs of its input size, and the largest of them ('[shape] from op': the shape says which
-    setting grew it); None when it cannot run there (an op without a meta kernel)."""
+def _live_bytes():
+    """A dispatch mode that counts the bytes of the tensors alive at once while it is on (every op's
+    new outputs, until they are freed): its `peak`, and the largest tensor ('[shape] from op')."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
-
-    size, chans = getattr(model, "input_size", None), getattr(model, "input_chans", None)
-    probe = getattr(model, "memory_probe", None) or model
-    if size is None or chans is None:
-        return None, ""
 
     class LiveBytes(TorchDispatchMode):
         def __init__(self):
@@ -375,9 +508,22 @@ def _forward_peak(model, batch: int) -> tuple[float | None, str]:
             self.live -= n
             self.seen.discard(key)
 
+    return LiveBytes()
+
+
+def _forward_peak(model, batch: int) -> tuple[float | None, str]:
+    """The peak bytes of tensors alive at once during `model`'s forward pass (on `meta`) of `batch`
+    inputs of its input size, and the largest of them ('[shape] from op': the shape says which
+    setting grew it); None when it cannot run there (an op without a meta kernel)."""
+    import torch
+
+    size, chans = getattr(model, "input_size", None), getattr(model, "input_chans", None)
+    probe = getattr(model, "memory_probe", None) or model
+    if size is None or chans is None:
+        return None, ""
     try:
         images = torch.zeros(batch, int(chans), *map(int, size), device="meta")
-        counter = LiveBytes()
+        counter = _live_bytes()
         model.eval()
         with torch.no_grad(), counter:
             probe(images)
@@ -386,6 +532,36 @@ def _forward_peak(model, batch: int) -> tuple[float | None, str]:
         raise
     except Exception:  # an op without a meta kernel, or a data-dependent step: no estimate
         return None, ""
+
+
+def _step_peak(model, batch: int, train: bool) -> tuple[float | None, str]:
+    """The peak bytes of tensors alive at once during one training step (forward and backward) or
+    evaluation step (forward, no gradients) of `model` (on `meta`) on its example batch grown to
+    `batch` examples, and the largest of them; None when the step cannot run there."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    if not all(hasattr(model, hook) for hook in ("example_batch", "train_inputs", "train_loss", "eval_inputs",
+                                                 "eval_metrics")):
+        return None, ""
+    try:
+        with torch.device("cpu"):
+            example = model.example_batch(2)  # real and tiny: its form, dtypes and trailing sizes
+        counter = _live_bytes()
+        model.train(train)
+        with torch.set_grad_enabled(train), counter:
+            grown = tree_map(lambda t: torch.empty((batch, *t.shape[1:]), dtype=t.dtype, device="meta")
+                             if isinstance(t, torch.Tensor) and t.dim() else t, example)
+            if train:
+                loss, _ = model.train_loss(**model.train_inputs(grown))
+                loss.backward()
+            else:
+                model.eval_metrics("val", **model.eval_inputs(grown, "val"))
+        return float(counter.peak), counter.largest_is or "the batch"
+    except Exception:  # an op without a meta kernel, a data-dependent step, a family's UserError: no estimate
+        return None, ""
+    finally:
+        model.zero_grad(set_to_none=True)
 
 
 def data_memory(cls, init_args: Mapping) -> dict[str, float]:

@@ -25,7 +25,8 @@ from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, is_allowed, resolve_class  # noqa: F401 (the public names)
 from zoo.errors import UserError
 from zoo.hparams import current_config, current_spec
-from zoo.limits import check_memory, check_tree, data_memory, model_memory, shorten
+from zoo.limits import (check_memory, check_tree, data_memory, evaluation_memory, limit, model_memory, shorten,
+                        training_memory)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: the model index: facts that take torch to know, per entry, and each model class's family
@@ -144,14 +145,17 @@ def get_entry(name: str) -> Entry:
     return entries[name]
 
 
-def link_data(model_class: type, model_args, data_class: type, data_args) -> None:
+def link_data(model_class: type, model_args, data_class: type, data_args, with_names: bool = True) -> None:
     """Give the model what its data decides, in `model_args` (a recipe's init_args, or
     LightningCLI's, changed in place): the image size and channels the data serves
     (`image_size_for`, `image_chans_for`), which a model left at its class default takes and one set
     to another value refuses in one line (a captioner trained on 96 px scenes with image_size 128
     would be prepared at 128 px by `zoo caption`); and the label set (`class_names_for`) as
     `num_classes` and, where the model takes them and its config names none, `class_names`.
-    train.py, the registry and tools/release all link, so no recipe restates them."""
+    train.py, the registry and tools/release all link, so no recipe restates them. `with_names`
+    false (train.py) leaves the names out: the model takes them from its data module in `setup`, and
+    a label set of tens of thousands of names in LightningCLI's config costs jsonargparse quadratic
+    time (checked: 4.53 deep-copies the whole list once per element it validates)."""
     from zoo.data.base import as_size
 
     params = inspect.signature(model_class).parameters
@@ -179,7 +183,7 @@ def link_data(model_class: type, model_args, data_class: type, data_args) -> Non
     names = data_class.class_names_for(**data_args)
     if names and "num_classes" in params and given("num_classes") != len(names):
         model_args["num_classes"] = len(names)
-    if names and "class_names" in params and given("class_names") is None:
+    if names and with_names and "class_names" in params and given("class_names") is None:
         model_args["class_names"] = list(names)
 
 
@@ -236,19 +240,40 @@ def check_run_memory(data, model) -> None:
     """What a training run of a parsed config (jsonargparse Namespaces `data`, `model`) would
     allocate, refused above the memory budget before anything is built (zoo.limits): the model built
     on the meta device, its weights counted four times (with their gradients and the optimizer's two
-    moments), and the arrays its data module would generate."""
+    moments), a training step at the data's `batch_size` (forward and backward) or an evaluation
+    step at its `eval_batch_size`, whichever takes more, and the arrays its data module would
+    generate."""
     def plain(init_args) -> dict:
         return init_args.as_dict() if hasattr(init_args, "as_dict") else dict(init_args or {})
 
+    data_args = plain(data.init_args) if is_allowed(data.class_path, "data") else {}
+    batch = _served(data_args.get("batch_size"), data_args.get("limit_train"))
+    eval_batch = _served(data_args.get("eval_batch_size"), data_args.get("limit_eval"))
     parts = {}
     if is_allowed(model.class_path, "model"):
-        for key, value in model_memory(resolve_class(model.class_path, "model"), plain(model.init_args)).items():
-            if key.startswith("the weights"):
-                key, value = f"{key} with gradients and optimizer state (x4)", 4 * value
-            parts[key] = value
-    if is_allowed(data.class_path, "data"):
-        parts.update(data_memory(resolve_class(data.class_path, "data"), plain(data.init_args)))
+        cls, model_args = resolve_class(model.class_path, "model"), plain(model.init_args)
+        if _is_count(batch, "batch_size") and (eval_batch is None or _is_count(eval_batch, "eval_batch_size")):
+            parts.update(training_memory(cls, model_args, batch, eval_batch))
+        else:  # no batch size to measure at (the data module has none, or it is refused later, in one line)
+            for key, value in model_memory(cls, model_args).items():
+                if key.startswith("the weights"):
+                    key, value = f"{key} with gradients and optimizer state (x4)", 4 * value
+                parts[key] = value
+    if data_args:
+        parts.update(data_memory(resolve_class(data.class_path, "data"), data_args))
     check_memory(parts, "this run")
+
+
+def _is_count(value, name: str | None = None) -> bool:
+    """A positive integer (within the limit of the argument `name`: a batch size past its sane
+    range is refused by that range, naming it, when the data module is built)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= (limit(name) if name else value)
+
+
+def _served(batch, limit):
+    """The examples a step holds: the batch size, or fewer where the data's `limit_train` /
+    `limit_eval` caps the split below it."""
+    return min(batch, limit) if _is_count(batch) and _is_count(limit) else batch
 
 
 def data_config(model) -> dict | None:
@@ -295,6 +320,13 @@ def build_datamodule(model, **overrides):
     unknown = sorted(k for k in overrides if k not in accepted)
     if unknown:
         raise UserError(f"{config['class_path']} has no argument {', '.join(unknown)}")
+    # evaluating at the batch size its loaders will serve, measured before any data is read
+    merged = {**(config.get("init_args") or {}), **overrides}
+    key = "eval_batch_size" if merged.get("eval_batch_size") is not None else "batch_size"
+    batch = _served(merged.get(key), merged.get("limit_eval"))
+    if _is_count(batch, key) and hasattr(model, "zoo_config"):
+        check_memory(evaluation_memory(type(model), model.zoo_config()["init_args"], batch, f"the data's {key}"),
+                     "this evaluation")
     return instantiate(config, "data", **overrides)
 
 
@@ -368,6 +400,7 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     pretrained: load its released weights (verified against the manifest's sha256).
     checkpoint: load weights from this .ckpt/.safetensors (a path or URL, pinned by `sha256`)
     instead; it must be this model's kind. overrides: hyperparameters replacing the recipe's."""
+    overrides = _head_override(overrides)
     if hub.is_hub_id(name):
         if checkpoint is not None:
             raise UserError(f"{name} is a whole model with its weights; give it without checkpoint=...")
@@ -387,6 +420,21 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
     if checkpoint is not None:
         load_into(model, checkpoint, sha256, new_head="num_classes" in overrides)
     return model
+
+
+def _head_override(overrides: dict) -> dict:
+    """`overrides` with a new label set's `num_classes` checked: a positive integer (a head of 0
+    outputs, or of -3, is no classifier), or None, which keeps the release's (or recipe's) head
+    rather than the class default's (a 1000-class ImageNet head for ViT)."""
+    if "num_classes" not in overrides:
+        return overrides
+    value = overrides["num_classes"]
+    if value is None:
+        return {k: v for k, v in overrides.items() if k != "num_classes"}
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"num_classes={shorten(value, 40)}: give a positive integer (the new head's classes), "
+                        "or None to keep the release's head")
+    return overrides
 
 
 def _check_released(entry: Entry) -> Entry:
@@ -448,6 +496,7 @@ def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overri
     .safetensors with its config in metadata or a sidecar .json; a path or a URL (`sha256` pins
     it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.hub). The
     classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
+    overrides = _head_override(overrides)
     state, config = hub.load_fetched(path, sha256)
     if not isinstance(config, dict) or "class_path" not in config:
         raise UserError(f"{path}: no zoo config inside; use zoo.create_model(NAME, checkpoint=PATH)")

@@ -184,7 +184,11 @@ class ZooCLI(LightningCLI):
             return
         if registry.is_allowed(data.class_path, "data") and registry.is_allowed(model.class_path, "model"):
             registry.link_data(registry.resolve_class(model.class_path), model.init_args,
-                               registry.resolve_class(data.class_path, "data"), dict(data.init_args))
+                               registry.resolve_class(data.class_path, "data"), dict(data.init_args),
+                               with_names=False)
+        if config.get("init_vocab") == "release" and not config.get("init_from") and not config.get("ckpt_path"):
+            raise UserError("--init_vocab release takes the vocabulary of the --init_from weights: give --init_from "
+                            "NAME|PATH|URL too (or drop --init_vocab)")
         if config.get("init_vocab") == "release" and config.get("init_from"):
             vocab = ((InitFrom.source_config(config.init_from, config.get("sha256")) or {}).get("init_args") or {}).get("vocab")
             if not vocab or "vocab" not in model.init_args or "vocab" not in data.init_args:

@@ -31,6 +31,7 @@ Shapes: images are [B, C, H, W] (any C, all channels read with the same filters)
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import NamedTuple
 
@@ -49,6 +50,9 @@ class FilterParams(NamedTuple):
 
 
 def _autocast_off(device_type: str):
+    # a device without autocast (`meta`, where zoo.limits measures a model) has nothing to switch off
+    if not torch.amp.is_autocast_available(device_type):
+        return contextlib.nullcontext()
     return torch.autocast(device_type=device_type, enabled=False)
 
 

@@ -6,8 +6,6 @@ it holds and where each fact comes from).
 """
 from __future__ import annotations
 
-import json
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("name", help="a registered model (`zoo list` shows them)")
@@ -16,7 +14,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from zoo.info import describe, render
+    from zoo.io import json_text
 
     record = describe(args.name)
-    print(json.dumps(record, indent=2) if args.json else render(record))
+    # JSON escapes every control character (and a file's NaN is null); the text escapes them too
+    print(json_text(record, indent=2, default=str) if args.json else render(record))
     return 0

@@ -18,6 +18,7 @@ def run(args) -> int:
     from zoo.info import description, stored_facts
     from zoo.io import json_text
     from zoo.registry import family_of, find_entries
+    from zoo.text import number_text
 
     entries = find_entries(args.pattern, pretrained=args.pretrained)
     names = sorted(entries)
@@ -42,8 +43,7 @@ def run(args) -> int:
         metrics = e.metadata.get("metrics")
         metrics = metrics if isinstance(metrics, dict) else {}
         headline = [k for k in HEADLINE if k in metrics] or list(metrics)[:3]
-        shown = ", ".join(f"{k}={metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k}={metrics[k]}"
-                          for k in headline)
+        shown = ", ".join(f"{k}={number_text(metrics[k])}" for k in headline)  # a number only where it is one
         looks = attention_brief(((stored_facts(e) or {}) if e.weights else {}).get("attention"))
         print(printable(f"{n:32s} {'pretrained' if e.weights else '-':10s} {shown}{'; ' + looks if looks else ''}"))
     return 0
@@ -52,9 +52,12 @@ def run(args) -> int:
 def attention_brief(scores: dict | None) -> str:
     """Whether a release's attention lands, from its stored attention scores (docs/attention.md):
     the pointing game beside the centre prior's, and the deletion gap (above 0: faithful)."""
-    if not scores or scores.get("pointing") is None or scores.get("pointing_uniform", 0) >= 1:
+    from zoo.text import is_number
+
+    if not isinstance(scores, dict) or not is_number(scores.get("pointing")) \
+            or not is_number(scores.get("pointing_uniform", 0)) or scores.get("pointing_uniform", 0) >= 1:
         return ""  # none, or the target is the whole image (centred data): every map points at it
     centre = scores.get("pointing_centre")
     gap = scores.get("deletion_gap")
-    return (f"pointing {100 * scores['pointing']:.1f}%" + (f" (centre prior {100 * centre:.1f}%)" if centre is not None else "")
-            + (f", deletion gap {gap:+.3f}" if gap is not None else ""))
+    return (f"pointing {100 * scores['pointing']:.1f}%" + (f" (centre prior {100 * centre:.1f}%)" if is_number(centre) else "")
+            + (f", deletion gap {gap:+.3f}" if is_number(gap) else ""))

@@ -1,0 +1,86 @@
+"""Text that came from a file (a class name, a word, a metric, a recipe's command), made inert for
+where it goes: it is shown, never obeyed. A weights manifest, a checkpoint's config or a results
+file is anyone's; what it says reaches a terminal, a Markdown model card, a YAML front matter, a CSV
+table or an HTML page, and each has its own way to be told what to do:
+
+- a terminal: control characters (an ESC sequence recolours or retitles it, a newline starts a fake
+  line): `zoo.errors.printable` escapes them;
+- Markdown: a code fence is closed by a run of as many backticks, `<script>` outside a fence is
+  HTML, `# ` at a line's start a heading, `[x](url)` a link: `code_fence` picks a fence longer than
+  any backtick run in the text, `markdown_text` HTML-escapes the text outside fences and
+  backslash-escapes Markdown's punctuation;
+- CSV: a cell starting with `=`, `+`, `-` or `@` is a formula to a spreadsheet: `csv_cell`;
+- YAML and JSON: their own dumpers escape (yaml.safe_dump with `allow_unicode=False`, json.dumps);
+- HTML: `html.escape`, and zoo.viz.record.script_json for data inside a script.
+
+A metric is formatted as a number only when it is one (`number_text`): anything else is its text,
+escaped, never a traceback in `zoo info` or `zoo card`.
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+
+from zoo.errors import printable
+
+#: characters of a file-provided value shown where a number was expected
+SHOWN = 60
+#: Markdown's inline syntax (emphasis, code, links and images, tables, strike-through, headings)
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]#|!~])")
+#: what starts a block at the start of a line: a list item, a numbered one, a quote, a rule
+_BLOCK_START = re.compile(r"^(\s*(?:\d+)?)([-+=.)])")
+
+
+def is_number(value) -> bool:
+    """A real number (an int or float, never a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def number_text(value, spec: str = ".4g", missing: str = "-") -> str:
+    """`value` formatted with `spec` when it is a finite number; `missing` for None; anything else
+    (a word, a list, NaN) as its escaped text, cut to SHOWN characters."""
+    if value is None:
+        return missing
+    if is_number(value) and math.isfinite(value):
+        return format(value, spec)
+    text = printable(value if isinstance(value, str) else repr(value))
+    return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
+
+
+def markdown_text(text) -> str:
+    """`text` for Markdown outside a fence: one line (control characters escaped), HTML-escaped,
+    Markdown's punctuation backslash-escaped, so it renders as the characters it holds."""
+    text = _MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(printable(text), quote=False))
+    return _BLOCK_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+
+
+def _ticks(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
+
+
+def code_fence(text: str, info: str = "") -> list[str]:
+    """`text` as the lines of a fenced code block: each line's control characters escaped, and a
+    fence of more backticks than any run in the text (at least three), so no line closes it."""
+    lines = [printable(line) for line in str(text).split("\n")]
+    fence = "`" * max(3, _ticks("\n".join(lines)) + 1)
+    return [fence + info, *lines, fence]
+
+
+def code_span(text) -> str:
+    """`text` as inline code: one line, delimited by more backticks than any run in it (padded with
+    spaces where it starts or ends with one)."""
+    text = printable(text)
+    ticks = "`" * (_ticks(text) + 1)
+    # CommonMark strips one space from each end of a span that has one at both: a pad keeps them
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == text[-1:] == " " and text.strip()) else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def csv_cell(value):
+    """A CSV cell: text with its control characters escaped and, where a spreadsheet would read it
+    as a formula (a leading =, +, -, @), a leading apostrophe (OWASP's rule); numbers as they are."""
+    if not isinstance(value, str):
+        return value
+    text = printable(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
