@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import os
 import statistics
 import subprocess
 import sys
@@ -115,12 +115,17 @@ def main(argv=None) -> int:
         root = f"runs/results/{name}/seed{seed}"
         t0 = time.perf_counter()
         if not args.eval_only:
-            # A checkpoint left by an earlier invocation must not be taken for this run's best; one
-            # of a run still training there is that run's, not ours to remove.
+            # A folder left by an earlier invocation belongs to that run (zoo/runs.py refuses a new
+            # fit there, and its best checkpoint must not be taken for this run's): it is moved aside
+            # whole, never deleted; one of a run still training there is that run's, not ours to move.
             training = holder(ROOT / root)
             if training:
                 raise SystemExit(f"{root} is in use by another training run (pid {training})")
-            shutil.rmtree(ROOT / root / "checkpoints", ignore_errors=True)
+            if (ROOT / root).exists():
+                earlier = next(ROOT / f"{root}.earlier{k}" for k in range(1, 10_000)
+                               if not (ROOT / f"{root}.earlier{k}").exists())
+                os.rename(ROOT / root, earlier)
+                print(f"results_run: the earlier {root} is kept as {earlier.relative_to(ROOT)}", flush=True)
             run([sys.executable, "train.py", "fit", "--config", str(config), "--seed_everything", str(seed),
                  "--trainer.default_root_dir", root, *extra])
         train_wall = time.perf_counter() - t0

@@ -56,6 +56,9 @@ def test_a_stale_checkpoint_is_never_evaluated_and_the_starting_commit_is_record
     assert summary["train_wall_time_s"]["per_seed"] == [record["train_wall_time_s"]]
     # provenance names the code the run was started with, not HEAD when it ended
     assert record["git_commit"] == summary["git_commit"] == "commit-at-start"
+    # the earlier run's folder is kept aside whole (a fit refuses a folder that holds another run)
+    kept = tmp_path / "runs/results/fam_recipe/seed0.earlier1/checkpoints/best-epoch=007.ckpt"
+    assert kept.read_bytes() == b"an earlier run's best"
 
 
 @pytest.mark.slow
