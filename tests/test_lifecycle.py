@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import json
 
 import numpy as np

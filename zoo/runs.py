@@ -348,9 +348,9 @@ def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] 
     checkpoint = read_resume_checkpoint(path)
     config["ckpt_path"] = str(path)
     model, data = config["model"], config.get("data")
-    check_resume_model(checkpoint, model["class_path"], model["init_args"], path, data)
-    if data is not None and data.get("init_args") is not None:
+    if data is not None and data.get("init_args") is not None:  # first: what the data decides, it names
         check_resume_data(checkpoint, data["class_path"], data["init_args"], path)
+    check_resume_model(checkpoint, model["class_path"], model["init_args"], path, data)
     if fitting:
         check_resume_owner(path, checkpoint, Path(config["trainer"].get("default_root_dir") or os.getcwd()))
     run = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
