@@ -220,3 +220,20 @@ def test_the_html_report_shows_hostile_class_names_as_text(tmp_path):
                      "--html", str(tmp_path / "report.html")]) == 0
     page = (tmp_path / "report.html").read_text()
     assert page.count("<script") == 1 and "<b>bold" not in page and "\x1b" not in page and "\u202e" not in page
+
+
+def test_the_benchmark_csv_writes_a_manifests_names_as_text_not_formulas(tmp_path):
+    import csv
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from benchmarks.releases import write_csv
+
+    columns = ["model", "infer_samples_per_sec", "infer_step_time", "infer_batch_size"]
+    rows = [{"model": "=HYPERLINK(\"http://evil\")", "infer_samples_per_sec": 1.5, "infer_step_time": 0.1,
+             "infer_batch_size": 8},
+            {"model": "a\x1b[31m,b\nc", "infer_samples_per_sec": 2.0, "infer_step_time": 0.2, "infer_batch_size": 8}]
+    write_csv(tmp_path / "b.csv", columns, rows)
+    read = list(csv.DictReader((tmp_path / "b.csv").open()))
+    assert [r["model"] for r in read] == ["'=HYPERLINK(\"http://evil\")", "a\\x1b[31m,b\\nc"]
+    assert [float(r["infer_samples_per_sec"]) for r in read] == [1.5, 2.0]

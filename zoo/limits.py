@@ -7,9 +7,10 @@ hyper-parameters and zoo config, a safetensors header, a recipe) passes `check_t
 shared references are resolved, counted WITHOUT expanding them; no cycle; its depth; each string's
 length), every model or data config from a file `check_dimensions` (by argument name: the shared
 `DIMENSION_LIMITS` and each family card's `dimensions`), and a command's memory `check_memory` (a
-model built on the `meta` device, its weights and one forward pass allocating nothing; a data
-module's arrays; a beam search's hypotheses; `--boxes` scoring; 4 GiB, `memory_mb`). A bad value is
-one line naming the field (or the biggest part) and the limit, in well under a second.
+model built on the `meta` device, allocating nothing: its weights and one forward pass, or for
+training a training step at the data's `batch_size` and an evaluation step at its
+`eval_batch_size`; a data module's arrays; a beam search's hypotheses; `--boxes` scoring; 4 GiB,
+`memory_mb`). A bad value is one line naming the field (or the biggest part) and the limit.
 
 The defaults are far above every recipe here; `ZOO_LIMITS="hidden_size=32768,tree_nodes=1000000"`
 raises any of them (a dimension's name, or `tree_nodes`, `tree_depth`, `string_length`,
