@@ -422,7 +422,8 @@ FAMILY_FREE = ["zoo/commands/*.py", "zoo/*.py", "benchmarks/*.py", "scripts/*.py
 MAY_NAME = {"scripts/ram_policy_probe.py": "the RAM-only policy probe says it is RAM-only",
             "benchmarks/draw.py": "DRAW's own speed benchmark (the paper's MNIST model) names itself"}
 #: family names that are also another fact's name
-ALSO = {"backbone": "a model's backbone block (a hyperparameter)"}
+ALSO = {"backbone": "a model's backbone block (a hyperparameter)",
+        "baseline": "a REINFORCE baseline's kind (a field of RAM's and the captioner's blocks, zoo/hparams.py)"}
 
 
 def test_no_family_is_named_outside_its_own_file_and_recipes():

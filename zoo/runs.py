@@ -307,7 +307,10 @@ def check_resume_data(checkpoint: dict, class_path: str, init_args, path: Path) 
 
 
 def _plain(value):
-    """A config value with tuples as lists, to compare with a checkpoint's."""
+    """A config value with tuples as lists, to compare with a checkpoint's (a block the parser holds
+    as a Namespace, zoo.hparams.Block, as the dict the checkpoint holds)."""
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
