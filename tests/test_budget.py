@@ -65,7 +65,7 @@ def test_the_budget_message_names_the_culprit_and_how_to_raise_it(monkeypatch):
 
 
 @pytest.mark.parametrize("release, args, culprit", [
-    ("sat_soft_scenes", {"hidden_dim": 16384}, "from hidden_dim=16384"),  # 4.3 GB before
+    ("sat_soft_scenes", {"decoder.hidden_dim": 16384}, "from decoder.hidden_dim=16384"),  # 4.3 GB before
     ("draw_fmnist_t16", {"enc_size": 16384, "dec_size": 16384}, "dec_size=16384"),
     ("vit_fmnist", {"backbone.mlp_ratio": 100000.0}, "mlp.fc1.weight [9600000, 96]"),  # no limit named mlp_ratio
     ("vit_fmnist", {"backbone.conv_stem": [16384, 16384]}, "conv_stem=[16384, 16384]"),

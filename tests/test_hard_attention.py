@@ -7,9 +7,9 @@ import pytest
 import torch
 from helpers import trainable_through_softmax
 
-from zoo.attention.hard import (HardAttention, MovingAverageBaseline, leave_one_out_baseline,
-                                marginal_log_prob, reinforce_surrogate, sample_locations,
-                                straight_through_weights, vimco_signal)
+from zoo.attention.hard import (ESTIMATORS, HardAttention, HardEstimator, HardSpec, MovingAverageBaseline,
+                                build_estimator, discounted_cost, leave_one_out_baseline, marginal_log_prob,
+                                reinforce_surrogate, sample_locations, straight_through_weights, vimco_signal)
 from zoo.attention.scores import build_score
 
 
@@ -220,3 +220,12 @@ def test_straight_through_is_one_hot_forward_with_the_soft_gradient():
     soft = torch.softmax((torch.log_softmax(logits, -1) + gumbel) / tau, -1)
     (want,) = torch.autograd.grad((soft * upstream).sum(), logits)
     torch.testing.assert_close(grad, want)
+
+
+def test_discounted_cost_sums_the_later_words_discounted():
+    nll = torch.rand(3, 5)
+    gamma = 0.7
+    expected = torch.tensor([[sum(gamma ** (s - t) * nll[b, s].item() for s in range(t, 5)) for t in range(5)]
+                             for b in range(3)])
+    assert torch.allclose(discounted_cost(nll, gamma), expected, atol=1e-6)
+    assert torch.equal(discounted_cost(nll, 0.0), nll)  # no discount: each word's own NLL

@@ -74,10 +74,23 @@ MOVED: dict[str, dict[str, dict[str, Any]]] = {
                      "classify_every_glimpse": False, "baseline": "shared", "location_supervision": 0.0},
         "optimization": {"optimizer": "adam", "lr": 1e-3, "momentum": 0.9, "weight_decay": 0.0,
                          "lr_schedule": "cosine", "location_lr_scale": 1.0}},
+    "zoo.models.captioner.Captioner": {
+        "decoder": {"score": "additive", "annotation_coords": False, "embed_dim": 64, "hidden_dim": 256,
+                    "attention_dim": 128, "init_layers": 1, "gate": True, "deep_output": True,
+                    "deep_output_activation": "tanh", "dropout": 0.5, "feed_context": True,
+                    "attention_query": "previous", "active_rows": True},
+        "hard": {"hard_estimator": "reinforce", "hard_samples": 1, "hard_test_mode": "expected",
+                 "semi_sampling_p": 0.5, "entropy_coef": 0.002, "reward_scale": 0.1, "baseline": "moving_average",
+                 "baseline_decay": 0.9, "reinforce_cost": "caption", "reinforce_discount": 0.0,
+                 "gumbel_temperature": 1.0},
+        "optimization": {"optimizer": "adam", "lr": 1e-3, "backbone_lr": None, "weight_decay": 0.0,
+                         "lr_schedule": "none"}},
 }
 #: class path -> {old argument: its field name in the block}, where the block names it otherwise
 MOVED_AS: dict[str, dict[str, str]] = {
     "zoo.models.ram.RAM": {"retina_method": "method", "retina_subpixel": "subpixel"},
+    "zoo.models.captioner.Captioner": {"hard_estimator": "estimator", "hard_samples": "samples",
+                                       "hard_test_mode": "test_mode"},
 }
 
 #: arguments no class takes any more -> (the value that asked for nothing, what took their place):
