@@ -393,6 +393,21 @@ class StraightThrough(HardEstimator):
         return straight_through_weights(log_alpha, noise, self.spec.gumbel_temperature)
 
 
+class GumbelSoftmax(HardEstimator):
+    """The relaxed Gumbel-softmax (Jang et al. 2017, eq. 1; Maddison et al. 2017's Concrete): a
+    sampled step's context is the mixture of the cells' annotations under
+    softmax((log alpha + g) / tau), forward and backward (no straight-through: biased, with a gap
+    to the one-cell decoding that shrinks with tau = `gumbel_temperature`); the same noise's argmax
+    marks the cell. Its loss term: the entropy bonus."""
+
+    name = "gumbel_softmax"
+
+    def step_weights(self, log_alpha: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        # in float32, as straight_through_weights (bf16 noise and logits make NaNs: pytorch #41663)
+        relaxed = (log_alpha.float() + noise.float()) / self.spec.gumbel_temperature
+        return torch.softmax(relaxed, dim=-1).to(log_alpha.dtype)
+
+
 def build_estimator(spec: HardSpec) -> HardEstimator:
     """The estimator `spec.estimator` names (ValueError, one line, for a name off the list)."""
     if spec.estimator not in ESTIMATORS:
