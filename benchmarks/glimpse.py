@@ -160,8 +160,8 @@ def bench_training(device: str, batch: int, repeats: int, retina: str) -> dict:
     from zoo.models.ram import RAM
 
     torch.manual_seed(0)
-    model = RAM(image_size=60, patch_size=12, num_scales=3, num_glimpses=8,
-                retina_subpixel=retina != "batched_snapped").to(device)
+    model = RAM(image_size=60, retina=dict(patch_size=12, num_scales=3, subpixel=retina != "batched_snapped"),
+                num_glimpses=8).to(device)
     if retina == "loop_port":
         model.glimpse.retina = PortLoopRetina(12, 3)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -177,8 +177,8 @@ def bench_training(device: str, batch: int, repeats: int, retina: str) -> dict:
 
     timing = timeit(step, device, repeats if retina.startswith("batched") else max(3, repeats // 3))
     return {**timing, "images_per_s": batch / timing[_key(device)],
-            "images_per_s_wall": batch / timing["median_s"], "retina_method": model.hparams.retina_method,
-            "retina_subpixel": model.hparams.retina_subpixel}
+            "images_per_s_wall": batch / timing["median_s"], "retina_method": model.hparams.retina["method"],
+            "retina_subpixel": model.hparams.retina["subpixel"]}
 
 
 def main(argv=None) -> int:

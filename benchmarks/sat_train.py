@@ -51,10 +51,11 @@ def reference_loss(model: Captioner, annotations: torch.Tensor, captions: torch.
     B = captions.shape[0]
     decode_lengths = (lengths - 1).tolist()
     T = max(decode_lengths)
-    h, c = model.init_state(annotations)
+    net = model.net
+    h, c = net.init_state(annotations)
     logits = annotations.new_zeros(B, T, V)
     alphas = annotations.new_zeros(B, T, annotations.shape[1])
-    score = model.attend.score
+    score = net.attend.score
     for t in range(T):
         bt = sum(n > t for n in decode_lengths)
         keys = annotations[:bt]
@@ -63,10 +64,10 @@ def reference_loss(model: Captioner, annotations: torch.Tensor, captions: torch.
         scores = score.out(torch.tanh(att1 + att2.unsqueeze(1))).squeeze(2)
         alpha = torch.softmax(scores, dim=-1)
         context = (keys * alpha.unsqueeze(2)).sum(dim=1)
-        z = torch.sigmoid(model.f_beta(h[:bt])) * context
-        emb = model.embed(captions[:bt, t])
-        h, c = model.lstm(torch.cat([emb, z], dim=1), (h[:bt], c[:bt]))
-        logits[:bt, t] = model.output(emb, h, z)
+        z = torch.sigmoid(net.f_beta(h[:bt])) * context
+        emb = net.embed(captions[:bt, t])
+        h, c = net.lstm(torch.cat([emb, z], dim=1), (h[:bt], c[:bt]))
+        logits[:bt, t] = net.output(emb, h, z)
         alphas[:bt, t] = alpha
     targets = captions[:, 1:T + 1]
     mask = targets != PAD_ID
@@ -82,7 +83,7 @@ def ours_loss(model: Captioner, annotations: torch.Tensor, captions: torch.Tenso
     sort is timed here, as in the reference)."""
     lengths, order = lengths.sort(descending=True)
     annotations, captions = annotations[order], captions[order]
-    model.encode = lambda images: (annotations, (8, 8))
+    model.net.encode = lambda images: (annotations, (8, 8))
     batch = {"images": annotations, "captions": captions}
     if active_rows:
         batch["host_lengths"] = lengths.tolist()
@@ -126,7 +127,8 @@ def main() -> None:
         torch.manual_seed(args.seed)
         model = Captioner(vocab=vocab, attention="soft", backbone={"kind": "stem", "in_chans": 3, "channels": [D],
                                                                    "strides": [8]},
-                          embed_dim=512, hidden_dim=512, attention_dim=512, dropout=0.5, image_size=[64, 64])
+                          decoder=dict(embed_dim=512, hidden_dim=512, attention_dim=512, dropout=0.5),
+                          image_size=[64, 64])
         annotations = torch.randn(len(lengths), L, D, generator=torch.Generator().manual_seed(args.seed)).relu()
         captions = make_captions(lengths, args.seed)
         model.eval()  # equal loss: dropout off

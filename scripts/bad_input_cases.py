@@ -91,12 +91,14 @@ def build(work: Path, ROOT: Path, trained: Path):
     from zoo import hub
 
     files = {}
-    files["wide_sat"] = _release(work, "wide_sat", "sat_soft_scenes", {"hidden_dim": 16384})
+    files["wide_sat"] = _release(work, "wide_sat", "sat_soft_scenes",
+                                 {"decoder": {**hub.manifest()["sat_soft_scenes"]["config"]["init_args"]["decoder"],
+                                              "hidden_dim": 16384}})
     files["wide_draw"] = _release(work, "wide_draw", "draw_fmnist_t16", {"enc_size": 16384, "dec_size": 16384})
     files["mlp_ratio"] = _release(work, "mlp_ratio", "vit_fmnist", {"mlp_ratio": 100000.0})
     files["conv_stem"] = _release(work, "conv_stem", "vit_fmnist", {"conv_stem": [16384, 16384]})
     files["ram_scale"] = _own_release(work, "ram_scale", "ram_fmnist_centered",
-                                      {"num_scales": 13, "scale_factor": 2, "retina_method": "crop"})
+                                      {"retina": {"patch_size": 8, "num_scales": 13, "scale_factor": 2, "method": "crop"}})
     files["digits"] = _release(work, "digits", "vit_fmnist", raw_config='{"class_path": "zoo.models.vit.ViTClassifier", '
                                '"init_args": {"depth": 1' + "0" * 5000 + "}}")
     files["hidden_nan"] = _release(work, "hidden_nan", "vit_fmnist", {"embed_dim": 60000})

@@ -55,7 +55,7 @@ def _costs(terms: dict, targets: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def analyse(model, batches: list[dict], draws: int) -> dict:
-    params = [p for p in model.attend.score.parameters()]
+    params = [p for p in model.net.attend.score.parameters()]
     rows = {v: {"signal": [], "noise": [], "snr": [], "cosine_with_soft": []} for v in VARIANTS}
     for batch in batches:
         targets = batch["captions"][:, 1:]
@@ -75,7 +75,7 @@ def analyse(model, batches: list[dict], draws: int) -> dict:
             for variant in VARIANTS:
                 kind, baseline_kind = variant.split("/")
                 cost = costs[d][kind]
-                baseline = (model.baseline.value if baseline_kind == "moving_average"
+                baseline = (model.net.baseline.value if baseline_kind == "moving_average"
                             else (totals[kind] - cost) / (draws - 1))
                 surrogate = reinforce_surrogate(out["log_alpha"], out["location"], cost, baseline, mask,
                                                 reward_scale=1.0, entropy_coef=0.0)

@@ -361,8 +361,8 @@ def make_export_seed(folder: Path) -> None:
     from zoo.models.captioner import Captioner
 
     torch.manual_seed(0)
-    model = Captioner(vocab=[*SPECIALS, "a", "red", "shirt"], image_size=[16, 16], embed_dim=4, hidden_dim=8,
-                      attention_dim=4, backbone={"kind": "stem", "in_chans": 3, "channels": [4], "strides": [8]},
+    model = Captioner(vocab=[*SPECIALS, "a", "red", "shirt"], image_size=[16, 16],
+                      decoder=dict(embed_dim=4, hidden_dim=8, attention_dim=4), backbone={"kind": "stem", "in_chans": 3, "channels": [4], "strides": [8]},
                       decode_max_len=2).eval()
     if folder.exists():
         import shutil

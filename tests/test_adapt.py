@@ -161,7 +161,8 @@ def test_init_from_a_captioner_on_new_captions_keeps_known_words(tmp_path, init_
 def test_caption_refuses_a_tensor_of_another_size():
     model = zoo.create_model("sat_soft_scenes", pretrained=True)
     assert model.caption(torch.rand(1, 3, 64, 64), beam_size=1, max_len=3)
-    with pytest.raises(UserError, match="model's size 64x64, got 256x256"):
+    with pytest.raises(UserError, match=r"^images are \(3, 256, 256\), the model expects \(3, 64, 64\) \(prepare images "
+                                        r"with zoo.preprocessing\(model\)\)$"):
         model.caption(torch.rand(1, 3, 256, 256))
 
 
@@ -187,7 +188,9 @@ def test_a_plain_training_run_prints_no_noise_and_one_data_line(trained_run):
 @pytest.mark.parametrize("args, expected", [
     (["--model.init_args.backbone.modelname", "vit"],
      "model.backbone (BackboneSpec): Option 'modelname' is not accepted; did you mean --model.init_args.backbone.model_name?"),
-    (["--model.init_args.hiden", "3"], "Option 'hiden' is not accepted; did you mean --model.init_args.hidden_dim?"),
+    (["--model.init_args.decoder.hiden", "3"],
+     "model.decoder (DecoderSpec): Option 'hiden' is not accepted; did you mean --model.init_args.decoder.hidden_dim?"),
+    (["--model.init_args.hidden_dim", "3"], "Option 'hidden_dim' is not accepted; its name is now decoder.hidden_dim"),
     (["--trainer.max_epoch", "3"], "did you mean --trainer.max_epochs?"),
 ])
 def test_command_line_mistakes_name_the_field_with_a_did_you_mean(tmp_path, args, expected):

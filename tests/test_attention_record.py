@@ -498,9 +498,9 @@ def test_ram_results_run_seeds_are_scored_one_by_one_and_summarised(tiny_data, t
             "init_args": {"variant": "cluttered60", "val_size": 16, "limit_eval": 16}}
     for seed in (0, 1):
         torch.manual_seed(seed)
-        model = RAM(image_size=60, patch_size=12, num_scales=2, num_glimpses=2, glimpse_hidden=8, location_hidden=8,
-                    glimpse_dim=8, hidden_size=8, where_layer=True, where_hidden=8, context="conv",
-                    context_size=6, context_channels=[2])
+        model = RAM(image_size=60, retina=dict(patch_size=12, num_scales=2), num_glimpses=2,
+                    network=dict(glimpse_hidden=8, location_hidden=8, glimpse_dim=8, hidden_size=8),
+                    remedies=dict(where_layer=True, where_hidden=8, context="conv", context_size=6, context_channels=[2]))
         model._zoo_data_config = data
         checkpoint = tmp_path / f"runs/seed{seed}/best.safetensors"
         checkpoint.parent.mkdir(parents=True)

@@ -65,13 +65,13 @@ def test_the_budget_message_names_the_culprit_and_how_to_raise_it(monkeypatch):
 
 
 @pytest.mark.parametrize("release, args, culprit", [
-    ("sat_soft_scenes", {"hidden_dim": 16384}, "from hidden_dim=16384"),  # 4.3 GB before
+    ("sat_soft_scenes", {"decoder.hidden_dim": 16384}, "from decoder.hidden_dim=16384"),  # 4.3 GB before
     ("draw_fmnist_t16", {"enc_size": 16384, "dec_size": 16384}, "dec_size=16384"),
     ("vit_fmnist", {"backbone.mlp_ratio": 100000.0}, "mlp.fc1.weight [9600000, 96]"),  # no limit named mlp_ratio
     ("vit_fmnist", {"backbone.conv_stem": [16384, 16384]}, "conv_stem=[16384, 16384]"),
-    ("ram_fmnist_centered", {"num_scales": 13, "retina_method": "crop"}, "activations of a forward pass"),
+    ("ram_fmnist_centered", {"retina.num_scales": 13, "retina.method": "crop"}, "activations of a forward pass"),
     # RAM's scale_factor: 3 scales of 12 px x 1000**k (the audit's 57.6 GB); the largest patch named by its shape
-    ("ram_fmnist_cluttered60", {"scale_factor": 1000}, "12000001, 12000001] from"),
+    ("ram_fmnist_cluttered60", {"retina.scale_factor": 1000}, "12000001, 12000001] from"),
 ])
 def test_models_that_would_take_gigabytes_are_refused_without_allocating(tmp_path, release, args, culprit):
     path = _weights_file(tmp_path, "wide", release, **args)

@@ -7,15 +7,6 @@ import torch
 from zoo.models import caption_losses as losses
 
 
-def test_discounted_cost_sums_the_later_words_discounted():
-    nll = torch.rand(3, 5)
-    gamma = 0.7
-    expected = torch.tensor([[sum(gamma ** (s - t) * nll[b, s].item() for s in range(t, 5)) for t in range(5)]
-                             for b in range(3)])
-    assert torch.allclose(losses.discounted_cost(nll, gamma), expected, atol=1e-6)
-    assert torch.equal(losses.discounted_cost(nll, 0.0), nll)  # no discount: each word's own NLL
-
-
 def test_doubly_stochastic_is_eq_14_over_real_steps():
     alpha = torch.rand(2, 4, 3).softmax(-1)
     mask = torch.tensor([[1.0, 1, 1, 0], [1, 1, 0, 0]])

@@ -16,12 +16,16 @@ from PIL import Image
 
 from zoo.cli import main as zoo_main
 from zoo.errors import UserError
+from zoo.hparams import block_types
 from zoo.models.captioner import Captioner
 
 SPECIALS = ["<pad>", "<start>", "<end>", "<unk>"]
 VOCAB = [*SPECIALS, "a", "red", "blue", "shirt", "bag", "left", "of", "right"]
-TINY = dict(embed_dim=16, hidden_dim=24, attention_dim=12, dropout=0.0, image_size=[32, 32], decode_max_len=6,
-            backbone={"kind": "stem", "in_chans": 3, "channels": [8, 16], "strides": [4, 2]})
+TINY = dict(decoder=dict(embed_dim=16, hidden_dim=24, attention_dim=12, dropout=0.0), image_size=[32, 32],
+            decode_max_len=6, backbone={"kind": "stem", "in_chans": 3, "channels": [8, 16], "strides": [4, 2]})
+HIDDEN = TINY["decoder"]["hidden_dim"]
+#: block -> its fields (zoo.hparams.Block): `tiny` places an argument by its field name
+FIELDS = {block: set(cls.__dataclass_fields__) for block, cls in block_types(Captioner).items()}
 
 
 @pytest.fixture(autouse=True)
@@ -33,8 +37,16 @@ def one_thread():
 
 
 def tiny(attention="soft", **kw):
+    """The tiny captioner with `kw`, each a top-level argument or a field of its block."""
+    args = {key: dict(value) if key in FIELDS else value for key, value in TINY.items()}
+    for key, value in kw.items():
+        block = next((b for b, fields in FIELDS.items() if key in fields), None)
+        if block is None:
+            args[key] = value
+        else:
+            args.setdefault(block, {})[key] = value
     torch.manual_seed(0)
-    return Captioner(vocab=VOCAB, attention=attention, **{**TINY, **kw})
+    return Captioner(vocab=VOCAB, attention=attention, **args)
 
 
 def batch_of(B=4, T=6, seed=0):
@@ -52,20 +64,20 @@ def batch_of(B=4, T=6, seed=0):
 # ----------------------------------------------------------------------------- the paper's pieces
 def test_gate_is_one_scalar_per_step():
     model = tiny()
-    assert model.f_beta.weight.shape == (1, TINY["hidden_dim"])
+    assert model.net.f_beta.weight.shape == (1, HIDDEN)
     batch = batch_of()
     out = model(batch["images"], batch["captions"])
     B, T = batch["captions"].shape
     assert out["beta"].shape == (B, T - 1)
     assert out["alpha"].shape[:2] == (B, T - 1)
     # beta = sigmoid(f_beta(h_{t-1})) multiplies the context: a gate shut by its bias zeroes it.
-    annotations, _ = model.encode(batch["images"])
-    projected = model.attend.score.project_keys(annotations)
-    h, c = model.init_state(annotations)
+    annotations, _ = model.net.encode(batch["images"])
+    projected = model.net.attend.score.project_keys(annotations)
+    h, c = model.net.init_state(annotations)
     with torch.no_grad():
-        model.f_beta.bias.fill_(-1e4)
-    shut = model.step(batch["captions"][:, 0], h, c, projected, annotations, "soft")
-    other = model.step(batch["captions"][:, 0], h, c, projected, torch.randn_like(annotations) * 5, "soft")
+        model.net.f_beta.bias.fill_(-1e4)
+    shut = model.net.step(batch["captions"][:, 0], h, c, projected, annotations, "soft")
+    other = model.net.step(batch["captions"][:, 0], h, c, projected, torch.randn_like(annotations) * 5, "soft")
     assert torch.all(shut["beta"] == 0)
     torch.testing.assert_close(shut["logits"], other["logits"])
 
@@ -73,13 +85,13 @@ def test_gate_is_one_scalar_per_step():
 def test_deep_output_uses_previous_word_hidden_and_context():
     model = tiny(gate=False)
     batch = batch_of()
-    annotations, _ = model.encode(batch["images"])
-    projected = model.attend.score.project_keys(annotations)
-    h, c = model.init_state(annotations)
+    annotations, _ = model.net.encode(batch["images"])
+    projected = model.net.attend.score.project_keys(annotations)
+    h, c = model.net.init_state(annotations)
     prev = batch["captions"][:, 0]
-    out = model.step(prev, h, c, projected, annotations, "soft")
+    out = model.net.step(prev, h, c, projected, annotations, "soft")
     context = torch.einsum("bl,bld->bd", out["alpha"], annotations)
-    expected = model.L_o(torch.tanh(model.embed(prev) + model.L_h(out["h"]) + model.L_z(context)))
+    expected = model.net.L_o(torch.tanh(model.net.embed(prev) + model.net.L_h(out["h"]) + model.net.L_z(context)))
     torch.testing.assert_close(out["logits"], expected)
 
 
@@ -124,15 +136,15 @@ def test_init_layers_zero_leaves_attention_as_the_only_route_for_the_image():
 
     def first_word_logits(model):
         with torch.no_grad():
-            model.f_beta.bias.fill_(-1e4)  # gate shut: z_t = 0
+            model.net.f_beta.bias.fill_(-1e4)  # gate shut: z_t = 0
             return model(images, captions)["logits"][:, 0]  # [2, V]
 
     paper = tiny().eval()  # h_0, c_0 from the mean annotation: the image shows through the gate
     assert not torch.allclose(*first_word_logits(paper))
     ablation = tiny(init_layers=0).eval()
-    assert ablation.init_h is None and not any("init_" in n for n, _ in ablation.named_parameters())
-    h0, c0 = ablation.init_state(torch.rand(3, 5, 16))
-    assert h0.shape == (3, TINY["hidden_dim"]) and not h0.any() and not c0.any()
+    assert ablation.net.init_h is None and not any("init_" in n for n, _ in ablation.named_parameters())
+    h0, c0 = ablation.net.init_state(torch.rand(3, 5, 16))
+    assert h0.shape == (3, HIDDEN) and not h0.any() and not c0.any()
     assert torch.allclose(*first_word_logits(ablation))  # ... and here it does not
     with pytest.raises(UserError, match="init_layers"):
         tiny(init_layers=-1)
@@ -154,7 +166,7 @@ def test_frozen_backbone_gets_no_gradient():
     model.train()
     model.loss_terms(batch_of())["loss"].backward()
     assert all(p.grad is None for p in model.encoder.parameters())
-    assert model.init_h[0].weight.grad is not None
+    assert model.net.init_h[0].weight.grad is not None
     assert not any(p is q for p in model.encoder.parameters() for g in
                    model.configure_optimizers().param_groups for q in g["params"])
 
@@ -163,20 +175,20 @@ def test_hard_attention_trains_attention_only_through_reinforce():
     model = tiny("hard")
     model.train()
     batch = batch_of()
-    score_params = list(model.attend.score.parameters())
+    score_params = list(model.net.attend.score.parameters())
     model.loss_terms(batch, "sample")["nll"].backward()
     assert all(p.grad is None or torch.all(p.grad == 0) for p in score_params)
     model.zero_grad()
     torch.manual_seed(1)
     with torch.no_grad():
-        model.baseline.value.fill_(1.0)
+        model.net.baseline.value.fill_(1.0)
     with pytest.MonkeyPatch.context() as mp:  # force a sampled minibatch
         mp.setattr(torch, "rand", lambda *a, **k: torch.ones(()))
         loss = model.training_step(batch, 0)
     loss.backward()
-    trained = trainable_through_softmax(model.attend.score)
+    trained = trainable_through_softmax(model.net.attend.score)
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trained)
-    assert float(model.baseline.value) != 1.0  # b <- 0.9 b + 0.1 mean(cost)
+    assert float(model.net.baseline.value) != 1.0  # b <- 0.9 b + 0.1 mean(cost)
 
 
 # ----------------------------------------------------------------------------- fit and caption
@@ -230,8 +242,8 @@ def test_batched_captions_equal_the_obvious_reference_search(attention):
 
     model = tiny(attention).eval()
     images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(5))
-    step_fn, state, static, grid = model.decoder(images)
-    assert grid == (4, 4) and state[0].shape == (4, TINY["hidden_dim"])
+    step_fn, state, static, grid = model.net.decoder(images)
+    assert grid == (4, 4) and state[0].shape == (4, HIDDEN)
     adapter = SimpleNamespace(init=lambda: (state, static), step=step_fn)
     results = model.caption(images, beam_size=3, max_len=6)
     for b, r in enumerate(results):
@@ -452,7 +464,7 @@ def test_checkpoint_rebuilds_without_the_pretrained_file(tmp_path, source):
     expected = model.caption(images, beam_size=2)
     for path in (ckpt, release):
         loaded = zoo.load_checkpoint(path).eval()
-        assert torch.equal(loaded.encode(images)[0], model.encode(images)[0])
+        assert torch.equal(loaded.net.encode(images)[0], model.net.encode(images)[0])
         got = loaded.caption(images, beam_size=2)
         assert [r["words"] for r in got] == [r["words"] for r in expected]
         torch.testing.assert_close(got[0]["alpha"], expected[0]["alpha"])
@@ -461,12 +473,12 @@ def test_checkpoint_rebuilds_without_the_pretrained_file(tmp_path, source):
 # ----------------------------------------------------------------------------- the fused teacher-forced pass
 def step_by_step(model, images, captions, mode):
     """The obvious reference: `step()` once per time step, all outputs stacked."""
-    annotations, _ = model.encode(images)
-    projected = model.attend.score.project_keys(annotations)
-    h, c = model.init_state(annotations)
+    annotations, _ = model.net.encode(images)
+    projected = model.net.attend.score.project_keys(annotations)
+    h, c = model.net.init_state(annotations)
     outs = []
     for t in range(captions.shape[1] - 1):
-        out = model.step(captions[:, t], h, c, projected, annotations, mode)
+        out = model.net.step(captions[:, t], h, c, projected, annotations, mode)
         h, c = out.pop("h"), out.pop("c")
         outs.append(out)
     return {k: torch.stack([o[k] for o in outs], 1) for k in outs[0]}
@@ -490,15 +502,15 @@ def test_teacher_forced_pass_equals_the_step_by_step_reference(kw):
 def test_hard_samples_follow_the_gumbel_noise_and_the_coin_picks_the_expected_context():
     model = tiny("hard").eval()
     batch = batch_of(B=3, T=5, seed=1)
-    annotations, _ = model.encode(batch["images"])
+    annotations, _ = model.net.encode(batch["images"])
     B, T1, L = 3, 4, annotations.shape[1]
     gumbel = -torch.empty(B, T1, L).exponential_(generator=torch.Generator().manual_seed(0)).log()
-    sampled = model.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(False))
+    sampled = model.net.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(False))
     torch.testing.assert_close(sampled["location"], (sampled["log_alpha"] + gumbel).argmax(-1), rtol=0, atol=0)
     # the first step's context is the sampled annotation: its logits differ from the expected-context pass
-    expected = model.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(True))
+    expected = model.net.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(True))
     assert not torch.allclose(sampled["logits"], expected["logits"])
-    torch.testing.assert_close(expected["logits"], model.teacher_forced(annotations, batch["captions"])["logits"])
+    torch.testing.assert_close(expected["logits"], model.net.teacher_forced(annotations, batch["captions"])["logits"])
     # after the first step the states differ, so the samples' maps do too; the first map cannot
     torch.testing.assert_close(sampled["alpha"][:, 0], expected["alpha"][:, 0])
 
@@ -523,8 +535,8 @@ def test_reinforce_term_vanishes_on_expected_minibatches_and_word_costs_discount
     torch.testing.assert_close(terms["cost"], want)
     # the learned baseline is trained by its regression only, and the attention by REINFORCE
     terms["baseline_loss"].backward()
-    assert model.baseline_net.weight.grad.abs().sum() > 0
-    assert all(p.grad is None for p in model.attend.score.parameters())
+    assert model.net.baseline_net.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in model.net.attend.score.parameters())
 
 
 # ----------------------------------------------------------------------------- hard attention's estimators (issue 33)
@@ -535,7 +547,7 @@ def test_exact_marginal_equals_an_explicit_sum_over_cells(kw):
     expected context (or none). The fused pass, the step-by-step decoder and a slow loop over cells
     agree; with `attention_query: current` the word's alpha_t reads h_t, and the LSTM's input is the
     previous word's expected context."""
-    model = tiny("hard", hard_estimator="marginal", hard_test_mode="marginal", annotation_coords=True, **kw).eval()
+    model = tiny("hard", estimator="marginal", test_mode="marginal", annotation_coords=True, **kw).eval()
     batch = batch_of(B=3, T=6, seed=6)
     fast = model(batch["images"], batch["captions"])  # eval: the scoring mode, the marginal
     slow = step_by_step(model, batch["images"], batch["captions"], "marginal")
@@ -544,19 +556,19 @@ def test_exact_marginal_equals_an_explicit_sum_over_cells(kw):
     expected = step_by_step(model, batch["images"], batch["captions"], "expected")  # the same recurrence and maps
     torch.testing.assert_close(fast["alpha"], expected["alpha"], rtol=1e-5, atol=1e-5)
     current = kw.get("attention_query") == "current"
-    annotations, _ = model.encode(batch["images"])
+    annotations, _ = model.net.encode(batch["images"])
     captions = batch["captions"]
-    h, c = model.init_state(annotations)
-    projected = model.attend.score.project_keys(annotations)
+    h, c = model.net.init_state(annotations)
+    projected = model.net.attend.score.project_keys(annotations)
     for t in range(captions.shape[1] - 1):
-        emb = model.embed(captions[:, t])
-        out = model.step(captions[:, t], h, c, projected, annotations, "marginal")
+        emb = model.net.embed(captions[:, t])
+        out = model.net.step(captions[:, t], h, c, projected, annotations, "marginal")
         reads = out["h"] if current else h
-        torch.testing.assert_close(out["alpha"], model.attend(projected, annotations, reads, mode="expected").alpha)
+        torch.testing.assert_close(out["alpha"], model.net.attend(projected, annotations, reads, mode="expected").alpha)
         beta = out["beta"].unsqueeze(-1)
         for b in range(captions.shape[0]):
             mixture = sum(out["alpha"][b, i] * torch.softmax(
-                model.output(emb[b:b + 1], out["h"][b:b + 1], beta[b:b + 1] * annotations[b:b + 1, i]), -1)[0]
+                model.net.output(emb[b:b + 1], out["h"][b:b + 1], beta[b:b + 1] * annotations[b:b + 1, i]), -1)[0]
                 for i in range(annotations.shape[1]))
             torch.testing.assert_close(fast["logits"][b, t].exp(), mixture, rtol=1e-5, atol=1e-6)
         h, c = out["h"], out["c"]
@@ -565,7 +577,7 @@ def test_exact_marginal_equals_an_explicit_sum_over_cells(kw):
 def test_without_the_context_fed_the_state_knows_the_image_only_through_h0():
     """feed_context: false, init_layers: 0: the LSTM's states are those of a language model (the
     same for every image); the image reaches each word only through that step's attention."""
-    model = tiny("hard", hard_estimator="marginal", hard_test_mode="marginal", feed_context=False, init_layers=0).eval()
+    model = tiny("hard", estimator="marginal", test_mode="marginal", feed_context=False, init_layers=0).eval()
     batch = batch_of(B=2, T=6, seed=7)
     captions = batch["captions"][:1].expand(2, -1)
     out = model(batch["images"], captions)
@@ -578,58 +590,58 @@ def test_with_nothing_fed_back_a_word_s_sample_reaches_that_word_alone(estimator
     """attention_query: current, feed_context: false: step t's cell s_t ~ Cat(alpha_t(h_t)) is drawn
     after the recurrence and enters only the deep output of word t: logits = output(E y_{t-1}, h_t,
     beta_t a_{s_t}), with the states of the context-free LSTM."""
-    model = tiny("hard", attention_query="current", feed_context=False, hard_estimator=estimator).eval()
+    model = tiny("hard", attention_query="current", feed_context=False, estimator=estimator).eval()
     batch = batch_of(B=3, T=6, seed=8)
     captions = batch["captions"]
-    annotations = model.encode(batch["images"])[0]
+    annotations = model.net.encode(batch["images"])[0]
     gumbel = -torch.empty(3, 5, annotations.shape[1]).exponential_(generator=torch.Generator().manual_seed(1)).log()
-    fast = model.teacher_forced(annotations, captions, gumbel, torch.tensor(False))
-    projected = model.attend.score.project_keys(annotations)
-    h, c = model.init_state(annotations)
+    fast = model.net.teacher_forced(annotations, captions, gumbel, torch.tensor(False))
+    projected = model.net.attend.score.project_keys(annotations)
+    h, c = model.net.init_state(annotations)
     for t in range(5):
-        out = model.step(captions[:, t], h, c, projected, annotations, "expected")
+        out = model.net.step(captions[:, t], h, c, projected, annotations, "expected")
         h, c = out["h"], out["c"]
-        log_alpha = model.attend(projected, annotations, h, mode="expected").log_alpha
+        log_alpha = model.net.attend(projected, annotations, h, mode="expected").log_alpha
         cell = (log_alpha + gumbel[:, t]).argmax(-1)
         assert torch.equal(fast["location"][:, t], cell)
-        z = torch.sigmoid(model.f_beta(h)) * annotations[torch.arange(3), cell]
-        torch.testing.assert_close(fast["logits"][:, t], model.output(model.embed(captions[:, t]), h, z),
+        z = torch.sigmoid(model.net.f_beta(h)) * annotations[torch.arange(3), cell]
+        torch.testing.assert_close(fast["logits"][:, t], model.net.output(model.net.embed(captions[:, t]), h, z),
                                    rtol=1e-5, atol=1e-5)
 
 
 def test_exact_marginal_trains_the_attention_by_backprop_and_decodes_with_the_marginal():
-    model = tiny("hard", hard_estimator="marginal", hard_test_mode="marginal", entropy_coef=0.0).train()
+    model = tiny("hard", estimator="marginal", test_mode="marginal", entropy_coef=0.0).train()
     batch = batch_of()
-    assert model._draws(batch["captions"], 4, batch["images"], "sample") == (None, None)  # nothing is sampled
+    assert model.net._draws(batch["captions"], 4, batch["images"], "sample") == (None, None)  # nothing is sampled
     terms = model.loss_terms(batch, "sample", coin=True)
     assert "reinforce" not in terms
     terms["loss"].backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.attend.score))
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.net.attend.score))
     images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
     model.eval()
-    step_fn, state, static, _ = model.decoder(images)
+    step_fn, state, static, _ = model.net.decoder(images)
     log_probs, _, _ = step_fn(torch.full((2,), 1), state, static)
-    want = model.step(torch.full((2,), 1), *state, *static, "marginal")["logits"]
-    want = torch.log_softmax(want.index_fill(-1, model.never_emitted, float("-inf")), -1)
+    want = model.net.step(torch.full((2,), 1), *state, *static, "marginal")["logits"]
+    want = torch.log_softmax(want.index_fill(-1, model.net.never_emitted, float("-inf")), -1)
     torch.testing.assert_close(log_probs, want)
 
 
 def test_straight_through_samples_as_reinforce_does_and_trains_the_attention_through_the_relaxation():
     """The same Gumbel noise gives the same cells and the same forward pass as REINFORCE's sample;
     the attention network's gradient comes from the NLL itself (no score-function term)."""
-    model = tiny("hard", hard_estimator="straight_through", gumbel_temperature=0.5, entropy_coef=0.0).train()
+    model = tiny("hard", estimator="straight_through", gumbel_temperature=0.5, entropy_coef=0.0).train()
     reference = tiny("hard").train()
     batch = batch_of(B=3, T=5, seed=1)
-    annotations = model.encode(batch["images"])[0].detach()
+    annotations = model.net.encode(batch["images"])[0].detach()
     gumbel = -torch.empty(3, 4, annotations.shape[1]).exponential_(generator=torch.Generator().manual_seed(0)).log()
-    st = model.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(False))
-    sampled = reference.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(False))
+    st = model.net.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(False))
+    sampled = reference.net.teacher_forced(annotations, batch["captions"], gumbel, torch.tensor(False))
     assert torch.equal(st["location"], sampled["location"])
     torch.testing.assert_close(st["logits"], sampled["logits"])
     sampled["logits"].sum().backward()  # REINFORCE's sample blocks the path into the attention
-    assert all(p.grad is None or torch.all(p.grad == 0) for p in reference.attend.score.parameters())
+    assert all(p.grad is None or torch.all(p.grad == 0) for p in reference.net.attend.score.parameters())
     st["logits"].sum().backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.attend.score))
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.net.attend.score))
     batch = batch_of()
     with pytest.MonkeyPatch.context() as mp:  # a sampled minibatch: the loss is the NLL (+ doubly), no REINFORCE
         mp.setattr(torch, "rand", lambda *a, **k: torch.ones(()))
@@ -641,8 +653,8 @@ def test_straight_through_samples_as_reinforce_does_and_trains_the_attention_thr
 @pytest.mark.parametrize("estimator", ["vimco", "leave_one_out"])
 def test_multi_sample_estimators_draw_k_paths_per_caption_and_train_the_attention_only_by_their_score(estimator):
     K = 3
-    kw = dict(hard_estimator="vimco") if estimator == "vimco" else dict(baseline="leave_one_out", reinforce_cost="word")
-    model = tiny("hard", hard_samples=K, entropy_coef=0.0, semi_sampling_p=0.0, **kw).train()
+    kw = dict(estimator="vimco") if estimator == "vimco" else dict(baseline="leave_one_out", reinforce_cost="word")
+    model = tiny("hard", samples=K, entropy_coef=0.0, semi_sampling_p=0.0, **kw).train()
     batch = batch_of(B=4, T=6, seed=3)
     batch["host_lengths"] = None
     torch.manual_seed(0)
@@ -654,11 +666,11 @@ def test_multi_sample_estimators_draw_k_paths_per_caption_and_train_the_attentio
     # the attention network learns from the score-function term only, the decoder from the fit only
     fit = -terms["vimco_bound"] if estimator == "vimco" else terms["nll"]
     fit.backward(retain_graph=True)
-    assert all(p.grad is None or torch.all(p.grad == 0) for p in model.attend.score.parameters())
+    assert all(p.grad is None or torch.all(p.grad == 0) for p in model.net.attend.score.parameters())
     model.zero_grad()
     terms["reinforce"].backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.attend.score))
-    assert model.L_o.weight.grad is None or torch.all(model.L_o.weight.grad == 0)
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.net.attend.score))
+    assert model.net.L_o.weight.grad is None or torch.all(model.net.L_o.weight.grad == 0)
     # the score term, by a loop over captions and paths
     step_mask, out = terms["step_mask"], {k: v.detach() for k, v in out.items()}
     nll = F.cross_entropy(out["logits"].flatten(0, 1), batch["captions"].repeat_interleave(K, 0)[:, 1:].flatten(),
@@ -678,18 +690,18 @@ def test_multi_sample_estimators_draw_k_paths_per_caption_and_train_the_attentio
                 baseline = sum(nll[r] for r in others) / (K - 1)  # per word
                 per_step = out["log_alpha"][row].gather(-1, out["location"][row].unsqueeze(-1)).squeeze(-1)
                 want += float(((nll[row] - baseline) * per_step * step_mask[row]).sum()) / (4 * K)
-    assert float(terms["reinforce"].detach()) == pytest.approx(model.hparams.reward_scale * want, rel=1e-4, abs=1e-7)
+    assert float(terms["reinforce"].detach()) == pytest.approx(model.hparams.hard["reward_scale"] * want, rel=1e-4, abs=1e-7)
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(hard_samples=10 ** 6), "hard_samples: 1000000 is outside the sane range"),
-    (dict(hard_estimator="straight_through", gumbel_temperature=-1.0), "gumbel_temperature: -1.0 is outside"),
-    (dict(hard_estimator="straight_through", gumbel_temperature=0.0), "gumbel_temperature must be > 0"),
-    (dict(hard_estimator="vimco"), "vimco needs hard_samples >= 2"),
-    (dict(baseline="leave_one_out"), "leave_one_out needs hard_samples >= 2"),
-    (dict(hard_estimator="marginal", deep_output=False), "needs deep_output: true"),
-    (dict(hard_estimator="marginal", hard_samples=2), "the exact marginal draws no samples"),
-    (dict(hard_estimator="bogus"), "hard_estimator must be one of"),
+    (dict(samples=10 ** 6), "hard.samples: 1000000 is outside the sane range"),
+    (dict(estimator="straight_through", gumbel_temperature=-1.0), "hard.gumbel_temperature: -1.0 is outside"),
+    (dict(estimator="straight_through", gumbel_temperature=0.0), "gumbel_temperature must be > 0"),
+    (dict(estimator="vimco"), "vimco needs hard.samples >= 2"),
+    (dict(baseline="leave_one_out"), "leave_one_out needs hard.samples >= 2"),
+    (dict(estimator="marginal", deep_output=False), "needs decoder.deep_output: true"),
+    (dict(estimator="marginal", samples=2), "the exact marginal draws no samples"),
+    (dict(estimator="bogus"), "hard.estimator must be one of"),
     (dict(attention_query="current"), "attention_query: current feeds the LSTM a context only for the exact marginal"),
 ])
 def test_absurd_estimator_settings_are_refused_in_one_line(kw, message):
@@ -697,7 +709,7 @@ def test_absurd_estimator_settings_are_refused_in_one_line(kw, message):
         tiny("hard", **kw)
     assert "\n" not in str(info.value)
     with pytest.raises(UserError, match="apply to attention: hard"):
-        tiny("soft", hard_estimator="marginal")
+        tiny("soft", estimator="marginal")
 
 
 # ----------------------------------------------------------------------------- supervised attention
@@ -742,7 +754,7 @@ def test_supervised_attention_trains_hard_attention_directly():
     batch["word_items"] = torch.where(batch["captions"] > 3, 0, -1)
     terms = model.loss_terms(batch, "sample")
     terms["supervised_attention"].backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.attend.score))
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(model.net.attend.score))
 
 
 # ----------------------------------------------------------------------------- bad input through train.py
@@ -826,9 +838,9 @@ def test_active_rows_give_the_same_loss_and_gradients_as_all_rows(attention):
 
 
 @pytest.mark.parametrize("estimator", [dict(reinforce_cost="word", baseline="learned"),
-                                       dict(hard_estimator="vimco", hard_samples=2),
-                                       dict(hard_estimator="marginal", hard_test_mode="marginal"),
-                                       dict(hard_estimator="straight_through")])
+                                       dict(estimator="vimco", samples=2),
+                                       dict(estimator="marginal", test_mode="marginal"),
+                                       dict(estimator="straight_through")])
 def test_the_training_loss_captures_as_one_graph(estimator):
     """loss_terms has no host sync, .item() or Python branch on a tensor: dynamo captures the
     whole training loss (hard attention's draws and coin included) as one graph, so a compiled
@@ -847,10 +859,10 @@ def test_the_training_loss_captures_as_one_graph(estimator):
 def test_caption_refuses_images_it_would_caption_as_nonsense():
     model = tiny()
     good = torch.rand(2, 3, 32, 32)
-    for bad, message in [((good * 255).to(torch.uint8), "wants float images in \\[0, 1\\], got torch.uint8"),
-                         ((good - 0.5) / 0.25, "wants images in \\[0, 1\\], got values from"),
-                         (good[:, :1], "wants images \\[B, 3, H, W\\], got \\(2, 1, 32, 32\\)"),
-                         (good[0], "wants images \\[B, 3, H, W\\], got \\(3, 32, 32\\)")]:
+    for bad, message in [((good * 255).to(torch.uint8), "images are torch.uint8, the model takes float images in \\[0, 1\\]"),
+                         ((good - 0.5) / 0.25, "images hold values from .* the model takes images in \\[0, 1\\]"),
+                         (good[:, :1], "images are \\(1, 32, 32\\), the model expects \\(3, 32, 32\\)"),
+                         (good[0], "images are \\(3, 32, 32\\), the model expects a batch \\[B, 3, 32, 32\\]")]:
         with pytest.raises(UserError, match=message):
             model.caption(bad)
     import zoo.models.captioner as captioner

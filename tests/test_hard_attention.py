@@ -7,9 +7,9 @@ import pytest
 import torch
 from helpers import trainable_through_softmax
 
-from zoo.attention.hard import (HardAttention, MovingAverageBaseline, leave_one_out_baseline,
-                                marginal_log_prob, reinforce_surrogate, sample_locations,
-                                straight_through_weights, vimco_signal)
+from zoo.attention.hard import (ESTIMATORS, HardAttention, HardEstimator, HardSpec, MovingAverageBaseline,
+                                build_estimator, discounted_cost, leave_one_out_baseline, marginal_log_prob,
+                                reinforce_surrogate, sample_locations, straight_through_weights, vimco_signal)
 from zoo.attention.scores import build_score
 
 
@@ -220,3 +220,50 @@ def test_straight_through_is_one_hot_forward_with_the_soft_gradient():
     soft = torch.softmax((torch.log_softmax(logits, -1) + gumbel) / tau, -1)
     (want,) = torch.autograd.grad((soft * upstream).sum(), logits)
     torch.testing.assert_close(grad, want)
+
+
+def test_discounted_cost_sums_the_later_words_discounted():
+    nll = torch.rand(3, 5)
+    gamma = 0.7
+    expected = torch.tensor([[sum(gamma ** (s - t) * nll[b, s].item() for s in range(t, 5)) for t in range(5)]
+                             for b in range(3)])
+    assert torch.allclose(discounted_cost(nll, gamma), expected, atol=1e-6)
+    assert torch.equal(discounted_cost(nll, 0.0), nll)  # no discount: each word's own NLL
+
+
+def test_a_new_estimator_is_one_class_that_the_captioner_runs_by_name():
+    """The relaxed Gumbel-softmax (Jang et al. 2017, eq. 1), added as its class in zoo.attention.hard
+    alone: registered by name, its step weights are softmax((log alpha + g) / tau), and a captioner
+    whose config names it trains with that mixture as each word's context (checked step by step on
+    the decoder whose sample reaches only its own word) and its attention learns by backprop."""
+    from zoo.data.vocab import SPECIALS
+    from zoo.models.captioner import Captioner
+
+    spec = HardSpec(estimator="gumbel_softmax", gumbel_temperature=0.5, entropy_coef=0.0)
+    estimator = build_estimator(spec)
+    assert type(estimator) is ESTIMATORS["gumbel_softmax"] and estimator.train_mode == "sample"
+    log_alpha = torch.randn(3, 5).log_softmax(-1)
+    noise = -torch.empty(3, 5).exponential_(generator=torch.Generator().manual_seed(0)).log()
+    torch.testing.assert_close(estimator.step_weights(log_alpha, noise), torch.softmax((log_alpha + noise) / 0.5, -1))
+    torch.manual_seed(0)
+    model = Captioner(vocab=[*SPECIALS, "a", "red", "shirt"], attention="hard", image_size=[32, 32],
+                      hard=spec.to_dict(),
+                      decoder=dict(embed_dim=8, hidden_dim=12, attention_dim=6, dropout=0.0, attention_query="current",
+                                   feed_context=False),
+                      backbone={"kind": "stem", "in_chans": 3, "channels": [8], "strides": [8]}).train()
+    net, captions = model.net, torch.tensor([[1, 4, 5, 6, 2], [1, 6, 2, 0, 0]])
+    annotations = net.encode(torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1)))[0]
+    gumbel = -torch.empty(2, 4, annotations.shape[1]).exponential_(generator=torch.Generator().manual_seed(2)).log()
+    fast = net.teacher_forced(annotations, captions, gumbel, torch.tensor(False))
+    projected, (h, c) = net.attend.score.project_keys(annotations), net.init_state(annotations)
+    for t in range(4):
+        out = net.step(captions[:, t], h, c, projected, annotations, "expected")
+        h, c = out["h"], out["c"]
+        log_alpha = net.attend(projected, annotations, h, mode="expected").log_alpha
+        weights = torch.softmax((log_alpha + gumbel[:, t]) / 0.5, -1)
+        z = torch.sigmoid(net.f_beta(h)) * torch.einsum("bl,bld->bd", weights, annotations)
+        assert torch.equal(fast["location"][:, t], (log_alpha + gumbel[:, t]).argmax(-1))
+        torch.testing.assert_close(fast["logits"][:, t], net.output(net.embed(captions[:, t]), h, z),
+                                   rtol=1e-5, atol=1e-5)
+    fast["logits"].sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable_through_softmax(net.attend.score))

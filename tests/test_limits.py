@@ -24,6 +24,7 @@ import zoo
 from conftest import REPO, cli_env
 from zoo import hub
 from zoo.errors import UserError
+from zoo.hparams import block_types
 from zoo.limits import check_dimensions, check_tree, shorten
 from zoo.models.card import families
 from zoo.models.baselines import Classifier
@@ -91,13 +92,18 @@ def test_every_family_refuses_its_own_absurd_sizes_before_anything_is_built(fami
     from zoo.models.card import tiny_models
 
     cls, hparams = next((c, h) for name, c, h in tiny_models() if name == family)
+    blocks = block_types(cls)  # a size may be a field of one of the family's blocks (zoo.hparams.Block)
     monkeypatch.setattr(torch.nn.Module, "__init__", _nothing_may_be_built)
     for name, top in cls.card.dimensions.items():
-        default = inspect.signature(cls).parameters[name].default
+        block = next((b for b, fields in blocks.items() if name in fields.__dataclass_fields__), None)
+        default = (blocks[block].__dataclass_fields__[name].default if block
+                   else inspect.signature(cls).parameters[name].default)
         value = [int(top) + 1] if isinstance(default, (list, tuple)) or default is None and "channels" in name \
             else int(top) + 1
-        with pytest.raises(UserError, match=rf"^model.init_args.{name}: .* sane range 0..{top:,.0f} ") as info:
-            cls(**{**hparams, name: value})
+        where = f"{block}.{name}" if block else name
+        given = {**hparams, block: {**hparams.get(block, {}), name: value}} if block else {**hparams, name: value}
+        with pytest.raises(UserError, match=rf"^model.init_args.{where}: .* sane range 0..{top:,.0f} ") as info:
+            cls(**given)
         assert "\n" not in str(info.value)
 
 
@@ -200,7 +206,7 @@ def test_huge_dimensions_in_a_weights_file_are_refused_before_anything_is_built(
     _assert_refused(code, err, field, "sane range")
 
 
-@pytest.mark.parametrize("args", [{"beam_size": 10**6}, {"decode_max_len": 10**6}, {"hidden_size": 60000},
+@pytest.mark.parametrize("args", [{"beam_size": 10**6}, {"decode_max_len": 10**6}, {"network": {"hidden_size": 60000}},
                                   {"in_chans": -1}])  # in_chans -1: a fuzz finding (a negative Linear width)
 def test_huge_decoding_and_model_sizes_are_refused_from_python(args):
     name = "sat_soft_scenes" if set(args) <= {"beam_size", "decode_max_len"} else "ram_fmnist_centered"

@@ -14,6 +14,7 @@ import zoo
 from zoo import registry
 from zoo.data.base import as_size
 from zoo.errors import UserError
+from zoo.hparams import block_defaults
 from zoo.registry import resolve_class
 from zoo.registry import link_data
 
@@ -133,6 +134,11 @@ def _restated(recipe: dict) -> list[str]:
         defaults = _with_defaults(resolve_class(spec["class_path"], section), {})
         said += [f"{section}.init_args.{key}: {value!r} is the default" for key, value in (spec.get("init_args") or {}).items()
                  if key in defaults and not isinstance(value, dict) and plain(value) == plain(defaults[key])]
+        fields = block_defaults(resolve_class(spec["class_path"], section))  # a block's (zoo.hparams.Block) too
+        said += [f"{section}.init_args.{key}.{field}: {value!r} is the default"
+                 for key, block in (spec.get("init_args") or {}).items() if isinstance(block, dict)
+                 for field, value in block.items()
+                 if f"{key}.{field}" in fields and plain(value) == plain(fields[f"{key}.{field}"])]
     data_cls, model_args = resolve_class(recipe["data"]["class_path"], "data"), recipe["model"].get("init_args") or {}
     data_args = recipe["data"].get("init_args") or {}
     names = data_cls.class_names_for(**data_args)
@@ -156,6 +162,9 @@ def test_a_recipe_that_restates_a_default_or_copies_class_names_is_refused():
     from zoo.data.fashion_mnist import CLASS_NAMES
 
     recipe = yaml.safe_load((REPO / "configs/ram/fmnist_cluttered60.yaml").read_text())
-    recipe["model"]["init_args"].update(lr=0.001, image_size=60, class_names=list(CLASS_NAMES))
-    assert _restated(recipe) == ["model.init_args.lr: 0.001 is the default", "model.init_args.image_size: 60 is the data's",
+    recipe["model"]["init_args"].update(eval_samples=10, image_size=60, class_names=list(CLASS_NAMES),
+                                        optimization={"lr": 0.001})
+    assert _restated(recipe) == ["model.init_args.eval_samples: 10 is the default",
+                                 "model.init_args.optimization.lr: 0.001 is the default",
+                                 "model.init_args.image_size: 60 is the data's",
                                  f"model.init_args.class_names: {list(CLASS_NAMES)!r} is the data's"]

@@ -20,8 +20,8 @@ from zoo.models.baselines import Classifier
 from zoo.models.draw import DRAW, DRAWClassifier
 from zoo.models.ram import RAM
 
-RAM_TINY = dict(image_size=20, patch_size=4, num_scales=2, num_glimpses=2, glimpse_hidden=8, location_hidden=8,
-                glimpse_dim=8, hidden_size=8, num_classes=4)
+RAM_TINY = dict(image_size=20, retina=dict(patch_size=4, num_scales=2), num_glimpses=2, num_classes=4,
+                network=dict(glimpse_hidden=8, location_hidden=8, glimpse_dim=8, hidden_size=8))
 
 
 def _optimizer(configured):
@@ -36,12 +36,12 @@ def _attach(model, max_epochs=10, steps=100, batches=10):
 
 # ----------------------------------------------------------------------------- the recipes' optimizers
 def test_each_family_keeps_its_optimizer():
-    sgd = _optimizer(_attach(RAM(**RAM_TINY, optimizer="sgd", lr=0.1, momentum=0.8, weight_decay=1e-4))
+    sgd = _optimizer(_attach(RAM(**RAM_TINY, optimization=dict(optimizer="sgd", lr=0.1, momentum=0.8, weight_decay=1e-4)))
                      .configure_optimizers())
     assert type(sgd) is torch.optim.SGD
     assert sgd.defaults["momentum"] == 0.8 and sgd.defaults["weight_decay"] == 1e-4
     assert sgd.param_groups[0]["initial_lr"] == 0.1  # under the cosine schedule
-    ram = _attach(RAM(**RAM_TINY, std_mode="fixed"))
+    ram = _attach(RAM(**RAM_TINY, policy=dict(std_mode="fixed")))
     adam = _optimizer(ram.configure_optimizers())
     assert type(adam) is torch.optim.Adam and adam.defaults["betas"] == (0.9, 0.999)
     assert not ram.log_std.requires_grad and all(p is not ram.log_std for p in adam.param_groups[0]["params"])

@@ -17,16 +17,27 @@ import zoo
 from zoo import hub
 from zoo.cli import main as zoo_main
 from zoo.errors import UserError
+from zoo.hparams import block_types
 from zoo.models.ram import RAM
 
-TINY = dict(image_size=20, in_chans=1, num_classes=4, patch_size=4, num_scales=2, num_glimpses=3,
-            glimpse_hidden=16, location_hidden=8, glimpse_dim=24, hidden_size=32,
+TINY = dict(image_size=20, in_chans=1, num_classes=4, retina=dict(patch_size=4, num_scales=2), num_glimpses=3,
+            network=dict(glimpse_hidden=16, location_hidden=8, glimpse_dim=24, hidden_size=32),
             class_names=["zero", "one", "two", "three"], eval_samples=3, num_figures=2)
+#: block -> its fields (zoo.hparams.Block): `tiny` places an override by its field name
+FIELDS = {block: set(cls.__dataclass_fields__) for block, cls in block_types(RAM).items()}
 
 
 def tiny(**overrides) -> RAM:
+    """The tiny RAM with `overrides`, each a top-level argument or a field of its block."""
+    args = {key: dict(value) if key in FIELDS else value for key, value in TINY.items()}
+    for key, value in overrides.items():
+        block = next((b for b, fields in FIELDS.items() if key in fields), None)
+        if block is None:
+            args[key] = value
+        else:
+            args.setdefault(block, {})[key] = value
     torch.manual_seed(0)
-    return RAM(**{**TINY, **overrides})
+    return RAM(**args)
 
 
 def batch(n=8, seed=0):
@@ -509,7 +520,7 @@ def test_location_supervision_trains_only_the_location_network_and_needs_boxes()
 
 
 @pytest.mark.parametrize("args,message", [
-    ({"context": "conv"}, "needs where_layer"),
+    ({"context": "conv"}, "needs remedies.where_layer"),
     ({**DRAM, "context_size": 0}, "context view is empty"),
     ({**DRAM, "context_channels": [3, 0]}, "context view is empty"),
     ({**DRAM, "context_size": -3}, "sane range"),
@@ -531,7 +542,7 @@ def test_train_py_refuses_an_absurd_estimator_setting_before_training(tmp_path):
     """A recipe asking for 10^6 paths per image is one line and exit 2 before any data is read."""
     env = {**os.environ, "WANDB_MODE": "disabled"}
     result = subprocess.run([sys.executable, "train.py", "fit", "--config", "configs/ram/fmnist_cluttered60_4glimpses.yaml",
-                             "--model.init_args.train_samples", "1000000", "--trainer.default_root_dir", str(tmp_path)],
+                             "--model.init_args.policy.train_samples", "1000000", "--trainer.default_root_dir", str(tmp_path)],
                             capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "train_samples" in result.stderr
@@ -589,3 +600,21 @@ def test_rollout_checks_its_images_as_forward_does(shape, expected):
     for run in (lambda x: model.rollout(x, "mean"), model, lambda x: model.attention_record(x)):
         with pytest.raises(UserError, match=expected):
             run(torch.rand(*shape))
+
+
+def test_a_run_of_a_recipe_with_blocks_resumes_and_a_changed_field_is_refused():
+    """--ckpt_path compares the recipe's blocks (parsed as Namespaces) with the checkpoint's (dicts)."""
+    from jsonargparse import ArgumentParser
+
+    from zoo import runs
+
+    recipe = {"class_path": "zoo.models.ram.RAM",
+              "init_args": {"retina": {"patch_size": 4, "num_scales": 2}, "policy": {"std": 0.3}}}
+    parser = ArgumentParser()
+    parser.add_subclass_arguments(RAM, "model")
+    init_args = parser.parse_object({"model": recipe}).model.init_args
+    saved = {"hyper_parameters": dict(RAM(**recipe["init_args"]).hparams)}
+    runs.check_resume_model(saved, recipe["class_path"], init_args, Path("last.ckpt"))
+    init_args.policy.std = 0.2
+    with pytest.raises(UserError, match=r"model.init_args.policy differs \(\{.*'std': 0.2"):
+        runs.check_resume_model(saved, recipe["class_path"], init_args, Path("last.ckpt"))

@@ -56,5 +56,6 @@ def test_every_recipe_runs_its_real_training_and_validation_step(name, tiny_data
     changed = [k for k, v in model.state_dict().items()  # (a captioner builds its vocabulary layers in setup)
                if v.is_floating_point() and (k not in before or not torch.equal(v, before[k]))]
     assert changed, "one optimizer step changed no weight"
-    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    frozen = [k for k, v in model.state_dict(keep_vars=True).items()  # by state_dict name, as `changed`
+              if isinstance(v, torch.nn.Parameter) and not v.requires_grad]
     assert not set(frozen) & set(changed), "a frozen parameter moved"

@@ -18,7 +18,7 @@ from zoo import hub, registry
 from zoo.errors import UserError
 from zoo.models.base import ZooModule
 from zoo.models.baselines import Classifier
-from zoo.models.card import families
+from zoo.models.card import families, tiny_models
 
 
 @pytest.fixture(autouse=True)
@@ -422,7 +422,8 @@ FAMILY_FREE = ["zoo/commands/*.py", "zoo/*.py", "benchmarks/*.py", "scripts/*.py
 MAY_NAME = {"scripts/ram_policy_probe.py": "the RAM-only policy probe says it is RAM-only",
             "benchmarks/draw.py": "DRAW's own speed benchmark (the paper's MNIST model) names itself"}
 #: family names that are also another fact's name
-ALSO = {"backbone": "a model's backbone block (a hyperparameter)"}
+ALSO = {"backbone": "a model's backbone block (a hyperparameter)",
+        "baseline": "a REINFORCE baseline's kind (a field of RAM's and the captioner's blocks, zoo/hparams.py)"}
 
 
 def test_no_family_is_named_outside_its_own_file_and_recipes():
@@ -438,3 +439,22 @@ def test_no_family_is_named_outside_its_own_file_and_recipes():
             offenders += [f"{path.relative_to(REPO)}: {name!r}" for name in names
                           if f'"{name}"' in text or f"'{name}'" in text]
     assert not offenders, offenders
+
+
+@pytest.mark.parametrize("name, cls, hparams", tiny_models(), ids=[m[0] for m in tiny_models()])
+def test_every_family_refuses_integer_and_unnormalised_images_in_one_line(name, cls, hparams):
+    """ZooModule.check_images, which every family's image face runs: uint8 pixels and images
+    normalised twice are one line each (a wrong shape too), not a caption or logits of nonsense."""
+    torch.manual_seed(0)
+    model = cls(**hparams).eval()
+    face = model.caption if model.card.output == "caption" else model.export_forward  # what `zoo export` runs
+    images, _ = model.example_images(2)
+    for bad, message in (((images * 255).to(torch.uint8), r"^images are torch.uint8, the model takes float images"),
+                         ((images - 0.5) / 0.25,
+                          r"^images hold values from -[\d.]+ to [\d.]+, the model takes images in \[0, 1\]"),
+                         (images[0], r"^images are \(.*\), the model expects a batch \[B, ")):
+        with pytest.raises(UserError, match=message) as info:
+            face(bad)
+        assert "\n" not in str(info.value)
+    with torch.no_grad():
+        face(images.clamp(0, 1))  # the images it takes

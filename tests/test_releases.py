@@ -50,7 +50,8 @@ def test_a_drifting_entry_fails_with_one_line_naming_it_and_the_field():
         "recipe": ({"metadata": {"recipe": "configs/ram/gone.yaml"}}, "ram_fmnist_centered: recipe: "),
         "sha256": ({"sha256": "0" * 64}, "ram_fmnist_centered: sha256: the manifest says 000000000000"),
         "metrics": ({"metadata": {"metrics": {"test/acc": 0.99}}}, "ram_fmnist_centered: metrics.test/acc: manifest 0.99"),
-        "config": ({"config": {"init_args": {"lr": 0.5}}}, "ram_fmnist_centered: model.init_args.lr: weights 0.5, recipe 0.001"),
+        "config": ({"config": {"init_args": {"optimization": {"lr": 0.5}}}},
+                   "ram_fmnist_centered: model.init_args.optimization.lr: weights 0.5, recipe 0.001"),
         "command": ({"metadata": {"command": "python train.py fit --config configs/ram/fmnist_centered.yaml "
                                              "--seed_everything 0 --trainer.max_epochs 3"}},
                     "ram_fmnist_centered: command: "),

@@ -17,7 +17,7 @@ def test_a_baseline_far_from_the_costs_buries_the_signal_and_leave_one_out_does_
     model = tiny("hard").eval()
     batches = [batch_of(B=6, T=6, seed=7)]
     with torch.no_grad():
-        model.baseline.value.fill_(50.0)  # a moving average nowhere near these captions' costs
+        model.net.baseline.value.fill_(50.0)  # a moving average nowhere near these captions' costs
     table = snr.analyse(model, batches, draws=6)
     assert set(table) == set(snr.VARIANTS)
     assert all(math.isfinite(v) for row in table.values() for v in row.values())

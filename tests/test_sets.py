@@ -19,8 +19,8 @@ from zoo.data.vocab import SPECIALS
 from zoo.export import export
 from zoo.models.captioner import Captioner
 torch.manual_seed(int(sys.argv[2]))
-model = Captioner(vocab=[*SPECIALS, "a", "red", "shirt"], image_size=[32, 32], embed_dim=8, hidden_dim=16,
-                  attention_dim=8, backbone={"kind": "stem", "in_chans": 3, "channels": [8], "strides": [8]},
+model = Captioner(vocab=[*SPECIALS, "a", "red", "shirt"], image_size=[32, 32],
+                  decoder=dict(embed_dim=8, hidden_dim=16, attention_dim=8), backbone={"kind": "stem", "in_chans": 3, "channels": [8], "strides": [8]},
                   decode_max_len=4).eval()
 export(model, sys.argv[1])
 """

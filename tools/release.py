@@ -29,7 +29,7 @@ import torch
 import yaml
 
 from zoo import hub
-from zoo.hparams import current_config, current_init_args, current_spec
+from zoo.hparams import block_defaults, block_types, current_config, current_init_args, current_spec
 from zoo.recipe_args import in_current_names
 from zoo.registry import REPO_ROOT, linked, resolve_class
 
@@ -78,8 +78,23 @@ def current_arg(key: str, value: Any, recipe: dict) -> tuple[str, Any]:
 
 
 def _defaults(class_path: str, kind: str) -> dict[str, Any]:
-    signature = inspect.signature(resolve_class(class_path, kind))
-    return {k: p.default for k, p in signature.parameters.items() if p.default is not inspect.Parameter.empty}
+    """The class's argument defaults, and each field of its blocks (zoo.hparams.Block) as `block.field`."""
+    cls = resolve_class(class_path, kind)
+    signature = inspect.signature(cls)
+    return {**{k: p.default for k, p in signature.parameters.items() if p.default is not inspect.Parameter.empty},
+            **block_defaults(cls)}
+
+
+def _fields(init_args: dict, blocks: dict) -> dict[str, Any]:
+    """`init_args` with each block (zoo.hparams.Block) given as its fields, `block.field` (a field
+    a recipe leaves out of a block is the block's default, as one it leaves out of init_args)."""
+    out: dict[str, Any] = {}
+    for key, value in init_args.items():
+        if key in blocks and isinstance(value, dict):
+            out.update({f"{key}.{field}": inner for field, inner in value.items()})
+        else:
+            out[key] = value
+    return out
 
 
 def _same(a, b) -> bool:
@@ -107,7 +122,8 @@ def recipe_mismatches(config: dict, recipe: dict) -> list[str]:
         # in (a baseline's class names) or with its own (a captioner's vocabulary) is its recipe's
         filled = {"class_names", *getattr(getattr(resolve_class(spec["class_path"], kind), "card", None),
                                           "filled_by_data", {})}
-        ours, theirs = embedded.get("init_args") or {}, spec.get("init_args") or {}
+        blocks = block_types(resolve_class(spec["class_path"], kind))
+        ours, theirs = (_fields(args, blocks) for args in (embedded.get("init_args") or {}, spec.get("init_args") or {}))
         for key in sorted(set(ours) | set(theirs)):
             if key.startswith("_") or key in filled:
                 continue
@@ -147,7 +163,9 @@ def override_problems(train_args: list[str], recipe: dict) -> list[str]:
         section, _, name = key.partition(".init_args.")
         spec = (recipe.get(section) or {}) if section in ("model", "data") and name else {}
         default = _defaults(spec["class_path"], section).get(name, object()) if spec.get("class_path") else object()
-        current = (spec.get("init_args") or {}).get(name, default)  # what the recipe says, or leaves to the class
+        given_args = _fields(spec.get("init_args") or {}, block_types(resolve_class(spec["class_path"], section))) \
+            if spec.get("class_path") else {}
+        current = given_args.get(name, default)  # what the recipe says, or leaves to the class
         if not _same(given, current):
             problems.append(f"trained with {flag} {value}, which the recipe does not say")
     return problems

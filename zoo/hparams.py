@@ -12,6 +12,11 @@ the code that joins data to model (zoo.registry.link_data) or reads a config nee
 A family's own symbol stays where it names that family's own quantity (DRAW's `T`, RAM's
 `num_glimpses`), and timm's names stay where we call timm (zoo.backbones: `img_size`, `drop_rate`).
 
+A wide family groups its arguments in blocks (`Block`: a dataclass of plain values, as
+zoo.backbones.BackboneSpec is ViT's trunk): LightningCLI parses a block field by field from a nested
+mapping (`retina: {patch_size: 12}`; `--model.init_args.retina.num_scales 2`), and the model keeps
+it in its hparams as a plain dict.
+
 Files written before a rename keep the old name. `RENAMED` is the one table of old names (`MOVED`
 of arguments that moved into a block, `RETIRED` of arguments that went: `accel`, now the run's
 option); `current_spec` / `current_config` apply them, and every reader of hyperparameters from a
@@ -22,9 +27,11 @@ allow-list (zoo.classes) still decides every class a file may name.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from zoo.errors import UserError
 
@@ -45,15 +52,45 @@ RENAMED_VALUES: dict[str, dict[Any, Any]] = {
     "cosine_schedule": {True: "cosine", False: "none"},
 }
 
-#: class path -> (block, {argument: its default then}): arguments that moved from the model into
-#: one of its blocks (ViT's trunk into its `backbone:` spec); a config that gives any of them is
-#: from before the move, and one it left out meant that default
-MOVED: dict[str, tuple[str, dict[str, Any]]] = {
-    "zoo.models.vit.ViTClassifier": ("backbone", {
+#: class path -> {block: {argument: its default then}}: arguments that moved from the model into
+#: one of its blocks (ViT's trunk into its `backbone:` spec; RAM's and the captioner's groups); a
+#: config that gives any of a block's is from before the move, and one it left out meant that default
+MOVED: dict[str, dict[str, dict[str, Any]]] = {
+    "zoo.models.vit.ViTClassifier": {"backbone": {
         "kind": "timm_vit", "model_name": "vit_tiny_patch16_224", "patch_size": 4, "depth": 6, "embed_dim": 96,
         "num_heads": 3, "mlp_ratio": 2.0, "global_pool": None, "drop_rate": 0.0, "drop_path_rate": 0.1,
         "attn_drop_rate": 0.0, "mean": None, "std": None, "conv_stem": None, "conv_stem_blocks": 1,
-        "pretrained": False, "pretrained_file": None, "model_kwargs": None}),
+        "pretrained": False, "pretrained_file": None, "model_kwargs": None}},
+    "zoo.models.ram.RAM": {
+        "retina": {"patch_size": 8, "num_scales": 1, "scale_factor": 2, "retina_method": "crop",
+                   "retina_subpixel": True},
+        "network": {"glimpse_hidden": 128, "location_hidden": 128, "glimpse_dim": 256, "hidden_size": 256,
+                    "core": "rnn"},
+        "policy": {"location_policy": "learned", "location_mean": "tanh", "std": 0.15, "std_mode": "fixed",
+                   "std_final": 0.05, "std_anneal_steps": 10000, "reinforce_weight": 1.0, "baseline_weight": 1.0,
+                   "reinforce_to_core": False, "train_samples": 1},
+        "remedies": {"where_layer": False, "where_hidden": 256, "context": "none", "context_size": 12,
+                     "context_channels": None, "reward": "correct", "reward_at": "last",
+                     "classify_every_glimpse": False, "baseline": "shared", "location_supervision": 0.0},
+        "optimization": {"optimizer": "adam", "lr": 1e-3, "momentum": 0.9, "weight_decay": 0.0,
+                         "lr_schedule": "cosine", "location_lr_scale": 1.0}},
+    "zoo.models.captioner.Captioner": {
+        "decoder": {"score": "additive", "annotation_coords": False, "embed_dim": 64, "hidden_dim": 256,
+                    "attention_dim": 128, "init_layers": 1, "gate": True, "deep_output": True,
+                    "deep_output_activation": "tanh", "dropout": 0.5, "feed_context": True,
+                    "attention_query": "previous", "active_rows": True},
+        "hard": {"hard_estimator": "reinforce", "hard_samples": 1, "hard_test_mode": "expected",
+                 "semi_sampling_p": 0.5, "entropy_coef": 0.002, "reward_scale": 0.1, "baseline": "moving_average",
+                 "baseline_decay": 0.9, "reinforce_cost": "caption", "reinforce_discount": 0.0,
+                 "gumbel_temperature": 1.0},
+        "optimization": {"optimizer": "adam", "lr": 1e-3, "backbone_lr": None, "weight_decay": 0.0,
+                         "lr_schedule": "none"}},
+}
+#: class path -> {old argument: its field name in the block}, where the block names it otherwise
+MOVED_AS: dict[str, dict[str, str]] = {
+    "zoo.models.ram.RAM": {"retina_method": "method", "retina_subpixel": "subpixel"},
+    "zoo.models.captioner.Captioner": {"hard_estimator": "estimator", "hard_samples": "samples",
+                                       "hard_test_mode": "test_mode"},
 }
 
 #: arguments no class takes any more -> (the value that asked for nothing, what took their place):
@@ -67,17 +104,24 @@ _noted: set[tuple] = set()
 
 
 def renamed_for(class_path: Any) -> dict[str, str]:
-    """{old name: current name} for the class a file names ({} for any other value)."""
-    return RENAMED.get(class_path, {}) if isinstance(class_path, str) else {}
+    """{old name: current name} for the class a file names ({} for any other value); an argument
+    that moved into a block is named `block.field`."""
+    if not isinstance(class_path, str):
+        return {}
+    moved_as = MOVED_AS.get(class_path, {})
+    moved = {old: f"{block}.{moved_as.get(old, old)}" for block, then in MOVED.get(class_path, {}).items()
+             for old in then}
+    return {**moved, **RENAMED.get(class_path, {})}
 
 
 def current_init_args(class_path: Any, init_args: Any) -> Any:
     """`init_args` of `class_path` with its old names renamed (a new mapping; `init_args` itself when
     nothing is renamed, or when it is not a mapping). An old and a current name that disagree are
     refused in one line: the file does not say which it means."""
-    renames = renamed_for(class_path)
-    block, then = MOVED.get(class_path, (None, {})) if isinstance(class_path, str) else (None, {})
-    if not isinstance(init_args, Mapping) or not (renames.keys() | RETIRED.keys() | then.keys()) & init_args.keys():
+    renames = RENAMED.get(class_path, {}) if isinstance(class_path, str) else {}
+    blocks = MOVED.get(class_path, {}) if isinstance(class_path, str) else {}
+    moved_names = {name for then in blocks.values() for name in then}
+    if not isinstance(init_args, Mapping) or not (renames.keys() | RETIRED.keys() | moved_names) & init_args.keys():
         return init_args
     out, done = dict(init_args), []
     for name in RETIRED.keys() & out.keys():
@@ -94,12 +138,15 @@ def current_init_args(class_path: Any, init_args: Any) -> Any:
                             f"different values ({value!r}, {out[new]!r}); keep {new} only")
         out[new] = value
         done.append(f"{old} -> {new}")
-    moved = [name for name in then if name in out]
-    if moved:
+    moved_as = MOVED_AS.get(class_path, {})
+    for block, then in blocks.items():
+        moved = [name for name in then if name in out]
+        if not moved:
+            continue
         if block in out:
-            raise UserError(f"{class_path}: the config gives {moved[0]} (now a field of {block}) and a {block} "
+            raise UserError(f"{class_path}: the config gives {moved[0]} (now a field of {block}) and the {block} "
                             f"block; keep the {block} block only")
-        fields = {name: out.pop(name, default) for name, default in then.items()}
+        fields = {moved_as.get(name, name): out.pop(name, default) for name, default in then.items()}
         out[block] = {name: value for name, value in fields.items() if value is not None}
         done.append(f"{', '.join(moved)} -> {block}")
     if done and (class_path, tuple(done)) not in _noted:  # one line per class and set of renames
@@ -129,3 +176,79 @@ def _converted(old: str, value: Any) -> Any:
         return RENAMED_VALUES.get(old, {}).get(value, value)
     except TypeError:  # unhashable: none of the table's values
         return value
+
+
+# ----------------------------------------------------------------------------- blocks
+@dataclasses.dataclass
+class Block:
+    """A block of a model's hyperparameters: a dataclass of plain values. LightningCLI/jsonargparse
+    parses it field by field from a nested mapping (so a second `--config`, or
+    `--model.init_args.BLOCK.FIELD`, changes one field), a Python caller may give a plain dict, and
+    the model keeps `to_dict()` in its hparams. A `Literal` field is a choice, checked by `coerce`."""
+
+    def __post_init__(self):
+        # jsonargparse hands a nested `--model.init_args.BLOCK.FIELD null` over as the string "None"
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) == "None":
+                setattr(self, f.name, None)
+
+    @classmethod
+    def coerce(cls, value: Any, where: str) -> "Block":
+        """A block from a block, a plain dict (old checkpoints, Python callers) or None (the
+        defaults); an unknown field or a choice off its list is one line naming `where` (e.g. "RAM: retina")."""
+        if value is None:
+            value = {}
+        if isinstance(value, cls):
+            block = dataclasses.replace(value)
+        elif isinstance(value, Mapping):
+            names = [f.name for f in dataclasses.fields(cls)]
+            unknown = sorted(str(k) for k in value if k not in names)
+            if unknown:
+                raise UserError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(names)}")
+            block = cls(**value)
+        else:
+            raise UserError(f"{where}: expected a mapping of fields, got {type(value).__name__}")
+        for name, allowed in choices(cls).items():
+            if getattr(block, name) not in allowed:
+                raise UserError(f"{where}.{name} must be one of {', '.join(map(str, allowed))}, "
+                                f"got '{getattr(block, name)}'")
+        return block
+
+    def to_dict(self) -> dict:
+        """Every field as a plain value (tuples as lists), for hparams and checkpoints."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def choices(cls: type) -> dict[str, tuple]:
+    """{field: its allowed values} of a block's `Literal` fields."""
+    out = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        options = [hint, *typing.get_args(hint)] if typing.get_origin(hint) is not Literal else [hint]
+        literal = next((h for h in options if typing.get_origin(h) is Literal), None)
+        if literal is not None:
+            out[name] = typing.get_args(literal)
+    return out
+
+
+def block_types(cls: type) -> dict[str, type[Block]]:
+    """{argument: its Block class} of a model class's constructor."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that does not resolve: no block is declared there
+        return {}
+    out = {}
+    for name, hint in hints.items():
+        for option in (hint, *typing.get_args(hint)):
+            if isinstance(option, type) and issubclass(option, Block):
+                out[name] = option
+    return out
+
+
+def block_defaults(cls: type) -> dict[str, Any]:
+    """{"block.field": default} of every block field of a model class's constructor."""
+    return {f"{name}.{f.name}": _plain(f.default if f.default is not dataclasses.MISSING else f.default_factory())
+            for name, block in block_types(cls).items() for f in dataclasses.fields(block)}
+
+
+def _plain(value: Any) -> Any:
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value

@@ -534,8 +534,8 @@ def check_resume_data(checkpoint: dict, class_path: str, init_args, path: Path) 
 
 def _plain(value):
     """A config value as plain data, to compare with a checkpoint's: a parsed block (a jsonargparse
-    Namespace, a dataclass) as a dict, tuples as lists."""
-    if hasattr(value, "as_dict") and callable(value.as_dict):  # jsonargparse's Namespace
+    Namespace, a zoo.hparams.Block, a dataclass) as a dict, tuples as lists."""
+    if hasattr(value, "as_dict") and callable(value.as_dict):  # jsonargparse's Namespace, a Block
         value = value.as_dict()
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)

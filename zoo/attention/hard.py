@@ -20,22 +20,29 @@ attention", so we let the NLL gradient flow through alpha then, as in soft atten
 REINFORCE term. At test time the hard model decodes with the expected context (the authors' choice,
 the default) or with the argmax location.
 
-Other estimators of the same one-cell attention (issue 33; the captioner's `hard_estimator`):
-`vimco_signal` and `leave_one_out_baseline` (K sample paths per input), `straight_through_weights`,
-and `marginal_log_prob` (Deng et al. 2018, "Latent Alignment and Variational Attention"), one
-output per cell, tractable only where the chosen cell does not feed back into the recurrence (the
-captioner feeds the expected context to its LSTM then, as harvardnlp/var-attn does).
+Other estimators of the same one-cell attention (issue 33): `vimco_signal` and
+`leave_one_out_baseline` (K sample paths per input), `straight_through_weights`, and
+`marginal_log_prob` (Deng et al. 2018, "Latent Alignment and Variational Attention"), one output per
+cell, tractable only where the chosen cell does not feed back into the recurrence (the captioner
+feeds the expected context to its LSTM then, as harvardnlp/var-attn does).
+
+A decoder chooses its estimator by name (`HardSpec.estimator`, the captioner's `hard:` block) from
+`ESTIMATORS`: each is a `HardEstimator` that holds its checks, the weights of a sampled step's
+context and its loss term, so a new estimator is one class here (and its test, recipe and doc).
 """
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 from torch import nn
 
 from zoo.attention.scores import AttentionScore
 from zoo.attention.soft import expected_context, masked_log_softmax
+from zoo.hparams import Block
 
 MODES = ("sample", "expected", "argmax")
 
@@ -131,6 +138,18 @@ def reinforce_surrogate(log_alpha: torch.Tensor, locations: torch.Tensor, cost: 
     return (score_term + entropy_term) / log_alpha.shape[0]
 
 
+def discounted_cost(nll: torch.Tensor, discount: float) -> torch.Tensor:
+    """What step t's sample pays: its word's NLL and, discounted by gamma^(t' - t), the later words
+    its sample can change. nll [B, T1] -> [B, T1]; discount 0: each word's own NLL."""
+    if discount <= 0:
+        return nll
+    T1 = nll.shape[1]
+    powers = torch.arange(T1, device=nll.device, dtype=nll.dtype)
+    later = powers.view(1, -1) - powers.view(-1, 1)  # [t, t'] = t' - t
+    weight = torch.where(later >= 0, discount ** later.clamp(min=0), 0.0)
+    return nll @ weight.T  # [B, T1]: sum_{t' >= t} gamma^(t' - t) nll_t'
+
+
 def negative_entropy(log_alpha: torch.Tensor, step_mask: torch.Tensor) -> torch.Tensor:
     """sum over real steps of sum_i alpha_i log alpha_i: log_alpha [B, T, L], step_mask [B, T] -> scalar
     (minimising it raises the entropy of alpha: the entropy bonus)."""
@@ -185,3 +204,212 @@ def straight_through_weights(log_alpha: torch.Tensor, gumbel: torch.Tensor, temp
     soft = torch.softmax(scores / temperature, dim=-1)
     hard = torch.zeros_like(soft).scatter_(-1, scores.argmax(dim=-1, keepdim=True), 1.0)
     return (hard - soft.detach() + soft).to(log_alpha.dtype)
+
+
+# ----------------------------------------------------------------------------- estimators
+@dataclass
+class HardSpec(Block):
+    """How a decoder's hard attention learns and decodes (the captioner's `hard:` block).
+
+    estimator: a name in ESTIMATORS; samples: sample paths per caption (K); test_mode: decoding
+    with the expected context, the argmax cell, or the exact marginal; semi_sampling_p: the
+    probability that a minibatch uses the expected context (sec. 4.1); entropy_coef: the entropy
+    bonus lambda_e; REINFORCE's reward_scale, baseline (the authors' moving average with
+    baseline_decay, a learned b(h_{t-1}, E y_t), or the other paths' mean cost) and cost (the
+    caption's per-word NLL, or each word's with the later ones discounted by reinforce_discount);
+    gumbel_temperature: the straight-through relaxation's."""
+
+    estimator: str = "reinforce"
+    samples: int = 1
+    test_mode: Literal["expected", "argmax", "marginal"] = "expected"
+    semi_sampling_p: float = 0.5
+    entropy_coef: float = 0.002
+    reward_scale: float = 0.1
+    baseline: Literal["moving_average", "learned", "leave_one_out"] = "moving_average"
+    baseline_decay: float = 0.9
+    reinforce_cost: Literal["caption", "word"] = "caption"
+    reinforce_discount: float = 0.0
+    gumbel_temperature: float = 1.0
+
+
+class HardBatch(NamedTuple):
+    """What an estimator's loss reads of a teacher-forced minibatch: B rows (K sample paths per
+    caption side by side), T1 steps, L cells."""
+
+    log_alpha: torch.Tensor  # [B, T1, L], with its gradient
+    location: torch.Tensor | None  # [B, T1] the cells drawn (None where nothing was drawn)
+    nll: torch.Tensor  # [B, T1] each word's -log p, pads 0
+    caption_nll: torch.Tensor  # [B] -log p(caption)
+    n_words: torch.Tensor  # [B] real words per caption (>= 1)
+    step_mask: torch.Tensor  # [B, T1] 1 on real words
+    use_expected: torch.Tensor | None  # bool scalar: the minibatch used the expected context
+    paths: int  # K
+    sampled: bool  # the pass drew cells (False: the exact marginal, or the expected context)
+    moving_average: torch.Tensor | None  # the authors' baseline b, a scalar
+    learned_baseline: Callable[[], torch.Tensor] | None  # -> the learned b per step [B, T1]
+
+
+class EstimatorTerms(NamedTuple):
+    objective: torch.Tensor | None  # replaces the mean caption NLL (VIMCO's bound), or None
+    added: dict[str, torch.Tensor]  # added to the loss, in this order
+    logged: dict[str, torch.Tensor]  # reported beside it (a REINFORCE cost, VIMCO's bound)
+
+
+#: estimator name -> its class (a subclass with a `name` registers itself): the allow-list a
+#: config's `estimator` is read from
+ESTIMATORS: dict[str, type["HardEstimator"]] = {}
+
+
+class HardEstimator:
+    """How the one-cell attention learns: its checks (`check`), the weights over the cells of a
+    sampled step's context (`step_weights`) and its loss term (`terms`). `train_mode`: the
+    teacher-forced pass it trains with, "sample" (a cell drawn per step) or "marginal" (the cell
+    summed out at the output)."""
+
+    name: ClassVar[str] = ""
+    train_mode: ClassVar[str] = "sample"
+    min_samples: ClassVar[int] = 1  # sample paths per caption it needs
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            ESTIMATORS[cls.name] = cls
+
+    def __init__(self, spec: HardSpec):
+        self.spec = spec
+
+    def check(self, decoder) -> None:
+        """ValueError (one line) for a setting it cannot run or cannot mean; `decoder`: the decoder's
+        block (`deep_output`, `feed_context`, `attention_query`)."""
+        if self.spec.samples < self.min_samples:
+            raise ValueError(f"{self.name} needs hard.samples >= {self.min_samples} (paths per caption), "
+                             f"got {self.spec.samples}")
+
+    def step_weights(self, log_alpha: torch.Tensor, noise: torch.Tensor) -> torch.Tensor | None:
+        """Weights [N, L] whose expected context is a sampled step's z_t, for log_alpha and the
+        step's Gumbel noise [N, L]; None: the sample's annotation vector itself (eq. 9, a gather)."""
+        return None
+
+    def terms(self, batch: HardBatch) -> EstimatorTerms:
+        """Its loss term for a minibatch; the default (and any pass that drew nothing): the entropy
+        bonus alone, lambda_e * sum alpha log alpha averaged over the captions."""
+        added = {}
+        if self.spec.entropy_coef:
+            added["entropy_bonus"] = (self.spec.entropy_coef * negative_entropy(batch.log_alpha, batch.step_mask)
+                                      / batch.log_alpha.shape[0])
+        return EstimatorTerms(None, added, {})
+
+
+class Reinforce(HardEstimator):
+    """The score-function estimator (eq. 10-12) with the authors' rule (`reinforce_surrogate`):
+    each step's sample is charged with a cost against a baseline, on the sampled minibatches only
+    (a multiplier, not a branch); the entropy bonus on all. A learned baseline is regressed on the
+    cost by its own MSE (`baseline_loss`)."""
+
+    name = "reinforce"
+
+    def check(self, decoder) -> None:
+        super().check(decoder)
+        if self.spec.baseline == "leave_one_out" and self.spec.samples < 2:
+            raise ValueError(f"baseline: leave_one_out needs hard.samples >= 2 (paths per caption), "
+                             f"got {self.spec.samples}")
+
+    def terms(self, batch: HardBatch) -> EstimatorTerms:
+        if not batch.sampled:
+            return super().terms(batch)
+        spec, step_mask = self.spec, batch.step_mask
+        added, logged = {}, {}
+        if spec.reinforce_cost == "caption":  # the authors: every step pays the caption's per-word NLL
+            cost = (batch.caption_nll / batch.n_words).detach()  # [B]
+        else:  # step t pays for word t and, discounted, the later words its sample can change
+            cost = discounted_cost(batch.nll.detach(), spec.reinforce_discount)  # [B, T1]
+        if batch.learned_baseline is not None:
+            predicted = batch.learned_baseline()  # [B, T1]
+            if cost.dim() == 1:
+                predicted = (predicted * step_mask).sum(1) / step_mask.sum(1).clamp(min=1)  # one per caption
+                baseline_loss = ((predicted - cost) ** 2).mean()
+            else:
+                baseline_loss = (((predicted - cost) ** 2) * step_mask).sum() / step_mask.sum().clamp(min=1)
+            baseline = predicted.detach()
+        elif spec.baseline == "leave_one_out":  # the mean cost of the caption's other paths
+            baseline = leave_one_out_baseline(cost.view(-1, batch.paths, *cost.shape[1:])).view(cost.shape)
+        else:
+            baseline = batch.moving_average
+        logged["cost"] = cost
+        scale = spec.reward_scale * (~batch.use_expected).to(cost.dtype)  # no REINFORCE on expected minibatches
+        added["reinforce"] = reinforce_surrogate(batch.log_alpha, batch.location, cost, baseline, step_mask,
+                                                 reward_scale=scale, entropy_coef=spec.entropy_coef)
+        if batch.learned_baseline is not None:
+            added["baseline_loss"] = baseline_loss
+        return EstimatorTerms(None, added, logged)
+
+
+class Vimco(HardEstimator):
+    """VIMCO (Mnih & Rezende 2016): K paths per caption; the objective is minus the bound
+    log (1/K) sum_k p(caption | z_k), and each path's log q(z_k) = sum_t log alpha_t(s_kt) is scored
+    with its leave-one-out signal (`vimco_signal`), times `reward_scale`, off on expected
+    minibatches; and the entropy bonus."""
+
+    name = "vimco"
+    min_samples = 2
+
+    def terms(self, batch: HardBatch) -> EstimatorTerms:
+        if not batch.sampled:
+            return super().terms(batch)
+        bound, signal = vimco_signal(-batch.caption_nll.view(-1, batch.paths))
+        log_q = (batch.log_alpha.gather(-1, batch.location.unsqueeze(-1)).squeeze(-1) * batch.step_mask).sum(1)  # [B*K]
+        scale = self.spec.reward_scale * (~batch.use_expected).to(log_q.dtype)
+        score = -(signal.reshape(-1) * log_q).sum() / signal.shape[0]
+        reinforce = scale * score + (self.spec.entropy_coef * negative_entropy(batch.log_alpha, batch.step_mask)
+                                     / log_q.shape[0])
+        return EstimatorTerms(-bound.mean(), {"reinforce": reinforce}, {"vimco_bound": bound.mean()})
+
+
+class Marginal(HardEstimator):
+    """The exact marginal over the cell (Deng et al. 2018, `marginal_log_prob`): no samples, no
+    estimator variance; the decoder feeds its LSTM the expected context and sums the cell out at
+    the deep output. Its loss term: the entropy bonus."""
+
+    name = "marginal"
+    train_mode = "marginal"
+
+    def check(self, decoder) -> None:
+        super().check(decoder)
+        if self.spec.samples != 1:
+            raise ValueError("the exact marginal draws no samples; hard.samples must be 1")
+        if not decoder.deep_output:
+            raise ValueError("the exact marginal sums the cell out at the deep output; it needs "
+                             "decoder.deep_output: true")
+
+
+class StraightThrough(HardEstimator):
+    """Gumbel-softmax straight-through (Jang et al. 2017, `straight_through_weights`): the sample's
+    one-hot context forward, the relaxation's gradient at `gumbel_temperature` backward; its loss
+    term: the entropy bonus."""
+
+    name = "straight_through"
+
+    def step_weights(self, log_alpha: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return straight_through_weights(log_alpha, noise, self.spec.gumbel_temperature)
+
+
+class GumbelSoftmax(HardEstimator):
+    """The relaxed Gumbel-softmax (Jang et al. 2017, eq. 1; Maddison et al. 2017's Concrete): a
+    sampled step's context is the mixture of the cells' annotations under
+    softmax((log alpha + g) / tau), forward and backward (no straight-through: biased, with a gap
+    to the one-cell decoding that shrinks with tau = `gumbel_temperature`); the same noise's argmax
+    marks the cell. Its loss term: the entropy bonus."""
+
+    name = "gumbel_softmax"
+
+    def step_weights(self, log_alpha: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        # in float32, as straight_through_weights (bf16 noise and logits make NaNs: pytorch #41663)
+        relaxed = (log_alpha.float() + noise.float()) / self.spec.gumbel_temperature
+        return torch.softmax(relaxed, dim=-1).to(log_alpha.dtype)
+
+
+def build_estimator(spec: HardSpec) -> HardEstimator:
+    """The estimator `spec.estimator` names (ValueError, one line, for a name off the list)."""
+    if spec.estimator not in ESTIMATORS:
+        raise ValueError(f"hard.estimator must be one of {', '.join(ESTIMATORS)}, got {spec.estimator!r}")
+    return ESTIMATORS[spec.estimator](spec)

@@ -37,6 +37,10 @@ from zoo.models.card import FamilyCard, register
 from zoo.predict import TOP_K, predictions
 
 
+#: how far outside [0, 1] an image may stray (float rounding of a resize or a colour conversion)
+IMAGE_RANGE_SLACK = 1e-3
+
+
 def class_path(obj_or_cls: Any) -> str:
     cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -262,12 +266,31 @@ class ZooModule(L.LightningModule):
         return False
 
     def check_images(self, images: torch.Tensor) -> None:
-        """One line for images [B, C, H, W] the model cannot take: another rank, channels or size."""
+        """One line for images [B, C, H, W] the model cannot take: no tensor, another rank, channels
+        or size, not floats (uint8 pixels), or values outside [0, 1] (images normalised twice: every
+        model normalises its input itself). The values are read outside training steps and compiled
+        or exported code (reading them costs a device sync)."""
         expected = (self.input_chans, *self.input_size)
-        if (images.dim() != 4 or images.shape[1] != expected[0]
+        if not isinstance(images, torch.Tensor):
+            raise UserError(f"images must be a tensor [B, {expected[0]}, H, W], got {type(images).__name__}")
+        if images.dim() != 4:
+            batch = ", ".join(map(str, expected))
+            raise UserError(f"images are {tuple(images.shape)}, the model expects a batch [B, {batch}]")
+        if (images.shape[1] != expected[0]
                 or (not self.takes_any_image_size() and tuple(images.shape[2:]) != expected[1:])):
-            why = " (its coordinates are tied to its image size)" if self.card.resize == "exact" else ""
+            why = (" (its coordinates are tied to its image size)" if self.card.resize == "exact"
+                   else " (prepare images with zoo.preprocessing(model))")
             raise UserError(f"images are {tuple(images.shape[1:])}, the model expects {expected}{why}")
+        if not images.is_floating_point():
+            raise UserError(f"images are {images.dtype}, the model takes float images in [0, 1] (uint8 pixels: "
+                            "divide by 255, or prepare them with zoo.preprocessing(model))")
+        if ((self.training and torch.is_grad_enabled()) or images.device.type == "meta" or not images.numel()
+                or torch.compiler.is_compiling() or torch.jit.is_tracing()):
+            return
+        low, high = (float(v) for v in images.aminmax())
+        if low < -IMAGE_RANGE_SLACK or high > 1 + IMAGE_RANGE_SLACK:
+            raise UserError(f"images hold values from {low:.3g} to {high:.3g}, the model takes images in [0, 1] "
+                            "(it normalises them itself: do not normalise beforehand)")
 
     def example_images(self, n: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Generator]:
         """n random images [n, C, H, W] in [0, 1] at the model's input size, and the generator

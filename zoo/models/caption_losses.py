@@ -1,7 +1,7 @@
 """The captioner's training losses as functions of tensors (zoo.models.captioner wires them up):
-the caption NLL, the doubly stochastic attention regulariser (Xu et al. 2015, eq. 14), the cost a
-hard-attention sample pays under REINFORCE (the REINFORCE surrogate itself is
-zoo.attention.hard.reinforce_surrogate), and supervised attention (Liu et al. 2017).
+the caption NLL, the doubly stochastic attention regulariser (Xu et al. 2015, eq. 14), and
+supervised attention (Liu et al. 2017). Hard attention's estimator terms (REINFORCE's surrogate and
+the cost a sample pays, VIMCO's bound) are zoo.attention.hard's.
 
 Shapes: B captions, T1 = T - 1 predicted words (the steps), L annotation vectors (cells)."""
 from __future__ import annotations
@@ -22,18 +22,6 @@ def doubly_stochastic(alpha: torch.Tensor, step_mask: torch.Tensor) -> torch.Ten
     about one step's worth of attention over the caption. alpha [B, T1, L], step_mask [B, T1]."""
     attention_sum = (alpha * step_mask.unsqueeze(-1)).sum(1)  # [B, L] = sum_t alpha_ti
     return ((1.0 - attention_sum) ** 2).sum(1).mean()
-
-
-def discounted_cost(nll: torch.Tensor, discount: float) -> torch.Tensor:
-    """What step t's sample pays: its word's NLL and, discounted by gamma^(t' - t), the later words
-    its sample can change. nll [B, T1] -> [B, T1]; discount 0: each word's own NLL."""
-    if discount <= 0:
-        return nll
-    T1 = nll.shape[1]
-    powers = torch.arange(T1, device=nll.device, dtype=nll.dtype)
-    later = powers.view(1, -1) - powers.view(-1, 1)  # [t, t'] = t' - t
-    weight = torch.where(later >= 0, discount ** later.clamp(min=0), 0.0)
-    return nll @ weight.T  # [B, T1]: sum_{t' >= t} gamma^(t' - t) nll_t'
 
 
 def supervised_attention(log_alpha: torch.Tensor, cell_masks: torch.Tensor, word_items: torch.Tensor,

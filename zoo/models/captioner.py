@@ -1,35 +1,41 @@
 """The Show, Attend and Tell captioner (Xu et al. 2015) as a zoo LightningModule: the network of
-zoo.models.captioner_network (mixed in, with the equations) plus its hyperparameters, vocabulary,
-training objective, step hooks (zoo.models.accel), evaluation, captioning and figures.
+zoo.models.captioner_network (its child `net`, with the equations, built from the `decoder:` and
+`hard:` blocks) plus its hyperparameters, vocabulary, training objective, step hooks
+(zoo.models.accel), evaluation, captioning and figures. The network's tensors keep the names every
+release and checkpoint has (`encoder....`, `embed.weight`): state_dict hooks drop and restore the
+child's `net.` prefix.
 
 Training loss per caption (functions in zoo.models.caption_losses, wired up by `loss_terms`):
 sum_t -log p(y_t) over real words + the doubly stochastic regulariser lambda * sum_i (1 - sum_t
 alpha_ti)^2 (eq. 14), both averaged over the batch.
-- Hard attention adds the REINFORCE surrogate of zoo.attention.hard. The authors' rule
-  (`reinforce_cost: caption`, `baseline: moving_average`) charges every step's sample with the
-  caption's per-word NLL against a moving average; `reinforce_cost: word` charges step t's sample
-  with the NLL of word t and, discounted by `reinforce_discount`, of the later words it can affect;
-  `baseline: learned` regresses that cost on the state before the sample (h_{t-1}, the target
-  word), as Mnih et al. 2014 do for RAM. With probability `semi_sampling_p` a minibatch uses the
-  expected context instead (sec. 4.1): a device-side coin blended with torch.where, not a branch.
-- Other estimators (`hard_estimator`, issue 33; their equations are in zoo.attention.hard):
-  - `vimco` (Mnih & Rezende 2016): K = `hard_samples` paths per caption; the loss is minus the bound
+- Hard attention adds its estimator's term (the `hard:` block, zoo.attention.hard.HardSpec; the
+  estimators, chosen by name from zoo.attention.hard.ESTIMATORS, hold their checks and loss
+  terms). REINFORCE, the authors' rule (`reinforce_cost: caption`, `baseline: moving_average`),
+  charges every step's sample with the caption's per-word NLL against a moving average;
+  `reinforce_cost: word` charges step t's sample with the NLL of word t and, discounted by
+  `reinforce_discount`, of the later words it can affect; `baseline: learned` regresses that cost
+  on the state before the sample (h_{t-1}, the target word), as Mnih et al. 2014 do for RAM. With
+  probability `semi_sampling_p` a minibatch uses the expected context instead (sec. 4.1): a
+  device-side coin blended with torch.where, not a branch.
+- Other estimators (`hard.estimator`, issue 33; their equations are in zoo.attention.hard):
+  - `vimco` (Mnih & Rezende 2016): K = `hard.samples` paths per caption; the loss is minus the bound
     log (1/K) sum_k p(caption | z_k), each path's log q(z_k) = sum_t log alpha_t(s_kt) scored with
     the leave-one-out signal. (`reinforce` with `baseline: leave_one_out` is the plainer version:
     each word's cost baselined by the mean cost of the caption's other paths.)
   - `marginal` (Deng et al. 2018): no samples; log p(y_t) = logsumexp_i [log alpha_ti + log p(y_t |
     a_i)], exact, with the LSTM fed the expected context (zoo.models.captioner_network); decode and
-    score it with `hard_test_mode: marginal`, the same likelihood.
+    score it with `hard.test_mode: marginal`, the same likelihood.
   - `straight_through` (Jang et al. 2017): the sample's one-hot forward, the Gumbel-softmax
     gradient at `gumbel_temperature` backward.
-  The coin applies to every sampling estimator; the entropy bonus (`entropy_coef`) also to the marginal.
+  The coin applies to every sampling estimator; the entropy bonus (`hard.entropy_coef`) also to the
+  marginal.
 - Supervised attention (Liu et al. 2017), off by default: `supervised_attention` (lambda_s) adds
   lambda_s * sum_t loss(alpha_t, box) over the words that name an item (the data module says which
   item and where): `supervised_attention_target: box`, their strong supervision, is the
   cross-entropy to the box mask normalised to sum 1; `mass` is -log(alpha_t's mass in the box).
 
 Speed: `loss_terms` is tensors only (no logging, no host sync), so a compiled step can wrap it.
-`active_rows`: a batch sorted longest caption first with plain-int `host_lengths` (FashionScenes'
+`decoder.active_rows`: a batch sorted longest caption first with plain-int `host_lengths` (FashionScenes'
 training batches) runs only the rows still decoding at each step; otherwise every row runs (static
 shapes: a compiled step gets no host lengths, and `pad_to_multiple` keeps caption lengths few).
 
@@ -38,36 +44,44 @@ whole split in one call (coco-caption metrics) plus attention localisation where
 """
 from __future__ import annotations
 
-from typing import Any
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
-from torch import nn
 
-from zoo.attention.hard import (MovingAverageBaseline, leave_one_out_baseline, negative_entropy,
-                                reinforce_surrogate, vimco_signal)
+from zoo.attention.hard import HardBatch, HardSpec
 from zoo.backbones.spec import BackboneSpec
 from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, Vocab, pad_captions
 from zoo.decoding import beam_search, greedy_decode
 from zoo.errors import UserError
+from zoo.hparams import Block
 from zoo.limits import check_dimensions, check_memory
 from zoo.models import caption_losses, optim
 from zoo.models.base import ZooModule, evaluating
 from zoo.models.card import CompileHints, FamilyCard
-from zoo.models.captioner_network import COORDS, ShowAttendTellNetwork
+from zoo.models.captioner_network import COORDS, DecoderSpec, ShowAttendTellNetwork
 
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "strides": [2, 2, 2]}
-CHOICES = {"attention": ("soft", "hard"), "hard_test_mode": ("expected", "argmax", "marginal"),
-           "hard_estimator": ("reinforce", "vimco", "marginal", "straight_through"),
-           "attention_query": ("previous", "current"),
-           "deep_output_activation": ("tanh", "none"), "reinforce_cost": ("caption", "word"),
-           "baseline": ("moving_average", "learned", "leave_one_out"), "optimizer": ("adam", "rmsprop"),
-           "supervised_attention_target": ("box", "mass"), "lr_schedule": optim.RECIPE_SCHEDULES}
-TINY = dict(vocab=[*SPECIALS, "a", "red", "blue", "shirt", "bag"], embed_dim=16, hidden_dim=24, attention_dim=12,
-            dropout=0.0, image_size=[32, 32], decode_max_len=6, beam_size=1,
+CHOICES = {"attention": ("soft", "hard"), "supervised_attention_target": ("box", "mass")}
+TINY = dict(vocab=[*SPECIALS, "a", "red", "blue", "shirt", "bag"], image_size=[32, 32], decode_max_len=6, beam_size=1,
+            decoder=dict(embed_dim=16, hidden_dim=24, attention_dim=12, dropout=0.0),
             backbone={"kind": "stem", "in_chans": 3, "channels": [8, 16], "strides": [4, 2]})
 
 
-class Captioner(ShowAttendTellNetwork, ZooModule):
+@dataclass
+class OptimizationSpec(Block):
+    """The optimiser (the authors: Adam on Flickr8k, RMSProp on COCO), its schedule, and the
+    encoder's own learning rate when it trains (`backbone_lr`; None: `lr`)."""
+
+    optimizer: Literal["adam", "rmsprop"] = "adam"
+    lr: float = 1e-3
+    backbone_lr: float | None = None
+    weight_decay: float = 0.0
+    lr_schedule: str = "none"
+
+
+class Captioner(ZooModule):
     """images [B, 3, H, W] in [0, 1] -> captions, with per-word attention maps and gates.
 
     The vocabulary is `vocab` (a list of words starting with <pad>, <start>, <end>, <unk>); when it
@@ -84,64 +98,38 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         compile=CompileHints(max_shapes=8), bench_recipes=("sat_soft_scenes", "sat_hard_scenes"),
         filled_by_data={"vocab": [*SPECIALS, "a", "shirt"]},
         # sample paths per caption multiply the decoder's work; a temperature
-        dimensions={"hidden_dim": 16_384, "attention_dim": 16_384, "hard_samples": 256, "gumbel_temperature": 1_000},
-        tiny={"": TINY, "hard_supervised": {**TINY, "attention": "hard", "reinforce_cost": "word", "baseline": "learned",
-                                            "supervised_attention": 1.0}},
+        dimensions={"hidden_dim": 16_384, "attention_dim": 16_384, "samples": 256, "gumbel_temperature": 1_000},
+        tiny={"": TINY, "hard_supervised": {**TINY, "attention": "hard", "supervised_attention": 1.0,
+                                            "hard": {"reinforce_cost": "word", "baseline": "learned"}}},
         skip={"inductor": "auto never compiles it on CPU, where inductor takes minutes on its whole step: AOT "
                           "tracing checks it there, inductor on CUDA"})
     backbone_attribute = "encoder"
 
-    def __init__(self, vocab: list[str] | None = None, attention: str = "soft", score: str = "additive",
-                 backbone: BackboneSpec | None = None, image_size: list[int] = (64, 64),
-                 annotation_coords: bool = False,
-                 embed_dim: int = 64, hidden_dim: int = 256, attention_dim: int = 128, init_layers: int = 1,
-                 gate: bool = True, deep_output: bool = True, deep_output_activation: str = "tanh",
-                 dropout: float = 0.5, alpha_c: float = 1.0,
-                 semi_sampling_p: float = 0.5, entropy_coef: float = 0.002, reward_scale: float = 0.1,
-                 baseline_decay: float = 0.9, reinforce_cost: str = "caption", reinforce_discount: float = 0.0,
-                 baseline: str = "moving_average", hard_test_mode: str = "expected",
-                 hard_estimator: str = "reinforce", hard_samples: int = 1, gumbel_temperature: float = 1.0,
-                 feed_context: bool = True, attention_query: str = "previous",
-                 supervised_attention: float = 0.0, supervised_attention_target: str = "box",
-                 active_rows: bool = True, optimizer: str = "adam", lr: float = 1e-3, backbone_lr: float | None = None,
-                 weight_decay: float = 0.0, lr_schedule: str = "none",
+    def __init__(self, vocab: list[str] | None = None, attention: str = "soft", backbone: BackboneSpec | None = None,
+                 image_size: list[int] = (64, 64), decoder: DecoderSpec | None = None, hard: HardSpec | None = None,
+                 alpha_c: float = 1.0, supervised_attention: float = 0.0, supervised_attention_target: str = "box",
+                 optimization: OptimizationSpec | None = None,
                  beam_size: int = 3, decode_max_len: int = 20, length_penalty: float = 1.0,
                  val_meteor: bool = False, num_figures: int = 4):
         super().__init__()
-        # a typed spec from the CLI, or a plain dict from an old checkpoint or a Python caller
+        # typed blocks from the CLI, or plain dicts from an old checkpoint or a Python caller
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
+        decoder = DecoderSpec.coerce(decoder, "captioner: decoder")
+        hard = HardSpec.coerce(hard, "captioner: hard")
+        optimization = self.optimization = OptimizationSpec.coerce(optimization, "captioner: optimization")
         self.save_hyperparameters()
         self.hparams.image_size = [int(s) for s in image_size]
+        for name, block in (("decoder", decoder), ("hard", hard), ("optimization", optimization)):
+            self.hparams[name] = block.to_dict()  # plain values
         for name, allowed in CHOICES.items():
             if self.hparams[name] not in allowed:
                 raise UserError(f"captioner: {name} must be one of {', '.join(allowed)}, got '{self.hparams[name]}'")
-        if init_layers < 0:
-            raise UserError(f"captioner: init_layers must be >= 0, got {init_layers}")
+        optim.check_schedule(optimization.lr_schedule, "captioner: optimization")
+        if decoder.init_layers < 0:
+            raise UserError(f"captioner: decoder.init_layers must be >= 0, got {decoder.init_layers}")
         if supervised_attention < 0:
             raise UserError(f"captioner: supervised_attention (its weight) must be >= 0, got {supervised_attention}")
-        # the estimator: one line, before anything is built, for a setting that cannot run or cannot
-        # mean what it says (a million paths per caption, a temperature <= 0, VIMCO with one path)
-        hp = self.hparams
-        if int(hp.hard_samples) != hp.hard_samples or hp.hard_samples < 1:
-            raise UserError(f"captioner: hard_samples (sample paths per caption) must be a whole number >= 1, "
-                            f"got {hp.hard_samples}")
-        if not hp.gumbel_temperature > 0:
-            raise UserError(f"captioner: gumbel_temperature must be > 0, got {hp.gumbel_temperature}")
-        if hp.attention != "hard" and (hp.hard_estimator != "reinforce" or hp.hard_samples != 1):
-            raise UserError("captioner: hard_estimator and hard_samples apply to attention: hard")
-        needs_paths = hp.hard_estimator == "vimco" or (hp.hard_estimator == "reinforce" and hp.baseline == "leave_one_out")
-        if needs_paths and hp.hard_samples < 2:
-            what = "vimco" if hp.hard_estimator == "vimco" else "baseline: leave_one_out"
-            raise UserError(f"captioner: {what} needs hard_samples >= 2 (paths per caption), got {hp.hard_samples}")
-        if hp.hard_estimator == "marginal" and hp.hard_samples != 1:
-            raise UserError("captioner: the exact marginal draws no samples; hard_samples must be 1")
-        marginal = hp.attention == "hard" and hp.hard_estimator == "marginal"
-        if hp.attention_query == "current" and hp.feed_context and not marginal:
-            raise UserError("captioner: attention_query: current feeds the LSTM a context only for the exact marginal "
-                            "(its expected context); with another estimator set feed_context: false")
-        if hp.attention == "hard" and "marginal" in (hp.hard_estimator, hp.hard_test_mode) and not hp.deep_output:
-            raise UserError("captioner: the exact marginal sums the cell out at the deep output; it needs "
-                            "deep_output: true")
+        self._check_hard(attention, decoder, hard)
 
         from zoo.backbones import check_input
 
@@ -149,18 +137,76 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         check_input(encoder, self.input_chans, self.hparams.image_size, "the captioner")
         self.backbone_spec = spec
         self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
-        self._build_network(encoder)
-        # hard attention's REINFORCE baselines (the authors' moving average, or a learned one: the
-        # expected cost of step t from what is known before its sample, h_{t-1} and E y_t)
-        self.baseline = MovingAverageBaseline(baseline_decay) if attention == "hard" else None
-        self.baseline_net = (nn.Linear(hidden_dim + embed_dim, 1) if attention == "hard" and baseline == "learned"
-                             else None)
         if vocab is not None:
-            self._build_vocab_layers(vocab)
+            vocab = self._vocab(vocab)
+            self.hparams.vocab = self.itos = vocab
+        self.net = ShowAttendTellNetwork(encoder, decoder, attention, hard, None if vocab is None else len(vocab))
+        # every state_dict names the network's tensors as releases and checkpoints do (no `net.`)
+        self.register_state_dict_post_hook(_released_names)
+        self.register_load_state_dict_pre_hook(_network_names)
         self._eval_store: dict[str, list] = {}
 
+    @staticmethod
+    def _check_hard(attention: str, decoder: DecoderSpec, hard: HardSpec) -> None:
+        """One line, before anything is built, for a hard-attention setting that cannot run or cannot
+        mean what it says (a million paths per caption, a temperature <= 0, VIMCO with one path):
+        the block's own bounds here, the estimator's in its `check` (zoo.attention.hard)."""
+        from zoo.attention.hard import build_estimator
+
+        if int(hard.samples) != hard.samples or hard.samples < 1:
+            raise UserError(f"captioner: hard.samples (sample paths per caption) must be a whole number >= 1, "
+                            f"got {hard.samples}")
+        if not hard.gumbel_temperature > 0:
+            raise UserError(f"captioner: hard.gumbel_temperature must be > 0, got {hard.gumbel_temperature}")
+        if attention != "hard" and (hard.estimator != HardSpec().estimator or hard.samples != 1):
+            raise UserError("captioner: hard.estimator and hard.samples apply to attention: hard")
+        try:
+            estimator = build_estimator(hard)
+            if attention == "hard":
+                estimator.check(decoder)
+        except ValueError as exc:
+            raise UserError(f"captioner: {exc}") from None
+        feeds_expected = attention == "hard" and estimator.train_mode == "marginal"
+        if decoder.attention_query == "current" and decoder.feed_context and not feeds_expected:
+            raise UserError("captioner: attention_query: current feeds the LSTM a context only for the exact marginal "
+                            "(its expected context); with another estimator set decoder.feed_context: false")
+        if attention == "hard" and hard.test_mode == "marginal" and not decoder.deep_output:
+            raise UserError("captioner: the exact marginal sums the cell out at the deep output; it needs "
+                            "decoder.deep_output: true")
+
+    # ------------------------------------------------------------------ the network's faces
+    @property
+    def encoder(self):
+        """The backbone (the trunk a `backbone:` block built: `backbone_attribute`)."""
+        return self.net.encoder
+
+    @property
+    def embed(self):
+        """E, None until the vocabulary is known."""
+        return self.net.embed
+
+    def forward(self, images: torch.Tensor, captions: torch.Tensor, mode: str | None = None) -> dict[str, torch.Tensor]:
+        """Teacher forcing (ShowAttendTellNetwork.forward): images [B, 3, H, W], captions [B, T] ->
+        logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1] (+ log_alpha, location for hard)."""
+        return self.net(images, captions, mode)
+
+    def decode_start(self, images: torch.Tensor) -> tuple:
+        return self.net.decode_start(images)
+
+    def decode_step(self, token, h, c, projected, annotations) -> dict[str, torch.Tensor]:
+        return self.net.decode_step(token, h, c, projected, annotations)
+
+    def scoring_mode(self) -> str:
+        return self.net.scoring_mode()
+
+    # what zoo.limits runs on the meta device to measure a forward pass: the encoder and the
+    # decoder's start (a whole caption's decoding is `decoding_memory`'s)
+    memory_probe = decode_start
+
     # ------------------------------------------------------------------ vocabulary
-    def _build_vocab_layers(self, vocab: list[str]) -> None:
+    @staticmethod
+    def _vocab(vocab: list[str]) -> list[str]:
+        """The vocabulary, checked: a list of words, the specials first, no word twice, not empty."""
         if not isinstance(vocab, (list, tuple)) or not all(isinstance(w, str) for w in vocab):
             raise UserError("captioner: the vocabulary must be a list of words (strings)")
         try:  # the specials first, no word twice
@@ -169,9 +215,12 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
             raise UserError(f"captioner: {exc}") from None
         if len(vocab) <= len(SPECIALS):
             raise UserError("captioner: empty vocabulary (no words besides the special tokens)")
-        self.hparams.vocab = vocab
-        self.itos = vocab
-        self._build_word_layers(len(vocab))
+        return vocab
+
+    def _build_vocab_layers(self, vocab: list[str]) -> None:
+        vocab = self._vocab(vocab)
+        self.hparams.vocab = self.itos = vocab
+        self.net.build_word_layers(len(vocab))
 
     def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
         """FashionScenes' batch form: images, captions (word ids 4 and 5 of the vocabulary, which
@@ -189,7 +238,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         super().setup(stage)
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         data_vocab = getattr(datamodule, "vocab", None)
-        if self.embed is None:
+        if self.net.embed is None:
             if data_vocab is None:
                 raise UserError("captioner: no vocabulary; give model.vocab or a datamodule with .vocab")
             self._build_vocab_layers(list(data_vocab.itos))
@@ -213,23 +262,23 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         supervised_attention, and for hard attention reinforce, cost [B] or [B, T-1],
         baseline_loss; plus `out` (the teacher-forced outputs) and step_mask [B, T-1].
         draws: hard attention's (gumbel, use_expected), drawn beforehand (`train_inputs`)."""
-        self._require_vocab()
-        hp = self.hparams
-        annotations, grid = self.encode(batch["images"])
+        net, hp = self.net, self.hparams
+        net._require_vocab()
+        annotations, grid = net.encode(batch["images"])
         if draws is None:
-            draws = self._draws(batch["captions"], annotations.shape[1], annotations, mode, coin)
+            draws = net._draws(batch["captions"], annotations.shape[1], annotations, mode, coin)
         gumbel, use_expected = draws
         paths = gumbel.shape[0] // batch["captions"].shape[0] if gumbel is not None else 1
-        if paths > 1:  # `hard_samples` sample paths per caption: its rows repeated, side by side
+        if paths > 1:  # `hard.samples` sample paths per caption: its rows repeated, side by side
             annotations = annotations.repeat_interleave(paths, 0)
             batch = _repeat_rows(batch, paths)
         captions = batch["captions"]
         targets = captions[:, 1:]
         step_mask = (targets != PAD_ID).to(torch.float32)  # [B, T-1]: pads carry no loss
         supervised = hp.supervised_attention > 0
-        marginal = hp.attention == "hard" and self.resolve_mode(mode) == "marginal"
-        out = self.teacher_forced(annotations, captions, gumbel, use_expected, need_log_alpha=supervised,
-                                  active=self._active_rows(batch, captions.shape[1] - 1), marginal=marginal)
+        marginal = hp.attention == "hard" and net.resolve_mode(mode) == "marginal"
+        out = net.teacher_forced(annotations, captions, gumbel, use_expected, need_log_alpha=supervised,
+                                 active=self._active_rows(batch, captions.shape[1] - 1), marginal=marginal)
         nll = caption_losses.caption_nll(out["logits"], targets, step_mask)  # [B, T1]
         n_words = step_mask.sum(1).clamp(min=1)
         caption_nll = nll.sum(1)  # [B], -log p(caption)
@@ -237,36 +286,33 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         terms = {"nll": caption_nll.mean(), "nll_word": nll.sum() / step_mask.sum().clamp(min=1),
                  "doubly_stochastic": doubly, "out": out, "step_mask": step_mask}
         sampled = hp.attention == "hard" and gumbel is not None
-        if sampled and hp.hard_estimator == "vimco":
-            # the K-sample bound replaces the mean NLL: its gradient weighs path k's by w_k
-            bound, signal = vimco_signal(-caption_nll.view(-1, paths))
-            terms["vimco_bound"] = bound.mean()
-            loss = -terms["vimco_bound"] + hp.alpha_c * doubly
-        else:
-            loss = terms["nll"] + hp.alpha_c * doubly
+        estimated = None
+        if sampled or marginal:  # the estimator's term (zoo.attention.hard): REINFORCE, VIMCO, the entropy bonus
+            learned = None
+            if net.baseline_net is not None:
+                def learned():  # b(h_{t-1}, E y_t): what is known before s_t is drawn -> [B, T1]
+                    known = torch.cat([out["h_prev"], net.embed(targets)], dim=-1).detach()
+                    return net.baseline_net(known).squeeze(-1)
+            estimated = net.estimator.terms(HardBatch(
+                out["log_alpha"], out.get("location") if sampled else None, nll, caption_nll, n_words, step_mask,
+                use_expected, paths, sampled, net.baseline.value, learned))
+            terms.update(estimated.logged)
+        objective = terms["nll"] if estimated is None or estimated.objective is None else estimated.objective
+        loss = objective + hp.alpha_c * doubly
         if supervised:
             terms["supervised_attention"] = self.supervised_attention_loss(
                 out["log_alpha"], batch, grid, tuple(batch["images"].shape[-2:]), step_mask)
             loss = loss + hp.supervised_attention * terms["supervised_attention"]
-        if sampled and hp.hard_estimator == "reinforce":
-            terms["reinforce"], extra = self._reinforce(out, nll, caption_nll / n_words, step_mask, targets,
-                                                        use_expected, paths)
-            terms.update(extra)
-            loss = loss + terms["reinforce"] + extra.get("baseline_loss", 0.0)
-        elif sampled and hp.hard_estimator == "vimco":
-            terms["reinforce"] = self._vimco(out, signal, step_mask, use_expected)
-            loss = loss + terms["reinforce"]
-        elif hp.attention == "hard" and (sampled or marginal) and hp.entropy_coef:
-            # straight-through and the exact marginal: no score-function term; the entropy bonus only
-            terms["entropy_bonus"] = hp.entropy_coef * negative_entropy(out["log_alpha"], step_mask) / captions.shape[0]
-            loss = loss + terms["entropy_bonus"]
+        for name, term in (estimated.added if estimated is not None else {}).items():
+            terms[name] = term
+            loss = loss + term
         terms["loss"] = loss
         return terms
 
     def _active_rows(self, batch: dict, steps: int) -> list[int] | None:
         """Rows still decoding at each step, from the batch's plain-int lengths (with <start> and
         <end>) when it is sorted longest first; None (all rows) otherwise."""
-        lengths = batch.get("host_lengths") if self.hparams.active_rows else None
+        lengths = batch.get("host_lengths") if self.net.spec.active_rows else None
         if not lengths or any(a < b for a, b in zip(lengths, lengths[1:])):
             return None
         active, rows = [], len(lengths)
@@ -275,47 +321,6 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                 rows -= 1
             active.append(max(rows, 1))
         return active
-
-    def _reinforce(self, out: dict, nll: torch.Tensor, per_word_nll: torch.Tensor, step_mask: torch.Tensor,
-                   targets: torch.Tensor, use_expected: torch.Tensor, paths: int = 1) -> tuple[torch.Tensor, dict]:
-        """The hard-attention surrogate (zoo.attention.hard) for this minibatch: REINFORCE on the
-        sampled minibatches only (a multiplier, not a branch), the entropy bonus on all. `paths`
-        sample paths per caption (rows side by side) for the leave-one-out baseline."""
-        hp = self.hparams
-        extra: dict[str, torch.Tensor] = {}
-        if hp.reinforce_cost == "caption":  # the authors: every step pays the caption's per-word NLL
-            cost = per_word_nll.detach()  # [B]
-        else:  # step t pays for word t and, discounted, the later words its sample can change
-            cost = caption_losses.discounted_cost(nll.detach(), hp.reinforce_discount)  # [B, T1]
-        if self.baseline_net is not None:
-            known = torch.cat([out["h_prev"], self.embed(targets)], dim=-1).detach()  # before s_t is drawn
-            predicted = self.baseline_net(known).squeeze(-1)  # [B, T1]
-            if cost.dim() == 1:
-                predicted = (predicted * step_mask).sum(1) / step_mask.sum(1).clamp(min=1)  # one per caption
-                extra["baseline_loss"] = ((predicted - cost) ** 2).mean()
-            else:
-                extra["baseline_loss"] = (((predicted - cost) ** 2) * step_mask).sum() / step_mask.sum().clamp(min=1)
-            baseline = predicted.detach()
-        elif hp.baseline == "leave_one_out":  # the mean cost of the caption's other paths
-            baseline = leave_one_out_baseline(cost.view(-1, paths, *cost.shape[1:])).view(cost.shape)
-        else:
-            baseline = self.baseline.value
-        extra["cost"] = cost
-        scale = hp.reward_scale * (~use_expected).to(cost.dtype)  # no REINFORCE on expected minibatches
-        return reinforce_surrogate(out["log_alpha"], out["location"], cost, baseline, step_mask,
-                                   reward_scale=scale, entropy_coef=hp.entropy_coef), extra
-
-    def _vimco(self, out: dict, signal: torch.Tensor, step_mask: torch.Tensor,
-               use_expected: torch.Tensor) -> torch.Tensor:
-        """VIMCO's score-function term (Mnih & Rezende 2016): minus sum_k signal_k log q(z_k) per
-        caption, log q(z_k) = sum_t log alpha_t(s_kt) over the real steps of path k, averaged over
-        the captions, times `reward_scale`; and the entropy bonus. Off on expected minibatches
-        (a multiplier, not a branch)."""
-        hp = self.hparams
-        log_q = (out["log_alpha"].gather(-1, out["location"].unsqueeze(-1)).squeeze(-1) * step_mask).sum(1)  # [B*K]
-        scale = hp.reward_scale * (~use_expected).to(log_q.dtype)
-        score = -(signal.reshape(-1) * log_q).sum() / signal.shape[0]
-        return scale * score + hp.entropy_coef * negative_entropy(out["log_alpha"], step_mask) / log_q.shape[0]
 
     def supervised_attention_loss(self, log_alpha: torch.Tensor, batch: dict, grid: tuple[int, int],
                                   image_size: tuple[int, int], step_mask: torch.Tensor) -> torch.Tensor:
@@ -337,7 +342,7 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         a compiled step gets None and runs every row)."""
         images = batch["images"]
         cells = self._cells(images) if self.hparams.attention == "hard" else 0
-        gumbel, use_expected = self._draws(batch["captions"], cells, images, "sample", coin=True)
+        gumbel, use_expected = self.net._draws(batch["captions"], cells, images, "sample", coin=True)
         return {**self.eval_inputs(batch, "train"), "gumbel": gumbel, "use_expected": use_expected}
 
     def _cells(self, images: torch.Tensor) -> int:
@@ -363,8 +368,8 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
 
     def log_step_metrics(self, stage: str, metrics: dict, batch_size: int) -> None:
         if stage == "train" and "mean_cost" in metrics:
-            self.baseline.update(metrics.pop("mean_cost"))  # in place, after the step: no sync
-            self.log("train/baseline", self.baseline.value)
+            self.net.baseline.update(metrics.pop("mean_cost"))  # in place, after the step: no sync
+            self.log("train/baseline", self.net.baseline.value)
         super().log_step_metrics(stage, metrics, batch_size)
 
     # ------------------------------------------------------------------ evaluation
@@ -438,38 +443,15 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
                      sync_dist=True)
 
     # ------------------------------------------------------------------ captions
-    def _check_images(self, images: torch.Tensor) -> None:
-        """One line for images the model would caption as nonsense: wrong rank, channels, dtype or
-        range (a uint8 tensor of pixels, an image normalised twice)."""
-        channels = (self.hparams.backbone or {}).get("in_chans", 3)
-        if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[1] != channels:
-            shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-            raise UserError(f"caption() wants images [B, {channels}, H, W], got {shape}")
-        expected = tuple(self.hparams.image_size)
-        if tuple(images.shape[-2:]) != expected:  # the size rule: tensors must already match (README)
-            raise UserError(f"caption() wants images of the model's size {expected[0]}x{expected[1]}, got "
-                            f"{images.shape[-2]}x{images.shape[-1]} (prepare files with zoo.preprocessing(model))")
-        if not images.is_floating_point():
-            raise UserError(f"caption() wants float images in [0, 1], got {images.dtype} "
-                            "(uint8 pixels: divide by 255, or prepare them with zoo.preprocessing(model))")
-        low, high = (float(v) for v in images.aminmax())
-        if low < -1e-3 or high > 1 + 1e-3:
-            raise UserError(f"caption() wants images in [0, 1], got values from {low:.3g} to {high:.3g} "
-                            "(the model normalises them itself: do not normalise beforehand)")
-
-    # what zoo.limits runs on the meta device to measure a forward pass: the encoder and the
-    # decoder's start (a whole caption's decoding is `decoding_memory`'s)
-    memory_probe = ShowAttendTellNetwork.decode_start
-
     def decoding_memory(self, images: torch.Tensor, beam_size: int, max_len: int) -> dict[str, float]:
         """Bytes a `caption` of images [B, 3, H, W] would hold at once (zoo.limits.check_memory):
         per hypothesis (B x k rows) its copy of the annotation vectors [L, D] and their keys [L, P],
         the LSTM state and three vocabulary-wide score rows; per step of max_len, each row's token,
         back-pointer, attention map [L] and gate."""
         rows = images.shape[0] * max(1, int(beam_size))
-        hp, cells = self.hparams, self._cells(images)
-        width = self.encoder.out_dim + (COORDS if hp.annotation_coords else 0)
-        per_row = 4 * (cells * (width + hp.attention_dim) + 4 * hp.hidden_dim + 3 * len(self.itos))
+        spec, cells = self.net.spec, self._cells(images)
+        width = self.encoder.out_dim + (COORDS if spec.annotation_coords else 0)
+        per_row = 4 * (cells * (width + spec.attention_dim) + 4 * spec.hidden_dim + 3 * len(self.itos))
         return {f"{rows:,} hypotheses (beam_size {beam_size} x {images.shape[0]} image(s))": float(rows) * per_row,
                 f"their history over max_len {max_len}": float(rows) * max_len * (16 + 4 * (cells + 2))}
 
@@ -485,14 +467,14 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
         (summed log-probability), `finished` (False when cut at max_len) and, for hard attention,
         `locations` (int64 [n_words, 2], the (row, col) grid cell chosen: the argmax location,
         which is the sample's mode when decoding with the expected context)."""
-        self._require_vocab()
-        self._check_images(images)
+        self.net._require_vocab()
+        self.check_images(images)
         beam_size = self.hparams.beam_size if beam_size is None else beam_size
         max_len = int(max_len or self.hparams.decode_max_len)
         check_dimensions({"beam_size": beam_size, "max_len": max_len}, "caption()")
         check_memory(self.decoding_memory(images, beam_size, max_len), "caption()")
         with evaluating(self):
-            step_fn, state, static, grid = self.decoder(images)
+            step_fn, state, static, grid = self.net.decoder(images)
             if beam_size <= 1:
                 decoded = greedy_decode(step_fn, state, static, images.shape[0], START_ID, END_ID, max_len)
             else:
@@ -565,15 +547,31 @@ class Captioner(ShowAttendTellNetwork, ZooModule):
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
-        hp = self.hparams
+        opt = self.optimization
         encoder_params = [p for p in self.encoder.parameters() if p.requires_grad]
         encoder_ids = {id(p) for p in encoder_params}
         other = [p for p in self.parameters() if p.requires_grad and id(p) not in encoder_ids]
         groups = [{"params": other}]
         if encoder_params:
-            groups.append({"params": encoder_params, "lr": hp.backbone_lr or hp.lr})
-        return optim.configure(self, groups, hp.optimizer, lr=hp.lr, weight_decay=hp.weight_decay,
-                               schedule=hp.lr_schedule)
+            groups.append({"params": encoder_params, "lr": opt.backbone_lr or opt.lr})
+        return optim.configure(self, groups, opt.optimizer, lr=opt.lr, weight_decay=opt.weight_decay,
+                               schedule=opt.lr_schedule)
+
+
+def _released_names(module, state_dict, prefix, local_metadata) -> None:
+    """state_dict post-hook: the network's tensors under the names of every release and checkpoint
+    (`encoder.body.0.weight`, `embed.weight`), without the child's `net.` prefix; order kept."""
+    inner = prefix + "net."
+    items = list(state_dict.items())
+    state_dict.clear()
+    state_dict.update(OrderedDict((prefix + key[len(inner):] if key.startswith(inner) else key, value)
+                                  for key, value in items))
+
+
+def _network_names(module, state_dict, prefix, local_metadata, strict, missing, unexpected, errors) -> None:
+    """load_state_dict pre-hook: a release's or checkpoint's names read as the child's (`net.`)."""
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(prefix + "net.")]:
+        state_dict[prefix + "net." + key[len(prefix):]] = state_dict.pop(key)
 
 
 def _repeat_rows(batch: dict, times: int) -> dict:

@@ -1,6 +1,8 @@
 """The Show, Attend and Tell network (Xu et al. 2015) alone, to read beside the paper: its layers
 and what runs them, with soft (sec. 4.2) or hard (sec. 4.1) attention. zoo.models.captioner's
-`Captioner` mixes it in and trains, evaluates and logs it.
+`Captioner` holds it as its child `net`, built from its own config (the `decoder:` block,
+`DecoderSpec`, and for hard attention the `hard:` block, zoo.attention.hard.HardSpec), and trains,
+evaluates and logs it.
 
 Per step t, with annotations a [B, L, D] from the encoder (any zoo.backbones backbone):
     e_t, alpha_t = f_att(a, h_{t-1}), softmax(e_t)        eq. (4)-(5)
@@ -13,7 +15,8 @@ with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh, sec. 3.1.2), or
 `init_layers: 0` (an ablation, not the paper: the image then reaches the decoder only through
 attention).
 
-Hard attention's estimators (`hard_estimator`) change the step in two places. `straight_through`
+Hard attention's estimators (`hard.estimator`, zoo.attention.hard.ESTIMATORS) change the step in
+two places. `straight_through`
 forms z^_t from the one-hot sample with the relaxation's gradient. The exact marginal (`marginal`,
 Deng et al. 2018) cannot sum over the cell where z_t feeds the LSTM (every cell would start its
 own recurrence, L^T paths), so, as harvardnlp/var-attn does, the LSTM gets the EXPECTED context
@@ -36,9 +39,10 @@ backbone (zoo.models.item_grid). `annotation_coords: true` appends each cell's (
 to its annotation vector, so z_t carries where the decoder looked (the captions say "left of",
 and a frozen convolutional encoder is translation-equivariant).
 
-A mixin, not a child module: the layers are attributes of the Captioner itself, so their
-state_dict names (`encoder....`, `embed.weight`, `L_o.weight`) are those of every released weight
-and checkpoint (a child would prefix them all); the choices are read from the host's `hparams`.
+The layers are registered in the order that names them in checkpoints (the encoder, f_att, f_init,
+f_beta, the LSTM, the deep output, hard attention's REINFORCE baselines, then E and L_o once the
+vocabulary is known); the Captioner keeps their released names (`encoder....`, `embed.weight`,
+without its `net.` prefix) in every state_dict.
 
 Speed: `teacher_forced` computes outside the time loop all that does not feed back (the words'
 embeddings and their LSTM input term, the keys' projection, the deep output), and per step one
@@ -48,15 +52,20 @@ step runs only the rows still decoding; without it, every row (static shapes for
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.attention.hard import HardAttention, gather_context, marginal_log_prob, straight_through_weights
+from zoo.attention.hard import (HardAttention, HardSpec, MovingAverageBaseline, build_estimator, gather_context,
+                                marginal_log_prob)
 from zoo.attention.scores import build_score
 from zoo.attention.soft import SoftAttention, expected_context
 from zoo.data.vocab import PAD_ID, START_ID
 from zoo.errors import UserError
+from zoo.hparams import Block
 
 COORDS = 2  # (x, y): what `annotation_coords` appends to each annotation vector
 
@@ -67,42 +76,74 @@ def _mlp(in_dim: int, out_dim: int, layers: int) -> nn.Sequential:
     return nn.Sequential(*[module for a, b in zip(dims, dims[1:]) for module in (nn.Linear(a, b), nn.Tanh())])
 
 
-class ShowAttendTellNetwork(nn.Module):
-    """The network's computation, mixed into a LightningModule that has `hparams` (Captioner):
-    `_build_network` makes the layers on it, `_build_word_layers` the two that need the vocabulary.
-    Dimensions: D annotation, n hidden, m embedding, P projected key, V vocabulary."""
+@dataclass
+class DecoderSpec(Block):
+    """The decoder's architecture (the captioner's `decoder:` block): the attention score f_att
+    (`score`, with `attention_dim`), E's `embed_dim` (m) and the LSTM's `hidden_dim` (n), the
+    cells' (x, y) appended to the annotations (`annotation_coords`), f_init's layers
+    (`init_layers`, 0: h_0 = c_0 = 0), the gate beta (`gate`), the deep output (eq. 7, its
+    activation), `dropout`, whether the LSTM is fed the context (`feed_context`) and which state
+    the attention reads (`attention_query`), and `active_rows` (a sorted batch runs only the rows
+    still decoding)."""
 
-    # ------------------------------------------------------------------ layers
-    def _build_network(self, encoder: nn.Module) -> None:
-        """The layers, in the order that names them in checkpoints: the encoder, f_att, f_init,h
-        and f_init,c, f_beta, the LSTM, dropout and the deep output's L_h, L_z. E and L_o wait for
-        the vocabulary (`_build_word_layers`)."""
-        hp = self.hparams
+    score: str = "additive"
+    annotation_coords: bool = False
+    embed_dim: int = 64
+    hidden_dim: int = 256
+    attention_dim: int = 128
+    init_layers: int = 1
+    gate: bool = True
+    deep_output: bool = True
+    deep_output_activation: Literal["tanh", "none"] = "tanh"
+    dropout: float = 0.5
+    feed_context: bool = True
+    attention_query: Literal["previous", "current"] = "previous"
+    active_rows: bool = True
+
+
+class ShowAttendTellNetwork(nn.Module):
+    """The network, built from its config: `encoder` (any zoo.backbones backbone), `spec` (a
+    DecoderSpec), `attention` ("soft" or "hard") and for hard attention `hard` (a HardSpec: its
+    estimator, zoo.attention.hard.ESTIMATORS). E and L_o wait for the vocabulary
+    (`build_word_layers`). Dimensions: D annotation, n hidden, m embedding, P projected key, V
+    vocabulary."""
+
+    def __init__(self, encoder: nn.Module, spec: DecoderSpec, attention: str = "soft", hard: HardSpec | None = None,
+                 vocab_size: int | None = None):
+        super().__init__()
+        self.spec, self.attention, self.hard = spec, attention, hard or HardSpec()
+        self.estimator = build_estimator(self.hard) if attention == "hard" else None
         # decoding never emits <pad> or <start>; a buffer, so no step copies it to the device
         self.register_buffer("never_emitted", torch.tensor([PAD_ID, START_ID]), persistent=False)
         self.encoder = encoder
-        D, n, m = encoder.out_dim + (COORDS if hp.annotation_coords else 0), hp.hidden_dim, hp.embed_dim
+        D, n, m = encoder.out_dim + (COORDS if spec.annotation_coords else 0), spec.hidden_dim, spec.embed_dim
         try:
-            score_module = build_score(hp.score, D, n, hp.attention_dim)
+            score_module = build_score(spec.score, D, n, spec.attention_dim)
         except ValueError as exc:
-            raise UserError(f"captioner: {exc}") from None
-        self.attend = SoftAttention(score_module) if hp.attention == "soft" else HardAttention(score_module)
+            raise UserError(f"captioner: decoder: {exc}") from None
+        self.attend = SoftAttention(score_module) if attention == "soft" else HardAttention(score_module)
         # init_layers 0: no f_init, h_0 = c_0 = 0
-        layers = hp.init_layers
+        layers = spec.init_layers
         self.init_h, self.init_c = (_mlp(D, n, layers), _mlp(D, n, layers)) if layers else (None, None)
-        self.f_beta = nn.Linear(n, 1) if hp.gate else None  # [n, 1]: a scalar gate, not a vector
+        self.f_beta = nn.Linear(n, 1) if spec.gate else None  # [n, 1]: a scalar gate, not a vector
         self.lstm = nn.LSTMCell(m + D, n)
-        self.drop = nn.Dropout(hp.dropout)
-        if hp.deep_output:
+        self.drop = nn.Dropout(spec.dropout)
+        if spec.deep_output:
             self.L_h, self.L_z = nn.Linear(n, m), nn.Linear(D, m, bias=False)
+        # hard attention's REINFORCE baselines (the authors' moving average, or a learned one: the
+        # expected cost of step t from what is known before its sample, h_{t-1} and E y_t)
+        self.baseline = MovingAverageBaseline(self.hard.baseline_decay) if attention == "hard" else None
+        self.baseline_net = nn.Linear(n + m, 1) if attention == "hard" and self.hard.baseline == "learned" else None
         self.embed: nn.Embedding | None = None
         self.L_o: nn.Linear | None = None
+        if vocab_size is not None:
+            self.build_word_layers(vocab_size)
 
-    def _build_word_layers(self, vocab_size: int) -> None:
+    def build_word_layers(self, vocab_size: int) -> None:
         """E (the embedding) and L_o (the output layer), whose rows are the V words."""
-        hp = self.hparams
-        self.embed = nn.Embedding(vocab_size, hp.embed_dim)
-        self.L_o = nn.Linear(hp.embed_dim if hp.deep_output else hp.hidden_dim, vocab_size)
+        spec = self.spec
+        self.embed = nn.Embedding(vocab_size, spec.embed_dim)
+        self.L_o = nn.Linear(spec.embed_dim if spec.deep_output else spec.hidden_dim, vocab_size)
 
     def _require_vocab(self) -> None:
         if self.embed is None:
@@ -114,7 +155,7 @@ class ShowAttendTellNetwork(nn.Module):
         tokens, grid = self.encoder(images)
         h, w = int(grid[0]), int(grid[1])
         annotations = tokens[:, tokens.shape[1] - h * w:]  # drop ViT prefix tokens if kept
-        if self.hparams.annotation_coords:  # (x, y) of every cell's centre in [-1, 1], row-major: [h * w, 2]
+        if self.spec.annotation_coords:  # (x, y) of every cell's centre in [-1, 1], row-major: [h * w, 2]
             ys = (torch.arange(h, device=annotations.device, dtype=annotations.dtype) + 0.5) / h * 2 - 1
             xs = (torch.arange(w, device=annotations.device, dtype=annotations.dtype) + 0.5) / w * 2 - 1
             coords = torch.stack([xs.repeat(h), ys.repeat_interleave(w)], dim=-1)
@@ -124,7 +165,7 @@ class ShowAttendTellNetwork(nn.Module):
     def init_state(self, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """f_init,h and f_init,c (sec. 3.1.2): annotations [B, L, D] -> h_0, c_0 [B, n]."""
         if self.init_h is None:
-            zeros = annotations.new_zeros(annotations.shape[0], self.hparams.hidden_dim)
+            zeros = annotations.new_zeros(annotations.shape[0], self.spec.hidden_dim)
             return zeros, zeros
         mean = annotations.mean(dim=1)  # [B, D]
         return self.init_h(mean), self.init_c(mean)
@@ -140,7 +181,7 @@ class ShowAttendTellNetwork(nn.Module):
 
         def attend(query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             """-> the gated context beta * z^ [N, D], alpha [N, L], beta [N, 1]."""
-            if self.hparams.attention == "soft":
+            if self.attention == "soft":
                 context, alpha = self.attend(projected, annotations, query)  # eq. (4), (5), (13)
             else:
                 att = self.attend(projected, annotations, query,
@@ -151,9 +192,9 @@ class ShowAttendTellNetwork(nn.Module):
             return beta * context, alpha, beta
 
         context, alpha, beta = attend(h)
-        fed = context if self.hparams.feed_context else torch.zeros_like(context)
+        fed = context if self.spec.feed_context else torch.zeros_like(context)
         h, c = self.lstm(torch.cat([emb, fed], dim=-1), (h, c))  # eq. (1)-(3)
-        if self.hparams.attention_query == "current":  # the word's attention reads h_t
+        if self.spec.attention_query == "current":  # the word's attention reads h_t
             context, alpha, beta = attend(h)
         logits = (self.marginal_output(emb, h, beta, self.L_z(annotations), out["log_alpha"]) if marginal
                   else self.output(emb, h, context))
@@ -168,10 +209,10 @@ class ShowAttendTellNetwork(nn.Module):
 
     def output(self, emb: torch.Tensor, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """The deep output, eq. (7): (E y_{t-1}, h_t, z_t) [..., m / n / D] -> logits [..., V]."""
-        if not self.hparams.deep_output:
+        if not self.spec.deep_output:
             return self.L_o(self.drop(h))
         pre = emb + self.L_h(self.drop(h)) + self.L_z(z)
-        if self.hparams.deep_output_activation == "tanh":
+        if self.spec.deep_output_activation == "tanh":
             pre = torch.tanh(pre)
         return self.L_o(self.drop(pre))
 
@@ -183,7 +224,7 @@ class ShowAttendTellNetwork(nn.Module):
         log_alpha [N, L] -> log-probabilities [N, V] (normalised: they serve as logits). One dropout
         mask per word, shared by its L cells, as `output` draws one per word."""
         pre = (emb + self.L_h(self.drop(h))).unsqueeze(1) + beta.unsqueeze(1) * cell_terms  # [N, L, m], eq. (7)
-        if self.hparams.deep_output_activation == "tanh":
+        if self.spec.deep_output_activation == "tanh":
             pre = torch.tanh(pre)
         mask = self.drop(pre.new_ones(pre.shape[0], 1, pre.shape[2]))  # ones when not training
         cell_log_probs = torch.log_softmax(self.L_o(pre * mask).float(), dim=-1)  # [N, L, V]
@@ -193,7 +234,7 @@ class ShowAttendTellNetwork(nn.Module):
     def _fused_h_maps(self) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
         """Every linear map of h_{t-1} in one matrix: the attention query, the gate's logit and the
         LSTM's recurrent term -> (weight [Q + G + 4n, n], bias or None, split sizes [Q, G, 4n])."""
-        n = self.hparams.hidden_dim
+        n = self.spec.hidden_dim
         weights, biases, splits = [], [], []
         for linear in (self.attend.score.query_linear, self.f_beta):  # either may be absent: Q or G = 0
             splits.append(0 if linear is None else linear.out_features)
@@ -221,9 +262,9 @@ class ShowAttendTellNetwork(nn.Module):
         mask as pads).
         -> logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1], h_prev [B, T-1, n] (h_{t-1}),
         and log_alpha [B, T-1, L] (hard, or when asked), location [B, T-1] (hard)."""
-        hard = self.hparams.attention == "hard"
+        hard = self.attention == "hard"
         B, T1 = captions.shape[0], captions.shape[1] - 1
-        m = self.hparams.embed_dim
+        m = self.spec.embed_dim
         active = list(active) if active is not None else [B] * T1
         score = self.attend.score
         projected = score.project_keys(annotations)  # [B, L, P], once per image
@@ -270,7 +311,7 @@ class ShowAttendTellNetwork(nn.Module):
                 beta = None
                 z = context
             gates = word_gates[t] + h_gates  # eq. (1)-(3): i, f, g, o
-            if self.hparams.feed_context:
+            if self.spec.feed_context:
                 gates = gates + F.linear(z, w_z)
             i, f, g, o = gates.chunk(4, dim=-1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
@@ -287,7 +328,7 @@ class ShowAttendTellNetwork(nn.Module):
         # the deep output (eq. 7) does not feed back: all steps at once, on the decoding pairs only
         rows_of = torch.cat([torch.arange(rows, device=captions.device) for rows in active])  # packed pair -> row
         h_all = torch.cat(h_new)
-        if self.hparams.attention_query == "current":  # each word's attention reads h_t: all steps at once
+        if self.spec.attention_query == "current":  # each word's attention reads h_t: all steps at once
             log_alpha = torch.log_softmax(score(projected[rows_of], h_all), dim=-1)  # [N, L]
             alpha, gates = log_alpha.exp(), self._gate(h_all)
             location = log_alpha.detach().argmax(-1)
@@ -319,46 +360,43 @@ class ShowAttendTellNetwork(nn.Module):
     def _sampled(self, log_alpha: torch.Tensor, noise: torch.Tensor, values: torch.Tensor,
                  expected: torch.Tensor, use_expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Hard attention's context from the sample s_t = argmax(log alpha_t + noise) [N]: a_{s_t}, or
-        with `straight_through` the same sample with the relaxation's gradient into alpha; the
-        `expected` context instead on expected minibatches. log_alpha, noise [N, L], values [N, L, D]."""
+        the context of the estimator's step weights (straight-through: the same sample with the
+        relaxation's gradient into alpha); the `expected` context instead on expected minibatches.
+        log_alpha, noise [N, L], values [N, L, D]."""
         location = (log_alpha.detach() + noise).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
-        if self.hparams.hard_estimator == "straight_through":
-            weights = straight_through_weights(log_alpha, noise, self.hparams.gumbel_temperature)
-            sampled = expected_context(weights, values)
-        else:
-            sampled = gather_context(values, location)
+        weights = self.estimator.step_weights(log_alpha, noise)
+        sampled = gather_context(values, location) if weights is None else expected_context(weights, values)
         return torch.where(use_expected, expected, sampled), location  # eq. (9)
 
     def _draws(self, captions: torch.Tensor, cells: int, like: torch.Tensor, mode: str | None = None,
                coin: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Hard attention's random draws for a minibatch of `captions` over `cells` annotation
         vectors, on `like`'s device, in two calls: the Gumbel noise of every step's sample
-        [B * K, T-1, L] (K = `hard_samples` paths per caption, each caption's K rows together) and
+        [B * K, T-1, L] (K = `hard.samples` paths per caption, each caption's K rows together) and
         (coin=True) the expected-context coin (sec. 4.1). None for the exact marginal (no samples)."""
-        hp = self.hparams
-        if hp.attention != "hard" or self.resolve_mode(mode) != "sample":
+        if self.attention != "hard" or self.resolve_mode(mode) != "sample":
             return None, None
-        B, T1 = captions.shape[0] * hp.hard_samples, captions.shape[1] - 1  # hard_samples paths per caption
+        B, T1 = captions.shape[0] * self.hard.samples, captions.shape[1] - 1  # hard.samples paths per caption
         gumbel = -torch.empty(B, T1, cells, device=like.device, dtype=like.dtype).exponential_().log()
-        use_expected = (torch.rand((), device=like.device) < self.hparams.semi_sampling_p if coin
+        use_expected = (torch.rand((), device=like.device) < self.hard.semi_sampling_p if coin
                         else torch.zeros((), dtype=torch.bool, device=like.device))
         return gumbel, use_expected
 
     def resolve_mode(self, mode: str | None) -> str:
         """A teacher-forced pass's attention: `mode`, by default "sample" when training and
-        otherwise as decoding scores words ("marginal" for `hard_test_mode: marginal`, else
-        "expected"); the exact-marginal estimator has no samples, so its "sample" is "marginal"
-        (the cell summed out at the output)."""
+        otherwise as decoding scores words ("marginal" for `hard.test_mode: marginal`, else
+        "expected"); hard attention trains in its estimator's mode (the exact marginal has no samples:
+        its "sample" is "marginal", the cell summed out at the output)."""
         if mode is None:
             mode = "sample" if self.training else self.scoring_mode()
-        if mode == "sample" and self.hparams.attention == "hard" and self.hparams.hard_estimator == "marginal":
-            return "marginal"
+        if mode == "sample" and self.attention == "hard":
+            return self.estimator.train_mode
         return mode
 
     def scoring_mode(self) -> str:
         """How a teacher-forced pass scores words outside training: the exact marginal over the cell
-        for a model that decodes with it (`hard_test_mode: marginal`), else the expected context."""
-        return "marginal" if self.hparams.hard_test_mode == "marginal" else "expected"
+        for a model that decodes with it (`hard.test_mode: marginal`), else the expected context."""
+        return "marginal" if self.attention == "hard" and self.hard.test_mode == "marginal" else "expected"
 
     def forward(self, images: torch.Tensor, captions: torch.Tensor, mode: str | None = None) -> dict[str, torch.Tensor]:
         """Teacher forcing. images [B, 3, H, W], captions [B, T] (<start> .. <end> <pad>..) ->
@@ -371,8 +409,8 @@ class ShowAttendTellNetwork(nn.Module):
         if self.resolve_mode(mode) == "marginal":
             return self.teacher_forced(annotations, captions, marginal=True)
         gumbel, use_expected = self._draws(captions, annotations.shape[1], annotations, mode)
-        if gumbel is not None and gumbel.shape[0] != captions.shape[0]:  # hard_samples paths: one of each
-            gumbel = gumbel[::self.hparams.hard_samples]
+        if gumbel is not None and gumbel.shape[0] != captions.shape[0]:  # hard.samples paths: one of each
+            gumbel = gumbel[::self.hard.samples]
         return self.teacher_forced(annotations, captions, gumbel, use_expected)
 
     # ------------------------------------------------------------------ decoding (caption, export)
@@ -385,9 +423,9 @@ class ShowAttendTellNetwork(nn.Module):
     def decode_step(self, token: torch.Tensor, h: torch.Tensor, c: torch.Tensor, projected: torch.Tensor,
                     annotations: torch.Tensor) -> dict[str, torch.Tensor]:
         """One test-time decoder step: `step` with the test-time attention (soft, or hard's
-        `hard_test_mode`), <pad> and <start> never emitted, and log-probabilities [N, V] in float32.
+        `hard.test_mode`), <pad> and <start> never emitted, and log-probabilities [N, V] in float32.
         Beam search, greedy decoding and the exported `decoder_step` program all run this."""
-        mode = "soft" if self.hparams.attention == "soft" else self.hparams.hard_test_mode
+        mode = "soft" if self.attention == "soft" else self.hard.test_mode
         out = self.step(token, h, c, projected, annotations, mode)
         logits = out.pop("logits").index_fill(-1, self.never_emitted, float("-inf"))
         return {"log_probs": torch.log_softmax(logits.float(), dim=-1), **out}
@@ -399,7 +437,7 @@ class ShowAttendTellNetwork(nn.Module):
         extras {alpha [N, L], beta [N] (, location [N])}); state (h_0, c_0) [B, n]; static (projected
         [B, L, P], annotations [B, L, D]), computed once per image; grid (h, w) with L = h * w.
         Put the model in eval mode first (`caption` does)."""
-        annotations, projected, h0, c0, grid = self.decode_start(images.to(self.device, torch.float32))
+        annotations, projected, h0, c0, grid = self.decode_start(images.to(self.never_emitted.device, torch.float32))
 
         def step_fn(tokens, state, static):
             out = self.decode_step(tokens, state[0], state[1], static[0], static[1])

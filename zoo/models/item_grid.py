@@ -71,6 +71,7 @@ class ItemGridClassifier(ClassifierModule):
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
         """images [B, 3, H, W] -> (class logits [B, L, classes + 1], colour logits [B, L, colours], grid)."""
+        self.check_images(images)
         tokens, grid = self.backbone(images)
         return self.class_head(tokens), self.colour_head(tokens), tuple(int(g) for g in grid)
 

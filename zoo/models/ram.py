@@ -19,20 +19,25 @@ Training is the paper's hybrid loss:
 - a learned per-step baseline b_t = f_b(h_{t-1}) is fitted to R by its own MSE loss; it reads a
   detached state and enters REINFORCE detached, so only its MSE trains it.
 
-`train_samples` M > 1 runs M glimpse paths per training image (the M episodes of eq. 2), each with
-the leave-one-out mean reward of the image's other M - 1 paths as its baseline (lower variance than
-the learned b_t, which still trains); cross-entropy averages over all paths. M = 1 is the paper's.
+The hyperparameters come in blocks (zoo.hparams.Block): `retina`, `network` (the sizes and the
+core), `policy` (the location policy and how it learns), `remedies` and `optimization`.
 
-`reinforce_to_core`: False (default) feeds the location network a detached state, so REINFORCE
-stops at the location network and cross-entropy alone trains the representation (the stable
-choice of most public ports); True lets REINFORCE flow into the core and glimpse network through
-h_{t-1}, the paper's fully stochastic-gradient reading.
+`policy.train_samples` M > 1 runs M glimpse paths per training image (the M episodes of eq. 2),
+each with the leave-one-out mean reward of the image's other M - 1 paths as its baseline (lower
+variance than the learned b_t, which still trains); cross-entropy averages over all paths. M = 1
+is the paper's.
 
-Remedies for a policy gradient that barely sees where the item is (each defaults to the paper's RAM):
+`policy.reinforce_to_core`: False (default) feeds the location network a detached state, so
+REINFORCE stops at the location network and cross-entropy alone trains the representation (the
+stable choice of most public ports); True lets REINFORCE flow into the core and glimpse network
+through h_{t-1}, the paper's fully stochastic-gradient reading.
+
+`remedies`, for a policy gradient that barely sees where the item is (each defaults to the
+paper's RAM):
 - `where_layer` (Ba, Mnih, Kavukcuoglu 2015, "Multiple object recognition with visual attention",
   DRAM, sec. 3): a second recurrent layer r2 ("where") reads the core r1 ("what") and alone feeds
   the location network and the baseline; the classifier reads r1. r1's input to r2 is detached
-  unless `reinforce_to_core`, so r2 learns from REINFORCE only and r1 from cross-entropy only;
+  unless `policy.reinforce_to_core`, so r2 learns from REINFORCE only and r1 from cross-entropy only;
 - `context: conv` (DRAM's context network): convolutions over a coarse view of the whole canvas
   (area-averaged to `context_size` squared) set r2's initial state, so the first glimpse is
   proposed from the image; r1 starts at 0: the classifier reads only glimpses;
@@ -61,7 +66,9 @@ consume the same random stream.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -71,18 +78,90 @@ from zoo.attention.glimpse import Retina
 from zoo.attention.hard import leave_one_out_baseline
 from zoo.data.base import as_size
 from zoo.errors import UserError
+from zoo.hparams import Block
 from zoo.models import optim
 from zoo.models.base import ZooModule
 from zoo.models.card import CompileHints, FamilyCard
 
 POLICIES = ("sample", "mean", "random")
-TINY = dict(image_size=20, num_classes=4, patch_size=4, num_scales=2, num_glimpses=2, glimpse_hidden=16,
-            location_hidden=8, glimpse_dim=24, hidden_size=32, eval_samples=3)
+TINY = dict(image_size=20, num_classes=4, retina=dict(patch_size=4, num_scales=2), num_glimpses=2,
+            network=dict(glimpse_hidden=16, location_hidden=8, glimpse_dim=24, hidden_size=32), eval_samples=3)
 CONTEXT_CHANNELS = [16, 16, 4]  # the context network's 3x3 convolutions when a recipe names none
-CHOICES = {"core": ("rnn", "lstm"), "location_policy": ("learned", "random"), "location_mean": ("tanh", "linear"),
-           "std_mode": ("fixed", "learnable", "annealed"), "optimizer": ("adam", "sgd"),
-           "lr_schedule": ("none", "cosine"), "context": ("none", "conv"), "reward": ("correct", "log_prob"),
-           "reward_at": ("last", "every_glimpse"), "baseline": ("shared", "per_glimpse")}
+
+
+@dataclass
+class RetinaSpec(Block):
+    """rho(x, l) (sec. 4): `num_scales` square patches around l, the first `patch_size` pixels wide
+    and each next one `scale_factor` times wider, all resampled to patch_size squared; `method` and
+    `subpixel` as zoo.attention.glimpse.Retina reads them."""
+
+    patch_size: int = 8
+    num_scales: int = 1
+    scale_factor: float = 2
+    method: str = "crop"
+    subpixel: bool = True
+
+
+@dataclass
+class NetworkSpec(Block):
+    """The paper's sizes: f_g's what and where layers and its output g_t, and the core f_h's state
+    h_t (a ReLU RNN, or an LSTM)."""
+
+    glimpse_hidden: int = 128
+    location_hidden: int = 128
+    glimpse_dim: int = 256
+    hidden_size: int = 256
+    core: Literal["rnn", "lstm"] = "rnn"
+
+
+@dataclass
+class PolicySpec(Block):
+    """The location policy and how it learns: a Gaussian of standard deviation `std` (`std_mode`
+    fixed, learnable, or annealed to `std_final` over `std_anneal_steps` optimiser steps) around a
+    learned mean (tanh-squashed or linear), or uniform locations (`location_policy: random`, the
+    paper's control); REINFORCE and its baseline's MSE weighted in the hybrid loss, stopped at the
+    location network unless `reinforce_to_core`; `train_samples` glimpse paths per training image."""
+
+    location_policy: Literal["learned", "random"] = "learned"
+    location_mean: Literal["tanh", "linear"] = "tanh"
+    std: float = 0.15
+    std_mode: Literal["fixed", "learnable", "annealed"] = "fixed"
+    std_final: float = 0.05
+    std_anneal_steps: int = 10000
+    reinforce_weight: float = 1.0
+    baseline_weight: float = 1.0
+    reinforce_to_core: bool = False
+    train_samples: int = 1
+
+
+@dataclass
+class RemediesSpec(Block):
+    """Remedies for a policy gradient that barely sees where the item is (module docstring); the
+    defaults are the paper's RAM."""
+
+    where_layer: bool = False
+    where_hidden: int = 256
+    context: Literal["none", "conv"] = "none"
+    context_size: int = 12
+    context_channels: list[int] | None = None
+    reward: Literal["correct", "log_prob"] = "correct"
+    reward_at: Literal["last", "every_glimpse"] = "last"
+    classify_every_glimpse: bool = False
+    baseline: Literal["shared", "per_glimpse"] = "shared"
+    location_supervision: float = 0.0
+
+
+@dataclass
+class OptimizationSpec(Block):
+    """The optimiser (the paper: SGD with momentum 0.9; the recipes: Adam), its schedule, and the
+    location network's own step size (`location_lr_scale` times `lr`)."""
+
+    optimizer: Literal["adam", "sgd"] = "adam"
+    lr: float = 1e-3
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    lr_schedule: Literal["none", "cosine"] = "cosine"
+    location_lr_scale: float = 1.0
 
 
 class GlimpseNetwork(nn.Module):
@@ -140,13 +219,17 @@ class RAM(ZooModule):
                                      "context_channels"], 16_384),
                     "num_scales": 16, "num_glimpses": 1_000, "train_samples": 1_000, "eval_samples": 10_000,
                     "context_size": 4_096},
-        tiny={"": TINY, "lstm_learnable_to_core": {**TINY, "core": "lstm", "std_mode": "learnable",
-                                                    "reinforce_to_core": True, "retina_method": "filterbank"},
-              "annealed_random": {**TINY, "std_mode": "annealed", "location_policy": "random"},
+        tiny={"": TINY,
+              "lstm_learnable_to_core": {**TINY, "network": {**TINY["network"], "core": "lstm"},
+                                         "policy": {"std_mode": "learnable", "reinforce_to_core": True},
+                                         "retina": {**TINY["retina"], "method": "filterbank"}},
+              "annealed_random": {**TINY, "policy": {"std_mode": "annealed", "location_policy": "random"}},
               # issue 33's remedies: DRAM's where layer and context network, the shaped return, 2 paths per image
-              "dram_shaped": {**TINY, "where_layer": True, "where_hidden": 16, "context": "conv", "context_size": 5,
-                              "context_channels": [2], "reward": "log_prob", "reward_at": "every_glimpse",
-                              "classify_every_glimpse": True, "baseline": "per_glimpse", "train_samples": 2}})
+              "dram_shaped": {**TINY, "policy": {"train_samples": 2},
+                              "remedies": {"where_layer": True, "where_hidden": 16, "context": "conv", "context_size": 5,
+                                           "context_channels": [2], "reward": "log_prob",
+                                           "reward_at": "every_glimpse", "classify_every_glimpse": True,
+                                           "baseline": "per_glimpse"}}})
 
     def __init__(
         self,
@@ -154,109 +237,78 @@ class RAM(ZooModule):
         in_chans: int = 1,
         num_classes: int = 10,
         class_names: list[str] | None = None,
-        # retina
-        patch_size: int = 8,
-        num_scales: int = 1,
-        scale_factor: float = 2,
-        retina_method: str = "crop",
-        retina_subpixel: bool = True,
+        retina: RetinaSpec | None = None,
         num_glimpses: int = 6,
-        # networks (the paper's sizes)
-        glimpse_hidden: int = 128,
-        location_hidden: int = 128,
-        glimpse_dim: int = 256,
-        hidden_size: int = 256,
-        core: str = "rnn",
-        # location policy
-        location_policy: str = "learned",
-        location_mean: str = "tanh",
-        std: float = 0.15,
-        std_mode: str = "fixed",
-        std_final: float = 0.05,
-        std_anneal_steps: int = 10000,
-        # losses
-        reinforce_weight: float = 1.0,
-        baseline_weight: float = 1.0,
-        reinforce_to_core: bool = False,
-        location_lr_scale: float = 1.0,
-        train_samples: int = 1,
-        # remedies (module docstring); the defaults are the paper's RAM
-        where_layer: bool = False,
-        where_hidden: int = 256,
-        context: str = "none",
-        context_size: int = 12,
-        context_channels: list[int] | None = None,
-        reward: str = "correct",
-        reward_at: str = "last",
-        classify_every_glimpse: bool = False,
-        baseline: str = "shared",
-        location_supervision: float = 0.0,
-        # optimisation
-        optimizer: str = "adam",
-        lr: float = 1e-3,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        lr_schedule: str = "cosine",
+        network: NetworkSpec | None = None,
+        policy: PolicySpec | None = None,
+        remedies: RemediesSpec | None = None,
+        optimization: OptimizationSpec | None = None,
         # evaluation
         eval_samples: int = 10,
         eval_seed: int = 0,
         num_figures: int = 4,
     ):
         super().__init__()
+        # typed blocks from the CLI, or plain dicts from a checkpoint or a Python caller (zoo.hparams.Block)
+        self.retina = retina = RetinaSpec.coerce(retina, "RAM: retina")
+        self.network = net = NetworkSpec.coerce(network, "RAM: network")
+        self.policy = policy = PolicySpec.coerce(policy, "RAM: policy")
+        self.remedies = fix = RemediesSpec.coerce(remedies, "RAM: remedies")
+        self.optimization = opt = OptimizationSpec.coerce(optimization, "RAM: optimization")
         self.save_hyperparameters()
-        for key, allowed in CHOICES.items():
-            if self.hparams[key] not in allowed:
-                raise UserError(f"RAM: {key} must be one of {', '.join(allowed)}, got '{self.hparams[key]}'")
-        context_channels = CONTEXT_CHANNELS if context_channels is None else list(context_channels)
-        if train_samples < 1:
-            raise UserError(f"RAM: train_samples must be >= 1, got {train_samples}")
-        if context != "none" and not where_layer:
-            raise UserError("RAM: a context network needs where_layer: true (it sets the where layer's state; "
-                            "the classifier must not read the coarse view)")
-        if context != "none" and (context_size < 1 or where_hidden < 1 or 0 in context_channels):
-            raise UserError(f"RAM: the context view is empty (context_size {context_size}, "
+        for name in ("retina", "network", "policy", "remedies", "optimization"):
+            self.hparams[name] = getattr(self, name).to_dict()  # plain values
+        context_channels = CONTEXT_CHANNELS if fix.context_channels is None else list(fix.context_channels)
+        if policy.train_samples < 1:
+            raise UserError(f"RAM: policy.train_samples must be >= 1, got {policy.train_samples}")
+        if fix.context != "none" and not fix.where_layer:
+            raise UserError("RAM: a context network needs remedies.where_layer: true (it sets the where layer's "
+                            "state; the classifier must not read the coarse view)")
+        if fix.context != "none" and (fix.context_size < 1 or fix.where_hidden < 1 or 0 in context_channels):
+            raise UserError(f"RAM: the context view is empty (context_size {fix.context_size}, "
                             f"context_channels {context_channels}); give a coarse view of at least 1x1 pixel")
-        if location_supervision < 0 or not math.isfinite(location_supervision):
-            raise UserError(f"RAM: location_supervision must be >= 0, got {location_supervision}")
-        if location_lr_scale <= 0:
-            raise UserError(f"RAM: location_lr_scale must be positive, got {location_lr_scale}")
-        if not std > 0 or (std_mode == "annealed" and not std_final > 0):
-            raise UserError("RAM: std and std_final must be positive")
+        if fix.location_supervision < 0 or not math.isfinite(fix.location_supervision):
+            raise UserError(f"RAM: remedies.location_supervision must be >= 0, got {fix.location_supervision}")
+        if opt.location_lr_scale <= 0:
+            raise UserError(f"RAM: optimization.location_lr_scale must be positive, got {opt.location_lr_scale}")
+        if not policy.std > 0 or (policy.std_mode == "annealed" and not policy.std_final > 0):
+            raise UserError("RAM: policy.std and policy.std_final must be positive")
         self.image_hw = as_size(image_size)
         if len(self.image_hw) != 2:
             raise UserError(f"RAM: image_size is an int or [H, W], got {image_size}")
         try:
-            retina = Retina(patch_size, num_scales, scale_factor, method=retina_method,
-                            subpixel=retina_subpixel, image_size=self.image_hw)
+            reader = Retina(retina.patch_size, retina.num_scales, retina.scale_factor, method=retina.method,
+                            subpixel=retina.subpixel, image_size=self.image_hw)
         except ValueError as exc:
-            raise UserError(f"RAM: {exc}") from None
-        self.glimpse = GlimpseNetwork(retina, in_chans, glimpse_hidden, location_hidden, glimpse_dim)
-        cell = nn.LSTMCell if core == "lstm" else partial(nn.RNNCell, nonlinearity="relu")
+            raise UserError(f"RAM: retina: {exc}") from None
+        self.glimpse = GlimpseNetwork(reader, in_chans, net.glimpse_hidden, net.location_hidden, net.glimpse_dim)
+        cell = nn.LSTMCell if net.core == "lstm" else partial(nn.RNNCell, nonlinearity="relu")
         # f_h: h_t = ReLU(Linear(h_{t-1}) + Linear(g_t)) (sec. 4), or an LSTM
-        self.core = cell(glimpse_dim, hidden_size)
-        policy_size = where_hidden if where_layer else hidden_size  # the state the policy reads
+        self.core = cell(net.glimpse_dim, net.hidden_size)
+        policy_size = fix.where_hidden if fix.where_layer else net.hidden_size  # the state the policy reads
         self.locator = nn.Linear(policy_size, 2)  # mean of the location policy f_l
-        self.log_std = nn.Parameter(torch.tensor(math.log(std)), requires_grad=std_mode == "learnable")
+        self.log_std = nn.Parameter(torch.tensor(math.log(policy.std)),
+                                    requires_grad=policy.std_mode == "learnable")
         # b_t, eq. 3: one linear map for every glimpse, or one per glimpse
-        self.baseline = nn.Linear(policy_size, 1 if baseline == "shared" else num_glimpses)
-        self.classifier = nn.Linear(hidden_size, num_classes)  # f_a on h_T
-        if where_layer:  # DRAM's r2 on r1 (built last: the paper's RAM initialises as it did)
-            self.where = cell(hidden_size, where_hidden)
-        if context != "none":
-            self.context_net = ContextNetwork(in_chans, context_size, context_channels, where_hidden)
+        self.baseline = nn.Linear(policy_size, 1 if fix.baseline == "shared" else num_glimpses)
+        self.classifier = nn.Linear(net.hidden_size, num_classes)  # f_a on h_T
+        if fix.where_layer:  # DRAM's r2 on r1 (built last: the paper's RAM initialises as it did)
+            self.where = cell(net.hidden_size, fix.where_hidden)
+        if fix.context != "none":
+            self.context_net = ContextNetwork(in_chans, fix.context_size, context_channels, fix.where_hidden)
 
     # ------------------------------------------------------------------ policy
     def current_std(self) -> torch.Tensor | float:
         """sigma of the location policy: a constant, a learned scalar, or linearly annealed from
         `std` to `std_final` over `std_anneal_steps` optimiser steps (a Python float, no sync)."""
-        hp = self.hparams
-        if hp.std_mode == "learnable":
+        policy = self.policy
+        if policy.std_mode == "learnable":
             return self.log_std.exp()
-        if hp.std_mode == "annealed":
-            step = self.trainer.global_step if self._trainer is not None else hp.std_anneal_steps
-            frac = min(1.0, step / max(1, hp.std_anneal_steps))
-            return hp.std + (hp.std_final - hp.std) * frac
-        return hp.std
+        if policy.std_mode == "annealed":
+            step = self.trainer.global_step if self._trainer is not None else policy.std_anneal_steps
+            frac = min(1.0, step / max(1, policy.std_anneal_steps))
+            return policy.std + (policy.std_final - policy.std) * frac
+        return policy.std
 
     # ------------------------------------------------------------------ rollout
     def policy_noise(self, policy: str, batch_size: int, like: torch.Tensor,
@@ -277,7 +329,7 @@ class RAM(ZooModule):
         must not see it as a constant), in float64 so that eager steps compute what they did with
         the Python float the released recipes were trained with. None otherwise: a fixed sigma is
         a constant and a learnable one is computed inside the step, where its gradient flows."""
-        if self.hparams.std_mode != "annealed":
+        if self.policy.std_mode != "annealed":
             return None
         return torch.full((), self.current_std(), device=like.device, dtype=torch.float64)
 
@@ -292,15 +344,15 @@ class RAM(ZooModule):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}")
         self.check_images(images)
-        hp = self.hparams
-        B, T = images.shape[0], hp.num_glimpses
+        net, fix, loc = self.network, self.remedies, self.policy  # (`policy` names the rollout's)
+        B, T = images.shape[0], self.hparams.num_glimpses
         if noise is None:
             noise = self.policy_noise(policy, B, images, generator)
-        h = images.new_zeros(B, hp.hidden_size)
-        c = torch.zeros_like(h) if hp.core == "lstm" else None
-        if hp.where_layer:  # r2_0: the context network's proposal, or an empty state
-            w = self.context_net(images) if hp.context != "none" else images.new_zeros(B, hp.where_hidden)
-            wc = torch.zeros_like(w) if hp.core == "lstm" else None
+        h = images.new_zeros(B, net.hidden_size)
+        c = torch.zeros_like(h) if net.core == "lstm" else None
+        if fix.where_layer:  # r2_0: the context network's proposal, or an empty state
+            w = self.context_net(images) if fix.context != "none" else images.new_zeros(B, fix.where_hidden)
+            wc = torch.zeros_like(w) if net.core == "lstm" else None
         if std is None:
             std = self.current_std()  # a float, or a 0-d tensor when learnable (no host round trip)
         log_std = torch.log(std) if isinstance(std, torch.Tensor) else math.log(std)
@@ -308,9 +360,9 @@ class RAM(ZooModule):
         for t in range(T):
             # The switch: a detached state keeps REINFORCE inside the location network (with a
             # where layer, r2 is the location network's own state; its input r1 is detached below).
-            h_policy = w if hp.where_layer else h if hp.reinforce_to_core else h.detach()
+            h_policy = w if fix.where_layer else h if loc.reinforce_to_core else h.detach()
             mu = self.locator(h_policy)  # [B, 2], the policy's mean
-            mu = torch.tanh(mu) if hp.location_mean == "tanh" else mu
+            mu = torch.tanh(mu) if loc.location_mean == "tanh" else mu
             if policy == "sample":
                 raw = (mu + std * noise[t]).detach()  # the action is a constant for every gradient
             elif policy == "mean":
@@ -322,10 +374,10 @@ class RAM(ZooModule):
             log_prob = (-((raw - mu) ** 2) / (2 * std ** 2) - log_std).sum(-1) - math.log(2 * math.pi)  # [B]
             location = raw.clamp(-1.0, 1.0)
             b = self.baseline(h_policy.detach())  # b_t from the detached state
-            b = b.squeeze(-1) if hp.baseline == "shared" else b[:, t]
+            b = b.squeeze(-1) if fix.baseline == "shared" else b[:, t]
             h, c = _recur(self.core, self.glimpse(images, location), h, c)
-            if hp.where_layer and t < T - 1:  # r2_t = f(r1_t, r2_{t-1}); the last one would propose nothing
-                w, wc = _recur(self.where, h if hp.reinforce_to_core else h.detach(), w, wc)
+            if fix.where_layer and t < T - 1:  # r2_t = f(r1_t, r2_{t-1}); the last one would propose nothing
+                w, wc = _recur(self.where, h if loc.reinforce_to_core else h.detach(), w, wc)
             steps.append((h, location, log_prob, b, mu))
         states, locations, log_probs, baselines, means = (torch.stack(x, 1) for x in zip(*steps))
         step_logits = self.classifier(states)  # [B, T, classes]
@@ -342,13 +394,13 @@ class RAM(ZooModule):
         final reward R for every glimpse (R = 1 for a correct prediction, or log p(y | x) with
         `reward: log_prob`). With `reward_at: every_glimpse`: r_s from the running prediction after
         glimpse s, and G_t = sum_{s >= t} r_s (glimpse t changes no reward before it)."""
-        hp = self.hparams
-        logits = out["step_logits"] if hp.reward_at == "every_glimpse" else out["logits"][:, None]  # [B, T or 1, C]
-        if hp.reward == "correct":
+        fix = self.remedies
+        logits = out["step_logits"] if fix.reward_at == "every_glimpse" else out["logits"][:, None]  # [B, T or 1, C]
+        if fix.reward == "correct":
             rewards = (logits.argmax(-1) == labels[:, None]).to(out["baselines"].dtype)
         else:
             rewards = logits.detach().log_softmax(-1).gather(-1, labels[:, None, None].expand(-1, logits.shape[1], 1))[..., 0]
-        if hp.reward_at == "every_glimpse":
+        if fix.reward_at == "every_glimpse":
             return rewards.flip(1).cumsum(1).flip(1).detach()  # reward-to-go
         return rewards.expand_as(out["baselines"]).detach()
 
@@ -356,44 +408,44 @@ class RAM(ZooModule):
                targets: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """The hybrid loss's terms and their weighted sum, from a rollout. targets: the item's
         centre [B, 2] in [-1, 1] (only for `location_supervision`)."""
-        hp = self.hparams
-        if hp.classify_every_glimpse:
+        fix, policy = self.remedies, self.policy
+        if fix.classify_every_glimpse:
             T = out["step_logits"].shape[1]
             ce = F.cross_entropy(out["step_logits"].flatten(0, 1), labels.repeat_interleave(T))
         else:
             ce = F.cross_entropy(out["logits"], labels)
         baselines = out["baselines"]  # [B, T]
         returns = self.returns(out, labels)  # [B, T]
-        M, reference = hp.train_samples, baselines
+        M, reference = policy.train_samples, baselines
         if M > 1:  # the M paths of an image (adjacent rows) are each other's baseline: leave-one-out
             reference = leave_one_out_baseline(returns.view(-1, M, returns.shape[1])).reshape(returns.shape)
         advantage = (returns - reference).detach()
         # eq. 3: sum over steps of log pi (R - b_t), averaged over the batch; minimised, so negated
         reinforce = -(out["log_probs"] * advantage).sum(1).mean()
         baseline_mse = F.mse_loss(baselines, returns)
-        if hp.location_policy == "random":  # the paper's control: nothing to reinforce
+        if policy.location_policy == "random":  # the paper's control: nothing to reinforce
             reinforce = reinforce * 0
-        total = ce + hp.reinforce_weight * reinforce + hp.baseline_weight * baseline_mse
+        total = ce + policy.reinforce_weight * reinforce + policy.baseline_weight * baseline_mse
         terms = {"ce": ce, "reinforce": reinforce, "baseline_mse": baseline_mse, "reward": returns[:, 0].mean()}
-        if hp.location_supervision > 0:
+        if fix.location_supervision > 0:
             if targets is None:
-                raise UserError("RAM: location_supervision needs the item's box in every batch "
+                raise UserError("RAM: remedies.location_supervision needs the item's box in every batch "
                                 "(FashionMNISTDataModule with_boxes: true)")
             # weak supervision: every glimpse's policy mean onto the item's centre
             supervision = ((out["means"] - targets[:, None]) ** 2).sum(-1).mean()
-            total = total + hp.location_supervision * supervision
+            total = total + fix.location_supervision * supervision
             terms["location_mse"] = supervision
         return {"loss": total, **terms}
 
     def _policy(self, learned: str) -> str:  # learned: "sample" to train, "mean" to evaluate
-        return "random" if self.hparams.location_policy == "random" else learned
+        return "random" if self.policy.location_policy == "random" else learned
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
     def example_batch(self, n: int = 2, seed: int = 0):
         """(images, labels), plus the item's box [n, 4] where the recipe supervises the location
         (the batches of `FashionMNISTDataModule(with_boxes=true)`)."""
         images, labels = self.labelled_batch(n, seed)
-        if self.hparams.location_supervision <= 0:
+        if self.remedies.location_supervision <= 0:
             return images, labels
         height, width = self.image_hw
         corner = torch.rand(n, 2, generator=torch.Generator().manual_seed(seed + 1)) * 0.5
@@ -408,11 +460,12 @@ class RAM(ZooModule):
 
     def train_inputs(self, batch):
         images, labels, *boxes = batch
-        targets = self.item_centres(boxes[0].to(images.dtype)) if boxes and self.hparams.location_supervision > 0 else None
-        if self.hparams.train_samples > 1:  # eq. 2's M episodes, here per image
-            images = images.repeat_interleave(self.hparams.train_samples, 0)
-            labels = labels.repeat_interleave(self.hparams.train_samples, 0)
-            targets = None if targets is None else targets.repeat_interleave(self.hparams.train_samples, 0)
+        targets = self.item_centres(boxes[0].to(images.dtype)) if boxes and self.remedies.location_supervision > 0 else None
+        M = self.policy.train_samples
+        if M > 1:  # eq. 2's M episodes, here per image
+            images = images.repeat_interleave(M, 0)
+            labels = labels.repeat_interleave(M, 0)
+            targets = None if targets is None else targets.repeat_interleave(M, 0)
         noise = self.policy_noise(self._policy("sample"), images.shape[0], images)
         return {"images": images, "labels": labels, "noise": noise, "std": self._std_input(images), "targets": targets}
 
@@ -495,9 +548,9 @@ class RAM(ZooModule):
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
-        hp = self.hparams
+        opt = self.optimization
         params = [p for p in self.parameters() if p.requires_grad]
-        if hp.location_lr_scale != 1.0:
+        if opt.location_lr_scale != 1.0:
             # The location network learns from REINFORCE alone; its own step size damps the random
             # walk a noisy policy gradient takes under Adam's per-parameter scaling. The location
             # network: f_l, and DRAM's where layer and context network when present.
@@ -505,10 +558,10 @@ class RAM(ZooModule):
             location = [p for part in parts for p in part.parameters()]
             located = {id(p) for p in location}
             params = [{"params": [p for p in params if id(p) not in located]},
-                      {"params": location, "lr": hp.lr * hp.location_lr_scale}]
+                      {"params": location, "lr": opt.lr * opt.location_lr_scale}]
         # the paper: SGD with momentum 0.9; the recipes: Adam
-        return optim.configure(self, params, hp.optimizer, lr=hp.lr, momentum=hp.momentum,
-                               weight_decay=hp.weight_decay, schedule=hp.lr_schedule)
+        return optim.configure(self, params, opt.optimizer, lr=opt.lr, momentum=opt.momentum,
+                               weight_decay=opt.weight_decay, schedule=opt.lr_schedule)
 
 
 def _recur(cell: nn.RNNCell | nn.LSTMCell, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None):

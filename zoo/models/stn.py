@@ -137,6 +137,7 @@ class STN(ClassifierModule):
 
     def export_forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """images [B, C, H, W] -> (logits [B, classes], theta [B, T, 2, 3]: where each glimpse sampled)."""
+        self.check_images(images)
         theta = self.transforms(images)
         return self(images, theta), theta
 
