@@ -1,9 +1,9 @@
 """Evaluate a checkpoint or a released model on a split: `python eval.py --checkpoint PATH`, the
-same as `zoo eval --checkpoint PATH` after `pip install`. The code is zoo/evaluate.py; zoo.cli.script
+same as `zoo eval --checkpoint PATH` after `pip install`. The code is zoo/commands/evaluate.py; zoo.commands.cli.script
 checks the environment and reports SIGTERM and Ctrl-C in one line from the first import on."""
 import sys
 
-from zoo.cli import script
+from zoo.commands.cli import script
 
 if __name__ == "__main__":
     sys.exit(script("eval", "eval.py"))

@@ -10,7 +10,7 @@ Columns (timm's benchmark.py names; `*_mode` is ours):
   infer_img_size, infer_gmacs (per image), param_count (millions), infer_mode;
 - train: model, train_samples_per_sec, train_step_time (ms per step), train_batch_size,
   train_img_size, param_count, train_mode.
-One inference is the release's `zoo export` program (zoo/cost.py: logits; a greedy caption unrolled
+One inference is the release's `zoo export` program (zoo/commands/cost.py: logits; a greedy caption unrolled
 to its maximum length; DRAW generators: samples from the prior). One training step is the
 family's own (zoo.models.accel `fit_step`: its random draws, forward, loss, backward, the
 recipe's gradient clipping, its optimizer) on the family's example batch (`example_batch`; the
@@ -51,11 +51,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zoo import cost, registry  # noqa: E402
-from zoo.io import atomic_write_bytes  # noqa: E402
+from zoo import registry  # noqa: E402
+from zoo.commands import cost  # noqa: E402
+from zoo.guards.text import csv_cell  # noqa: E402
+from zoo.guards.writes import atomic_write_bytes  # noqa: E402
 from zoo.models.accel import compile_backend, compile_unavailable  # noqa: E402
 from zoo.results import write_json  # noqa: E402
-from zoo.text import csv_cell  # noqa: E402
 
 INFER_COLUMNS = ["model", "infer_samples_per_sec", "infer_step_time", "infer_batch_size", "infer_img_size",
                  "infer_gmacs", "param_count", "infer_mode"]

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import zoo  # noqa: E402
 from zoo import registry  # noqa: E402
-from zoo.errors import UserError  # noqa: E402
+from zoo.guards.errors import UserError  # noqa: E402
 from zoo.metrics.attention import evaluate  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
@@ -60,7 +60,7 @@ def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 def figure(name: str, split: str, index: int, out_dir: Path) -> Path:
     """The attention strip of test example `index` (its target boxes in white) as out_dir/attention_<name>.png."""
-    from zoo.io import atomic_save_image
+    from zoo.guards.writes import atomic_save_image
     from zoo.viz.record import strip
 
     model = zoo.create_model(name, pretrained=True).eval()
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
             for name in args.names or attending_releases():
                 print(f"{name}: {figure(name, args.split, args.index, Path(args.figures))}", flush=True)
             return 0
-        from zoo.evaluate import key_values
+        from zoo.commands.common import key_values
 
         data_args, model_args = key_values(args.data, "--data"), key_values(args.model_arg, "--model-arg")
         if (data_args or model_args) and not args.tag:

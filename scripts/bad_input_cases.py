@@ -17,7 +17,7 @@ def _release(work: Path, name: str, base: str, init_args: dict | None = None, da
     import torch
     from safetensors.torch import save_file
 
-    from zoo import hub
+    from zoo.weights import hub
 
     config = json.loads(json.dumps(hub.manifest()[base]["config"]))
     config["init_args"].update(init_args or {})
@@ -32,8 +32,8 @@ def _release(work: Path, name: str, base: str, init_args: dict | None = None, da
 def _own_release(work: Path, name: str, base: str, init_args: dict) -> Path:
     """A whole release of the model `base`'s config with `init_args` on top, built directly (its
     constructor allocates little; what it asks for comes later) with its own random weights."""
-    from zoo import hub
     from zoo.classes import resolve_class
+    from zoo.weights import hub
 
     config = json.loads(json.dumps(hub.manifest()[base]["config"]))
     config["init_args"].update(init_args)
@@ -49,7 +49,7 @@ def _poisoned_release(work: Path, name: str, base: str, init_args: dict, poison=
     import torch
     from safetensors.torch import load_file, save_file
 
-    from zoo import hub
+    from zoo.weights import hub
 
     record = hub.manifest()[base]
     config = json.loads(json.dumps(record["config"]))
@@ -88,7 +88,7 @@ def build(work: Path, ROOT: Path, trained: Path):
     import torch
     from PIL import Image
 
-    from zoo import hub
+    from zoo.weights import hub
 
     files = {}
     files["wide_sat"] = _release(work, "wide_sat", "sat_soft_scenes",
@@ -144,7 +144,7 @@ def build(work: Path, ROOT: Path, trained: Path):
 
 
 def cases(work: Path, ROOT: Path, py: str, files: dict, image: Path, url: str, exports: dict) -> list:
-    zoo = [py, "-m", "zoo.cli"]
+    zoo = [py, "-m", "zoo.commands.cli"]
     ev = [py, str(ROOT / "eval.py")]
     fit = lambda root, *a: [py, str(ROOT / "train.py"), "fit", f"--trainer.default_root_dir={work / root}", *a]
     mlp = ["--config", str(ROOT / "configs/baseline/mlp_centered.yaml"), "--data.init_args.val_size=100",
@@ -231,7 +231,7 @@ def exports(work: Path, ROOT: Path, py: str, env: dict):
 
     out = {}
     for name in ("sat_soft_scenes", "sat_hard_scenes"):
-        subprocess.run([py, "-m", "zoo.cli", "export", "--model", name, "--out", str(work / f"export_{name}")], env=env,
+        subprocess.run([py, "-m", "zoo.commands.cli", "export", "--model", name, "--out", str(work / f"export_{name}")], env=env,
                        check=True, capture_output=True)
     good = work / "export_sat_soft_scenes"
     out["good"] = good
@@ -252,7 +252,7 @@ def exports(work: Path, ROOT: Path, py: str, env: dict):
     variant("huge_size", lambda m, f: m["preprocessing"].update(size=[60000, 60000]))
     outside = work / "outside.bin"
     outside.write_bytes(b"x")
-    from zoo.hub import sha256_file
+    from zoo.weights.hub import sha256_file
     variant("dotdot", lambda m, f: m["files"].update({"../outside.bin": sha256_file(outside)}))
     variant("absolute", lambda m, f: m["files"].update({str(outside): sha256_file(outside)}))
     variant("empty", lambda m, f: m.update(files={}))

@@ -54,8 +54,8 @@ def main(argv=None) -> int:
     from safetensors.torch import save_file
 
     from conftest import write_fashion_mnist
-    from zoo import hub
     from zoo.models.baselines import Classifier
+    from zoo.weights import hub
 
     work = Path(tempfile.mkdtemp(prefix="zoo-bad-input-"))
     data = work / "data"
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     files = bad_input_cases.build(work, ROOT, trained)
     exported = bad_input_cases.exports(work, ROOT, py, env)
     (served / "w.safetensors").write_bytes((ROOT / "weights/vit_fmnist.safetensors").read_bytes())
-    zoo = [py, "-m", "zoo.cli"]
+    zoo = [py, "-m", "zoo.commands.cli"]
     cases = [
         ("safetensors config naming os.system: zoo caption", zoo + ["caption", str(image), "--checkpoint", str(work / "evil.safetensors")]),
         ("safetensors config naming os.system: eval.py", [py, str(ROOT / "eval.py"), "--checkpoint", str(work / "evil.safetensors")]),
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
 def _command_name(command: list[str]) -> str:
     """The entry point a case runs: `zoo caption`, `eval.py`, `train.py fit`, a script's name."""
     words = [Path(c).name if c.endswith(".py") else c for c in command[1:]]
-    if words[:2] == ["-m", "zoo.cli"]:
+    if words[:2] == ["-m", "zoo.commands.cli"]:
         return " ".join(["zoo", *words[2:3]])
     if words[:1] == ["-c"]:
         return "python -c (zoo.load_export)"
@@ -274,7 +274,7 @@ def _command_name(command: list[str]) -> str:
 
 def peak_memory_table(rows: list[dict]) -> list[dict]:
     """Per command: its cases, the most memory any of them took (peak RSS, MB), and the budget."""
-    from zoo.limits import limit
+    from zoo.guards.budget import limit
 
     budget = limit("memory_mb")
     budget = round(budget) if budget != float("inf") else None  # a tree from before the budget

@@ -17,7 +17,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zoo.data.fashion_mnist import CLASS_NAMES, load_fashion_mnist  # noqa: E402
-from zoo.errors import UserError  # noqa: E402
+from zoo.guards.errors import UserError  # noqa: E402
 
 
 def export(out: Path, classes: list[int], per_class: dict[str, int]) -> None:

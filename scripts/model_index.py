@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 from tools import model_index  # noqa: E402
 from zoo import registry  # noqa: E402
-from zoo.io import atomic_write_bytes  # noqa: E402
+from zoo.guards.writes import atomic_write_bytes  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import zoo  # noqa: E402
 from zoo import registry  # noqa: E402
-from zoo.errors import UserError  # noqa: E402
+from zoo.guards.errors import UserError  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 

@@ -35,10 +35,11 @@ SHA_PREFIX = 8  # hex digits of the weights' sha256 in a release file's name: <n
 sys.path.insert(0, str(ROOT))
 
 from tools import release  # noqa: E402
-from zoo import hub, registry  # noqa: E402
-from zoo.errors import OneLineParser, UserError, report_user_errors  # noqa: E402
-from zoo.io import atomic_write_bytes, held_lock, sweep_folder  # noqa: E402
-from zoo.limits import check_environment  # noqa: E402
+from zoo import registry  # noqa: E402
+from zoo.guards.budget import check_environment  # noqa: E402
+from zoo.guards.errors import OneLineParser, UserError, report_user_errors  # noqa: E402
+from zoo.guards.writes import atomic_write_bytes, held_lock, sweep_folder  # noqa: E402
+from zoo.weights import hub  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tools.release import recipe_drift  # noqa: E402
-from zoo.runs import holder  # noqa: E402
-from zoo.hub import sha256_file  # noqa: E402
 from zoo.results import device_info, git_commit, write_json  # noqa: E402
+from zoo.training.runs import holder  # noqa: E402
+from zoo.weights.hub import sha256_file  # noqa: E402
 
 
 def run(cmd: list[str]) -> None:
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
         root = f"runs/results/{name}/seed{seed}"
         t0 = time.perf_counter()
         if not args.eval_only:
-            # A folder left by an earlier invocation belongs to that run (zoo/runs.py refuses a new
+            # A folder left by an earlier invocation belongs to that run (zoo/training/runs.py refuses a new
             # fit there, and its best checkpoint must not be taken for this run's): it is moved aside
             # whole, never deleted; one of a run still training there is that run's, not ours to move.
             training = holder(ROOT / root)

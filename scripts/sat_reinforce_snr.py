@@ -31,8 +31,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zoo.attention.hard import reinforce_surrogate  # noqa: E402
-from zoo.errors import UserError  # noqa: E402
-from zoo.io import check_output  # noqa: E402
+from zoo.guards.errors import UserError  # noqa: E402
+from zoo.guards.writes import check_output  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 
 VARIANTS = ("caption/moving_average", "caption/leave_one_out", "word/leave_one_out",
@@ -125,7 +125,7 @@ def main() -> None:
     for variant, r in table.items():
         print(f"{variant:32s} {r['signal']:10.4g} {r['noise']:10.4g} {r['snr']:8.3f} {r['cosine_with_soft']:10.3f}")
     if args.out:
-        from zoo import hub
+        from zoo.weights import hub
 
         weights = hub.fetch(args.checkpoint) if args.checkpoint else hub.fetch_release(args.model)
         write_json(args.out, {"analysis": "sat_reinforce_snr", "source": args.checkpoint or args.model,

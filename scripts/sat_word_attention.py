@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zoo.data.scene_grammar import COLOUR_NAMES, HEAD_WORDS  # noqa: E402
 from zoo.data.scenes import FashionScenesDataModule  # noqa: E402
-from zoo.errors import UserError  # noqa: E402
-from zoo.io import check_output  # noqa: E402
+from zoo.guards.errors import UserError  # noqa: E402
+from zoo.guards.writes import check_output  # noqa: E402
 from zoo.metrics.localization import cells_in_boxes  # noqa: E402
 from zoo.results import write_json  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Shared fixtures: a tiny Fashion-MNIST written by the tests, and a subprocess runner for the
-entry points (train.py, eval.py, `python -m zoo.cli`).
+entry points (train.py, eval.py, `python -m zoo.commands.cli`).
 
 The tiny data set is "random but structured": every class draws a different shape (so a model
 can learn something in a few steps) with per-example jitter and noise (so no two images are equal).
@@ -129,7 +129,7 @@ def cli_env(data_dir: Path | None = None, **extra: str) -> dict:
 
 
 def run_cli(args: list[str], cwd: str | os.PathLike, env: dict | None = None, timeout: float = 240):
-    """Run `python <args...>` (e.g. ["train.py", "fit", ...] or ["-m", "zoo.cli", "list"]) with
+    """Run `python <args...>` (e.g. ["train.py", "fit", ...] or ["-m", "zoo.commands.cli", "list"]) with
     the venv's interpreter. A script name is resolved against the repo root. Returns
     (returncode, stdout, stderr)."""
     args = [str(a) for a in args]

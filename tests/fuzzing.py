@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from hypothesis import strategies as st
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -106,9 +106,9 @@ def _mapped_bytes() -> int:
 @contextlib.contextmanager
 def _memory_cap():
     """While a case runs, the process may map at most what it maps now, plus the memory budget
-    (zoo.limits) and ADDRESS_SLACK: an allocation past that fails (MemoryError, torch's
+    (zoo.guards.budget) and ADDRESS_SLACK: an allocation past that fails (MemoryError, torch's
     RuntimeError), which the property reports, instead of taking the machine's memory."""
-    from zoo.limits import limit
+    from zoo.guards.budget import limit
 
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     cap = _mapped_bytes() + int(limit("memory_mb") * 2**20) + ADDRESS_SLACK
@@ -357,8 +357,8 @@ def make_export_seed(folder: Path) -> None:
     import torch
 
     from zoo.data.vocab import SPECIALS
-    from zoo.export import export
     from zoo.models.captioner import Captioner
+    from zoo.weights.export import export
 
     torch.manual_seed(0)
     model = Captioner(vocab=[*SPECIALS, "a", "red", "shirt"], image_size=[16, 16],

@@ -26,10 +26,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
 from conftest import REPO, cli_env, run_cli, tiny_fit_args
-from zoo.callbacks import Accelerate
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models import accel
 from zoo.models.card import families, tiny_models
+from zoo.training.callbacks import Accelerate
 
 #: every tiny configuration of every registered family (its card's `tiny`), by id ("ram",
 #: "ram-annealed_random"); short unrolls, as tracing time grows with the number of steps

@@ -13,7 +13,7 @@ from PIL import Image
 
 import zoo
 from conftest import REPO, cli_env, run_cli
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 
 def test_new_label_set_keeps_all_but_the_head():
@@ -78,7 +78,7 @@ def test_init_from_a_release_on_an_image_folder_stores_its_class_names(tmp_path)
     checkpoint = sorted((root / "checkpoints").glob("best*.ckpt"))[-1]
     model = zoo.load_checkpoint(checkpoint)
     assert model.hparams.num_classes == 2 and list(model.hparams.class_names) == ["cat", "dog"]
-    rc, out, err = run_cli(["-m", "zoo.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
+    rc, out, err = run_cli(["-m", "zoo.commands.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
                             data / "val" / "dog" / "0.png"], cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]
     predicted = out.split(": ", 1)[1].split(" (")[0]  # "IMAGE: NAME (P%) -> ..."
@@ -102,15 +102,15 @@ def test_transforms_take_pil_arrays_and_tensors_alike():
 
 @pytest.mark.slow
 def test_zoo_list_has_a_header_and_no_match_is_a_user_error():
-    rc, out, _ = run_cli(["-m", "zoo.cli", "list", "vit_*"], cwd=REPO, env=cli_env())
+    rc, out, _ = run_cli(["-m", "zoo.commands.cli", "list", "vit_*"], cwd=REPO, env=cli_env())
     assert rc == 0 and out.splitlines()[0].split()[:2] == ["name", "weights"] and "vit_fmnist" in out
-    rc, out, err = run_cli(["-m", "zoo.cli", "list", "sat_soft_coco"], cwd=REPO, env=cli_env())
+    rc, out, err = run_cli(["-m", "zoo.commands.cli", "list", "sat_soft_coco"], cwd=REPO, env=cli_env())
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "no model matches 'sat_soft_coco'" in err and "sat_coco_soft" in err
 
 
 def test_zoo_caption_names_its_default_model_and_marks_a_cut_caption(tmp_path, capsys):
-    from zoo.cli import main
+    from zoo.commands.cli import main
 
     image = tmp_path / "scene.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(image)
@@ -121,7 +121,7 @@ def test_zoo_caption_names_its_default_model_and_marks_a_cut_caption(tmp_path, c
 
 
 def test_glimpse_json_names_its_boxes(tmp_path, capsys):
-    from zoo.cli import main
+    from zoo.commands.cli import main
 
     image = tmp_path / "item.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)).save(image)
@@ -244,7 +244,7 @@ def test_null_unsets_a_backbone_field_on_the_command_line(tmp_path, given):
 
 
 def test_nested_nulls_become_one_field_mappings():
-    from zoo.recipe_args import with_nested_nulls
+    from zoo.training.recipe_args import with_nested_nulls
 
     assert with_nested_nulls(["fit", "--model.init_args.backbone.level", "null", "--seed_everything", "1"]) == [
         "fit", "--model.init_args.backbone", '{"level": null}', "--seed_everything", "1"]

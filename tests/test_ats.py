@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.attention import sampling
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models.ats import ATS
 
 DOUBLE = torch.float64

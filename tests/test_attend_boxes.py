@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from zoo.cli import main
+from zoo.commands.cli import main
 from zoo.preprocess import Preprocessing
 
 

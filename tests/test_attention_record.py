@@ -12,10 +12,9 @@ import torch
 
 import zoo
 from zoo import registry
-from zoo.attention import filterbank as fb
-from zoo.attention import record
+from zoo.attention import filterbank as fb, record
 from zoo.attention.glimpse import Retina
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.metrics import attention as am
 from zoo.models.card import families
 
@@ -388,7 +387,7 @@ def canvases(tmp_path_factory):
 
 
 def test_zoo_attend_writes_figures_json_and_scores_known_boxes(canvases, tmp_path, capsys):
-    from zoo.cli import main
+    from zoo.commands.cli import main
 
     out = tmp_path / "out"
     code = main(["attend", "--model", "ram_fmnist_cluttered60", *canvases["paths"], "--out", str(out),
@@ -414,8 +413,8 @@ def test_zoo_attend_writes_figures_json_and_scores_known_boxes(canvases, tmp_pat
     ("html unwritable", ["--model", "ram_fmnist_cluttered60", "--html", "FILE/report.html"], "--html"),
 ])
 def test_zoo_attend_bad_input_is_one_line(canvases, tmp_path, capsys, case, args, message):
-    from zoo import hub
-    from zoo.cli import main
+    from zoo.commands.cli import main
+    from zoo.weights import hub
 
     baseline = zoo.create_model("baseline_mlp_centered")
     hub.save_release(baseline, baseline.zoo_config(), tmp_path / "baseline.safetensors")
@@ -442,7 +441,7 @@ def test_html_report_renders_every_step_in_a_real_browser(canvases, tmp_path):
     import numpy as np
     from PIL import Image
 
-    from zoo.cli import main
+    from zoo.commands.cli import main
 
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     assert browser, "Chromium is missing: `make setup` installs Debian's chromium package"
@@ -486,8 +485,8 @@ def test_ram_results_run_seeds_are_scored_one_by_one_and_summarised(tiny_data, t
     results_run JSON) gets its own JSON, and the summary's per-seed values are those files' numbers."""
     import importlib.util
 
-    from zoo import hub
     from zoo.models.ram import RAM
+    from zoo.weights import hub
 
     spec = importlib.util.spec_from_file_location("attention_results_script", REPO / "scripts" / "attention_results.py")
     script = importlib.util.module_from_spec(spec)
@@ -640,7 +639,7 @@ def test_wandb_panels_are_drawn_by_the_shared_renderer(monkeypatch):
     from lightning.pytorch.loggers import WandbLogger
     from PIL import Image
 
-    from zoo.callbacks import AttentionImageLogger
+    from zoo.training.callbacks import AttentionImageLogger
     from zoo.viz import record as pictures
 
     real, areas, magenta = pictures.attention_panels, [], (255, 0, 255)

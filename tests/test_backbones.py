@@ -4,9 +4,8 @@ import pytest
 import timm
 import torch
 
-from zoo.backbones import PatchFeatures, build_backbone
-from zoo.backbones import common
-from zoo.errors import UserError
+from zoo.backbones import PatchFeatures, build_backbone, common
+from zoo.guards.errors import UserError
 
 TINY_VIT = dict(model_name="vit_tiny_patch16_224", img_size=32, patch_size=8, in_chans=1, depth=2,
                 embed_dim=24, num_heads=2)
@@ -181,8 +180,8 @@ def test_offline_error_names_the_backbone_flag_that_exists(monkeypatch):
 
 def _stem_release(tmp_path, in_chans=3):
     """A zoo weight holding a trained-looking stem under `encoder.`, as a captioner's release does."""
-    from zoo import hub
     from zoo.backbones import BackboneSpec
+    from zoo.weights import hub
 
     torch.manual_seed(0)
     spec = BackboneSpec.coerce({"kind": "stem", "in_chans": in_chans, "channels": [8, 16], "strides": [2, 2]})

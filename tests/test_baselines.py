@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models.baselines import Classifier
 
 ARCHS = {"mlp": {"hidden": [32, 16]},

@@ -1,4 +1,4 @@
-"""The memory budget of a command (zoo.limits.check_memory): what a config, a flag or a file would
+"""The memory budget of a command (zoo.guards.budget.check_memory): what a config, a flag or a file would
 allocate is measured before it is allocated (a model on the meta device, a data module's arrays, a
 beam search's hypotheses, the boxes scored, a container's declared sizes) and refused above the
 budget in one line naming the culprit and how to raise it. Cases each allocated gigabytes, or went
@@ -18,9 +18,11 @@ from safetensors.torch import save_file
 
 import zoo
 from conftest import REPO, cli_env, run_cli
-from zoo import cli, hub
-from zoo.errors import UserError
-from zoo.limits import check_memory, human_bytes, limit, model_memory
+from zoo.commands import cli
+from zoo.guards.budget import check_memory, human_bytes, limit
+from zoo.guards.errors import UserError
+from zoo.models.memory import model_memory
+from zoo.weights import hub
 
 RELEASES = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
 
@@ -85,7 +87,7 @@ def test_every_release_and_recipe_fits_the_budget():
     """The estimate never refuses what the zoo ships: each release's model (weights and one forward
     pass) and data, each far under the budget."""
     from zoo import registry
-    from zoo.limits import data_memory
+    from zoo.models.memory import data_memory
 
     for name in zoo.list_models(pretrained=True):
         config = registry.get_entry(name).weights["config"]
@@ -228,7 +230,7 @@ def test_a_safetensors_header_is_checked_against_the_file(tmp_path, change, expe
 def test_a_cached_array_that_declares_more_than_it_holds_is_rebuilt(tmp_path):
     from numpy.lib import format as npy
 
-    from zoo.io import check_npz
+    from zoo.guards.files import check_npz
 
     np.savez_compressed(tmp_path / "good.npz", images=np.zeros((4, 3, 8, 8), np.uint8))
     check_npz(tmp_path / "good.npz")
@@ -254,7 +256,7 @@ def test_an_idx_file_that_inflates_to_gigabytes_is_refused_from_its_header(tmp_p
 
 # ----------------------------------------------------------------------------- training at the recipe's batch
 def _steps(cls, init_args: dict, batch: int) -> dict:
-    from zoo.limits import _steps_memory
+    from zoo.models.memory import _steps_memory
 
     return _steps_memory(cls, init_args, ((True, "batch_size", batch),), 0)
 
@@ -262,14 +264,14 @@ def _steps(cls, init_args: dict, batch: int) -> dict:
 @pytest.mark.parametrize("family, variant", [(name, variant) for name, cls in sorted(__import__(
     "zoo.models.card", fromlist=["families"]).families().items()) for variant in cls.card.tiny])
 def test_a_training_step_measured_on_meta_is_what_the_real_step_allocates(family, variant):
-    """The budget's training step (zoo.limits: the family's example batch grown to the batch size,
+    """The budget's training step (zoo.guards.budget: the family's example batch grown to the batch size,
     forward and backward on the meta device) counts what the same step allocates on the CPU,
     tensor by tensor; each family's own smallest configuration runs whole there (a configuration
     whose step has an op without a meta kernel falls back to its forward pass, named so)."""
     from torch.utils._pytree import tree_map
 
-    from zoo.limits import _live_bytes
     from zoo.models.card import families
+    from zoo.models.memory import _live_bytes
 
     cls = families()[family]
     init_args = cls.card.tiny[variant]
@@ -303,7 +305,7 @@ def test_a_batch_of_a_million_is_refused_before_the_run(tmp_path, capsys, tiny_d
     """Before: the budget measured one input, so a batch of 1,000,000 (inside its own limit) went to
     a 153-line traceback at 3.3 GB. Now the training step is measured at the batch and refused in
     one line naming it and the estimate, before the data, the run folder or W&B exist."""
-    import zoo.train as TRAIN
+    import zoo.training.train as TRAIN
 
     with allocation_cap(), pytest.raises(SystemExit) as info:
         TRAIN.main(["fit", "--config", "vit_fmnist", f"--trainer.default_root_dir={tmp_path / 'run'}", flag])

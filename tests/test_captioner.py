@@ -14,8 +14,8 @@ from conftest import structured_images
 from helpers import SHIFT_INVARIANT, trainable_through_softmax
 from PIL import Image
 
-from zoo.cli import main as zoo_main
-from zoo.errors import UserError
+from zoo.commands.cli import main as zoo_main
+from zoo.guards.errors import UserError
 from zoo.hparams import block_types
 from zoo.models.captioner import Captioner
 
@@ -301,7 +301,7 @@ def test_vocab_from_datamodule_and_validation_metrics(trained):
 
 def test_checkpoint_round_trip(trained, tmp_path):
     import zoo
-    from zoo import hub
+    from zoo.weights import hub
 
     model = trained["model"].eval()
     images = trained["dm"].datasets["val"].__getitems__([0, 1, 2])["images"]
@@ -321,8 +321,8 @@ def test_checkpoint_round_trip(trained, tmp_path):
 # ----------------------------------------------------------------------------- CLI
 @pytest.fixture(scope="module")
 def cli_files(trained, tmp_path_factory):
-    from zoo import hub
     from zoo.models.baselines import Classifier
+    from zoo.weights import hub
 
     root = tmp_path_factory.mktemp("cli")
     model = trained["model"]
@@ -434,7 +434,7 @@ def test_checkpoint_rebuilds_without_the_pretrained_file(tmp_path, source):
     from safetensors.torch import save_file
 
     import zoo
-    from zoo import hub
+    from zoo.weights import hub
 
     torch.manual_seed(0)
     if source == "timm_file":
@@ -782,8 +782,8 @@ trainer:
 def test_train_py_refuses_bad_input_with_one_line_and_exit_2(tmp_path, tiny_data_dir, case):
     from conftest import cli_env, run_cli
 
-    from zoo import hub
     from zoo.backbones import BackboneSpec
+    from zoo.weights import hub
 
     data = "helpers.BoxlessScenes" if case == "supervised_without_boxes" else "zoo.data.scenes.FashionScenesDataModule"
     recipe = tmp_path / "recipe.yaml"

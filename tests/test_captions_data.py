@@ -11,8 +11,8 @@ from zoo.data.captions import (CaptionsDataModule, read_coco_captions,
                                read_karpathy)
 from zoo.data.sampling import BucketBatchSampler
 from zoo.data.vocab import END_ID, PAD_ID, START_ID, UNK_ID, tokenize
-from zoo.errors import UserError
-from zoo.train import main
+from zoo.guards.errors import UserError
+from zoo.training.train import main
 
 TRAIN_CAPTIONS = {
     1: ["A dog runs on the grass.", "a brown dog running", "The dog is running on grass"],

@@ -19,9 +19,9 @@ import yaml
 import zoo
 from conftest import REPO
 from tools import release
-from zoo import cli, hf
-from zoo import hub as zoo_hub
-from zoo.errors import UserError
+from zoo.commands import card as hf, cli
+from zoo.guards.errors import UserError
+from zoo.weights import hub as zoo_hub
 
 MANIFEST = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
 

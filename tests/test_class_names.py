@@ -12,10 +12,10 @@ import torch
 
 import zoo
 from zoo import registry
-from zoo.errors import UserError
-from zoo.hub import manifest
+from zoo.guards.errors import UserError
 from zoo.models.base import class_path
 from zoo.models.card import tiny_models
+from zoo.weights.hub import manifest
 
 #: the first tiny configuration of every family whose head is named (class_names in its constructor)
 NAMED_HEADS = [(name, cls, hp) for name, cls, hp in tiny_models()
@@ -61,7 +61,7 @@ def test_a_plain_trainer_fit_names_the_head_after_its_data_and_the_names_travel(
     assert saved["zoo"]["init_args"]["class_names"] == names
     loaded = zoo.load_checkpoint(path)
     assert loaded.class_names == names
-    from zoo.export import describe
+    from zoo.weights.export import describe
 
     assert describe(loaded, "onnx")["class_names"] == names
     if loaded.card.attention:
@@ -112,7 +112,7 @@ CLASSIFIER_RELEASES = sorted(n for n, r in manifest().items()
 @pytest.mark.parametrize("name", CLASSIFIER_RELEASES)
 def test_every_classifier_release_names_its_classes(name):
     """Releases trained before their model stored names take them from the data they were trained on."""
-    from zoo.info import describe
+    from zoo.commands.info import describe
     from zoo.viz.record import prediction_text
 
     model = zoo.create_model(name, pretrained=True).eval()

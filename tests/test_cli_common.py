@@ -1,4 +1,4 @@
-"""The `zoo` command's dispatcher and exit codes, and zoo.io's robust image loading on files
+"""The `zoo` command's dispatcher and exit codes, and zoo.guards.writes's robust image loading on files
 written here: RGBA, palette, grayscale, 16-bit, CMYK, EXIF-rotated, huge, truncated, non-images,
 directories and missing files."""
 from __future__ import annotations
@@ -15,27 +15,28 @@ import torch
 from PIL import Image
 
 from conftest import cli_env, run_cli
-from zoo import cli
+from zoo.commands import cli
 from zoo.commands.common import exit_code
-from zoo.errors import UserError
-from zoo.io import MAX_SIDE, atomic_write_bytes, image_to_tensor, load_image
-from zoo.preprocess import Preprocessing, load_batch
+from zoo.guards.errors import UserError
+from zoo.guards.files import MAX_SIDE, load_image
+from zoo.guards.writes import atomic_write_bytes
+from zoo.preprocess import Preprocessing, image_to_tensor, load_batch
 
 
 # ----------------------------------------------------------------------------- the zoo command
 @pytest.mark.slow
 def test_zoo_list_subprocess(tmp_path):
-    rc, out, err = run_cli(["-m", "zoo.cli", "list", "baseline_*"], cwd=tmp_path, env=cli_env())
+    rc, out, err = run_cli(["-m", "zoo.commands.cli", "list", "baseline_*"], cwd=tmp_path, env=cli_env())
     assert rc == 0, err
     names = [line.split()[0] for line in out.splitlines()[1:] if line.strip()]  # after the header
     assert "baseline_mlp_centered" in names and all(n.startswith("baseline_") for n in names)
-    rc, out, err = run_cli(["-m", "zoo.cli"], cwd=tmp_path, env=cli_env())
+    rc, out, err = run_cli(["-m", "zoo.commands.cli"], cwd=tmp_path, env=cli_env())
     assert rc == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "error" in err
 
 
 def test_zoo_train_and_eval_hand_their_arguments_over(capsys, tmp_path, monkeypatch):
-    """`zoo train` is zoo/train.py's LightningCLI and `zoo eval` zoo/evaluate.py, under their own names."""
+    """`zoo train` is zoo/training/train.py's LightningCLI and `zoo eval` zoo/commands/evaluate.py, under their own names."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stopped:
         cli.main(["train", "fit", "--config", "nope.yaml"])
@@ -56,7 +57,7 @@ def test_zoo_train_and_eval_hand_their_arguments_over(capsys, tmp_path, monkeypa
 
 def test_a_registry_name_as_config_is_its_recipe(tmp_path, monkeypatch):
     from zoo import registry
-    from zoo.recipe_args import with_recipe_paths
+    from zoo.training.recipe_args import with_recipe_paths
 
     monkeypatch.chdir(tmp_path)
     recipe = str(registry.get_entry("ram_fmnist_centered").recipe)
@@ -307,7 +308,7 @@ def test_a_command_says_when_it_resized_or_greyed_the_images(tmp_path, capsys):
 def test_zoo_list_and_import_zoo_leave_torch_unloaded(tmp_path):
     """`zoo list` reads recipes and the manifest only: no torch import (seconds), so it answers at
     once; `import zoo` is as light, and its public names load on first use."""
-    probe = ("import sys; from zoo.cli import main; code = main(['list', 'ram_*']); "
+    probe = ("import sys; from zoo.commands.cli import main; code = main(['list', 'ram_*']); "
              "print('TORCH' if 'torch' in sys.modules else 'NO TORCH', code)")
     rc, out, err = run_cli(["-c", probe], cwd=tmp_path, env=cli_env())
     assert rc == 0, err[-2000:]

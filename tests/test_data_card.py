@@ -14,7 +14,7 @@ from zoo import registry
 from zoo.classes import registered, resolve_class
 from zoo.data.base import SplitDataModule
 from zoo.data.card import DataCard, data_sets, dimensions_of, tiny_data
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 TINY = tiny_data()
 SETS = sorted(data_sets().items())
@@ -85,7 +85,7 @@ def test_each_size_argument_is_refused_above_its_limit_in_one_line(path, cls):
 
 
 def test_zoo_limits_knows_every_cards_names_before_importing_the_data():
-    """ZOO_LIMITS=<name>=N names a card's limit: zoo.limits reads the names from the model index."""
+    """ZOO_LIMITS=<name>=N names a card's limit: zoo.guards.budget reads the names from the model index."""
     stored = set(json.loads(registry.INDEX_PATH.read_text())["limit_names"])
     missing = {name for cls in data_sets().values() for name in dimensions_of(cls)} - stored
     assert not missing, f"run python scripts/model_index.py: {sorted(missing)}"

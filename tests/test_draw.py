@@ -9,8 +9,8 @@ import torch
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
 import zoo
-from zoo.errors import UserError
 from zoo.data.binarize import fixed_binarize
+from zoo.guards.errors import UserError
 from zoo.models.draw import DRAW, DRAWClassifier, kl_std_normal
 
 TINY = dict(image_size=12, T=4, enc_size=16, dec_size=16, z_size=3, read_n=3, write_n=4)
@@ -312,7 +312,7 @@ def checkpoints(tmp_path):
 def test_cli_sample(tmp_path, checkpoints, capsys):
     from PIL import Image
 
-    from zoo.cli import main
+    from zoo.commands.cli import main
 
     generator, classifier = checkpoints
     out = tmp_path / "s.png"
@@ -367,7 +367,7 @@ def _one_error_line(capsys):
 
 
 def test_cli_sample_bad_input_is_one_line_and_exit_2(tmp_path, checkpoints, capsys):
-    from zoo.cli import main
+    from zoo.commands.cli import main
 
     generator, classifier = checkpoints
     capsys.readouterr()
@@ -387,7 +387,7 @@ def test_cli_sample_bad_input_is_one_line_and_exit_2(tmp_path, checkpoints, caps
 
 
 def test_cli_sample_creates_a_missing_out_folder(tmp_path, checkpoints):
-    from zoo.cli import main
+    from zoo.commands.cli import main
 
     missing = tmp_path / "no" / "such" / "s.png"  # like every other command's outputs
     assert main(["sample", "--checkpoint", str(checkpoints[0]), "--n", "2", "--out", str(missing)]) == 0
@@ -404,7 +404,7 @@ def _png(path, array):
 def test_cli_sample_reconstructs_images_with_read_and_write_boxes(tmp_path, checkpoints, capsys):
     from PIL import Image
 
-    from zoo.cli import main
+    from zoo.commands.cli import main
     from zoo.viz import draw as viz
 
     generator, _ = checkpoints
@@ -434,7 +434,7 @@ def test_cli_sample_reconstructs_a_split_of_the_models_data(tmp_path, tiny_data,
     from PIL import Image
 
     from conftest import TINY_VAL
-    from zoo.cli import main
+    from zoo.commands.cli import main
 
     torch.manual_seed(0)
     model = DRAW(image_size=28, T=3, enc_size=8, dec_size=8, z_size=2, read_n=2, write_n=3)

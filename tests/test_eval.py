@@ -12,15 +12,15 @@ import torch
 from conftest import REPO, TINY_TEST, TINY_VAL, cli_env, run_cli
 
 import zoo
-from zoo import hub
 from zoo.data.fashion_mnist import FashionMNISTDataModule
+from zoo.weights import hub
 
 DOCUMENTED_KEYS = {"model", "checkpoint", "split", "checkpoint_sha256", "seed", "metrics", "config",
                    "git_commit", "device", "wall_time_s", "parameters"}
 
 
 def _eval_main():
-    from zoo.evaluate import main
+    from zoo.commands.evaluate import main
 
     return main
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from zoo import cli
-from zoo.export import export, programs
+from zoo.commands import cli
 from zoo.models.card import families
+from zoo.weights.export import export, programs
 
 #: every registered family that answers an image with logits (one images -> outputs program)
 EXPORTING = [name for name, cls in families().items() if cls.card.output == "logits" and "export" not in cls.card.skip]
@@ -75,7 +75,7 @@ def test_captioner_programs_reproduce_greedy_captions(family, variant, tmp_path)
 
 
 def test_what_cannot_be_exported_is_one_line(tmp_path, capsys):
-    from zoo.errors import UserError
+    from zoo.guards.errors import UserError
 
     with pytest.raises(UserError, match=r"DRAW \(draw\) is a generator"):
         programs(_tiny("draw"))
@@ -89,7 +89,7 @@ def test_what_cannot_be_exported_is_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_torch_free_onnx_example_captions_as_zoo_caption_does(tmp_path, capsys):
-    """docs/examples/onnx_caption.py (onnxruntime, numpy, PIL and the torch-free zoo.export_set; torch
+    """docs/examples/onnx_caption.py (onnxruntime, numpy, PIL and the torch-free zoo.weights.export_set; torch
     made unimportable) reads only the export folder and gives zoo caption's beam-search captions word
     for word, on opaque scenes and on transparent ones whose hidden pixels are white (export.json's
     alpha rule: composite on black)."""

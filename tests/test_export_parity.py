@@ -12,10 +12,10 @@ import torch
 from PIL import Image
 
 from conftest import REPO
-from zoo.errors import UserError
-from zoo.export import describe, preprocessing_record
+from zoo.guards.errors import UserError
 from zoo.models.card import families
 from zoo.preprocess import Preprocessing, load_image_tensor
+from zoo.weights.export import describe, preprocessing_record
 
 
 def _example():

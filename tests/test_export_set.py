@@ -1,4 +1,4 @@
-"""An export set is checked wherever it is read (zoo.export_set.check_set): by zoo.load_export and
+"""An export set is checked wherever it is read (zoo.weights.export_set.check_set): by zoo.load_export and
 by the torch-free ONNX example. Before, the example read export.json unchecked (a decoder_step.onnx
 of another model captioned differently with exit code 0; a cut vocabulary, a 60000 px size or a
 beam of 3,000,000 gave tracebacks or 3 GB) and load_export verified names outside the folder, passed
@@ -15,9 +15,9 @@ import pytest
 
 import zoo
 from conftest import REPO, TESTS, cli_env
-from zoo.errors import UserError
-from zoo.export import load_export
-from zoo.export_set import check_set
+from zoo.guards.errors import UserError
+from zoo.weights.export import load_export
+from zoo.weights.export_set import check_set
 
 SEED = TESTS / "fuzz_seeds" / "export_set"  # a tiny captioner's real `zoo export` (fuzzing.make_export_seed)
 
@@ -109,9 +109,9 @@ def test_sizes_and_the_vocabulary_are_checked(exported, change, expected):
 
 def test_check_set_needs_no_torch():
     code = ("import sys; sys.modules['torch'] = None; import zoo; "
-            "from zoo.export_set import check_set; print(zoo.load_export.__module__)")
+            "from zoo.weights.export_set import check_set; print(zoo.load_export.__module__)")
     result = subprocess.run([sys.executable, "-c", code], env=cli_env(None), capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and result.stdout.strip() == "zoo.export_set", result.stderr[-500:]
+    assert result.returncode == 0 and result.stdout.strip() == "zoo.weights.export_set", result.stderr[-500:]
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import torch
 
 from conftest import TINY_TEST, TINY_TRAIN, TINY_VAL, idx_bytes, structured_images, write_fashion_mnist, write_idx
 from zoo.data import fashion_mnist as fm
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 VARIANT_SPECS = {"centered": (28, 0), "translated": (60, 0), "cluttered60": (60, 4), "cluttered100": (100, 8)}
 

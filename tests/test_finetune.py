@@ -10,11 +10,11 @@ import torch
 
 import zoo
 from conftest import REPO, TINY_VAL
-from zoo import hub
 from zoo.models.baselines import Classifier
+from zoo.weights import hub
 
 
-from zoo.train import main as TRAIN  # noqa: E402
+from zoo.training.train import main as TRAIN  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -51,9 +51,9 @@ def env(**values):
 
 def make_world(root: Path) -> dict:
     """The real files every kind starts from (written under `root`), and a counter of cases."""
-    from zoo import hub
     from zoo.data.scene_generation import generate_scenes
     from zoo.models.baselines import Classifier
+    from zoo.weights import hub
 
     torch.manual_seed(0)
     model = Classifier(arch="mlp", hidden=[8])
@@ -177,7 +177,7 @@ def recipe_inputs(draw, world):
 
 def check_recipe(world, data: bytes) -> str:
     from zoo import registry
-    from zoo.recipe_args import check_config_files
+    from zoo.training.recipe_args import check_config_files
 
     box = sandbox(world)
     configs = box.root / "configs"
@@ -212,7 +212,7 @@ def check_weights_config(world, data: bytes) -> str:
     from safetensors.torch import save_file
 
     header, _ = fuzzing.split_safetensors(world["safetensors"])
-    state = zoo.hub.load_weights(world["root"] / "tiny.safetensors")[0]
+    state = zoo.weights.hub.load_weights(world["root"] / "tiny.safetensors")[0]
     box = sandbox(world)
     path = box.root / "w.safetensors"
     save_file(state, str(path), metadata={"zoo_config": data.decode("utf-8", "replace")})
@@ -342,7 +342,7 @@ def export_inputs(draw, world):
 
 
 def check_export(world, data: bytes) -> str:
-    from zoo.export_set import check_set
+    from zoo.weights.export_set import check_set
 
     box = sandbox(world)
     folder = box.root / "exported"
@@ -360,7 +360,7 @@ def check_export(world, data: bytes) -> str:
 # ----------------------------------------------------------------------------- 8. weights manifests
 @st.composite
 def manifest_inputs(draw, world):
-    from zoo import hub
+    from zoo.weights import hub
 
     seed = {"tiny": {"file": "tiny.safetensors", "sha256": hub.sha256_file(world["root"] / "tiny.safetensors"),
                      "config": world["config"], "metadata": {"metrics": {"test/acc": 0.5}, "recipe": "x"}}}
@@ -371,7 +371,8 @@ def manifest_inputs(draw, world):
 
 def check_manifest(world, data: bytes) -> str:
     import zoo
-    from zoo import hub, registry
+    from zoo import registry
+    from zoo.weights import hub
 
     box = sandbox(world)
     (box.root / "MANIFEST.json").write_bytes(data)
@@ -422,7 +423,7 @@ def cached_inputs(draw, world):
 def check_cached(world, data: bytes) -> str:
     import hashlib
 
-    from zoo import hub
+    from zoo.weights import hub
 
     box = sandbox(world)
     what, payload = data[:1], data[1:]
@@ -495,7 +496,7 @@ def image_inputs(draw, world):
 
 
 def check_image(world, data: bytes) -> str:
-    from zoo.io import MAX_SIDE
+    from zoo.guards.files import MAX_SIDE
     from zoo.preprocess import Preprocessing, load_batch
 
     box = sandbox(world)

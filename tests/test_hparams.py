@@ -21,15 +21,16 @@ from torch.utils.data import DataLoader, TensorDataset
 import zoo
 from conftest import REPO, cli_env, run_cli, tiny_fit_args
 from tools import release
-from zoo import hparams, hub, registry
-from zoo.callbacks import InitFrom
+from zoo import hparams, registry
 from zoo.classes import registered, resolve_class
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.hparams import (MOVED, MOVED_AS, RENAMED, RENAMED_VALUES, Block, block_types, current_config,
                          current_init_args, current_spec)
-from zoo.models.card import tiny_models
 from zoo.models.base import class_path as path_of
+from zoo.models.card import tiny_models
 from zoo.models.vit import ViTClassifier
+from zoo.training.callbacks import InitFrom
+from zoo.weights import hub
 
 VIT = "zoo.models.vit.ViTClassifier"
 BASELINE = "zoo.models.baselines.Classifier"
@@ -213,7 +214,7 @@ def test_an_old_release_and_manifest_load_to_the_same_model(tmp_path, monkeypatc
 
 
 def test_eval_py_evaluates_an_old_file_as_the_new_one(tmp_path, tiny_data, capsys):
-    from zoo.evaluate import main
+    from zoo.commands.evaluate import main
 
     model = _tiny_vit(28)  # Fashion-MNIST's size
     config = {**model.zoo_config(), "data": FMNIST}
@@ -329,7 +330,7 @@ def test_speed_left_the_hyperparameters_and_old_files_still_load(caplog):
 
 
 def test_an_old_recipe_trains_with_its_accel_as_the_runs_option(tmp_path, caplog):
-    from zoo.recipe_args import with_current_names
+    from zoo.training.recipe_args import with_current_names
 
     recipe = yaml.safe_load((REPO / "configs/baseline/mlp_centered.yaml").read_text())
     recipe["model"]["init_args"].update(accel="compile", cosine_schedule=False)
@@ -408,8 +409,8 @@ def test_an_old_field_beside_its_new_block_is_refused_in_one_line():
 
 def test_an_old_flat_recipe_trains_the_model_of_its_nested_rewrite(tmp_path, monkeypatch):
     """configs/ram/*.yaml were rewritten into blocks; the recipe as it was (flat names) is read in
-    current names by train.py (zoo.recipe_args) and by the release checks, to the same model."""
-    from zoo.recipe_args import with_current_names
+    current names by train.py (zoo.training.recipe_args) and by the release checks, to the same model."""
+    from zoo.training.recipe_args import with_current_names
 
     recipe = "configs/ram/fmnist_cluttered60_dram_paths4.yaml"
     now = release.load_recipe(recipe)

@@ -15,9 +15,9 @@ from safetensors.torch import load_file, save_file
 
 import zoo
 from conftest import REPO
-from zoo import cli
-from zoo.errors import UserError, printable
-from zoo.io import json_text
+from zoo.commands import cli
+from zoo.guards.errors import UserError, printable
+from zoo.guards.writes import json_text
 
 HOSTILE = ["<!--<script>", "</script><script>alert(1)</script>", "a&b>c", "\u2028", '"quoted"']
 
@@ -181,7 +181,7 @@ def test_zoo_list_shows_a_metric_that_is_not_a_number_as_text(hostile, capsys):
 def test_a_fence_and_a_code_span_are_longer_than_any_backtick_run_in_their_text(text):
     from markdown_it import MarkdownIt
 
-    from zoo.text import code_fence, code_span
+    from zoo.guards.text import code_fence, code_span
 
     (block,) = [t for t in MarkdownIt("commonmark").parse("\n".join(code_fence(text))) if t.type == "fence"]
     assert block.content == "\n".join(printable(line) for line in text.split("\n")) + "\n"
@@ -194,7 +194,7 @@ def test_a_fence_and_a_code_span_are_longer_than_any_backtick_run_in_their_text(
 def test_markdown_text_renders_as_the_characters_it_holds(text):
     from markdown_it import MarkdownIt
 
-    from zoo.text import markdown_text
+    from zoo.guards.text import markdown_text
 
     tokens = MarkdownIt("commonmark").parse(markdown_text(text))
     assert [t.type for t in tokens] == ["paragraph_open", "inline", "paragraph_close"]
@@ -204,7 +204,7 @@ def test_markdown_text_renders_as_the_characters_it_holds(text):
 
 
 def test_numbers_are_formatted_only_when_they_are_numbers_and_csv_cells_are_not_formulas():
-    from zoo.text import csv_cell, number_text
+    from zoo.guards.text import csv_cell, number_text
 
     assert number_text(0.12345) == "0.1235" and number_text(None) == "-" and number_text(float("nan")) == "nan"
     assert number_text("ninety\x1b[2J") == "ninety\\x1b[2J" and number_text({"x": 1}) == "{'x': 1}"

@@ -11,7 +11,9 @@ import pytest
 
 from conftest import REPO, cli_env, run_cli
 from tools import model_index
-from zoo import cli, hub, info, registry
+from zoo import registry
+from zoo.commands import cli, info
+from zoo.weights import hub
 
 STORED = json.loads(registry.INDEX_PATH.read_text())
 MANIFEST = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
@@ -114,8 +116,8 @@ def test_zoo_list_says_where_each_release_looks(capsys):
     """A release's line carries its stored attention scores: pointing beside the centre prior's and
     the deletion gap, so a user sees which releases look where they should; a release on centred
     data (the target box is the whole image) says nothing, since every map points at it there."""
+    from zoo.commands.info import stored_facts
     from zoo.commands.list_models import attention_brief
-    from zoo.info import stored_facts
 
     assert cli.main(["list", "--pretrained"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
@@ -135,7 +137,7 @@ def test_zoo_list_says_where_each_release_looks(capsys):
 @pytest.mark.slow  # a fresh interpreter: the one place torch is not imported yet
 def test_zoo_info_and_zoo_list_do_not_import_torch(tmp_path):
     releases = sorted(MANIFEST)
-    script = ("import json, sys, time\nfrom zoo import cli\ntimes = {}\n"
+    script = ("import json, sys, time\nfrom zoo.commands import cli\ntimes = {}\n"
               f"for name in {releases!r} + ['vit_imagenet_finetune']:\n"
               "    start = time.perf_counter(); assert cli.main(['info', name]) == 0\n"
               "    times[name] = time.perf_counter() - start\n"

@@ -70,8 +70,8 @@ def test_cell_targets_equal_a_slow_reference():
 
 
 def test_short_fit_learns_and_only_the_backbone_is_released(tmp_path):
-    from zoo import hub
     from zoo.backbones import BackboneSpec
+    from zoo.weights import hub
 
     torch.manual_seed(0)
     model = ItemGridClassifier(backbone=SMALL, image_size=[32, 32], lr=5e-3)

@@ -1,6 +1,6 @@
 """The leaderboard with cost: benchmarks/releases.py writes timm's CSV columns with one row per
 release and batch (eager, and compiled where that is the release's default), its GMACs and
-parameters are zoo/cost.py's (the model index's), a time cap keeps the eager rows first and lists
+parameters are zoo/commands/cost.py's (the model index's), a time cap keeps the eager rows first and lists
 what it skipped; docs/leaderboard.md is generated from the manifest, the index, the attention
 results and those CSVs (one row per release, checked by test_results_run's table check)."""
 from __future__ import annotations

@@ -164,11 +164,11 @@ def test_a_run_lives_its_whole_life(family, tmp_path, tiny_data_dir):
     if cls.card.attention:
         image = work / "input.png"
         _image(config, image)
-        _ok(["-m", "zoo.cli", "attend", "--checkpoint", checkpoint, "--out", work / "attend", image],
+        _ok(["-m", "zoo.commands.cli", "attend", "--checkpoint", checkpoint, "--out", work / "attend", image],
             work, env, "zoo attend")
         assert list((work / "attend").glob("*.png"))
     if cls.card.output != "sample" and "export" not in cls.card.skip:
-        _ok(["-m", "zoo.cli", "export", "--checkpoint", checkpoint, "--out", work / "export"], work, env, "zoo export")
+        _ok(["-m", "zoo.commands.cli", "export", "--checkpoint", checkpoint, "--out", work / "export"], work, env, "zoo export")
         assert list((work / "export").glob("*.onnx"))
     assert _hashes(root) == before  # every file of the run as it was
 
@@ -222,8 +222,8 @@ def _zoo_data_modules() -> list[str]:
 def test_a_training_split_smaller_than_a_batch_trains_on_it_or_is_one_line(path, tmp_path, tiny_data):
     """Every data module: a loader that keeps the partial batch trains on it; one that drops it
     would train nothing, and train.py refuses that in one line naming batch_size."""
-    from zoo.errors import UserError
-    from zoo.train import check_batches
+    from zoo.guards.errors import UserError
+    from zoo.training.train import check_batches
 
     assert path in SMALL_SPLIT, f"{path}: add a training split of a few examples to SMALL_SPLIT"
     data = registry.instantiate({"class_path": path, "init_args": {**SMALL_SPLIT[path](tmp_path), "batch_size": 64,
@@ -245,8 +245,8 @@ def test_a_training_split_smaller_than_a_batch_trains_on_it_or_is_one_line(path,
 
 def test_an_empty_training_split_is_one_line(tiny_data):
     from zoo.data.fashion_mnist import FashionMNISTDataModule
-    from zoo.errors import UserError
-    from zoo.train import check_batches
+    from zoo.guards.errors import UserError
+    from zoo.training.train import check_batches
 
     data = FashionMNISTDataModule(val_size=600, limit_eval=8)  # the tiny set's 600 images all validate
     data.setup("fit")

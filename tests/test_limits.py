@@ -1,4 +1,4 @@
-"""Small files that would take gigabytes or minutes, refused before any work (zoo.limits), and the
+"""Small files that would take gigabytes or minutes, refused before any work (zoo.guards.budget), and the
 download and cache rules: http(s) only, a size cap, whole files only, paths never from a file.
 
 Each "bomb" runs as a real process under an 8 GB address-space cap (torch itself maps 3.6 GB) (the unrefused cases took 4-5 GB
@@ -22,12 +22,12 @@ import yaml
 
 import zoo
 from conftest import REPO, cli_env
-from zoo import hub
-from zoo.errors import UserError
+from zoo.guards.budget import check_dimensions, check_tree
+from zoo.guards.errors import UserError, shorten
 from zoo.hparams import block_types
-from zoo.limits import check_dimensions, check_tree, shorten
-from zoo.models.card import families
 from zoo.models.baselines import Classifier
+from zoo.models.card import families
+from zoo.weights import hub
 
 MEMORY_CAP = 8 * 2**30  # address space: importing torch alone maps about 3.6 GB
 

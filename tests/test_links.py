@@ -9,14 +9,13 @@ import inspect
 import pytest
 import yaml
 
-from conftest import REPO, cli_env, run_cli
 import zoo
+from conftest import REPO, cli_env, run_cli
 from zoo import registry
 from zoo.data.base import as_size
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.hparams import block_defaults
-from zoo.registry import resolve_class
-from zoo.registry import link_data
+from zoo.registry import link_data, resolve_class
 
 
 def _with_defaults(cls, init_args: dict) -> dict:

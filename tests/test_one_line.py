@@ -17,10 +17,11 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 import zoo
-import zoo.train as TRAIN
+import zoo.training.train as TRAIN
 from conftest import REPO, TINY_VAL
-from zoo import cli, hub
-from zoo.errors import UserError
+from zoo.commands import cli
+from zoo.guards.errors import UserError
+from zoo.weights import hub
 
 
 pytestmark = pytest.mark.usefixtures("offline_in_tmp")
@@ -81,19 +82,19 @@ def test_an_unusable_data_cache_is_one_line(tmp_path):
 def test_a_full_or_read_only_output_folder_is_one_line_in_every_command(tmp_path, monkeypatch, capsys, number):
     """The machine's OSErrors while writing (a full disk, a read-only or vanished folder), from any
     command (here `zoo attend` writing its figure; eval.py shares the same reporting)."""
-    import zoo.io
+    import zoo.guards.writes
 
     def full(*args, **kwargs):
         raise OSError(number, "simulated", str(tmp_path / "out" / "scene_attend.png"))
 
-    monkeypatch.setattr(zoo.io, "atomic_save_image", full)
+    monkeypatch.setattr(zoo.guards.writes, "atomic_save_image", full)
     assert cli.main(["attend", _image(tmp_path, 28), "--model", "vit_fmnist", "--out", str(tmp_path / "out")]) == 2
     line = _one_line(capsys.readouterr().err, "zoo attend")
     assert f"cannot use {tmp_path / 'out' / 'scene_attend.png'}: simulated" in line
 
 
 def test_eval_reports_the_machines_oserrors_in_one_line(tmp_path, monkeypatch, capsys):
-    import zoo.evaluate as EVAL
+    import zoo.commands.evaluate as EVAL
 
     def broken(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "data" / "scenes"))
@@ -222,7 +223,7 @@ def test_a_value_a_class_refuses_is_one_line_from_a_file_and_from_the_command_li
 def test_a_5000_digit_integer_in_a_checkpoint_is_one_line(tmp_path):
     """A pickle can hold an integer Python refuses to print (4,300+ digits): the safe unpickler
     refuses it, and an error quoting one (from Python) names its size instead."""
-    from zoo.limits import check_dimensions
+    from zoo.guards.budget import check_dimensions
     from zoo.models.baselines import Classifier
 
     model = Classifier(arch="mlp", hidden=[8])
@@ -295,7 +296,7 @@ if sys.argv[1].endswith(".py"):
     sys.argv = sys.argv[1:]
     runpy.run_path(sys.argv[0], run_name="__main__")
 else:
-    from zoo.cli import main
+    from zoo.commands.cli import main
     sys.exit(main(sys.argv[1:]))
 """
 
@@ -313,7 +314,7 @@ def _stopped_at(tmp_path, point: dict, args: list[str], env: dict | None = None)
 
 
 def _temporaries(folder: Path) -> list[Path]:
-    """What a writer leaves while it writes (zoo.io.writing): `.<target>.<token>.tmp|part|old|lock`."""
+    """What a writer leaves while it writes (zoo.guards.writes.writing): `.<target>.<token>.tmp|part|old|lock`."""
     return sorted(p for p in folder.rglob(".*") if p.name.endswith((".tmp", ".part", ".old", ".lock"))) \
         if folder.exists() else []
 
@@ -329,7 +330,7 @@ STOPS = {"SIGTERM": (143, "stopped by SIGTERM"), "SIGINT": (130, "stopped by Ctr
     # start-up: while the command's module (torch, Lightning) is being imported
     ({"module": "importlib", "function": "import_module", "argument": "zoo.commands.attend"},
      ["attend", "{image}", "--model", "vit_fmnist", "--out", "{tmp}/out"], "zoo attend"),
-    ({"module": "importlib", "function": "import_module", "argument": "zoo.train"},
+    ({"module": "importlib", "function": "import_module", "argument": "zoo.training.train"},
      ["{repo}/train.py", "fit", "--config", "vit_fmnist", "--trainer.default_root_dir={tmp}/run"], "train.py"),
     # fit, before the trainer: while the run's memory is measured
     ({"module": "zoo.registry", "function": "check_run_memory"},
@@ -360,7 +361,7 @@ def test_an_export_stopped_by_ctrl_c_or_sigterm_is_one_line(tmp_path, sig):
     from conftest import cli_env
 
     env = cli_env(None, ZOO_TEST_KILL_EXPORT_AFTER="1", ZOO_TEST_KILL_EXPORT_SIGNAL=sig)
-    proc = subprocess.run([sys.executable, "-m", "zoo.cli", "export", "--model", "sat_soft_scenes", "--out",
+    proc = subprocess.run([sys.executable, "-m", "zoo.commands.cli", "export", "--model", "sat_soft_scenes", "--out",
                            str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     code, words = STOPS[sig]
@@ -400,7 +401,7 @@ def test_a_signal_during_a_download_is_one_line_and_leaves_no_part_file(tmp_path
     Image.new("L", (28, 28), 90).save(tmp_path / "shirt.png")
     url = f"http://127.0.0.1:{server.server_address[1]}/w-{'0' * 16}.safetensors"
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "zoo.cli", "attend", str(tmp_path / "shirt.png"), "--checkpoint",
+        proc = subprocess.Popen([sys.executable, "-m", "zoo.commands.cli", "attend", str(tmp_path / "shirt.png"), "--checkpoint",
                                  url, "--out", str(tmp_path / "out")], cwd=tmp_path, text=True,
                                 env=cli_env(None, ZOO_CACHE_DIR=str(tmp_path / "cache")), stderr=subprocess.PIPE,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

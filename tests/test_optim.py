@@ -14,7 +14,7 @@ import yaml
 
 from conftest import cli_env, run_cli, tiny_fit_args
 from helpers import read_wandb_records
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.baselines import Classifier
 from zoo.models.draw import DRAW, DRAWClassifier

@@ -3,7 +3,7 @@
 - An export replaces a folder only when it is an earlier export (a zoo manifest naming exactly the
   folder's files); a folder of the user's, or an earlier export with the user's files added, is
   refused with everything kept, and nothing beside --out is ever touched.
-- Temporaries carry a lock file their writer holds (zoo.io.writing): a sweep removes a writer's
+- Temporaries carry a lock file their writer holds (zoo.guards.writes.writing): a sweep removes a writer's
   files only when it can take that lock, so a live writer in another PID namespace keeps its
   files, and a killed one's are removed the next time its target is written.
 """
@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from conftest import cli_env
-from zoo.cli import main as zoo_main
-from zoo.errors import UserError
-from zoo.export import export, load_export
-from zoo.io import atomic_write_bytes, companion, sweep_stale, writing
+from zoo.commands.cli import main as zoo_main
+from zoo.guards.errors import UserError
+from zoo.guards.writes import atomic_write_bytes, companion, sweep_stale, writing
 from zoo.models.baselines import Classifier
+from zoo.weights.export import export, load_export
 
 
 def _small_export(target, seed: int = 0):
@@ -98,10 +98,10 @@ def test_a_manifest_naming_a_folder_does_not_make_it_part_of_the_set(tmp_path, m
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2-exchange", "two-renames"])
 def test_nothing_beside_out_is_removed(tmp_path, monkeypatch, exchange):
-    import zoo.io
+    import zoo.guards.writes
 
     if not exchange:  # a kernel or file system without RENAME_EXCHANGE
-        monkeypatch.setattr(zoo.io, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(zoo.guards.writes, "_exchange", lambda a, b: False)
     (tmp_path / ".photos.2019.summer.old").mkdir()
     (tmp_path / ".photos.2019.summer.old" / "beach.jpg").write_bytes(b"jpg")
     (tmp_path / ".thesis.2024.v2.tmp").write_text("chapter 1\n")
@@ -119,8 +119,8 @@ def test_nothing_beside_out_is_removed(tmp_path, monkeypatch, exchange):
 def test_files_written_into_the_old_set_during_the_swap_are_kept(tmp_path):
     """The target is checked again just before the swap; a file that lands in the old set after
     that is not removed with it: the old folder is kept beside the target, with one warning."""
-    from zoo.export import earlier_export_problem
-    from zoo.io import _remove_set
+    from zoo.guards.writes import _remove_set
+    from zoo.weights.export import earlier_export_problem
 
     old, target = tmp_path / ".exported.0123456789abcdef.tmp", tmp_path / "exported"
     _small_export(old.with_name("first"))
@@ -159,7 +159,7 @@ def test_odd_targets_are_refused_before_the_model_loads(tmp_path, monkeypatch, c
 
 @pytest.mark.slow
 def test_sigterm_during_an_export_removes_its_staging_and_keeps_the_earlier_set(tmp_path):
-    from zoo import hub
+    from zoo.weights import hub
 
     weights = tmp_path / "model.safetensors"
     model = Classifier(arch="mlp", hidden=[4])
@@ -168,7 +168,7 @@ def test_sigterm_during_an_export_removes_its_staging_and_keeps_the_earlier_set(
     _small_export(target)
     before = load_export(target)["files"]
     env = cli_env(None, ZOO_TEST_KILL_EXPORT_AFTER="1", ZOO_TEST_KILL_EXPORT_SIGNAL="SIGTERM")
-    proc = subprocess.run([sys.executable, "-m", "zoo.cli", "export", "--checkpoint", str(weights), "--out",
+    proc = subprocess.run([sys.executable, "-m", "zoo.commands.cli", "export", "--checkpoint", str(weights), "--out",
                            str(target), "--overwrite"], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 143, proc.stderr[-2000:]
@@ -180,7 +180,7 @@ def test_sigterm_during_an_export_removes_its_staging_and_keeps_the_earlier_set(
 # ----------------------------------------------------------------------------- temporaries and sweeps
 HOLD = """
 import os, signal, sys
-from zoo.io import writing
+from zoo.guards.writes import writing
 target = sys.argv[1]
 with writing(target, sys.argv[2]) as temp:
     temp.write_bytes(b"being written")
@@ -446,7 +446,7 @@ def test_card_out_as_a_link_replaces_the_card_it_names_and_keeps_the_link(tmp_pa
 
 
 def test_a_set_is_never_swapped_in_through_a_link(tmp_path):
-    from zoo.io import swap_in_folder
+    from zoo.guards.writes import swap_in_folder
 
     (tmp_path / "real").mkdir()
     (tmp_path / "real" / "mine.txt").write_text("mine")
@@ -461,7 +461,7 @@ def test_a_set_is_never_swapped_in_through_a_link(tmp_path):
 def test_an_earlier_export_with_a_replaced_file_is_refused_naming_it(tmp_path, capsys):
     """Issue 42: a user replaced model.onnx of an earlier export (a quantised one, say); before, a
     re-export deleted it with exit code 0, since the files' sha256 values were never compared."""
-    from zoo import hub
+    from zoo.weights import hub
 
     weights = tmp_path / "w.safetensors"
     model = Classifier(arch="mlp", hidden=[4])

@@ -14,11 +14,11 @@ from PIL import Image
 from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
-from zoo import hub
-from zoo.cli import main as zoo_main
-from zoo.errors import UserError
+from zoo.commands.cli import main as zoo_main
+from zoo.guards.errors import UserError
 from zoo.hparams import block_types
 from zoo.models.ram import RAM
+from zoo.weights import hub
 
 TINY = dict(image_size=20, in_chans=1, num_classes=4, retina=dict(patch_size=4, num_scales=2), num_glimpses=3,
             network=dict(glimpse_hidden=16, location_hidden=8, glimpse_dim=24, hidden_size=32),
@@ -337,7 +337,7 @@ def test_cli_partly_bad_batch_and_a_sampled_path(trained, images_dir, tmp_path, 
 def test_cli_missing_checkpoint_and_console_entry(images_dir, tmp_path):
     """The installed entry point, in a real process: a missing file is one line and exit 2."""
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    result = subprocess.run([sys.executable, "-m", "zoo.cli", "attend", images_dir["good"], "--checkpoint",
+    result = subprocess.run([sys.executable, "-m", "zoo.commands.cli", "attend", images_dir["good"], "--checkpoint",
                              str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "o")],
                             capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2
@@ -606,7 +606,7 @@ def test_a_run_of_a_recipe_with_blocks_resumes_and_a_changed_field_is_refused():
     """--ckpt_path compares the recipe's blocks (parsed as Namespaces) with the checkpoint's (dicts)."""
     from jsonargparse import ArgumentParser
 
-    from zoo import runs
+    from zoo.training import runs
 
     recipe = {"class_path": "zoo.models.ram.RAM",
               "init_args": {"retina": {"patch_size": 4, "num_scales": 2}, "policy": {"std": 0.3}}}

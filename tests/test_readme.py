@@ -70,7 +70,7 @@ def test_every_readme_command_and_python_block_runs(tmp_path):
     work.mkdir()
     shims = tmp_path / "bin"  # `zoo` as installed: the clone's, run by this interpreter
     shims.mkdir()
-    (shims / "zoo").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m zoo.cli "$@"\n')
+    (shims / "zoo").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m zoo.commands.cli "$@"\n')
     (shims / "zoo").chmod((shims / "zoo").stat().st_mode | stat.S_IEXEC)
     env = cli_env(ZOO_CACHE_DIR=str(tmp_path / "cache"), WANDB_DIR=str(tmp_path))
     env.pop("ZOO_DATA_DIR", None)  # the real Fashion-MNIST, as a newcomer's

@@ -48,7 +48,7 @@ def _eval_and_caption(checkpoint, image, tmp_path, data: list[str]):
     assert "paths come from you" not in err  # every path was given
     metrics = json.loads(out.read_text())["metrics"]
     assert {"test/Bleu_4", "test/CIDEr"} <= metrics.keys()
-    rc, stdout, err = run_cli(["-m", "zoo.cli", "caption", "--checkpoint", checkpoint, "--json", image],
+    rc, stdout, err = run_cli(["-m", "zoo.commands.cli", "caption", "--checkpoint", checkpoint, "--json", image],
                               cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]
     answer = json.loads(stdout)
@@ -108,7 +108,7 @@ def test_vit_finetune_recipe_trains_on_an_image_folder(tmp_path):
                           *_data(root=tmp_path / "imagenet")], cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]
     assert "val/acc" in json.loads(out.read_text())["metrics"]
-    rc, _, err = run_cli(["-m", "zoo.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
+    rc, _, err = run_cli(["-m", "zoo.commands.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
                           next((tmp_path / "imagenet" / "val" / "cat").glob("*.jpg"))],
                          cwd=tmp_path, env=cli_env(), timeout=600)
     assert rc == 0, err[-3000:]

@@ -26,7 +26,7 @@ import contextlib, hashlib, importlib.util, json, multiprocessing, sys, torch
 spec = importlib.util.spec_from_file_location("release_script", sys.argv[1])
 script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(script)
-from zoo import hub
+from zoo.weights import hub
 from zoo.models.baselines import Classifier
 writers, rounds = int(sys.argv[2]), int(sys.argv[3])
 
@@ -74,7 +74,7 @@ print(json.dumps({"exit_codes": [proc.exitcode for proc in procs], "problems": f
 def test_concurrent_releases_leave_every_release_loadable_round_after_round(tmp_path, monkeypatch):
     import zoo
     from tools import release
-    from zoo import hub
+    from zoo.weights import hub
 
     weights = tmp_path / "weights"
     (weights / "golden").mkdir(parents=True)

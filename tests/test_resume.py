@@ -16,13 +16,14 @@ import torch
 from jsonargparse import ArgumentParser, Namespace
 
 from conftest import REPO, cli_env, run_cli, tiny_fit_args
-from zoo import registry, runs
-from zoo.callbacks import AtomicCheckpointIO
+from zoo import registry
 from zoo.data.fashion_mnist import FashionMNISTDataModule
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models.base import class_path
 from zoo.models.baselines import Classifier
 from zoo.models.card import tiny_models
+from zoo.training import runs
+from zoo.training.callbacks import AtomicCheckpointIO
 
 
 @pytest.fixture
@@ -254,7 +255,7 @@ def test_a_size_the_data_decides_is_compared_after_the_link():
 def test_a_run_folder_named_like_its_recipe_leaves_the_name_the_recipe(tmp_path, monkeypatch):
     """`fit --config vit_fmnist --trainer.default_root_dir vit_fmnist`, then the same with
     `--ckpt_path last`: the run's folder is no config file, the name still means the recipe."""
-    from zoo.recipe_args import with_recipe_paths
+    from zoo.training.recipe_args import with_recipe_paths
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "vit_fmnist" / "checkpoints").mkdir(parents=True)

@@ -1,5 +1,5 @@
 """Issue 35: a run's saved config.yaml is a recipe, never a resume, and a checkpoint of a run that
-is still training is not resumed into another folder (zoo/runs.py). Issue 42: a run folder belongs
+is still training is not resumed into another folder (zoo/training/runs.py). Issue 42: a run folder belongs
 to one run, named by its claim; a new run goes only into a new or empty folder, a resumed one only
 into its own run's, and a refused run leaves every file as it was."""
 from __future__ import annotations
@@ -14,9 +14,9 @@ import torch
 import yaml
 from jsonargparse import Namespace
 
-import zoo.train as TRAIN
+import zoo.training.train as TRAIN
 from conftest import REPO, TINY_VAL
-from zoo import runs
+from zoo.training import runs
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +66,7 @@ def test_a_resumed_runs_config_is_a_recipe_that_starts_a_new_run(tmp_path, tiny_
 def test_a_config_saved_by_an_older_zoo_has_its_resume_dropped_with_one_warning():
     """config.yaml files written before issue 35 hold ckpt_path and the W&B id: given as --config,
     they must not resume the old run (here the function train.py calls on the parsed config)."""
-    logger = Namespace(class_path="zoo.callbacks.ZooWandbLogger",
+    logger = Namespace(class_path="zoo.training.callbacks.ZooWandbLogger",
                        init_args=Namespace(project="attention-zoo", id="eygns26a", resume="allow"))
     config = Namespace(ckpt_path="/old/run/checkpoints/last.ckpt", trainer=Namespace(logger=logger))
     with pytest.warns(UserWarning, match="a run's saved config, not a recipe") as caught:
@@ -136,7 +136,7 @@ GIVEN = ["fit", "--ckpt_path", "last"]  # the command line: a resume is asked fo
 
 def _resume_config(root, ckpt_path="last", lr=0.001, variant="centered", batch_size=64) -> Namespace:
     """A parsed `fit` config as LightningCLI hands it over (only the keys check_resume reads)."""
-    logger = Namespace(class_path="zoo.callbacks.ZooWandbLogger", init_args=Namespace(project="attention-zoo", id=None))
+    logger = Namespace(class_path="zoo.training.callbacks.ZooWandbLogger", init_args=Namespace(project="attention-zoo", id=None))
     return Namespace(ckpt_path=ckpt_path, init_from=None, sha256=None, weights_only=True,
                      model=Namespace(class_path=CLASSIFIER, init_args=Namespace(arch="mlp", lr=lr)),
                      data=Namespace(class_path=FMNIST, init_args=Namespace(variant=variant, batch_size=batch_size)),
@@ -275,7 +275,7 @@ def test_a_new_run_claims_a_new_or_empty_folder_and_the_claim_names_it(tmp_path)
     # a run that stopped before it wrote anything (a claim and a lock, nothing else): a new run goes there
     assert _claim(empty) not in ids and runs.run_id(empty) not in ids
     # a W&B logger saving into the run folder writes nothing there before the claim (then it is the run's)
-    from zoo.callbacks import ZooWandbLogger
+    from zoo.training.callbacks import ZooWandbLogger
 
     ZooWandbLogger(save_dir=str(tmp_path / "wb" / "wandb"))
     assert not (tmp_path / "wb").exists()

@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 import zoo
-from zoo import cli, registry
-from zoo.commands import samples
+from zoo import registry
+from zoo.commands import cli, samples
 from zoo.models.card import families
 
 

@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from zoo.data import cluttered_scale as cs
-from zoo.data import megapixel as mp
+from zoo.data import cluttered_scale as cs, megapixel as mp
 from zoo.data.cluttered_scale import ClutteredScaleDataModule
 from zoo.data.fashion_mnist import ITEM_SIZE, PATCH, load_fashion_mnist
 from zoo.data.megapixel import MegapixelFashionDataModule
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 SMALL = dict(val_size=100, batch_size=8)  # the tiny Fashion-MNIST's 600 train items: 100 of them for val
 

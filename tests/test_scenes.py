@@ -5,13 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from zoo.data import scene_grammar as G
-from zoo.data import scenes as S
+from zoo.data import scene_grammar as G, scenes as S
 from zoo.data.scene_generation import PALETTE, Scenes, generate_scenes
 from zoo.data.scene_grammar import COLOUR_NAMES, HEAD_WORDS, ITEM_NAMES
 from zoo.data.scenes import FashionScenesDataModule
 from zoo.data.vocab import END_ID, PAD_ID, START_ID, Vocab, tokenize
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 
 def synthetic_items(n, seed):

@@ -25,14 +25,15 @@ from PIL import Image
 
 import zoo
 from conftest import REPO, TINY_VAL, cli_env
-from zoo import cli, hub
-from zoo.callbacks import AtomicCheckpointIO
-from zoo.errors import UserError
+from zoo.commands import cli
+from zoo.guards.errors import UserError
 from zoo.models.baselines import Classifier
+from zoo.training.callbacks import AtomicCheckpointIO
+from zoo.weights import hub
 
 
-import zoo.evaluate as EVAL  # noqa: E402
-import zoo.train as TRAIN  # noqa: E402
+import zoo.commands.evaluate as EVAL  # noqa: E402
+import zoo.training.train as TRAIN  # noqa: E402
 
 
 def _evil(marker: Path) -> dict:
@@ -266,9 +267,9 @@ def test_a_failed_checkpoint_write_leaves_the_old_one_intact(tmp_path, monkeypat
 @pytest.mark.slow
 def test_a_killed_writers_temporary_is_swept(tmp_path):
     """A save killed mid-write leaves its temporary and the lock it held; the next save of that
-    checkpoint removes both (zoo.io.writing). A name that only looks temporary stays."""
+    checkpoint removes both (zoo.guards.writes.writing). A name that only looks temporary stays."""
     path = tmp_path / "last.ckpt"
-    killed = ("import os, signal, sys, torch\nfrom zoo.callbacks import AtomicCheckpointIO\n"
+    killed = ("import os, signal, sys, torch\nfrom zoo.training.callbacks import AtomicCheckpointIO\n"
               "torch.save = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)\n"
               "AtomicCheckpointIO().save_checkpoint({'epoch': 0}, sys.argv[1])")
     assert subprocess.run([sys.executable, "-c", killed, str(path)], env=cli_env(None)).returncode == -9
@@ -458,7 +459,7 @@ def test_sigterm_during_a_download_leaves_no_partial_file(bad_server, tmp_path):
     path, data = _release(tmp_path)
     (bad_server.root / "w.safetensors").write_bytes(data)
     env = cli_env(None, ZOO_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.Popen([sys.executable, "-c", f"from zoo import hub; hub.fetch('{bad_server.url}/stall/w.safetensors', "
+    proc = subprocess.Popen([sys.executable, "-c", f"from zoo.weights import hub; hub.fetch('{bad_server.url}/stall/w.safetensors', "
                              f"'{hashlib.sha256(data).hexdigest()}')"], env=env, cwd=tmp_path,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 30
@@ -472,7 +473,7 @@ def test_sigterm_during_a_download_leaves_no_partial_file(bad_server, tmp_path):
 
 
 def test_a_truncated_checkpoint_is_one_whole_sentence(trained_run, tmp_path):
-    from zoo.hub import read_checkpoint
+    from zoo.weights.hub import read_checkpoint
 
     cut = tmp_path / "cut.ckpt"
     cut.write_bytes(trained_run["last"].read_bytes()[:4096])

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from conftest import REPO, cli_env
-from zoo.errors import UserError
-from zoo.export import export, load_export
+from zoo.guards.errors import UserError
+from zoo.weights.export import export, load_export
 
 EXPORT = """
 import sys, torch
 from zoo.data.vocab import SPECIALS
-from zoo.export import export
+from zoo.weights.export import export
 from zoo.models.captioner import Captioner
 torch.manual_seed(int(sys.argv[2]))
 model = Captioner(vocab=[*SPECIALS, "a", "red", "shirt"], image_size=[32, 32],
@@ -72,7 +72,7 @@ def test_a_mixed_set_is_refused(tmp_path):
 
 
 def test_an_export_into_someone_elses_folder_is_refused_before_any_work(tmp_path, capsys):
-    from zoo.cli import main
+    from zoo.commands.cli import main
 
     folder = tmp_path / "photos"
     folder.mkdir()
@@ -127,7 +127,7 @@ def _usable(weights, monkeypatch) -> dict:
     """The release loads (its sha256 checks) and gives its own golden output; returns its entry."""
     import zoo
     from tools import release
-    from zoo import hub
+    from zoo.weights import hub
 
     monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(weights))
     model = zoo.create_model("baseline_mlp_centered", pretrained=True)

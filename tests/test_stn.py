@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.attention import affine
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models.stn import STN
 
 

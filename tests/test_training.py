@@ -168,7 +168,7 @@ def test_attention_figures_saved_as_png_without_wandb(tmp_path):
     from torch.utils.data import DataLoader, TensorDataset
 
     from helpers import DumpingClassifier
-    from zoo.callbacks import AttentionImageLogger
+    from zoo.training.callbacks import AttentionImageLogger
 
     model = DumpingClassifier(arch="mlp", hidden=[8], image_size=28)
     data = TensorDataset(torch.rand(8, 1, 28, 28), torch.arange(8) % 10)
@@ -204,7 +204,7 @@ def test_last_checkpoint_follows_every_epoch_even_without_a_new_best(tmp_path):
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
-    from zoo.callbacks import ZooCheckpoint
+    from zoo.training.callbacks import ZooCheckpoint
 
     class Worsening(L.LightningModule):  # val/score falls every epoch: only epoch 0 is ever best
         def __init__(self):

@@ -1,7 +1,7 @@
 """Issue 34, item 1: the Lightning verbs on a finished run. `validate`, `test` and `predict` with the
 run's own config.yaml and a checkpoint need no other flag, leave every file of the run as it was
-and log to a W&B run of their own; `predict` writes each family's answers as JSON lines (zoo/verbs.py,
-zoo/predict.py); `fit --config RUN/config.yaml` still starts a run afterwards."""
+and log to a W&B run of their own; `predict` writes each family's answers as JSON lines (zoo/training/verbs.py,
+zoo/models/predict.py); `fit --config RUN/config.yaml` still starts a run afterwards."""
 from __future__ import annotations
 
 import inspect
@@ -11,14 +11,14 @@ import lightning as L
 import pytest
 import torch
 
-import zoo.train as TRAIN
+import zoo.training.train as TRAIN
 from conftest import REPO, TINY_TEST, TINY_VAL
 from zoo import registry
 from zoo.data.fashion_mnist import FashionMNISTDataModule
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models.base import class_path
 from zoo.models.card import tiny_models
-from zoo.predict import PredictionWriter
+from zoo.models.predict import PredictionWriter
 
 
 @pytest.fixture(autouse=True)

@@ -14,13 +14,13 @@ from safetensors.torch import save_file
 from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
-from zoo import hub
-from zoo.cli import main as cli
-from zoo.data.augment import BatchAugment, mixup, random_erase, random_hflip, random_translate
-from zoo.errors import UserError
-from zoo.backbones.spec import BackboneSpec
-from zoo.models.vit import ViTClassifier
 from zoo.attention import rollout as rollout_maps
+from zoo.backbones.spec import BackboneSpec
+from zoo.commands.cli import main as cli
+from zoo.data.augment import BatchAugment, mixup, random_erase, random_hflip, random_translate
+from zoo.guards.errors import UserError
+from zoo.models.vit import ViTClassifier
+from zoo.weights import hub
 
 TINY = ViTClassifier.card.tiny[""]  # image_size 28, in_chans 1: the class defaults
 TRUNK = {f.name for f in dataclasses.fields(BackboneSpec)}

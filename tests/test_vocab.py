@@ -7,7 +7,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from zoo.data.sampling import BucketBatchSampler
 from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, UNK_ID, Vocab, pad_captions, tokenize
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 
 def test_tokenize_lowercases_and_strips_punctuation():

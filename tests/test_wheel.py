@@ -52,7 +52,7 @@ def test_wheel_installed_outside_the_clone_lists_downloads_and_captions(tmp_path
     assert "zoo/releases/MANIFEST.json" in names and "zoo/model_index.json" in names
     assert not any(n.endswith((".safetensors", ".ckpt")) for n in names)
     assert not any(n.startswith("tools/") or n == "zoo/release.py" for n in names)  # our tooling stays home
-    assert "zoo/train.py" in names and "zoo/evaluate.py" in names
+    assert "zoo/training/train.py" in names and "zoo/commands/evaluate.py" in names
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
@@ -93,7 +93,7 @@ def test_wheel_installed_outside_the_clone_lists_downloads_and_captions(tmp_path
     assert printed["model"]["class_path"] == "zoo.models.ram.RAM"
     assert printed["trainer"]["max_epochs"] == yaml.safe_load((REPO / "configs/ram/fmnist_centered.yaml").read_text())[
         "trainer"]["max_epochs"]
-    assert printed["trainer"]["logger"]["class_path"] == "zoo.callbacks.ZooWandbLogger"  # the base config's
+    assert printed["trainer"]["logger"]["class_path"] == "zoo.training.callbacks.ZooWandbLogger"  # the base config's
     result = subprocess.run([env_dir / "bin" / "zoo", "eval", "--help"], cwd=elsewhere, env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0 and "usage: zoo eval" in result.stdout, result.stderr[-3000:]

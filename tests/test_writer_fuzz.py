@@ -5,7 +5,7 @@ commands that write files (`export`, `card`, `samples`, `attend --out/--html`, `
 random user files (names included that look like the zoo's: model.onnx, export.json, config.yaml,
 last.ckpt, <release>-<8 chars>.safetensors, a temporary's name), symbolic links (to files and
 folders outside, dangling ones) and the earlier commands' outputs, some of them then replaced by the
-user. Commands run in this process (zoo.cli.main with argv), so a step costs milliseconds when it is
+user. Commands run in this process (zoo.commands.cli.main with argv), so a step costs milliseconds when it is
 refused and about a second when it trains.
 
 The property, after every step:
@@ -90,8 +90,8 @@ def world() -> dict:
     from PIL import Image
 
     from conftest import write_fashion_mnist
-    from zoo import hub
     from zoo.models.baselines import Classifier
+    from zoo.weights import hub
 
     root = Path(tempfile.mkdtemp(prefix="zoo-writer-fuzz-world-"))
     atexit.register(shutil.rmtree, root, True)
@@ -275,7 +275,7 @@ class WriterMachine(RuleBasedStateMachine):
         """Run one command in this process and check the property. `replaces`: the files it may
         replace (it was given --overwrite); `points_at`: the folders and files it was pointed at
         (new entries outside the output area are fine only under those, links given followed)."""
-        from zoo.cli import main
+        from zoo.commands.cli import main
 
         with captured() as output:
             try:
@@ -403,7 +403,7 @@ class WriterMachine(RuleBasedStateMachine):
             return 0
 
         def call():  # as scripts/release.py's main runs it
-            from zoo.errors import report_user_errors
+            from zoo.guards.errors import report_user_errors
 
             with pytest.MonkeyPatch.context() as patch:
                 patch.setenv("ZOO_WEIGHTS_DIR", str(self.root / "weights"))

@@ -28,10 +28,10 @@ from typing import Any
 import torch
 import yaml
 
-from zoo import hub
 from zoo.hparams import block_defaults, block_types, current_config, current_init_args, current_spec
-from zoo.recipe_args import in_current_names
 from zoo.registry import REPO_ROOT, linked, resolve_class
+from zoo.training.recipe_args import in_current_names
+from zoo.weights import hub
 
 GOLDEN_BATCH = 2
 

@@ -9,13 +9,13 @@
     image = weights.transforms()(PIL.Image.open("scene.png"))   # float [C, H, W] in [0, 1]
     manifest = zoo.load_export("exported/")             # a `zoo export` set, checked (torch-free)
 """
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 #: the public names, imported on first use (PEP 562): `import zoo` and `zoo list` stay free of torch
 _PUBLIC = {"create_model": "zoo.registry", "list_models": "zoo.registry", "load_checkpoint": "zoo.registry",
            "get_weights": "zoo.registry", "Weights": "zoo.registry", "data_config": "zoo.registry",
            "build_datamodule": "zoo.registry", "preprocessing": "zoo.preprocess:for_model",
-           "load_export": "zoo.export_set:check_set"}
+           "load_export": "zoo.weights.export_set:check_set"}
 __all__ = [*_PUBLIC, "UserError"]
 __version__ = "0.1.0"
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from zoo.errors import UserError
-from zoo.limits import shorten
+from zoo.guards.errors import UserError, shorten
 
 # (A recipe a user passes to train.py on the command line is their own code and stays free;
 # train.py never instantiates a class named by a checkpoint.)

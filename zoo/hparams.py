@@ -20,10 +20,11 @@ it in its hparams as a plain dict.
 Files written before a rename keep the old name. `RENAMED` is the one table of old names (`MOVED`
 of arguments that moved into a block, `RETIRED` of arguments that went: `accel`, now the run's
 option); `current_spec` / `current_config` apply them, and every reader of hyperparameters from a
-file goes through them (zoo.hub, zoo.registry.instantiate, ZooModule's checkpoint loading, train.py's
+file goes through them (zoo.weights.hub, zoo.registry.instantiate, ZooModule's checkpoint loading, train.py's
 resume checks, tools/release), so an old file loads to the same model. Only argument names (and
-the values of a switch that became a choice) change: a class path is never rewritten, so the
-allow-list (zoo.classes) still decides every class a file may name.
+the values of a switch that became a choice) change, and the module paths of the callbacks and
+loggers a run's config names (`MOVED_MODULES`): a model's or data module's class path is never
+rewritten, so the allow-list (zoo.classes) still decides every class a file may name.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 log = logging.getLogger("zoo")
 
@@ -99,6 +100,41 @@ RETIRED: dict[str, tuple[Any, str]] = {
     "accel": ("auto", "speed is a run option now (zoo train fit --accel MODE)"),
     "compile": (False, "speed is a run option now (zoo train fit --accel compile)"),  # ViT's older spelling
 }
+
+#: old module of a class path -> its module now, since the top level of zoo/ was grouped
+#: into packages: a run's config.yaml saved before then names its logger `zoo.callbacks.ZooWandbLogger`.
+#: (The names cut out of a module on their own are functions, which no file names.)
+MOVED_MODULES: dict[str, str] = {
+    "zoo.errors": "zoo.guards.errors", "zoo.io": "zoo.guards.writes", "zoo.limits": "zoo.guards.budget",
+    "zoo.hub": "zoo.weights.hub", "zoo.export": "zoo.weights.export", "zoo.export_set": "zoo.weights.export_set",
+    "zoo.train": "zoo.training.train", "zoo.runs": "zoo.training.runs", "zoo.callbacks": "zoo.training.callbacks",
+    "zoo.recipe_args": "zoo.training.recipe_args", "zoo.verbs": "zoo.training.verbs",
+    "zoo.predict": "zoo.models.predict", "zoo.cli": "zoo.commands.cli", "zoo.evaluate": "zoo.commands.evaluate",
+    "zoo.cost": "zoo.commands.cost", "zoo.info": "zoo.commands.info", "zoo.hf": "zoo.commands.card",
+    "zoo.text": "zoo.guards.text",
+}
+
+
+def current_class_path(path: Any) -> Any:
+    """A class path (a callback, logger or plugin a run's config.yaml names) in the current layout;
+    any other value as it is. Model and data classes never moved: the allow-list decides them."""
+    if not isinstance(path, str):
+        return path
+    module, _, name = path.rpartition(".")
+    return f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else path
+
+
+def current_class_paths(tree: Any) -> Any:
+    """A parsed config (nested mappings and lists) with every `class_path` in the current layout
+    (`tree` itself when none moved)."""
+    if isinstance(tree, Mapping):
+        new = {k: current_class_path(v) if k == "class_path" else current_class_paths(v) for k, v in tree.items()}
+        return tree if all(new[k] is tree[k] for k in tree) else new
+    if isinstance(tree, list):
+        new = [current_class_paths(v) for v in tree]
+        return tree if all(a is b for a, b in zip(new, tree)) else new
+    return tree
+
 
 _noted: set[tuple] = set()
 

@@ -24,8 +24,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
+from zoo.guards.files import INTERPOLATION
 
 RESIZE_RULES = ("exact", "squash", "crop")
 
@@ -49,11 +51,10 @@ class Preprocessing:
 
     # ------------------------------------------------------------------ transform
     def __call__(self, image) -> torch.Tensor:
-        """A PIL image (any mode, as zoo.io.load_image returns), a numpy array [H, W] or [H, W, C]
+        """A PIL image (any mode, as zoo.guards.files.load_image returns), a numpy array [H, W] or [H, W, C]
         or a tensor [H, W] or [C, H, W] (uint8, or float in [0, 1]) -> float [C, H, W] in [0, 1]."""
         import torchvision.transforms.functional as TF
 
-        from zoo.io import image_to_tensor
 
         image = _as_pil(image)
         H, W = self.size
@@ -111,8 +112,6 @@ class Preprocessing:
 def _as_pil(image):
     """A PIL image from a PIL image, a numpy array [H, W] / [H, W, C] or a tensor [H, W] / [C, H, W]
     (uint8, or float in [0, 1]), so that every input type is prepared by the same code."""
-    from PIL import Image
-
     if isinstance(image, Image.Image):
         return image
     if isinstance(image, torch.Tensor):
@@ -137,7 +136,7 @@ def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None, sizes
     `notes`, when given, gets one line saying how many images the rule resized or made grey: the
     model sees what it was trained on, and the user is told it is not what they gave. `sizes`, when
     given, gets each good image's original (H, W)."""
-    from zoo.io import load_image
+    from zoo.guards.files import load_image
 
     tensors, good, errors = [], [], []
     resized = greyed = 0
@@ -166,7 +165,7 @@ def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None, sizes
 
 def load_image_tensor(path: str | os.PathLike, spec: Preprocessing) -> torch.Tensor:
     """One image file -> float [C, H, W] in [0, 1] as `spec` prepares it."""
-    from zoo.io import load_image
+    from zoo.guards.files import load_image
 
     return spec(load_image(Path(path), channels=3))
 
@@ -202,3 +201,21 @@ def for_model(model) -> Preprocessing:
     crop = data_module.eval_resize_for(size, **data_module.arguments(**data)) if data_module is not None else None
     resize = model.card.resize if crop is None else "crop"
     return Preprocessing(model.input_chans, size, resize, crop, mean, std, names)
+
+
+def image_rules(in_chans: int) -> dict[str, str]:
+    """How `load_image` and zoo.preprocess turn a file into pixels, as export.json's preprocessing
+    states it for a deployment, which must follow it: transparency, colour, orientation, interpolation."""
+    # alpha: out = alpha * colour + (1 - alpha) * black, as PIL's alpha_composite
+    return {"alpha": "composite on black",
+            "colour": {3: "RGB", 1: "L (PIL's convert('L') of the RGB: ITU-R 601-2 luma)"}[in_chans],
+            "orientation": "EXIF orientation applied", "interpolation": INTERPOLATION}
+
+
+def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> torch.Tensor:
+    """PIL image -> float tensor [C, H, W] in [0, 1], resized to size=(H, W) if given."""
+    if size is not None and (img.height, img.width) != tuple(size):
+        img = img.resize((size[1], size[0]), Image.Resampling[INTERPOLATION.upper()])
+    array = np.asarray(img, dtype=np.float32) / 255.0
+    array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+    return torch.from_numpy(np.ascontiguousarray(array))

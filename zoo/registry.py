@@ -3,7 +3,7 @@
 Every recipe `configs/<family>/<recipe>.yaml` that has a `model:` section is a registry entry named
 `<family>_<recipe>` (e.g. configs/ram/fmnist_centered.yaml -> "ram_fmnist_centered"): the recipe
 holds every hyperparameter, so the registry duplicates none. Released weights are listed in
-`weights/MANIFEST.json` (zoo.hub.manifest): its config is the architecture the weights were trained
+`weights/MANIFEST.json` (zoo.weights.hub.manifest): its config is the architecture the weights were trained
 with, and wins over the recipe when pretrained weights are loaded.
 """
 from __future__ import annotations
@@ -21,16 +21,16 @@ from pathlib import Path
 
 import yaml
 
-from zoo import hub
 from zoo.classes import ALLOWED_CLASSES, allow_class, is_allowed, resolve_class  # noqa: F401 (the public names)
-from zoo.errors import UserError
+from zoo.guards.budget import check_memory, check_tree, limit
+from zoo.guards.errors import UserError, shorten
 from zoo.hparams import current_config, current_spec
-from zoo.limits import (check_memory, check_tree, data_memory, evaluation_memory, limit, model_memory, shorten,
-                        training_memory)
+from zoo.models.memory import data_memory, evaluation_memory, model_memory, training_memory
+from zoo.weights import hub
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: the model index: facts that take torch to know, per entry, and each model class's family
-#: (written by scripts/model_index.py; zoo.info reads the facts)
+#: (written by scripts/model_index.py; zoo.commands.info reads the facts)
 INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
 log = logging.getLogger("zoo")
 _INSTALLED = Path(__file__).resolve().parent / "recipes"
@@ -226,7 +226,7 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
     # an override of a block (a backbone spec) changes the fields it gives, as a second config would
     init_args.update({k: {**init_args[k], **v} if isinstance(v, dict) and isinstance(init_args.get(k), dict) else v
                       for k, v in overrides.items()})
-    # the memory it would take, measured before it is taken (zoo.limits); its sizes are checked
+    # the memory it would take, measured before it is taken (zoo.guards.budget); its sizes are checked
     # against the limits (its card's too) when it is built
     check_memory(model_memory(cls, init_args) if kind == "model" else data_memory(cls, init_args),
                  f"{kind} {spec['class_path']}")
@@ -238,7 +238,7 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
 
 def check_run_memory(data, model) -> None:
     """What a training run of a parsed config (jsonargparse Namespaces `data`, `model`) would
-    allocate, refused above the memory budget before anything is built (zoo.limits): the model built
+    allocate, refused above the memory budget before anything is built (zoo.guards.budget): the model built
     on the meta device, its weights counted four times (with their gradients and the optimizer's two
     moments), a training step at the data's `batch_size` (forward and backward) or an evaluation
     step at its `eval_batch_size`, whichever takes more, and the arrays its data module would
@@ -494,7 +494,7 @@ def get_weights(name: str) -> Weights:
 def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overrides):
     """Rebuild a model from a zoo checkpoint alone: a Lightning .ckpt (weights_only) or a
     .safetensors with its config in metadata or a sidecar .json; a path or a URL (`sha256` pins
-    it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.hub). The
+    it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.weights.hub). The
     classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
     overrides = _head_override(overrides)
     state, config = hub.load_fetched(path, sha256)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from zoo.io import atomic_write_bytes, json_text
+from zoo.guards.writes import atomic_write_bytes, json_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
 """Caption an image with a `zoo export` of a captioner and no torch: onnxruntime, numpy and PIL, and
-the zoo's torch-free `zoo.export_set`, which checks the set before anything runs (the files are the
+the zoo's torch-free `zoo.weights.export_set`, which checks the set before anything runs (the files are the
 ones export.json names by sha256, the decoder scores its vocabulary, the sizes are bounded), as
 `zoo.load_export` does. Everything the programs need besides their weights is in the export's
 export.json: the vocabulary and special token ids, how to prepare an image (size, resize rule, and
@@ -25,9 +25,9 @@ import numpy as np
 import onnxruntime
 from PIL import Image, ImageOps
 
-from zoo.errors import UserError, printable
-from zoo.export_set import check_set
-from zoo.limits import check_flags
+from zoo.guards.budget import check_flags
+from zoo.guards.errors import UserError, printable
+from zoo.weights.export_set import check_set
 
 
 #: export.json's preprocessing.alpha rules this example knows (an export written before the rule was

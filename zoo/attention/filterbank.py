@@ -50,7 +50,7 @@ class FilterParams(NamedTuple):
 
 
 def _autocast_off(device_type: str):
-    # a device without autocast (`meta`, where zoo.limits measures a model) has nothing to switch off
+    # a device without autocast (`meta`, where zoo.guards.budget measures a model) has nothing to switch off
     if not torch.amp.is_autocast_available(device_type):
         return contextlib.nullcontext()
     return torch.autocast(device_type=device_type, enabled=False)

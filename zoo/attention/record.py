@@ -123,7 +123,7 @@ class AttentionRecord:
 
     def to_json(self, maps: bool = True) -> str:
         """Strict JSON: a non-finite number (a NaN map's peak, a score) is null."""
-        from zoo.io import json_text
+        from zoo.guards.writes import json_text
 
         return json_text(self.as_dict(maps=maps))
 

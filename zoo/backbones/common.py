@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 log = logging.getLogger("zoo")
 

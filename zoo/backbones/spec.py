@@ -37,7 +37,7 @@ from torch import nn
 from zoo.backbones.stem import ConvStem
 from zoo.backbones.timm_cnn import TimmCNN
 from zoo.backbones.timm_vit import TimmViT
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 BACKBONES = {"stem": ConvStem, "timm_cnn": TimmCNN, "timm_vit": TimmViT}  # a spec's `kind`
 #: fields the user chooses freely when loading a zoo weight (the rest must agree with the weight)
@@ -220,8 +220,8 @@ class ZooBackbone:
 
 def load_zoo_backbone(source: str) -> ZooBackbone:
     """The backbone in the zoo weight `source`: a released name (weights/MANIFEST.json, through
-    zoo.hub) or a path to a .safetensors/.ckpt file written by the zoo."""
-    from zoo import hub
+    zoo.weights.hub) or a path to a .safetensors/.ckpt file written by the zoo."""
+    from zoo.weights import hub
 
     path = Path(os.path.expanduser(source))
     if path.suffix in (".safetensors", ".ckpt") or os.sep in source:

@@ -1,1 +1,1 @@
-"""Subcommands of the `zoo` CLI (see zoo/cli.py)."""
+"""Subcommands of the `zoo` CLI (see zoo/commands/cli.py)."""

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from zoo.errors import UserError
-from zoo.limits import read_json, shorten
+from zoo.guards.errors import UserError, shorten
+from zoo.guards.files import read_json
 
 FRAME = "model input pixels (x0, y0, x1, y1), mapped from the original image's pixels by the resize rule"
 

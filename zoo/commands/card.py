@@ -1,10 +1,163 @@
-"""zoo card: write a release as a Hugging Face hub repository (zoo/hf.py), ready for
-`huggingface-cli upload ORG/NAME DIR`; `--checkpoint hf-hub:ORG/NAME` loads it back.
+"""Releases as Hugging Face hub repositories: `zoo card NAME --out DIR` writes one, and
+`zoo.create_model("hf-hub:ORG/NAME")`, `zoo.load_checkpoint(DIR)` and every command's
+`--checkpoint hf-hub:ORG/NAME` (or a local folder) load one.
 
-    zoo card ram_fmnist_centered --out cards/ram_fmnist_centered
-    zoo card sat_soft_scenes --out cards/sat_soft_scenes --repo-id my-lab/sat_soft_scenes
+A card is the hub's three files for a model: `model.safetensors`, the release's weights file byte
+for byte; `config.json`, what the model is, timm-style (`architecture`, `num_classes`, `label_names`,
+`pretrained_cfg` with the input facts), plus the whole zoo config and the sha256 and size of
+`model.safetensors`; `README.md`, the model card with YAML front matter and a `model-index` block of
+its results. Loading one (zoo.weights.hub.fetch_card) is as safe as loading a release: see zoo.weights.hub.
 """
 from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+from zoo.guards.errors import UserError, shorten
+from zoo.weights.hub import (CARD_CONFIG, CARD_WEIGHTS, HUB_PREFIX, HUB_REPO_ID, LIBRARY, fetch_release,
+                             read_card_config, sha256_file)
+
+README = "README.md"
+CARD_FILES = (README, CARD_CONFIG, CARD_WEIGHTS)
+CARD_VERSION = 1
+#: the hub's pipeline tag of each kind of output (a family card's `output`)
+PIPELINE_TAGS = {"logits": "image-classification", "caption": "image-to-text",
+                 "sample": "unconditional-image-generation"}
+
+
+def card_config(record: dict, zoo_config: dict, weights: Path) -> dict:
+    """config.json of a release's card (`record`: its `zoo info` record)."""
+    return {
+        "library_name": LIBRARY, "zoo_card": CARD_VERSION, "name": record["name"],
+        "architecture": zoo_config["class_path"], "family": record["family"],
+        "num_classes": record.get("num_classes"), "label_names": record.get("class_names"),
+        "vocab_size": record.get("vocab_size"),
+        "pretrained_cfg": {key: record.get(key) for key in (
+            "input_size", "value_range", "mean", "std", "normalisation", "resize", "resize_size", "interpolation",
+            "alpha")},
+        "num_params": record.get("num_params"), "gmacs": record.get("gmacs"), "inference": record.get("inference"),
+        "recipe": record.get("recipe"), "seed": record.get("seed"),
+        "files": {CARD_WEIGHTS: {"sha256": sha256_file(weights), "size": weights.stat().st_size}},
+        "zoo_config": zoo_config,
+    }
+
+
+def card_readme(record: dict, config: dict, repo_id: str) -> str:
+    """README.md: YAML front matter (library, tags, pipeline, model-index) and the card's text.
+    Text from the manifest stays text (zoo.guards.text): the front matter is YAML's own escaping of every
+    non-ASCII and control character, the Facts sit in a fence longer than any backtick run in
+    them, and what stands outside fences is HTML-escaped; a metric that is not a number is left
+    out of the model-index (the hub reads numbers there) and shown as text in the Facts."""
+    import yaml
+
+    from zoo.commands.info import attention_line, render, summary_metrics
+    from zoo.guards.text import code_fence, code_span, is_number, markdown_text
+
+    def finite(value) -> bool:
+        return is_number(value) and math.isfinite(value)
+
+    metrics = [{"type": key.split("/", 1)[1], "value": value["value"], "name": key}
+               for key, value in summary_metrics(record.get("metrics")).items() if finite(value.get("value"))]
+    attention = record.get("attention") if isinstance(record.get("attention"), dict) else {}
+    metrics += [{"type": f"attention_{key}", "value": attention[key], "name": f"attention {key.replace('_', ' ')}"}
+                for key in ("pointing", "pointing_centre", "deletion_gap", "deletion_gap_centre")
+                if finite(attention.get(key))]
+    pipeline = PIPELINE_TAGS.get(record.get("output_kind"), "image-classification")
+    # the data module's name as a dataset id: FashionMNISTDataModule -> fashion_mnist
+    data_class = str((config["zoo_config"].get("data") or {}).get("class_path", "unknown")).rsplit(".", 1)[-1]
+    dataset = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", data_class.removesuffix("DataModule")).lower()
+    front = {
+        "library_name": LIBRARY, "license": "mit", "pipeline_tag": pipeline,
+        "tags": [LIBRARY, "visual-attention", record["family"]],
+        "model-index": [{"name": record["name"], "results": [{
+            "task": {"type": pipeline},
+            "dataset": {"name": record.get("dataset") or "?", "type": dataset, "split": "test"},
+            "metrics": metrics}]}],
+    }
+    lines = [
+        # allow_unicode=False: YAML escapes every control and non-ASCII character ("\e", "\u202E")
+        "---", yaml.safe_dump(front, sort_keys=False, allow_unicode=False, width=120).rstrip(), "---", "",
+        f"# {markdown_text(record['name'])}", "",
+        markdown_text(record.get("description") or ""), "",
+        f"A release of {LIBRARY}: `{CARD_WEIGHTS}` holds the weights (sha256 `{config['files'][CARD_WEIGHTS]['sha256']}`, "
+        f"the sha256 that `{CARD_CONFIG}` records and the loader checks), `{CARD_CONFIG}` the model's config.", "",
+        "## Use", "",
+        "```python", "import zoo", "", f'model = zoo.create_model("{HUB_PREFIX}{repo_id}")', "```", "",
+        f"or from the command line: `zoo attend IMAGE --checkpoint {HUB_PREFIX}{repo_id}`.", "",
+        "## Facts", "", *code_fence(render(record)), "",
+    ]
+    if attention:
+        lines += ["## Attention", "", markdown_text(attention_line(attention)), ""]
+    lines += ["## Training", "", f"{code_span(record.get('recipe'))} (seed {markdown_text(record.get('seed'))}) trains "
+              f"these weights; {code_span(record.get('remake'))} re-makes the release.", ""]
+    return "\n".join(lines)
+
+
+def earlier_card_problem(folder: Path) -> str | None:
+    """None when `folder` is an earlier card: exactly a card's files (no links), with a config.json
+    that reads as one, and the files it records (the weights; README.md, since issue 42) with the
+    sha256 it records: a file edited or replaced since is the user's. Otherwise why not, in words."""
+    names = sorted(p.name for p in folder.iterdir())
+    if names != sorted(CARD_FILES) or any((folder / n).is_symlink() for n in names):
+        return "holds other files (not an earlier model card)"
+    try:
+        config = read_card_config(folder / CARD_CONFIG, str(folder))
+    except UserError:
+        return "holds other files (its config.json is not a model card's)"
+    for name, recorded in config["files"].items():
+        if name in CARD_FILES and isinstance(recorded, dict) and sha256_file(folder / name) != recorded.get("sha256"):
+            return (f"{name} is not the file the earlier card wrote (its sha256 is not the one {CARD_CONFIG} records: "
+                    "edited or replaced since)")
+    return None
+
+
+def check_card_target(out_dir: Path) -> None:
+    """The card's folder is missing, empty, or an earlier card: anything else is someone's folder,
+    refused before any work."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: exists and is not a directory")
+    problem = earlier_card_problem(out_dir) if out_dir.is_dir() and any(out_dir.iterdir()) else None
+    if problem:
+        raise UserError(f"--out {out_dir}: {problem}; give a new or empty folder")
+
+
+def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
+    """Write release `name` as a hub repository in `out_dir` (README.md, config.json,
+    model.safetensors), all at once: a staging folder beside it is swapped in at the end."""
+    from zoo.commands.info import describe
+    from zoo.guards.errors import sigterm_stops
+    from zoo.guards.writes import atomic_write_bytes, swap_in_folder, writing
+    from zoo.registry import get_entry, list_models
+
+    entry = get_entry(name)
+    if entry.weights is None:
+        raise UserError(f"'{name}' has no released weights to put in a card "
+                        f"(released: {', '.join(list_models(pretrained=True)) or 'none'})")
+    out_dir = Path(out_dir)
+    check_card_target(out_dir)
+    repo_id = repo_id or f"attention-zoo/{name}"
+    if not HUB_REPO_ID.fullmatch(repo_id):
+        raise UserError(f"--repo-id {shorten(repo_id)}: give it as ORG/NAME")
+    record = describe(name)
+    source = fetch_release(name)  # sha256-checked against the manifest
+    with sigterm_stops(), writing(out_dir) as staging:
+        staging.mkdir()
+        shutil.copyfile(source, staging / CARD_WEIGHTS)
+        config = card_config(record, entry.weights["config"], staging / CARD_WEIGHTS)
+        if config["files"][CARD_WEIGHTS]["sha256"] != entry.weights["sha256"]:
+            raise UserError(f"{source}: changed while it was copied; try again")
+        readme = card_readme(record, config, repo_id).encode()
+        # recorded, so that a README edited since is not replaced (earlier_card_problem)
+        config["files"][README] = {"sha256": hashlib.sha256(readme).hexdigest(), "size": len(readme)}
+        atomic_write_bytes(staging / CARD_CONFIG, (json.dumps(config, indent=2) + "\n").encode())
+        atomic_write_bytes(staging / README, readme)
+        check_card_target(out_dir)  # someone wrote there while we worked?
+        swap_in_folder(staging, out_dir, earlier_card_problem)
+    return [out_dir / n for n in CARD_FILES]
 
 
 def add_arguments(parser) -> None:
@@ -17,8 +170,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from zoo.hf import write_card
-    from zoo.info import check_known
+    from zoo.commands.info import check_known
 
     check_known(args.name)  # an unknown name first: did-you-mean
     out = check_output_folder(args.out, args.overwrite)
@@ -34,9 +186,8 @@ def check_output_folder(given: str, overwrite: bool):
     import os
     from pathlib import Path
 
-    from zoo.errors import UserError
-    from zoo.hf import check_card_target
-    from zoo.io import OVERWRITE_HINT, check_writable
+    from zoo.guards.errors import UserError
+    from zoo.guards.writes import OVERWRITE_HINT, check_writable
 
     if Path(given).is_symlink() and not Path(given).exists():
         raise UserError(f"--out {given}: a symlink to {os.readlink(given)}, which does not exist; give a folder")

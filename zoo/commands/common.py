@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from zoo.errors import UserError, printable
+from zoo.guards.errors import UserError, printable
 
 
 def add_model_arguments(parser, default_model: str | None = None) -> None:
@@ -57,3 +57,24 @@ def unique_names(paths: list[str], suffix: str) -> list[str]:
         used.add(name)
         names.append(name)
     return names
+
+
+def key_values(items: list[str], flag: str) -> dict:
+    import yaml
+
+    from zoo.guards.budget import check_tree
+    from zoo.guards.errors import shorten
+
+    parsed = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"{flag} expects KEY=VALUE, got '{item}'")
+        try:
+            parsed[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise UserError(f"{flag} {shorten(item, 60)}: not a YAML value ({str(exc).splitlines()[0]})") from None
+        except RecursionError:
+            raise UserError(f"{flag} {shorten(item, 60)}: refused, nested too deep") from None
+        check_tree(parsed[key], f"{flag} {shorten(item, 60)}")
+    return parsed

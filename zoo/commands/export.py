@@ -4,7 +4,7 @@
     zoo export --model sat_soft_scenes --out exported/            # encoder, decoder_step, greedy .onnx
     zoo export --checkpoint runs/x/checkpoints/best.ckpt --format torch --out exported/
 
-zoo/export.py says what each program takes and returns."""
+zoo/weights/export.py says what each program takes and returns."""
 from __future__ import annotations
 
 from zoo.commands.common import add_model_arguments, resolve_model
@@ -25,8 +25,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import sys
 
-    from zoo.export import MANIFEST, check_target, export
-    from zoo.limits import check_flags
+    from zoo.guards.budget import check_flags
+    from zoo.weights.export import MANIFEST, check_target, export
 
     check_flags({"--max-len": args.max_len}, limit_name="export_max_len")
     check_target(args.out, args.overwrite)  # before the model loads: someone else's folder is refused at once

@@ -14,11 +14,11 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import difflib
 
-    from zoo.errors import UserError, printable
-    from zoo.info import description, stored_facts
-    from zoo.io import json_text
+    from zoo.commands.info import description, stored_facts
+    from zoo.guards.errors import UserError, printable
+    from zoo.guards.text import number_text
+    from zoo.guards.writes import json_text
     from zoo.registry import family_of, find_entries
-    from zoo.text import number_text
 
     entries = find_entries(args.pattern, pretrained=args.pretrained)
     names = sorted(entries)
@@ -52,7 +52,7 @@ def run(args) -> int:
 def attention_brief(scores: dict | None) -> str:
     """Whether a release's attention lands, from its stored attention scores (docs/attention.md):
     the pointing game beside the centre prior's, and the deletion gap (above 0: faithful)."""
-    from zoo.text import is_number
+    from zoo.guards.text import is_number
 
     if not isinstance(scores, dict) or not is_number(scores.get("pointing")) \
             or not is_number(scores.get("pointing_uniform", 0)) or scores.get("pointing_uniform", 0) >= 1:

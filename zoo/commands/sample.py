@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 MAX_SAMPLES = 4096
@@ -81,8 +81,8 @@ def _save(write, path: Path) -> None:
 def run(args) -> int:
     import torch
 
-    from zoo.io import atomic_save_image, check_output
-    from zoo.limits import check_memory
+    from zoo.guards.budget import check_memory
+    from zoo.guards.writes import atomic_save_image, check_output
     from zoo.preprocess import for_model, load_batch
     from zoo.viz import draw as viz
 

@@ -45,8 +45,8 @@ def run(args) -> int:
     from PIL import Image
 
     from zoo import registry
-    from zoo.errors import UserError
-    from zoo.io import atomic_save_image, atomic_write_bytes, check_writable, output_in
+    from zoo.guards.errors import UserError
+    from zoo.guards.writes import atomic_save_image, atomic_write_bytes, check_writable, output_in
 
     if not 1 <= args.n <= 100:
         raise UserError(f"--n must be 1 to 100, got {args.n}")

@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader, RandomSampler
 from zoo.classes import allow_class
 from zoo.data.card import DataCard, dimensions_of, register
 from zoo.data.sampling import BucketBatchSampler
-from zoo.errors import UserError
-from zoo.limits import check_arguments
+from zoo.guards.budget import check_arguments
+from zoo.guards.errors import UserError
 
 
 def as_size(size) -> tuple[int, int]:
@@ -129,7 +129,7 @@ class SplitDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self.loader(self.test_split)
 
-    predict_dataloader = test_dataloader  # `train.py predict` answers the split test serves (zoo.predict)
+    predict_dataloader = test_dataloader  # `train.py predict` answers the split test serves (zoo.models.predict)
 
     def plain_loader(self, dataset, train: bool = False, collate_fn=None, **kwargs) -> DataLoader:
         """A loader over `dataset` with this module's `batch_size` (`eval_batch_size`, when set,

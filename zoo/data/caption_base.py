@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data.base import SplitDataModule, batch_identity
 from zoo.data.vocab import Vocab, pad_captions, padded_length
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 log = logging.getLogger("zoo")
 

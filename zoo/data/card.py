@@ -10,7 +10,7 @@ A SplitDataModule subclass that declares `card` in its own body is a data set. W
 defined its card is checked against its constructor (every name the card gives is an argument; the
 tiny configuration sets no path nor image size), the facts readers take from the class
 (`image_size_argument`, `image_chans`, `class_names`, `path_arguments`) are set from it, and it is
-registered: files may name it (zoo.classes), zoo.limits bounds its size arguments, and the
+registered: files may name it (zoo.classes), zoo.guards.budget bounds its size arguments, and the
 registry-wide tests build its tiny configuration (a batch of the promised size, channels and
 labels; boxes inside the canvas).
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 #: the arguments most data modules take (split sizes, loader workers) and their largest sane values:
 #: a card bounds those its constructor takes without restating them (`batch_size`, `limit_eval` and
-#: `max_vocab`, which commands' flags and export sets share, are zoo.limits')
+#: `max_vocab`, which commands' flags and export sets share, are zoo.guards.budget')
 SHARED_DIMENSIONS: dict[str, float] = {
     **dict.fromkeys(["num_train", "num_val", "num_test", "val_items", "val_size", "limit_train"], 10_000_000),
     "eval_batch_size": 1_000_000, "num_workers": 256,
@@ -48,7 +48,7 @@ class DataCard:
     #: arguments that name places on disk: a checkpoint's or release's data config never sets them
     path_arguments: tuple[str, ...] = ()
     #: the largest sane value of each of its own size arguments (a list's elements each), beside
-    #: SHARED_DIMENSIONS and zoo.limits' names shared with models (`image_size`, `num_classes`)
+    #: SHARED_DIMENSIONS and zoo.guards.budget' names shared with models (`image_size`, `num_classes`)
     dimensions: dict[str, float] = field(default_factory=dict)
     #: arguments that make it cheap (split sizes, batches) on the tests' tiny Fashion-MNIST
     #: (tests/conftest.py), never what an image is (a recipe's images stay the recipe's): what the
@@ -97,7 +97,7 @@ def register(cls: type) -> type:
 
 
 def dimensions_of(cls: type) -> dict[str, float]:
-    """The largest sane value of each size argument of data module `cls` (zoo.limits checks a
+    """The largest sane value of each size argument of data module `cls` (zoo.guards.budget checks a
     config's values by name against these, beside its shared names): its card's `dimensions` and
     the SHARED_DIMENSIONS its constructor takes."""
     card = getattr(cls, "card", None)

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 from zoo.data.base import SplitDataModule, batch_identity
 from zoo.data.card import DataCard
 from zoo.data.fashion_mnist import CLASS_NAMES, ITEM_SIZE, PATCH, VARIANTS, load_fashion_mnist, window
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 #: cluttered60's distractors per canvas pixel: the density every side keeps
 DENSITY = VARIANTS["cluttered60"][1] / VARIANTS["cluttered60"][0] ** 2

@@ -34,8 +34,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from zoo.data.base import SplitDataModule
 from zoo.data.card import DataCard
 from zoo.data.layout import place_items
-from zoo.errors import UserError
-from zoo.limits import check_memory
+from zoo.guards.budget import check_memory
+from zoo.guards.errors import UserError
 
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]

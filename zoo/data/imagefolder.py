@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader
 
 from zoo.data.base import SplitDataModule
 from zoo.data.card import DataCard
-from zoo.errors import UserError
-from zoo.io import load_image
+from zoo.guards.errors import UserError
+from zoo.guards.files import load_image
 from zoo.preprocess import Preprocessing
 
 

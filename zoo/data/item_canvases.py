@@ -26,7 +26,7 @@ from zoo.data.base import SplitDataModule, batch_identity
 from zoo.data.card import DataCard
 from zoo.data.fashion_mnist import CLASS_NAMES
 from zoo.data.scene_generation import draw_layouts, load_items, paint
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 SPLIT_CODES = {"train": 10, "val": 11, "test": 12}  # RNG streams apart from the scenes' (0, 1, 2)
 LAYOUT_BLOCK = 4096  # canvases per RNG block: a split's first K canvases do not depend on its size

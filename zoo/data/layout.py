@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 CANDIDATES = 64  # layouts tried at once per scene in the vectorised rejection sampler
 MAX_ROUNDS = 200  # x CANDIDATES tries per scene; a feasible layout is found long before

@@ -38,7 +38,7 @@ from zoo.data.card import DataCard
 from zoo.data.cluttered_scale import CanvasPainter, GeneratedCanvasModule, batches_in_flight, window
 from zoo.data.fashion_mnist import CLASS_NAMES, ITEM_SIZE
 from zoo.data.layout import place_items
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 #: fixed noise patterns (the code's 50), each a 28x28 pair of lines
 NOISE_PATTERNS = 50

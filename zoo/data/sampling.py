@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 from torch.utils.data import BatchSampler, Sampler
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 
 class BucketBatchSampler(BatchSampler):

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from zoo.data.layout import place_items
 from zoo.data.scene_grammar import COLOURS, HEAD_WORDS, TEMPLATES, captions_for_scene, relations
-from zoo.errors import UserError
-from zoo.io import check_npz
+from zoo.guards.errors import UserError
+from zoo.guards.files import check_npz
 
 FORMAT_VERSION = 2  # 2: captions carry the item each word names
 BLOCK = 256  # scenes per RNG block (prefix stability, see the module docstring)

@@ -30,8 +30,8 @@ from zoo.data.scene_generation import (BLOCK, FORMAT_VERSION, SPLITS, Scenes, ca
                                        load_items, split_pool)
 from zoo.data.scene_grammar import COLOURS, ITEM_NAMES
 from zoo.data.vocab import pad_captions, tokenize
-from zoo.errors import UserError
-from zoo.io import atomic_save_image, atomic_write_bytes
+from zoo.guards.errors import UserError
+from zoo.guards.writes import atomic_save_image, atomic_write_bytes
 
 
 class SceneCaptions(CaptionBatches):
@@ -77,7 +77,7 @@ class FashionScenesDataModule(CaptionDataModule):
     @classmethod
     def memory_for(cls, num_train: int = 10000, num_val: int = 500, num_test: int = 1000, canvas_size: int = 64,
                    **_) -> dict[str, float]:
-        """What the splits would hold (zoo.limits.check_memory), by the argument that sets each: its
+        """What the splits would hold (zoo.guards.budget.check_memory), by the argument that sets each: its
         canvases uint8 [N, 3, S, S] twice while it is generated (the blocks, then their
         concatenation), and SCENE_OVERHEAD per scene."""
         per_scene = 2 * 3 * int(canvas_size) ** 2 + cls.SCENE_OVERHEAD

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 SPECIALS = ("<pad>", "<start>", "<end>", "<unk>")
 PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3

@@ -5,7 +5,7 @@ run option, never a model hyperparameter (a machine setting does not travel insi
     zoo train fit --config RECIPE --accel compile       # auto | eager | compile | reduce-overhead
     zoo eval --model NAME --accel compile
 
-(train.py and eval.py add `zoo.callbacks.Accelerate(mode)` to the trainer; without it a Trainer
+(train.py and eval.py add `zoo.training.callbacks.Accelerate(mode)` to the trainer; without it a Trainer
 runs auto; `model.accel.force(mode)` sets a mode outside any trainer.)
 
 - eager: plain PyTorch, what the released recipes were trained with (bit for bit).
@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 MODES = ("auto", "eager", "compile", "reduce-overhead")
 COMPILED = ("compile", "reduce-overhead")

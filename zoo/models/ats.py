@@ -39,7 +39,7 @@ from torch import nn
 
 from zoo.attention import sampling
 from zoo.data.base import as_size
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ZooModule
 from zoo.models.card import CompileHints, FamilyCard

@@ -27,14 +27,14 @@ import torch
 import torch.nn.functional as F
 
 from zoo.data.base import as_size
-from zoo.errors import UserError
+from zoo.guards.budget import check_arguments
+from zoo.guards.errors import UserError
 from zoo.hparams import current_init_args, current_spec
-from zoo.hub import read_checkpoint
-from zoo.limits import check_arguments
 from zoo.models import optim
 from zoo.models.accel import StepAccelerator
 from zoo.models.card import FamilyCard, register
-from zoo.predict import TOP_K, predictions
+from zoo.models.predict import TOP_K, predictions
+from zoo.weights.hub import read_checkpoint
 
 
 #: how far outside [0, 1] an image may stray (float rounding of a resize or a colour conversion)
@@ -50,7 +50,7 @@ class ZooModule(L.LightningModule):
     #: The family's facts (zoo.models.card.FamilyCard). A subclass that declares its own card is a
     #: family: registered when it is defined, after its hooks are checked.
     card: FamilyCard = FamilyCard("zoo")
-    #: classes per image that `predict_step` answers (zoo.predict.PredictionWriter sets it)
+    #: classes per image that `predict_step` answers (zoo.models.predict.PredictionWriter sets it)
     predict_top_k: int = TOP_K
     #: the card's name (the CLI uses it to refuse a checkpoint of the wrong family clearly)
     family: str = "zoo"
@@ -65,7 +65,7 @@ class ZooModule(L.LightningModule):
     def __new__(cls, *args, **kwargs):
         """Absurd sizes (a 60,000-wide layer, a million glimpses) are refused in one line before
         anything is built, whoever builds the model (a recipe, a file, Python): the family's own
-        limits are its card's `dimensions`, beside the shared ones of zoo.limits."""
+        limits are its card's `dimensions`, beside the shared ones of zoo.guards.budget."""
         check_arguments(cls, args, kwargs, "model.init_args", cls.card.dimensions)
         _check_label_set(cls, args, kwargs)
         return super().__new__(cls)
@@ -159,7 +159,7 @@ class ZooModule(L.LightningModule):
     @torch.no_grad()
     def attention_figures(self, batch: Any) -> dict[str, Any]:
         """{caption: image (PIL.Image or HxWx3 uint8 array)}: where the model looks on a few
-        validation examples, for `zoo.callbacks.AttentionImageLogger`. The default draws the
+        validation examples, for `zoo.training.callbacks.AttentionImageLogger`. The default draws the
         attention record of the first `num_figures` images, a strip per image (the panels `zoo
         attend` writes): every attending family shows it the same way. A family whose figures show
         more (the DRAW generator's canvases and samples) overrides this."""
@@ -238,7 +238,7 @@ class ZooModule(L.LightningModule):
         self.log_step_metrics("val", self.accel.eval_step(self, batch, "val"), _batch_size(batch))
 
     def predict_step(self, batch, batch_idx):
-        """One plain record per image (zoo.predict: classes with names, a caption); a generator refuses."""
+        """One plain record per image (zoo.models.predict: classes with names, a caption); a generator refuses."""
         named = _named(batch)
         records = predictions(self, named["images"], self.predict_top_k)
         ids = named.get("image_ids")

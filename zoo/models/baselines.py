@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ClassifierModule
 from zoo.models.card import FamilyCard

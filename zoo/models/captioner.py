@@ -54,13 +54,13 @@ from zoo.attention.hard import HardBatch, HardSpec
 from zoo.backbones.spec import BackboneSpec
 from zoo.data.vocab import END_ID, PAD_ID, SPECIALS, START_ID, Vocab, pad_captions
 from zoo.decoding import beam_search, greedy_decode
-from zoo.errors import UserError
+from zoo.guards.budget import check_dimensions, check_memory
+from zoo.guards.errors import UserError
 from zoo.hparams import Block
-from zoo.limits import check_dimensions, check_memory
 from zoo.models import caption_losses, optim
 from zoo.models.base import ZooModule, evaluating
-from zoo.models.card import CompileHints, FamilyCard
 from zoo.models.captioner_network import COORDS, DecoderSpec, ShowAttendTellNetwork
+from zoo.models.card import CompileHints, FamilyCard
 
 DEFAULT_BACKBONE = {"kind": "stem", "in_chans": 3, "channels": [32, 64, 128], "strides": [2, 2, 2]}
 CHOICES = {"attention": ("soft", "hard"), "supervised_attention_target": ("box", "mass")}
@@ -199,7 +199,7 @@ class Captioner(ZooModule):
     def scoring_mode(self) -> str:
         return self.net.scoring_mode()
 
-    # what zoo.limits runs on the meta device to measure a forward pass: the encoder and the
+    # what zoo.guards.budget runs on the meta device to measure a forward pass: the encoder and the
     # decoder's start (a whole caption's decoding is `decoding_memory`'s)
     memory_probe = decode_start
 
@@ -444,7 +444,7 @@ class Captioner(ZooModule):
 
     # ------------------------------------------------------------------ captions
     def decoding_memory(self, images: torch.Tensor, beam_size: int, max_len: int) -> dict[str, float]:
-        """Bytes a `caption` of images [B, 3, H, W] would hold at once (zoo.limits.check_memory):
+        """Bytes a `caption` of images [B, 3, H, W] would hold at once (zoo.guards.budget.check_memory):
         per hypothesis (B x k rows) its copy of the annotation vectors [L, D] and their keys [L, P],
         the LSTM state and three vocabulary-wide score rows; per step of max_len, each row's token,
         back-pointer, attention map [L] and gate."""

@@ -64,7 +64,7 @@ from zoo.attention.hard import (HardAttention, HardSpec, MovingAverageBaseline, 
 from zoo.attention.scores import build_score
 from zoo.attention.soft import SoftAttention, expected_context
 from zoo.data.vocab import PAD_ID, START_ID
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.hparams import Block
 
 COORDS = 2  # (x, y): what `annotation_coords` appends to each annotation vector

@@ -71,7 +71,7 @@ class FamilyCard:
     progress_bar: tuple[str, ...] = ("loss", "acc")
     compile: CompileHints = CompileHints()
     #: the largest sane value of each of its size arguments (a list's elements each), checked before
-    #: a model is built from a file or a recipe (zoo.limits), beside the shared ones (image size,
+    #: a model is built from a file or a recipe (zoo.guards.budget), beside the shared ones (image size,
     #: classes, batch sizes)
     dimensions: dict[str, float] = field(default_factory=dict)
     #: hyperparameters the data fills in when training starts (a captioner's vocabulary), with an

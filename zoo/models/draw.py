@@ -35,7 +35,7 @@ from torch import nn
 
 from zoo.attention import filterbank as fb
 from zoo.data.binarize import fixed_binarize
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ClassifierModule, ZooModule
 from zoo.models.card import CompileHints, FamilyCard

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 SCHEDULES = ("none", "cosine", "warmup_cosine")

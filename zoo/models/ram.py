@@ -77,7 +77,7 @@ from torch import nn
 from zoo.attention.glimpse import Retina
 from zoo.attention.hard import leave_one_out_baseline
 from zoo.data.base import as_size
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.hparams import Block
 from zoo.models import optim
 from zoo.models.base import ZooModule

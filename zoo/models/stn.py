@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.attention import affine
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ClassifierModule
 from zoo.models.card import CompileHints, FamilyCard

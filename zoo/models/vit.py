@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from zoo.backbones.spec import BackboneSpec
 from zoo.data.augment import BatchAugment, mixup
-from zoo.errors import UserError
+from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ClassifierModule
 from zoo.models.card import FamilyCard

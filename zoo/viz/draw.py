@@ -126,7 +126,7 @@ def gif_bytes(frames: list[Image.Image], duration_ms: int = 80, final_hold_ms: i
 
 def save_gif(frames: list[Image.Image], path: str | os.PathLike, duration_ms: int = 80,
              greys: int | None = None) -> None:
-    from zoo.io import atomic_write_bytes
+    from zoo.guards.writes import atomic_write_bytes
 
     atomic_write_bytes(path, gif_bytes(frames, duration_ms, greys=greys))
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageDraw
 
-from zoo.io import json_text
+from zoo.guards.writes import json_text
 from zoo.viz.common import colormap, font, to_rgb_uint8
 
 CONTRAST = 8.0  # the lowest top of a colour scale, x the uniform level (a flat map stays dark)

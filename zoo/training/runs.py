@@ -38,20 +38,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, get_args, get_type_hints
 
-from zoo import hub
-from zoo.errors import UserError
+from zoo.guards.errors import UserError, shorten
+from zoo.guards.files import read_json
+from zoo.guards.writes import atomic_write_bytes, check_writable
 from zoo.hparams import current_init_args
-from zoo.io import atomic_write_bytes, check_writable
-from zoo.limits import read_json, shorten
+from zoo.weights import hub
 
 RUN_LOCK = ".run.lock"
 CLAIM = ".zoo-run.json"  # names the run a folder belongs to (claim)
 _CLAIM_BYTES = 64 * 1024  # a claim is a few hundred bytes; a larger file is not one
 _RUN_ID = re.compile(r"[0-9a-f]{8,64}")
-LAST = "last.ckpt"  # zoo.callbacks.ZooCheckpoint's, rewritten every epoch
+LAST = "last.ckpt"  # zoo.training.callbacks.ZooCheckpoint's, rewritten every epoch
 #: data settings a resumed run may change (with one warning): how the data is served, not which
 RESUME_MAY_CHANGE = ("batch_size", "eval_batch_size", "num_workers")
 WANDB_IDENTITY = ("id", "version", "resume")  # which W&B run a logger writes: a run's, never a recipe's
+WANDB_CLASSES = ("zoo.training.callbacks.ZooWandbLogger", "lightning.pytorch.loggers.WandbLogger",
+                 "lightning.pytorch.loggers.wandb.WandbLogger")
 _held: list = []  # the lock files of the run folders this process holds
 _resumed: dict[str, dict] = {}  # checkpoint path (as check_resume verified it) -> its run (run_of)
 
@@ -277,8 +279,6 @@ def check_resume_owner(path: Path, checkpoint: dict, root: Path) -> None:
 
 
 def _wandb_logger_args(config) -> list:
-    from zoo.callbacks import WANDB_CLASSES
-
     trainer = config.get("trainer")
     loggers = trainer.get("logger") if trainer is not None else None
     loggers = loggers if isinstance(loggers, list) else [loggers]

@@ -24,17 +24,17 @@ import zipfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-from zoo.errors import UserError, sigterm_stops
-from zoo.export_set import sha256_file
+from zoo.guards.budget import NUMERIC_ENVIRONMENT, check_tree, env_number
+from zoo.guards.errors import UserError, shorten, sigterm_stops
+from zoo.guards.files import parse_json, read_json, sha256_file
+from zoo.guards.writes import atomic_write_bytes, writing
 from zoo.hparams import current_config
-from zoo.io import atomic_write_bytes, writing
-from zoo.limits import NUMERIC_ENVIRONMENT, check_tree, env_number, parse_json, read_json, shorten
 
 #: the largest zoo config a weights file may carry (a COCO captioner's, vocabulary and all, is ~1 MB)
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 CONFIG_KEY = "zoo_config"
 META_KEY = "zoo_meta"  # a release's preprocessing, class names or vocabulary, metrics, recipe
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # torch.hub's convention: the file name ends in "-<first hex digits of its sha256>"
 HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})(?:\.[A-Za-z0-9]+)+$")
 
@@ -45,7 +45,7 @@ def weights_dir() -> Path:
     the clone's weights/."""
     if os.environ.get("ZOO_WEIGHTS_DIR"):
         return Path(os.environ["ZOO_WEIGHTS_DIR"])
-    installed = Path(__file__).resolve().parent / "releases"
+    installed = Path(__file__).resolve().parents[1] / "releases"
     return installed if installed.is_dir() else REPO_ROOT / "weights"
 
 
@@ -131,7 +131,7 @@ def is_url(location: str) -> bool:
 
 
 # ----------------------------------------------------------------------------- model cards
-# A release as a Hugging Face hub repository (zoo.hf writes one), loaded as safely as a release: the
+# A release as a Hugging Face hub repository (zoo.commands.card writes one), loaded as safely as a release: the
 # class config.json names is allow-listed before the weights are downloaded, model.safetensors must
 # have the sha256 config.json records (and --sha256), and its embedded config must be config.json's.
 # Downloads go through huggingface_hub into its cache ($HF_HOME; HF_ENDPOINT picks the server,

@@ -13,89 +13,14 @@ import sys
 import threading
 import uuid
 import warnings
-import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
-from zoo.errors import UserError
-
-# PIL's own decompression-bomb check (a warning, then an error, at ~179 megapixels) is switched
-# off: large photos are legitimate input and are downscaled on load to MAX_SIDE. What guards
-# memory instead is MAX_PIXELS, checked from the header before anything is decoded.
-Image.MAX_IMAGE_PIXELS = None
-MAX_SIDE = 4096
-MAX_PIXELS = 16384 * 16384
-#: the rules below in words, for the records that state them (`zoo info`, model cards)
-ALPHA_RULE = "transparent pixels are composited on black"
-INTERPOLATION = "bilinear"
-
-
-def image_rules(in_chans: int) -> dict[str, str]:
-    """How `load_image` and zoo.preprocess turn a file into pixels, as export.json's preprocessing
-    states it for a deployment, which must follow it: transparency, colour, orientation, interpolation."""
-    # alpha: out = alpha * colour + (1 - alpha) * black, as PIL's alpha_composite
-    return {"alpha": "composite on black",
-            "colour": {3: "RGB", 1: "L (PIL's convert('L') of the RGB: ITU-R 601-2 luma)"}[in_chans],
-            "orientation": "EXIF orientation applied", "interpolation": INTERPOLATION}
-
-
-def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
-    """Open an image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated. Handles RGBA/LA/P
-    with transparency (composited on black, like the training canvases), 16-bit and float grayscale
-    (rescaled by their range), CMYK, and very large images (downscaled so the longer side is at most
-    MAX_SIDE). Raises UserError for a missing file, a directory, a non-image or a truncated file."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: no such file")
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory, not an image")
-    try:
-        with Image.open(path) as img:
-            img.draft("RGB", (MAX_SIDE, MAX_SIDE))  # JPEG: decode at reduced size when huge
-            if img.width * img.height > MAX_PIXELS:
-                raise UserError(f"{path}: image is {img.width}x{img.height}, too large to decode "
-                                f"(more than {MAX_PIXELS // 1_000_000} megapixels)")
-            img = ImageOps.exif_transpose(img)
-            img.load()
-            img = _to_8bit(img)
-    except UserError:
-        raise
-    except Exception as exc:  # PIL raises many types for bad files
-        raise UserError(f"{path}: not a readable image ({type(exc).__name__}: {str(exc)[:160]})") from None
-    if max(img.size) > MAX_SIDE:
-        img.thumbnail((MAX_SIDE, MAX_SIDE))
-    return img.convert("RGB" if channels == 3 else "L")
-
-
-def _to_8bit(img: Image.Image) -> Image.Image:
-    if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
-        array = np.asarray(img, dtype=np.float64)
-        lo, hi = float(array.min()), float(array.max())
-        array = (array - lo) / (hi - lo) * 255.0 if hi > lo else np.zeros_like(array)
-        return Image.fromarray(array.round().astype(np.uint8), mode="L")
-    if img.mode == "P":
-        img = img.convert("RGBA")
-    if img.mode in ("RGBA", "LA", "PA"):  # ALPHA_RULE
-        background = Image.new("RGBA", img.size, (0, 0, 0, 255))
-        return Image.alpha_composite(background, img.convert("RGBA")).convert("RGB")
-    if img.mode not in ("RGB", "L"):
-        img = img.convert("RGB")
-    return img
-
-
-def image_to_tensor(img: Image.Image, size: tuple[int, int] | None = None) -> torch.Tensor:
-    """PIL image -> float tensor [C, H, W] in [0, 1], resized to size=(H, W) if given."""
-    import torch
-
-    if size is not None and (img.height, img.width) != tuple(size):
-        img = img.resize((size[1], size[0]), Image.Resampling[INTERPOLATION.upper()])
-    array = np.asarray(img, dtype=np.float32) / 255.0
-    array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
-    return torch.from_numpy(np.ascontiguousarray(array))
+from zoo.guards.errors import UserError
 
 
 def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) -> Path:
@@ -342,28 +267,6 @@ def atomic_save_image(img: Image.Image, path: str | os.PathLike, **save_kwargs) 
     fmt = save_kwargs.pop("format", None) or Path(path).suffix.lstrip(".").upper().replace("JPG", "JPEG")
     img.save(buffer, format=fmt, **save_kwargs)
     atomic_write_bytes(path, buffer.getvalue())
-
-
-def check_npz(path: str | os.PathLike) -> None:
-    """An .npz written by the zoo (a data cache), checked before numpy allocates an array of it: each
-    member's header declares exactly the bytes the member holds, and all of them together fit the
-    memory budget (zoo.limits). Raises ValueError (a cache is then rebuilt) or UserError."""
-    from numpy.lib import format as npy
-
-    from zoo.limits import check_memory
-
-    total = 0
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            with archive.open(info) as member:
-                version = npy.read_magic(member)
-                read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-                shape, _, dtype = read_header(member, max_header_size=10_000)
-                declared = math.prod(shape) * dtype.itemsize
-                if dtype.hasobject or declared != info.file_size - member.tell():
-                    raise ValueError(f"{info.filename} declares {shape} {dtype}, not what it holds")
-            total += declared
-    check_memory({f"the arrays of {path}": float(total)}, str(path))
 
 
 # ----------------------------------------------------------------------------- strict JSON out

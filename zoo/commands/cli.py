@@ -1,6 +1,6 @@
 """The `zoo` command. Each subcommand lives in zoo/commands/<name>.py with
 `add_arguments(parser)` and `run(args) -> int`; this file only dispatches. `zoo train` and
-`zoo eval` hand their arguments over whole to zoo/train.py (LightningCLI) and zoo/evaluate.py.
+`zoo eval` hand their arguments over whole to zoo/training/train.py (LightningCLI) and zoo/commands/evaluate.py.
 
 Exit codes: 0 success, 2 user error (one line on stderr), 1 a partly failed batch."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import importlib
 import os
 import sys
 
-from zoo.errors import OneLineParser, report_stops, report_user_errors
-from zoo.limits import check_environment
+from zoo.guards.budget import check_environment
+from zoo.guards.errors import OneLineParser, report_stops, report_user_errors
 
 SUBCOMMANDS = {
     "list": ("zoo.commands.list_models", "list registered models and released weights"),
@@ -25,8 +25,8 @@ SUBCOMMANDS = {
 }
 #: commands that parse their own arguments: name -> (module with main(argv, prog), help)
 PASSTHROUGH = {
-    "train": ("zoo.train", "train from a recipe (LightningCLI: zoo train fit --config RECIPE; fit --help)"),
-    "eval": ("zoo.evaluate", "evaluate a checkpoint or a released model on a split, as JSON"),
+    "train": ("zoo.training.train", "train from a recipe (LightningCLI: zoo train fit --config RECIPE; fit --help)"),
+    "eval": ("zoo.commands.evaluate", "evaluate a checkpoint or a released model on a split, as JSON"),
 }
 
 

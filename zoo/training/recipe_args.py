@@ -1,6 +1,6 @@
-"""A recipe on the command line, before LightningCLI parses it (zoo/train.py): a registry name
+"""A recipe on the command line, before LightningCLI parses it (zoo/training/train.py): a registry name
 stands for its recipe file, every --config file is checked (there, a YAML mapping, within
-zoo.limits), and an old recipe or flag is read in current hyperparameter names (zoo.hparams).
+zoo.guards.budget), and an old recipe or flag is read in current hyperparameter names (zoo.hparams).
 
     argv = recipe_args.prepare(["fit", "--config", "ram_fmnist_centered", "--seed_everything", "1"])
 
@@ -18,10 +18,10 @@ from pathlib import Path
 import yaml
 
 from zoo import registry
-from zoo.errors import UserError
-from zoo.hparams import RETIRED, current_spec
-from zoo.hub import MAX_CONFIG_BYTES
-from zoo.limits import check_tree, shorten
+from zoo.guards.budget import check_tree
+from zoo.guards.errors import UserError, shorten
+from zoo.hparams import RETIRED, current_class_path, current_class_paths, current_spec
+from zoo.weights.hub import MAX_CONFIG_BYTES
 
 log = logging.getLogger("zoo")
 BASE_CONFIG = str(registry.SHIPPED_CONFIGS / "base" / "trainer.yaml")
@@ -81,7 +81,7 @@ def with_nested_nulls(argv: list[str]) -> list[str]:
 
 def check_config_files(argv: list[str]) -> None:
     """Every --config file exists and holds a non-empty YAML mapping, and neither it nor a
-    command-line value expands past zoo.limits (YAML anchors that share one list a billion ways,
+    command-line value expands past zoo.guards.budget (YAML anchors that share one list a billion ways,
     nesting thousands deep), before jsonargparse would spend minutes and gigabytes on it."""
     paths = [BASE_CONFIG]
     for key, value, items in _options(argv, CONFIG.__contains__):
@@ -129,8 +129,11 @@ def with_current_names(argv: list[str]) -> list[str]:
     for key, value, items in _options(argv, (*CONFIG, ACCEL).__contains__):
         if key in CONFIG and value is not None:
             recipe = yaml.safe_load(Path(value).read_text())
-            current = in_current_names(recipe) if isinstance(recipe, dict) else recipe
-            if current != recipe:
+            relocated = current_class_paths(recipe)  # a run saved before the layout of zoo/ changed
+            if relocated is not recipe:
+                log.warning("%s: read with the current module paths of its classes", value)
+            current = in_current_names(relocated) if isinstance(relocated, dict) else relocated
+            if current != relocated:
                 moved = RETIRED.keys() & recipe["model"]["init_args"].keys()
                 accel = f" (its model's accel is the run's --accel {current.get('accel', 'auto')})"
                 log.warning("%s: read in current hyperparameter names%s", value, accel if moved else "")
@@ -139,8 +142,16 @@ def with_current_names(argv: list[str]) -> list[str]:
             log.warning("%s is the run option --accel now: read as --accel %s", ACCEL, value)
             out += ["--accel", value]
         else:
-            out += items
+            out += [current_flag(item) for item in items]
     return out
+
+
+def current_flag(item: str) -> str:
+    """A command-line item that names a class at its module path from before the layout of zoo/
+    changed (a `--trainer.logger=` or `--trainer.callbacks+=` value), at its current one; any other
+    item as it is."""
+    key, eq, value = item.partition("=")
+    return f"{key}={current_class_path(value)}" if eq and key.startswith("--") else current_class_path(item)
 
 
 def in_current_names(recipe: dict) -> dict:

@@ -2,11 +2,11 @@
 checked wherever it is read: by `zoo.load_export` and by the torch-free deployment example
 (docs/examples/onnx_caption.py). No torch here: a deployer needs only the standard library (and
 onnx or onnxruntime to look inside ONNX programs). `check_set(folder)` refuses, in one line:
-- a manifest that is not a JSON object within zoo.limits (size, depth), or lacks its fields;
+- a manifest that is not a JSON object within zoo.guards.budget (size, depth), or lacks its fields;
 - a file name that is not a plain name inside the folder (`../x`, an absolute path, a link out of
   it), an empty set, and a set whose files are not exactly the programs its family exports;
 - a file whose sha256 is not the manifest's (a program of another export: a mixed set);
-- sizes out of bounds: the input size, the vocabulary, the decoding settings (zoo.limits);
+- sizes out of bounds: the input size, the vocabulary, the decoding settings (zoo.guards.budget);
 - for ONNX captioners, a vocabulary whose length is not the decoder's output width, and programs
   whose embedded description is not the manifest's (read with onnx, else onnxruntime).
 """
@@ -20,8 +20,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from zoo.errors import UserError
-from zoo.limits import check_memory, limit, read_json, shorten
+from zoo.guards.budget import check_memory, limit
+from zoo.guards.errors import UserError, shorten
+from zoo.guards.files import read_json, sha256_file
 
 MANIFEST = "export.json"
 MANIFEST_DIGEST = "manifest_sha256"  # export.json's digest of itself (manifest_digest)
@@ -37,7 +38,7 @@ SPECIAL_TOKENS = ("pad", "start", "end", "unk")
 def manifest_digest(manifest: dict) -> str:
     """The sha256 an export.json records of itself (under MANIFEST_DIGEST): of its canonical JSON
     (sorted keys, no spaces) without that key. A manifest edited since the export no longer
-    matches it, so a new export does not replace it (zoo.export.earlier_export_problem)."""
+    matches it, so a new export does not replace it (zoo.weights.export.earlier_export_problem)."""
     body = {key: value for key, value in manifest.items() if key != MANIFEST_DIGEST}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -87,15 +88,6 @@ def check_set(folder: str | os.PathLike) -> dict:
 def _plain_name(name: Any) -> bool:
     return (isinstance(name, str) and 0 < len(name) <= 255 and name not in (".", "..")
             and not any(c in name for c in "/\\\0:") and not os.path.isabs(name))
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """The sha256 of a file in hex (zoo.hub's too: this module is the one that needs no torch)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _int_in(value: Any, low: float, high: float) -> bool:
@@ -159,7 +151,7 @@ def _check_programs(folder: Path, manifest: dict) -> None:
 def _read_onnx(path: Path) -> tuple[dict | None, dict[str, int]]:
     """(the program's embedded description or None, {output name: last dimension}) of an ONNX file,
     through onnx when it is installed, else onnxruntime."""
-    from zoo.limits import parse_json
+    from zoo.guards.files import parse_json
 
     try:
         try:

@@ -5,18 +5,18 @@ they never write it.
     python train.py predict --config RUN/config.yaml --ckpt_path last --predictions preds.jsonl
 
 With the run's own config.yaml and a checkpoint they need no other flag. They save no config.yaml
-(zoo.train.SaveConfigToRunDir writes it for `fit` only), keep no checkpoints, draw no attention
+(zoo.training.train.SaveConfigToRunDir writes it for `fit` only), keep no checkpoints, draw no attention
 figures into the run folder, and log to a W&B run of their own, never the training run's
-(zoo.runs.check_resume continues that only when fitting). `predict` writes JSON lines to the file
-`--predictions` names (zoo.predict).
+(zoo.training.runs.check_resume continues that only when fitting). `predict` writes JSON lines to the file
+`--predictions` names (zoo.models.predict).
 """
 from __future__ import annotations
 
 from jsonargparse import ActionYesNo
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from zoo.callbacks import AttentionImageLogger
-from zoo.predict import TOP_K, PredictionWriter, check_predicts, check_target
+from zoo.models.predict import TOP_K, PredictionWriter, check_predicts, check_target
+from zoo.training.callbacks import AttentionImageLogger
 
 READ_ONLY = ("validate", "test", "predict")
 #: callbacks that write into the run folder (checkpoints, attention PNGs): for `fit` only

@@ -44,8 +44,8 @@ class _Sample(nn.Module):
 def inference(model) -> Inference:
     """The model's inference program (see the module docstring), in eval mode. A UserError where
     there is none yet (a captioner before training has given it a vocabulary)."""
-    from zoo.export import programs
     from zoo.preprocess import for_model
+    from zoo.weights.export import programs
 
     model = model.eval()
     size = for_model(model).size

@@ -10,7 +10,7 @@ One line per image, in the data's order, by the family's card (`card.output`):
   model has them; an output per position ([B, L, classes]) gives `"cells"`: each cell's top class;
 - "caption": `{"index": 0, "caption": "a red shirt", "words": [...]}` (and the batch's image id);
 - "sample": refused in one line: a generator answers no image (`zoo sample` draws from it).
-The file appears whole or not at all (zoo.io.writing).
+The file appears whole or not at all (zoo.guards.writes.writing).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from zoo.errors import UserError
-from zoo.io import check_output, writing
+from zoo.guards.errors import UserError
+from zoo.guards.writes import check_output, writing
 
 TOP_K = 5  # classes per image written by default (--top_k)
 
@@ -37,7 +37,7 @@ def check_predicts(model) -> None:
 
 def check_target(path: str | None, overwrite: bool) -> Path:
     """The predictions file: named, not there already (unless `overwrite`), writable, not a link
-    (zoo.io.check_output, as every command's output file)."""
+    (zoo.guards.writes.check_output, as every command's output file)."""
     if not path:
         raise UserError("predict writes its predictions to a file: give --predictions FILE (JSON lines)")
     return check_output(path, "--predictions", overwrite)

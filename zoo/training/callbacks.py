@@ -18,13 +18,11 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from zoo import hub
-from zoo.errors import UserError
-from zoo.io import atomic_save_image, sweep_stale, writing
+from zoo.guards.errors import UserError
+from zoo.guards.writes import atomic_save_image, sweep_stale, writing
+from zoo.weights import hub
 
 OFFLINE_MODES = ("offline", "dryrun", "disabled")
-WANDB_CLASSES = ("zoo.callbacks.ZooWandbLogger", "lightning.pytorch.loggers.WandbLogger",
-                 "lightning.pytorch.loggers.wandb.WandbLogger")
 
 
 class ZooWandbLogger(WandbLogger):
@@ -32,7 +30,7 @@ class ZooWandbLogger(WandbLogger):
     place that chooses W&B's mode; `wandb sync wandb/offline-run-*` uploads an offline run later).
     Model upload (`log_model`) is only possible online: forced off offline. `save_dir` is made when
     the W&B run starts, not when the logger is built: inside the run folder, it is the run's, and
-    nothing is written there before the run claims its folder (zoo.runs.claim)."""
+    nothing is written there before the run claims its folder (zoo.training.runs.claim)."""
 
     def __init__(self, project: str = "attention-zoo", save_dir: str = ".", name: str | None = None,
                  log_model: bool = False, **kwargs):
@@ -55,7 +53,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints written to a temporary file in their own folder, flushed to disk, then renamed
     over the target: a kill or a full disk mid-write leaves the previous checkpoint intact, and no
     temporary file outside the run's folder. A killed writer's temporary of a checkpoint is swept
-    when that checkpoint is saved next (zoo.io.writing)."""
+    when that checkpoint is saved next (zoo.guards.writes.writing)."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if storage_options is not None or not _is_local_file_protocol(path):
@@ -140,10 +138,10 @@ class ZooCheckpoint(ModelCheckpoint):
             trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        from zoo.runs import run_id
+        from zoo.training.runs import run_id
 
         run = checkpoint.setdefault("zoo_run", {})
-        run["run_dir"] = str(Path(trainer.default_root_dir).resolve())  # whose checkpoint it is (zoo.runs)
+        run["run_dir"] = str(Path(trainer.default_root_dir).resolve())  # whose checkpoint it is (zoo.training.runs)
         claimed = run_id(trainer.default_root_dir)  # the run that claimed the folder: it continues only there
         if claimed:
             run["run_id"] = claimed

@@ -39,11 +39,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from zoo.errors import UserError
-from zoo.export_set import MANIFEST, MANIFEST_DIGEST, METADATA_KEY, check_set, manifest_digest
-from zoo.io import (OVERWRITE_HINT, atomic_write_bytes, check_writable, image_rules, sigterm_raises, swap_in_folder,
-                    writing)
-from zoo.limits import shorten
+from zoo.guards.errors import UserError, shorten
+from zoo.guards.writes import (OVERWRITE_HINT, atomic_write_bytes, check_writable, sigterm_raises, swap_in_folder,
+                               writing)
+from zoo.preprocess import image_rules
+from zoo.weights.export_set import MANIFEST, MANIFEST_DIGEST, METADATA_KEY, check_set, manifest_digest
 
 FORMATS = ("onnx", "torch")
 MAX_BATCH = 4096
@@ -196,7 +196,7 @@ def describe(model, fmt: str) -> dict:
 
 def preprocessing_record(spec) -> dict:
     """export.json's `preprocessing`: a zoo.preprocess.Preprocessing with the rules a deployment
-    follows to match it pixel for pixel (zoo.io.image_rules: alpha, colour, orientation)."""
+    follows to match it pixel for pixel (zoo.preprocess.image_rules: alpha, colour, orientation)."""
     return {**spec.as_dict(), **image_rules(spec.in_chans), "value_range": [0.0, 1.0],
             "normalisation": "inside the program (mean/std above are applied by it)"}
 
@@ -236,7 +236,7 @@ def earlier_export_problem(folder: Path) -> str | None:
     folder holds exactly the files it names, nothing else, each with the sha256 it records (a file
     replaced under the same name is not the zoo's any more). Only then may an export replace it;
     otherwise why not, in words."""
-    from zoo.export_set import sha256_file
+    from zoo.guards.files import sha256_file
 
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file() or manifest_path.is_symlink():
@@ -281,7 +281,7 @@ def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | 
     """Export every program of `model` into `out_dir` (<program>.onnx or <program>.pt2, and
     export.json), as one set (see the module docstring); an earlier export there is replaced only
     with `overwrite`, and only while every file of it is the one it recorded."""
-    from zoo.hub import sha256_file
+    from zoo.weights.hub import sha256_file
 
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
@@ -318,7 +318,7 @@ def _test_hook(written: int) -> None:
 
 
 def load_export(out_dir: str | os.PathLike) -> dict:
-    """An export's manifest, once `zoo.export_set.check_set` has shown the folder holds exactly the
+    """An export's manifest, once `zoo.weights.export_set.check_set` has shown the folder holds exactly the
     set it names (plain names inside it, each file's sha256, the family's programs, bounded sizes,
     a decoder as wide as the vocabulary): one line for a set that was mixed or damaged."""
     return check_set(out_dir)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 import time
 
-from zoo.errors import OneLineParser, UserError, quiet_lightning, report_user_errors
+from zoo.commands.common import key_values
+from zoo.guards.errors import OneLineParser, UserError, quiet_lightning, report_user_errors
 
 
 def parse_args(argv=None, prog: str = "eval.py"):
@@ -39,34 +40,14 @@ def parse_args(argv=None, prog: str = "eval.py"):
     return parser.parse_args(argv)
 
 
-def key_values(items: list[str], flag: str) -> dict:
-    import yaml
-
-    from zoo.limits import check_tree, shorten
-
-    parsed = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UserError(f"{flag} expects KEY=VALUE, got '{item}'")
-        try:
-            parsed[key] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise UserError(f"{flag} {shorten(item, 60)}: not a YAML value ({str(exc).splitlines()[0]})") from None
-        except RecursionError:
-            raise UserError(f"{flag} {shorten(item, 60)}: refused, nested too deep") from None
-        check_tree(parsed[key], f"{flag} {shorten(item, 60)}")
-    return parsed
-
-
 def evaluate(args) -> int:
     import lightning as L
 
     import zoo
-    from zoo import hub
-    from zoo.io import check_output
-    from zoo.limits import check_environment, check_flags
+    from zoo.guards.budget import check_environment, check_flags
+    from zoo.guards.writes import check_output
     from zoo.results import write_json
+    from zoo.weights import hub
 
     check_environment()  # every setting read from the environment, before any work
     started = time.perf_counter()
@@ -98,7 +79,7 @@ def evaluate(args) -> int:
     # folder is one line now, before the trainer prints its device lines
     datamodule.prepare_data()
     datamodule.setup("test")
-    from zoo.callbacks import Accelerate
+    from zoo.training.callbacks import Accelerate
 
     trainer = L.Trainer(accelerator=args.accelerator, devices=1, logger=False, callbacks=[Accelerate(args.accel)],
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
@@ -128,5 +109,5 @@ def main(argv=None, prog: str = "eval.py") -> int:
     return report_user_errors(prog, lambda: evaluate(args))
 
 
-if __name__ == "__main__":  # python -m zoo.evaluate
-    sys.exit(main(prog="python -m zoo.evaluate"))
+if __name__ == "__main__":  # python -m zoo.commands.evaluate
+    sys.exit(main(prog="python -m zoo.commands.evaluate"))

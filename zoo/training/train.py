@@ -10,15 +10,15 @@
     python train.py fit --config ... --print_config
     python train.py validate|test --config RUN/config.yaml --ckpt_path RUN/checkpoints/last.ckpt
     python train.py predict --config RUN/config.yaml --ckpt_path ... --predictions FILE.jsonl
-                                          # read a run, never write it (zoo/verbs.py, zoo/predict.py)
+                                          # read a run, never write it (zoo/training/verbs.py, zoo/models/predict.py)
 
 configs/base/trainer.yaml (W&B offline logger, progress bar, checkpointing) is applied first, then
-the recipe (zoo/recipe_args.py). Checkpoints go to <trainer.default_root_dir>/checkpoints (best on
+the recipe (zoo/training/recipe_args.py). Checkpoints go to <trainer.default_root_dir>/checkpoints (best on
 validation + last.ckpt), written atomically. The script is re-entrant: DDP re-executes it per rank.
 
 Resume and fine-tune differ:
 - `--ckpt_path PATH|last` continues the run that wrote the checkpoint (weights, optimizer, schedule,
-  epoch, W&B run) with its model and data (zoo/runs.py checks both, and which run a folder, a
+  epoch, W&B run) with its model and data (zoo/training/runs.py checks both, and which run a folder, a
   checkpoint and a saved config.yaml belong to); a larger `--trainer.max_epochs` extends the run.
 - `--init_from NAME|PATH|URL` starts a new run from a release's or checkpoint's weights with this
   command's hyperparameters (optimizer and schedule start fresh).
@@ -45,14 +45,15 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
-from zoo import recipe_args, registry, runs, verbs
-from zoo.callbacks import Accelerate, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
-from zoo.errors import UserError, environment_error, one_line_warnings, printable, quiet_lightning
+from zoo import registry
+from zoo.guards.budget import check_environment
+from zoo.guards.errors import UserError, environment_error, one_line_warnings, printable, quiet_lightning
+from zoo.guards.writes import atomic_write_bytes
 from zoo.hparams import renamed_for
-from zoo.io import atomic_write_bytes
-from zoo.limits import check_environment
 from zoo.models.accel import MODES
 from zoo.models.base import ZooModule
+from zoo.training import recipe_args, runs, verbs
+from zoo.training.callbacks import Accelerate, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
 
 PROG = "train.py"  # main(prog="zoo train") names the command that was run
 FINETUNE_RECIPE = "finetune"  # a recipe whose file name says so is meant to start from trained weights
@@ -124,15 +125,15 @@ def _names_in(dotted: str, names, is_module: bool = False) -> list[str]:
 class SaveConfigToRunDir(SaveConfigCallback):
     """The resolved config as <default_root_dir>/config.yaml beside the checkpoints (LightningCLI's
     default is the logger's folder: for W&B the working directory), logged to every logger too. It
-    is a recipe: no ckpt_path, no W&B run id (zoo.runs.as_recipe). Written atomically, one file, into
-    the folder the run claimed (zoo.runs.claim) before it."""
+    is a recipe: no ckpt_path, no W&B run id (zoo.training.runs.as_recipe). Written atomically, one file, into
+    the folder the run claimed (zoo.training.runs.claim) before it."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved:
             return
         if trainer.is_global_zero:
             recipe = runs.as_recipe(self.config)
-            if stage == "fit":  # validate, test and predict read a run, never write it (zoo.verbs)
+            if stage == "fit":  # validate, test and predict read a run, never write it (zoo.training.verbs)
                 atomic_write_bytes(Path(trainer.default_root_dir) / self.config_filename,
                                    self.parser.dump(recipe, skip_unset=False).encode())
             for logger in trainer.loggers:
@@ -170,7 +171,7 @@ class ZooCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         # Replaces LightningCLI's (checked: lightning 2.6.6), which merges the checkpoint's
         # hyperparameters over the command line and would build the class the file names; here the
-        # file is checked against the recipe (zoo.runs.check_resume) before anything is built.
+        # file is checked against the recipe (zoo.training.runs.check_resume) before anything is built.
         subcommand = self.config.get("subcommand")
         if subcommand:  # the resumed weights are checked against the model once it is built (_preflight)
             self._resume_state = runs.check_resume(self.config[subcommand], self._argv, fitting=subcommand == "fit")
@@ -197,7 +198,7 @@ class ZooCLI(LightningCLI):
             if not isinstance(vocab, list) or not all(isinstance(w, str) and w for w in vocab) or len(set(vocab)) != len(vocab):
                 raise UserError(f"--init_vocab release: {config.init_from}'s vocabulary is not a list of distinct words")
             model.init_args["vocab"] = data.init_args["vocab"] = list(vocab)
-        registry.check_run_memory(data, model)  # before anything is built (zoo.limits)
+        registry.check_run_memory(data, model)  # before anything is built (zoo.guards.budget)
         backbone = model.init_args.get("backbone")
         weights = any(model.init_args.get(k) or getattr(backbone, k, None) for k in ("pretrained", "pretrained_file"))
         if any(FINETUNE_RECIPE in Path(str(r)).stem for r in config.get("config") or []) and not weights \
@@ -286,7 +287,7 @@ def _launching_process() -> bool:
 
 def _user_error(exc: BaseException | None) -> str | None:
     """The one line of the UserError, or of the machine's OSError (a full disk, a read-only or
-    missing folder: zoo.errors.environment_error), behind `exc`, following its causes."""
+    missing folder: zoo.guards.errors.environment_error), behind `exc`, following its causes."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, UserError):
@@ -354,5 +355,5 @@ def _finish_wandb() -> None:
         wandb.finish()
 
 
-if __name__ == "__main__":  # python -m zoo.train
-    main(prog="python -m zoo.train")
+if __name__ == "__main__":  # python -m zoo.training.train
+    main(prog="python -m zoo.training.train")

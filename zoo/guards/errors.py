@@ -13,6 +13,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 class UserError(Exception):
@@ -128,7 +129,7 @@ class Stopped(SystemExit):
 def _raise_stopped(signum, frame) -> None:
     # During `fit`, Lightning's signal connector calls this among its own handlers (it keeps the
     # handler it found): there it saves last.ckpt where the run is and stops the run itself
-    # (zoo.train reports it), so this handler acts only while it is the process's own.
+    # (zoo.training.train reports it), so this handler acts only while it is the process's own.
     if signal.getsignal(signal.SIGTERM) is _raise_stopped:
         raise Stopped()
 
@@ -166,3 +167,24 @@ def report_stops(prog: str, main: Callable[[], int | None]) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: stopped by Ctrl-C", file=sys.stderr)
         return EXIT_CTRL_C
+
+
+#: characters of a file-provided value an error message quotes
+QUOTE = 200
+
+
+def shorten(value: Any, width: int = QUOTE) -> str:
+    """A file-provided value as at most `width` characters for an error line (never formats a huge
+    or shared structure in full)."""
+    scalar = (int, float, bool, type(None))
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        text = f"<an integer of {value.bit_length():,} bits>"  # Python refuses to format 4,300+ digits
+    elif isinstance(value, (list, tuple)) and len(value) <= 16 and all(
+            isinstance(v, scalar) and not (isinstance(v, int) and v.bit_length() > 1000) for v in value):
+        text = repr(list(value))  # a shape, a size, a box: short, and worth showing
+    elif isinstance(value, (list, tuple, dict)):
+        text = f"<{type(value).__name__} of {len(value)}>"
+    else:
+        text = str(value) if isinstance(value, str) else repr(value) if isinstance(value, (int, float, bool)) \
+            or value is None else f"<{type(value).__name__}>"
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -4,7 +4,7 @@ file is anyone's; what it says reaches a terminal, a Markdown model card, a YAML
 table or an HTML page, and each has its own way to be told what to do:
 
 - a terminal: control characters (an ESC sequence recolours or retitles it, a newline starts a fake
-  line): `zoo.errors.printable` escapes them;
+  line): `zoo.guards.errors.printable` escapes them;
 - Markdown: a code fence is closed by a run of as many backticks, `<script>` outside a fence is
   HTML, `# ` at a line's start a heading, `[x](url)` a link: `code_fence` picks a fence longer than
   any backtick run in the text, `markdown_text` HTML-escapes the text outside fences and
@@ -22,7 +22,7 @@ import html
 import math
 import re
 
-from zoo.errors import printable
+from zoo.guards.errors import printable
 
 #: characters of a file-provided value shown where a number was expected
 SHOWN = 60
