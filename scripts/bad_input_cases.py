@@ -231,8 +231,8 @@ def exports(work: Path, ROOT: Path, py: str, env: dict):
 
     out = {}
     for name in ("sat_soft_scenes", "sat_hard_scenes"):
-        subprocess.run([py, "-m", "zoo.commands.cli", "export", "--model", name, "--out", str(work / f"export_{name}")], env=env,
-                       check=True, capture_output=True)
+        subprocess.run([py, "-m", "zoo.commands.cli", "export", "--model", name, "--out", str(work / f"export_{name}")],
+                       env=env, check=True, capture_output=True)
     good = work / "export_sat_soft_scenes"
     out["good"] = good
 

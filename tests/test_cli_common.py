@@ -36,7 +36,8 @@ def test_zoo_list_subprocess(tmp_path):
 
 
 def test_zoo_train_and_eval_hand_their_arguments_over(capsys, tmp_path, monkeypatch):
-    """`zoo train` is zoo/training/train.py's LightningCLI and `zoo eval` zoo/commands/evaluate.py, under their own names."""
+    """`zoo train` is zoo/training/train.py's LightningCLI and `zoo eval` zoo/commands/evaluate.py, under
+    their own names."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stopped:
         cli.main(["train", "fit", "--config", "nope.yaml"])

@@ -168,7 +168,8 @@ def test_a_run_lives_its_whole_life(family, tmp_path, tiny_data_dir):
             work, env, "zoo attend")
         assert list((work / "attend").glob("*.png"))
     if cls.card.output != "sample" and "export" not in cls.card.skip:
-        _ok(["-m", "zoo.commands.cli", "export", "--checkpoint", checkpoint, "--out", work / "export"], work, env, "zoo export")
+        _ok(["-m", "zoo.commands.cli", "export", "--checkpoint", checkpoint, "--out", work / "export"],
+            work, env, "zoo export")
         assert list((work / "export").glob("*.onnx"))
     assert _hashes(root) == before  # every file of the run as it was
 

@@ -401,8 +401,8 @@ def test_a_signal_during_a_download_is_one_line_and_leaves_no_part_file(tmp_path
     Image.new("L", (28, 28), 90).save(tmp_path / "shirt.png")
     url = f"http://127.0.0.1:{server.server_address[1]}/w-{'0' * 16}.safetensors"
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "zoo.commands.cli", "attend", str(tmp_path / "shirt.png"), "--checkpoint",
-                                 url, "--out", str(tmp_path / "out")], cwd=tmp_path, text=True,
+        proc = subprocess.Popen([sys.executable, "-m", "zoo.commands.cli", "attend", str(tmp_path / "shirt.png"),
+                                 "--checkpoint", url, "--out", str(tmp_path / "out")], cwd=tmp_path, text=True,
                                 env=cli_env(None, ZOO_CACHE_DIR=str(tmp_path / "cache")), stderr=subprocess.PIPE,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         assert sent.wait(300), "the download never started"

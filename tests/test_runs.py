@@ -136,7 +136,8 @@ GIVEN = ["fit", "--ckpt_path", "last"]  # the command line: a resume is asked fo
 
 def _resume_config(root, ckpt_path="last", lr=0.001, variant="centered", batch_size=64) -> Namespace:
     """A parsed `fit` config as LightningCLI hands it over (only the keys check_resume reads)."""
-    logger = Namespace(class_path="zoo.training.callbacks.ZooWandbLogger", init_args=Namespace(project="attention-zoo", id=None))
+    logger = Namespace(class_path="zoo.training.callbacks.ZooWandbLogger",
+                       init_args=Namespace(project="attention-zoo", id=None))
     return Namespace(ckpt_path=ckpt_path, init_from=None, sha256=None, weights_only=True,
                      model=Namespace(class_path=CLASSIFIER, init_args=Namespace(arch="mlp", lr=lr)),
                      data=Namespace(class_path=FMNIST, init_args=Namespace(variant=variant, batch_size=batch_size)),

@@ -459,8 +459,8 @@ def test_sigterm_during_a_download_leaves_no_partial_file(bad_server, tmp_path):
     path, data = _release(tmp_path)
     (bad_server.root / "w.safetensors").write_bytes(data)
     env = cli_env(None, ZOO_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.Popen([sys.executable, "-c", f"from zoo.weights import hub; hub.fetch('{bad_server.url}/stall/w.safetensors', "
-                             f"'{hashlib.sha256(data).hexdigest()}')"], env=env, cwd=tmp_path,
+    fetch = f"hub.fetch('{bad_server.url}/stall/w.safetensors', '{hashlib.sha256(data).hexdigest()}')"
+    proc = subprocess.Popen([sys.executable, "-c", f"from zoo.weights import hub; {fetch}"], env=env, cwd=tmp_path,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 30
     while not any(p.name.endswith(".part") for p in _cache_files(tmp_path)) and time.time() < deadline:
