@@ -1,12 +1,12 @@
-"""Releases as Hugging Face hub repositories: `zoo card NAME --out DIR` writes one, and
-`zoo.create_model("hf-hub:ORG/NAME")`, `zoo.load_checkpoint(DIR)` and every command's
-`--checkpoint hf-hub:ORG/NAME` (or a local folder) load one.
+"""`zoo card NAME --out DIR [--repo-id ORG/NAME]`: a release as a Hugging Face hub repository, ready
+for `huggingface-cli upload ORG/NAME DIR`. `zoo.create_model("hf-hub:ORG/NAME")`,
+`zoo.load_checkpoint(DIR)` and every command's `--checkpoint hf-hub:ORG/NAME` load one back, as
+safely as a release (zoo.weights.hub.fetch_card).
 
-A card is the hub's three files for a model: `model.safetensors`, the release's weights file byte
-for byte; `config.json`, what the model is, timm-style (`architecture`, `num_classes`, `label_names`,
-`pretrained_cfg` with the input facts), plus the whole zoo config and the sha256 and size of
-`model.safetensors`; `README.md`, the model card with YAML front matter and a `model-index` block of
-its results. Loading one (zoo.weights.hub.fetch_card) is as safe as loading a release: see zoo.weights.hub.
+A card is the hub's three files: `model.safetensors` (the release's weights file, byte for byte),
+`config.json` (timm-style `architecture`, `num_classes`, `label_names`, `pretrained_cfg`, plus the zoo
+config and the sha256 and size of the weights) and `README.md` (YAML front matter with a
+`model-index` of its results).
 """
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
-"""What a model costs: its parameters, and the multiply-accumulates (MACs) of one inference at its
-input size, the figures timm publishes as `param_count` and `infer_gmacs`.
-
-One inference is the program `zoo export` writes for the model, so that the count, the benchmark
-(benchmarks/releases.py) and a deployment measure the same work:
-- classifiers: images [B, C, H, W] -> logits (RAM: and its glimpse locations, mean policy);
-- captioners: greedy decoding unrolled to `decode_max_len` words (the exported `greedy`
-  program: its cost does not depend on where captions end);
-- DRAW generators: B images sampled from the prior (`zoo sample`; they have no images -> outputs
-  program).
-
-MACs are counted by `torch.utils.flop_counter.FlopCounterMode`, which counts a multiply-add as two
-FLOPs, so MACs = FLOPs / 2. Like timm's counts (fvcore, deepspeed) it counts matrix products,
-convolutions and attention, not element-wise work, gathers or RAM's retina crops.
+"""What a model costs: its parameters and the multiply-accumulates (MACs) of one inference at its input
+size, timm's `param_count` and `infer_gmacs`. One inference is the program `zoo export` writes (a
+classifier's logits, a captioner's greedy decoding unrolled to `decode_max_len`, DRAW's samples from
+the prior), so that the count, the benchmark and a deployment measure the same work. MACs = FLOPs / 2
+of torch.utils.flop_counter: matrix products, convolutions and attention, as timm counts them (not
+element-wise work, gathers or RAM's retina crops).
 """
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
-"""`zoo info NAME`: everything known about a registered model in one record, read without torch
-(timm's `pretrained_cfg` and torchvision's `Weights.meta`, as one command). It joins:
-- the release manifest (weights/MANIFEST.json): file, sha256, recipe, seed, metrics, class names
-  or vocabulary, preprocessing;
-- the recipe (configs/<family>/<recipe>.yaml): its command and, from its leading comment, a description;
-- the model index (zoo/model_index.json, written by `python scripts/model_index.py`): what takes torch
-  to know (parameters, GMACs per image, preprocessing of recipes without a release) and what a wheel
-  does not ship of results/ (a release's spread over seeds, its attention scores). An entry whose
-  config digest no longer matches is computed afresh (with torch, and a note), never shown stale;
-  tests/test_info.py fails when the index is stale.
+"""`zoo info NAME`: everything known about a registered model in one record, read without torch (timm's
+`pretrained_cfg` and torchvision's `Weights.meta` as one command).
+
+    zoo info ram_fmnist_centered [--json]
+
+It joins the release manifest (file, sha256, seed, metrics, class names or vocabulary,
+preprocessing), the recipe (its command; the first sentence of its leading comment) and the model
+index (zoo/model_index.json, written by `python scripts/model_index.py`: what takes torch to know). An
+entry whose config the index does not know is computed afresh, with a note, never shown stale.
 """
 from __future__ import annotations
 

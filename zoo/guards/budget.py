@@ -1,22 +1,12 @@
-"""Limits before work: what a file or a recipe may ask of us is bounded BEFORE anything is built.
+"""Limits before work: what a file, a recipe or a flag may ask of us is bounded before anything is built.
 
-A small file can ask for gigabytes: a pickle whose memo shares one list a billion ways, YAML anchors
-that do the same, a config nested 200,000 deep, a 50 MB class name, or plain numbers
-(`hidden_size: 60000`, `num_test: 1e9`). So every config read from a file (a checkpoint's
-hyper-parameters and zoo config, a safetensors header, a recipe) passes `check_tree` (its size once
-shared references are resolved, counted WITHOUT expanding them; no cycle; its depth; each string's
-length), every model or data config from a file `check_dimensions` (by argument name: the shared
-`DIMENSION_LIMITS` and each family card's `dimensions`), and a command's memory `check_memory` (a
-model built on the `meta` device, allocating nothing: its weights and one forward pass, or for
-training a training step at the data's `batch_size` and an evaluation step at its
-`eval_batch_size`; a data module's arrays; a beam search's hypotheses; `--boxes` scoring; 4 GiB,
-`memory_mb`). A bad value is one line naming the field (or the biggest part) and the limit.
-
-The defaults are far above every recipe here; `ZOO_LIMITS="hidden_size=32768,tree_nodes=1000000"`
-raises any of them (a dimension's name, or `tree_nodes`, `tree_depth`, `string_length`,
-`memory_mb`). Every environment variable the zoo reads a number from is checked once, up front
-(`check_environment`): `nan`, `inf`, a negative value or a word is one line, never a limit
-silently switched off.
+`check_tree` bounds a structure read from a file (its size once shared references are resolved, its
+depth, no cycle, each string's length); `check_dimensions`, `check_arguments` and `check_flags` bound
+each size argument by its name (the shared `DIMENSION_LIMITS`, a family card's `dimensions`);
+`check_memory` holds a command's estimated allocations to `memory_mb`. A refusal is one line naming
+the field (or the biggest part) and the limit. `ZOO_LIMITS="hidden_size=32768,tree_nodes=1000000"`
+raises any limit; `check_environment` checks every number the zoo reads from the environment, once,
+up front. Why: docs/design-notes.md, "Limits before work".
 """
 from __future__ import annotations
 

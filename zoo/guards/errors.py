@@ -1,6 +1,6 @@
-"""One exception type for mistakes a user can fix, and the pieces every entry point (the `zoo`
-command, train.py, eval.py, scripts) shares to report them: one line on stderr, exit code 2.
-Anything else is a bug and keeps its traceback."""
+"""One exception type for mistakes a user can fix, and what every entry point (the `zoo` command,
+train.py, eval.py, scripts) shares to report them: one line on stderr, exit code 2. `shorten` and
+`printable` make a file's text fit one inert line. Anything else is a bug and keeps its traceback."""
 from __future__ import annotations
 
 import argparse

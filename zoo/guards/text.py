@@ -1,20 +1,10 @@
 """Text that came from a file (a class name, a word, a metric, a recipe's command), made inert for
-where it goes: it is shown, never obeyed. A weights manifest, a checkpoint's config or a results
-file is anyone's; what it says reaches a terminal, a Markdown model card, a YAML front matter, a CSV
-table or an HTML page, and each has its own way to be told what to do:
-
-- a terminal: control characters (an ESC sequence recolours or retitles it, a newline starts a fake
-  line): `zoo.guards.errors.printable` escapes them;
-- Markdown: a code fence is closed by a run of as many backticks, `<script>` outside a fence is
-  HTML, `# ` at a line's start a heading, `[x](url)` a link: `code_fence` picks a fence longer than
-  any backtick run in the text, `markdown_text` HTML-escapes the text outside fences and
-  backslash-escapes Markdown's punctuation;
-- CSV: a cell starting with `=`, `+`, `-` or `@` is a formula to a spreadsheet: `csv_cell`;
-- YAML and JSON: their own dumpers escape (yaml.safe_dump with `allow_unicode=False`, json.dumps);
-- HTML: `html.escape`, and zoo.viz.record.script_json for data inside a script.
-
-A metric is formatted as a number only when it is one (`number_text`): anything else is its text,
-escaped, never a traceback in `zoo info` or `zoo card`.
+where it goes: shown, never obeyed. A terminal: zoo.guards.errors.printable. Markdown: `code_fence`
+(longer than any backtick run inside), `code_span`, and `markdown_text` (HTML-escaped outside fences,
+Markdown's punctuation backslash-escaped). CSV: `csv_cell` (no cell a spreadsheet takes for a
+formula). YAML and JSON escape with their own dumpers, HTML with `html.escape` (zoo.viz.record's
+`script_json` inside a script). A metric is a number only when it is one (`number_text`, `is_number`):
+anything else is its escaped text. Why: docs/design-notes.md, "Inert text".
 """
 from __future__ import annotations
 

@@ -1,4 +1,12 @@
-"""Robust image loading for the CLI: any file PIL can open, in any mode or size."""
+"""Writing a user's file whole or not at all, and the one lock behind every temporary.
+
+`atomic_write_bytes` / `atomic_save_image`, or `with writing(path) as tmp:` (write `tmp`, then
+`os.replace(tmp, path)`) for anything else; `swap_in_folder` puts a finished set of files (an export,
+a model card) in place at once. A temporary sits beside its target with a lock file its writer holds
+(an flock); `sweep_stale` / `sweep_folder` remove only a dead writer's temporaries of the target being
+written, never a file by its name's look or a pid. `held_lock`: one process at a time on a path;
+`check_writable`: an unwritable target refused before any work; `json_text`: strict JSON (NaN as null).
+"""
 from __future__ import annotations
 
 import fcntl

@@ -1,16 +1,10 @@
-"""`train.py predict`: what a model answers for each image of a data module's predict split (its
-test split), written as JSON lines to a file the user names.
-
-    python train.py predict --config RUN/config.yaml --ckpt_path RUN/checkpoints/last.ckpt \
-        --predictions preds.jsonl [--overwrite] [--top_k 5]
-
-One line per image, in the data's order, by the family's card (`card.output`):
+"""What a model answers for each image (`ZooModule.predict_step`), and `train.py predict`'s writer of
+those answers: JSON lines, one per image in the data's order, in the file `--predictions` names (whole
+or not at all), by the family's card (`card.output`):
 - "logits": `{"index": 0, "classes": [{"class": 7, "name": "Sneaker", "prob": 0.43}, ...]}`, the
-  `top_k` most probable classes of the first exported output (the class scores), names where the
-  model has them; an output per position ([B, L, classes]) gives `"cells"`: each cell's top class;
-- "caption": `{"index": 0, "caption": "a red shirt", "words": [...]}` (and the batch's image id);
-- "sample": refused in one line: a generator answers no image (`zoo sample` draws from it).
-The file appears whole or not at all (zoo.guards.writes.writing).
+  `top_k` most probable classes; an output per position ([B, L, classes]) gives `"cells"`;
+- "caption": `{"index": 0, "caption": "a red shirt", "words": [...]}`;
+- "sample": refused in one line (a generator answers no image: `zoo sample` draws from it).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A recipe on the command line, before LightningCLI parses it (zoo/training/train.py): a registry name
 stands for its recipe file, every --config file is checked (there, a YAML mapping, within
-zoo.guards.budget), and an old recipe or flag is read in current hyperparameter names (zoo.hparams).
+zoo.guards.budget), and an old recipe or flag is read in current names (zoo.hparams: hyperparameters
+renamed, and the module paths of classes a run's config.yaml saved before names).
 
     argv = recipe_args.prepare(["fit", "--config", "ram_fmnist_centered", "--seed_everything", "1"])
 

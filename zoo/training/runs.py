@@ -1,26 +1,12 @@
 """What belongs to a training run, so that one run never writes into another (train.py asks).
 
-- A run folder (`trainer.default_root_dir`) belongs to one run. Before the run writes anything, it
-  claims the folder: `<root>/.zoo-run.json` (written atomically) names the run (its id, when it
-  started, its command), and every checkpoint it saves carries that id (`zoo_run.run_id`). The
-  claim is checked first, reading only: a new run goes only into a folder that is new or empty (a
-  claim whose run wrote nothing else aside); a folder holding another run's files, or files the
-  zoo did not write there (a user's config.yaml), is refused in one line with nothing written.
-- A run folder is also held by the process training in it: an flock on `<root>/.run.lock` for the
-  process's life (the kernel's lock, seen from every PID namespace and, over NFS, every machine). A
-  second run there is refused while the first one trains.
-- A checkpoint continues only in its own run's folder: the one whose claim names its run (for
-  checkpoints and folders of a zoo before claims, the folder that saved it: `zoo_run.run_dir`, or
-  the folder above its `checkpoints/`). Resuming it elsewhere is refused in one line; so is resuming
-  it while its run is still training (two processes would write one run's history and one W&B run).
-  Only the launching process checks and claims: DDP's other ranks re-execute train.py into the
-  folder rank 0 claimed for their own run.
-- A run's saved `config.yaml` is a recipe: it never holds `ckpt_path` or the W&B run's identity
-  (`id`, `version`, `resume`), which live in the checkpoints. A --config file that holds them (saved
-  by an older zoo) has them dropped with one warning: a resume is asked for on the command line.
-- Resuming continues the run that wrote the checkpoint (`check_resume`): its model hyperparameters
-  and its data must be this command's (how the data is served may change, with one warning), and
-  its W&B run goes on. A checkpoint is read with weights_only=True; the classes come from the recipe.
+`claim` gives a run folder to one run before it writes anything: `<root>/.zoo-run.json` names the
+run, every checkpoint it saves carries that id, and an flock on `<root>/.run.lock` holds the folder
+while the run trains. A new run goes only into a new or empty folder; a checkpoint continues only in
+its own run's folder, and not while that run trains. A run's config.yaml is a recipe (`as_recipe`: no
+ckpt_path, no W&B run identity). `check_resume` holds a checkpoint's model and data to this
+command's before anything is built, and continues its W&B run. Why each rule: docs/design-notes.md,
+"Runs".
 """
 from __future__ import annotations
 

@@ -1,31 +1,13 @@
-"""Train any zoo model from a recipe with LightningCLI: the `zoo train` command (and the clone's
-`python train.py`, which calls main() here).
+"""`zoo train` (and the clone's `python train.py`): LightningCLI over the zoo's recipes.
 
-    python train.py fit --config configs/baseline/cnn_centered.yaml
-    python train.py fit --config configs/baseline/cnn_centered.yaml --ckpt_path last    # resume the run
-    python train.py fit --config configs/sat/soft_scenes.yaml --init_from sat_soft_scenes --model.init_args.lr 1e-4
-                                                                                       # fine-tune: a new run
-    python train.py fit --config ... --trainer.devices 2 --trainer.strategy ddp         # DDP
-    python train.py fit --config ... --accel compile                                   # speed: the run's choice
-    python train.py fit --config ... --print_config
-    python train.py validate|test --config RUN/config.yaml --ckpt_path RUN/checkpoints/last.ckpt
-    python train.py predict --config RUN/config.yaml --ckpt_path ... --predictions FILE.jsonl
-                                          # read a run, never write it (zoo/training/verbs.py, zoo/models/predict.py)
+    python train.py fit --config configs/baseline/cnn_centered.yaml [--ckpt_path last] [--accel compile]
+    python train.py fit --config configs/sat/soft_scenes.yaml --init_from sat_soft_scenes   # a new run
+    python train.py validate|test|predict --config RUN/config.yaml --ckpt_path RUN/checkpoints/last.ckpt
 
-configs/base/trainer.yaml (W&B offline logger, progress bar, checkpointing) is applied first, then
-the recipe (zoo/training/recipe_args.py). Checkpoints go to <trainer.default_root_dir>/checkpoints (best on
-validation + last.ckpt), written atomically. The script is re-entrant: DDP re-executes it per rank.
-
-Resume and fine-tune differ:
-- `--ckpt_path PATH|last` continues the run that wrote the checkpoint (weights, optimizer, schedule,
-  epoch, W&B run) with its model and data (zoo/training/runs.py checks both, and which run a folder, a
-  checkpoint and a saved config.yaml belong to); a larger `--trainer.max_epochs` extends the run.
-- `--init_from NAME|PATH|URL` starts a new run from a release's or checkpoint's weights with this
-  command's hyperparameters (optimizer and schedule start fresh).
-A checkpoint is data, never code: read with `weights_only=True`; the model class comes from the recipe.
-
-Every user mistake ends with one line on stderr and exit code 2; SIGTERM (a scheduler's time limit
-or preemption) saves last.ckpt where the run is and exits with code 143.
+configs/base/trainer.yaml applies first, then the recipe (zoo.training.recipe_args). `--ckpt_path`
+continues the run that wrote the checkpoint, with its model and data (zoo.training.runs checks both);
+`--init_from` starts a new run from a release's or checkpoint's weights. A user's mistake ends in one
+line and exit code 2; SIGTERM saves last.ckpt and exits 143. Why: docs/design-notes.md, "Runs".
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""The Lightning verbs on a finished run (train.py): `validate`, `test` and `predict` read a run,
-they never write it.
+"""The Lightning verbs on a finished run: `validate`, `test` and `predict` read a run, never write it.
 
     python train.py validate --config RUN/config.yaml --ckpt_path RUN/checkpoints/last.ckpt
     python train.py predict --config RUN/config.yaml --ckpt_path last --predictions preds.jsonl
 
-With the run's own config.yaml and a checkpoint they need no other flag. They save no config.yaml
-(zoo.training.train.SaveConfigToRunDir writes it for `fit` only), keep no checkpoints, draw no attention
-figures into the run folder, and log to a W&B run of their own, never the training run's
-(zoo.training.runs.check_resume continues that only when fitting). `predict` writes JSON lines to the file
+They save no config.yaml, keep no checkpoints and draw no figures into the run folder (`callbacks`
+leaves those writers out), and log to a W&B run of their own; `predict` writes JSON lines to the file
 `--predictions` names (zoo.models.predict).
 """
 from __future__ import annotations

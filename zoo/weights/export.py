@@ -1,33 +1,14 @@
-"""Export a zoo model to run without the zoo: torch.export (an ExportedProgram saved as .pt2) or
-ONNX (through torch.onnx's exporter). The batch dimension stays dynamic.
+"""Export a zoo model to run without the zoo: torch.export (.pt2) or ONNX, the batch dimension dynamic.
 
-What is exported:
-- classifiers (the baselines, RAM with its deterministic mean-location policy, the DRAW
-  classifier, ViT): `model`: images [B, C, H, W] in [0, 1] -> logits [B, K]; RAM also returns
-  where it looked, `locations` [B, T, 2] ((x, y) glimpse centres in [-1, 1]);
-- captioners, three programs (a serving loop can use the first two, the third is complete):
-  `encoder`: images [B, 3, H, W] -> annotations [B, L, D], projected keys [B, L, P], h_0, c_0 [B, n];
-  `decoder_step`: token [B] int64, h, c, projected, annotations -> log-probabilities [B, V], h, c,
-      alpha [B, L], beta [B] (one word of Show-Attend-Tell; <pad> and <start> are never emitted);
-  `greedy`: images -> tokens [B, max_len] int64 and alphas [B, max_len, L]: greedy decoding
-      unrolled to max_len steps; a caption ends at its first <end> (id 2), later tokens are padding.
-  Hard-attention captioners decode with their test mode (the expected context, or the argmax cell).
-Images are prepared as zoo.preprocess describes (`zoo.get_weights(name).transforms()`); the model's
-own normalisation is inside the exported program.
-
-An export is a SET of files written as one: every program goes into a temporary folder beside the
-target with `export.json` (each file's sha256, the model, its preprocessing, class names or
-vocabulary and special token ids, the zoo version), and the folder is swapped in at the end
-(atomically, where the kernel can exchange two folders): a kill leaves the old export or the new
-one, never a mix; `load_export` refuses a set whose files do not match its manifest.
-
-The zoo replaces only what it can prove it wrote: an earlier export (its export.json a zoo export
-manifest, the folder holding exactly the files it names, each with the sha256 export.json records).
-A folder with anything else in it (a file of yours added to an earlier export, or one of its files
-replaced, a quantised model.onnx say, or export.json edited: it records a digest of itself) is
-refused before any work, naming the file, and nothing in it or beside it is touched; a symlink
-given as the target is followed. `zoo export` replaces even an intact earlier export only with
---overwrite (the Python API's `overwrite`, True by default).
+- classifiers: `model`: images [B, C, H, W] in [0, 1] -> logits [B, K] (RAM also `locations`
+  [B, T, 2], its glimpse centres (x, y) in [-1, 1]);
+- captioners: `encoder`: images [B, 3, H, W] -> annotations [B, L, D], projected [B, L, P], h_0, c_0;
+  `decoder_step`: token [B], h, c, projected, annotations -> log-probabilities [B, V], h, c, alpha
+  [B, L], beta [B]; `greedy`: images -> tokens [B, max_len] and alphas [B, max_len, L], a caption
+  ending at its first <end> (id 2). Hard attention decodes in its test mode.
+Images are prepared as zoo.preprocess says; the model's normalisation is inside the program. The set
+(`export.json`: each file's sha256, the model, its preprocessing, its own digest) is written whole and
+swapped in over only an export the zoo can prove it wrote, with --overwrite (docs/design-notes.md).
 """
 from __future__ import annotations
 

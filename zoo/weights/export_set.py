@@ -1,14 +1,10 @@
-"""An export set (the folder `zoo export` writes: one `export.json` and the programs it names),
-checked wherever it is read: by `zoo.load_export` and by the torch-free deployment example
-(docs/examples/onnx_caption.py). No torch here: a deployer needs only the standard library (and
-onnx or onnxruntime to look inside ONNX programs). `check_set(folder)` refuses, in one line:
-- a manifest that is not a JSON object within zoo.guards.budget (size, depth), or lacks its fields;
-- a file name that is not a plain name inside the folder (`../x`, an absolute path, a link out of
-  it), an empty set, and a set whose files are not exactly the programs its family exports;
-- a file whose sha256 is not the manifest's (a program of another export: a mixed set);
-- sizes out of bounds: the input size, the vocabulary, the decoding settings (zoo.guards.budget);
-- for ONNX captioners, a vocabulary whose length is not the decoder's output width, and programs
-  whose embedded description is not the manifest's (read with onnx, else onnxruntime).
+"""An export set (the folder `zoo export` writes: `export.json` and the programs it names), checked
+wherever it is read: by `zoo.load_export` and by the deployment example (docs/examples/onnx_caption.py),
+without torch. `check_set(folder)` refuses in one line: a manifest past zoo.guards.budget's limits or
+without its fields; a file name that is not a plain name inside the folder; a set that is not exactly
+its family's programs; a file whose sha256 is not the manifest's (a mixed set); an input size,
+vocabulary or decoding setting out of bounds; an ONNX captioner whose vocabulary or embedded
+description is not the manifest's (read with onnx, else onnxruntime).
 """
 from __future__ import annotations
 
