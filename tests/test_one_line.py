@@ -406,7 +406,9 @@ def test_a_signal_during_a_download_is_one_line_and_leaves_no_part_file(tmp_path
                                 env=cli_env(None, ZOO_CACHE_DIR=str(tmp_path / "cache")), stderr=subprocess.PIPE,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         assert sent.wait(300), "the download never started"
-        assert [p.suffix for p in _temporaries(tmp_path / "cache")] == [".lock", ".part"]  # mid-download
+        # mid-download: the writer's lock is there (taken before the request was sent; the .part follows
+        # the response's headers, so it may or may not be open yet)
+        assert ".lock" in [p.suffix for p in _temporaries(tmp_path / "cache")]
         proc.send_signal(getattr(signal, sig))
         _, err = proc.communicate(timeout=300)
     finally:
