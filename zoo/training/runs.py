@@ -450,8 +450,11 @@ def _set(block, field: str, value) -> None:
 
 
 def _differs(key: str, here, there, path: Path) -> NoReturn:
+    def quoted(value):  # a name in quotes ('cosine'), a structure shortened
+        return repr(value) if isinstance(value, str) and len(value) <= 80 else shorten(value, 80)
+
     raise UserError(f"--ckpt_path resumes the run it was saved from, but model.init_args.{key} differs "
-                    f"({shorten(here, 80)} here, {shorten(there, 80)} in the checkpoint); to train with new "
+                    f"({quoted(here)} here, {quoted(there)} in the checkpoint); to train with new "
                     f"hyperparameters start a new run with --init_from {path}")
 
 
