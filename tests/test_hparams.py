@@ -293,7 +293,7 @@ def test_train_py_resumes_an_old_checkpoint_and_refuses_one_that_differs(trained
         assert code == expected, err[-3000:]
         if not schedule:  # saved as cosine_schedule: false, i.e. lr_schedule 'none'; the recipe says 'cosine'
             lines = [line for line in err.splitlines() if line.strip()]
-            assert len(lines) == 1 and "model.init_args.lr_schedule differs (cosine here, none in the " \
+            assert len(lines) == 1 and "model.init_args.lr_schedule differs ('cosine' here, 'none' in the " \
                                        "checkpoint)" in lines[0], err[-3000:]
 
 
