@@ -125,14 +125,26 @@ def _remove_release(weights: Path, name: str, record: dict) -> None:
     file = record.get("file")
     if not isinstance(file, str) or Path(file).name != file or file in ("", ".", ".."):
         return  # not a plain name inside the folder: nothing of ours to remove
-    path = weights / file
+    path, golden = weights / file, release.golden_path(name, record)
+    expected = None  # the golden output these weights answer, worked out while they are still here
     if path.is_file() and not path.is_symlink():
         if hub.sha256_file(path) != record.get("sha256"):
             warnings.warn(f"kept {path}: it is not the file release {name} recorded (its sha256 differs)",
                           UserWarning, stacklevel=2)
             return
+        expected = release.golden_output(registry.load_checkpoint(path))
         path.unlink()
-    release.golden_path(name, record).unlink(missing_ok=True)
+    # the golden output goes only while it holds what the removed weights answer: one the user edited
+    # or put there, or one whose weights are already gone (nothing left to prove it by), is kept
+    if golden.is_file() and not golden.is_symlink():
+        try:
+            ours = expected is not None and release.golden_mismatch(json.loads(golden.read_bytes()), expected) is None
+        except (OSError, ValueError):
+            ours = False
+        if ours:
+            golden.unlink()
+        else:
+            warnings.warn(f"kept {golden}: it is not the golden output release {name} wrote", UserWarning, stacklevel=2)
 
 
 def _sweep(weights: Path, manifest: dict) -> None:

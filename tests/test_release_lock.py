@@ -184,3 +184,19 @@ def test_what_a_killed_release_recorded_is_swept_and_nothing_else(script, tmp_pa
     assert sorted(_listing(weights)) == sorted(["MANIFEST.json", ".release.lock", first, fourth,
                                                 f"golden/{Path(first).stem}.json", f"golden/{Path(fourth).stem}.json"])
     assert third != fourth
+
+
+def test_a_golden_output_the_user_replaced_is_kept_when_its_release_is_replaced(script, tmp_path):
+    """The writer fuzz's finding (tests/fuzz_corpus/writers/0ec141810582bd58.json): the replaced
+    release's golden output went by its name alone, though the user had put their own file there."""
+    weights = tmp_path / "weights"
+    first = _release(script, 0)
+    mine = weights / "golden" / f"{Path(first).stem}.json"
+    mine.write_bytes(b'{"kind": "logits", "values": [1.0]}')  # the user's, under the zoo's name
+    with pytest.warns(UserWarning, match="it is not the golden output release tiny_release wrote"):
+        second = _release(script, 1)
+    assert not (weights / first).exists()  # the replaced weights went, as recorded ...
+    assert mine.read_bytes() == b'{"kind": "logits", "values": [1.0]}'  # ... the user's file stayed
+    assert (weights / "golden" / f"{Path(second).stem}.json").exists()
+    third = _release(script, 2)  # an untouched golden output still goes with its release
+    assert not (weights / "golden" / f"{Path(second).stem}.json").exists() and third != second
