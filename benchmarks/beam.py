@@ -67,7 +67,7 @@ def reference_captions(model, images: torch.Tensor, args) -> list[list[str]]:
 
     from zoo.data.vocab import END_ID, START_ID
 
-    step_fn, state, static, _ = model.decoder(images)
+    step_fn, state, static, _ = model.net.decoder(images)
     adapter = SimpleNamespace(init=lambda: (state, static), step=step_fn)
     captions = []
     for b in range(len(images)):
