@@ -210,6 +210,8 @@ SMALL_SPLIT = {
     "zoo.data.imagefolder.ImageFolderDataModule": lambda tmp: (_image_folder(tmp / "images", 12),
                                                                dict(root=str(tmp / "images"), image_size=28))[1],
     "zoo.data.captions.CaptionsDataModule": _karpathy,
+    "zoo.data.cluttered_scale.ClutteredScaleDataModule": lambda tmp: dict(val_size=TINY_VAL, limit_train=24),
+    "zoo.data.megapixel.MegapixelFashionDataModule": lambda tmp: dict(num_train=8, num_val=4, num_test=4, val_size=100),
 }
 
 

@@ -312,7 +312,7 @@ def test_cli_attend_draws_layers_heads_and_rollout_with_exit_codes(tmp_path, cap
     assert [r["image"] for r in records] == images and records[0]["prediction"]["class_names"] == list("ABCDEFGHIJ")
     assert [s["label"] for s in records[0]["steps"]] == ["layer 1", "layer 2", "rollout"]
     assert sorted(p.name for p in out.iterdir()) == ["boot_attend.png", "shirt_2_attend.png", "shirt_attend.png"]
-    assert cli(["attend", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--json", "--maps",
+    assert cli(["attend", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--json", "--maps", "--overwrite",
                 "--record", "heads=true", "--record", "head_fusion=max"]) == 0
     steps = json.loads(capsys.readouterr().out)[0]["steps"]
     assert [s["label"] for s in steps] == ["layer 1", "layer 2", "head 1", "head 2", "rollout"]
@@ -320,11 +320,12 @@ def test_cli_attend_draws_layers_heads_and_rollout_with_exit_codes(tmp_path, cap
 
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"nope")
-    assert cli(["attend", "--checkpoint", str(ckpt), images[0], str(bad), "--out", str(out)]) == 1
+    assert cli(["attend", "--checkpoint", str(ckpt), images[0], str(bad), "--out", str(out), "--overwrite"]) == 1
     err = capsys.readouterr().err
     assert "broken.png" in err and "Traceback" not in err
     assert cli(["attend", "--checkpoint", str(ckpt), str(bad), "--out", str(out)]) == 2
-    assert cli(["attend", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--record", "residual=1.5"]) == 2
+    assert cli(["attend", "--checkpoint", str(ckpt), images[0], "--out", str(out), "--overwrite",
+                "--record", "residual=1.5"]) == 2
     assert "residual in [0, 1)" in capsys.readouterr().err
 
 
