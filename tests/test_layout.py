@@ -166,8 +166,6 @@ WRITERS = {
         "renames that temporary over --predictions once every line is written and synced",
     ("zoo/training/callbacks.py", "AtomicCheckpointIO.save_checkpoint"):
         "torch.save into the temporary `writing(path)` holds, synced, then renamed over the checkpoint",
-    ("zoo/training/runs.py", "claim"):
-        "the run folder's lock file (.run.lock): the run claim, the lock issue 44 folds into zoo.guards.writes",
     ("zoo/weights/export.py", "export_program"):
         "renames an ONNX program from the temporary `writing(path)` holds, inside the export's staging folder",
     ("zoo/weights/hub.py", "_download"):

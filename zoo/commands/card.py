@@ -1,12 +1,8 @@
 """`zoo card NAME --out DIR [--repo-id ORG/NAME]`: a release as a Hugging Face hub repository, ready
-for `huggingface-cli upload ORG/NAME DIR`. `zoo.create_model("hf-hub:ORG/NAME")`,
-`zoo.load_checkpoint(DIR)` and every command's `--checkpoint hf-hub:ORG/NAME` load one back, as
-safely as a release (zoo.weights.hub.fetch_card).
-
-A card is the hub's three files: `model.safetensors` (the release's weights file, byte for byte),
-`config.json` (timm-style `architecture`, `num_classes`, `label_names`, `pretrained_cfg`, plus the zoo
-config and the sha256 and size of the weights) and `README.md` (YAML front matter with a
-`model-index` of its results).
+for `huggingface-cli upload ORG/NAME DIR`; `zoo.create_model("hf-hub:ORG/NAME")` and `--checkpoint
+hf-hub:ORG/NAME` load one back (zoo.weights.hub.fetch_card). Its three files: `model.safetensors`
+(the release's, byte for byte), `config.json` (timm-style `architecture`, `label_names`,
+`pretrained_cfg`, the zoo config, the files' sha256) and `README.md` (front matter with a `model-index`).
 """
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from zoo.guards.errors import UserError, shorten
+from zoo.guards.writes import OVERWRITE_HINT, check_writable, output_folder
 from zoo.weights.hub import (CARD_CONFIG, CARD_WEIGHTS, HUB_PREFIX, HUB_REPO_ID, LIBRARY, fetch_release,
                              read_card_config, sha256_file)
 
@@ -47,11 +44,9 @@ def card_config(record: dict, zoo_config: dict, weights: Path) -> dict:
 
 
 def card_readme(record: dict, config: dict, repo_id: str) -> str:
-    """README.md: YAML front matter (library, tags, pipeline, model-index) and the card's text.
-    Text from the manifest stays text (zoo.guards.text): the front matter is YAML's own escaping of every
-    non-ASCII and control character, the Facts sit in a fence longer than any backtick run in
-    them, and what stands outside fences is HTML-escaped; a metric that is not a number is left
-    out of the model-index (the hub reads numbers there) and shown as text in the Facts."""
+    """README.md: YAML front matter (library, tags, pipeline, model-index) and the card's text, the
+    manifest's text kept inert (zoo.guards.text); a metric that is not a number stays out of the
+    model-index and is shown as text in the Facts."""
     import yaml
 
     from zoo.commands.info import attention_line, render, summary_metrics
@@ -98,9 +93,8 @@ def card_readme(record: dict, config: dict, repo_id: str) -> str:
 
 
 def earlier_card_problem(folder: Path) -> str | None:
-    """None when `folder` is an earlier card: exactly a card's files (no links), with a config.json
-    that reads as one, and the files it records (the weights; README.md, since issue 42) with the
-    sha256 it records: a file edited or replaced since is the user's. Otherwise why not, in words."""
+    """None when `folder` is an earlier card: exactly a card's files (no links), each with the sha256
+    its config.json records. Otherwise why not, in words."""
     names = sorted(p.name for p in folder.iterdir())
     if names != sorted(CARD_FILES) or any((folder / n).is_symlink() for n in names):
         return "holds other files (not an earlier model card)"
@@ -116,8 +110,7 @@ def earlier_card_problem(folder: Path) -> str | None:
 
 
 def check_card_target(out_dir: Path) -> None:
-    """The card's folder is missing, empty, or an earlier card: anything else is someone's folder,
-    refused before any work."""
+    """The card's folder is missing, empty, or an earlier card: anything else is refused."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir}: exists and is not a directory")
     problem = earlier_card_problem(out_dir) if out_dir.is_dir() and any(out_dir.iterdir()) else None
@@ -126,8 +119,7 @@ def check_card_target(out_dir: Path) -> None:
 
 
 def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
-    """Write release `name` as a hub repository in `out_dir` (README.md, config.json,
-    model.safetensors), all at once: a staging folder beside it is swapped in at the end."""
+    """Write release `name` as a hub repository in `out_dir`, all at once (a staging folder swapped in)."""
     from zoo.commands.info import describe
     from zoo.guards.errors import sigterm_stops
     from zoo.guards.writes import atomic_write_bytes, swap_in_folder, writing
@@ -179,19 +171,10 @@ def run(args) -> int:
     return 0
 
 
-def check_output_folder(given: str, overwrite: bool):
-    """The card's folder, checked before any work: a symlink is followed to the folder it names
-    (the card replaces that folder, never the link), and an earlier card is replaced only with
-    --overwrite."""
-    import os
-    from pathlib import Path
-
-    from zoo.guards.errors import UserError
-    from zoo.guards.writes import OVERWRITE_HINT, check_writable
-
-    if Path(given).is_symlink() and not Path(given).exists():
-        raise UserError(f"--out {given}: a symlink to {os.readlink(given)}, which does not exist; give a folder")
-    out = check_writable(os.path.realpath(given), "--out", directory=True)
+def check_output_folder(given: str, overwrite: bool) -> Path:
+    """The card's folder (a symlink followed), checked before any work: an earlier card is replaced
+    only with --overwrite."""
+    out = check_writable(output_folder(given), "--out", directory=True)
     check_card_target(out)  # someone's folder, or a card whose files changed, is refused whatever the flags
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserError(f"--out {given}: holds an earlier card; {OVERWRITE_HINT}")

@@ -39,16 +39,12 @@ class OneLineParser(argparse.ArgumentParser):
 def one_line_warnings() -> None:
     """Show warnings as `Category: message`, one line each (not file:line plus source)."""
     warnings.formatwarning = lambda message, category, *args, **kwargs: f"{category.__name__}: {printable(message)}\n"
-    # straight to stderr, also where a caller (a test harness) had been recording warnings
     warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: print(
         f"{category.__name__}: {printable(message)}", file=file or sys.stderr)
 
 
-#: lines of Lightning's info log that are noise here: an advert for cloud products ("💡 Tip: ...
-#: litlogger") at every start; a Ctrl-C that train.py reports in its own one line; the seed (the
-#: run's config.yaml holds it); and, at every checkpoint save, "`weights_only` was not set,
-#: defaulting to `False`", which is about what a SAVE keeps (the optimizer state, for resuming) but
-#: reads like an unsafe load right under our promise that every load is weights_only=True
+#: Lightning's info lines that say nothing a user can act on: adverts, a Ctrl-C train.py reports
+#: itself, the seed (config.yaml holds it), and a save's `weights_only` note (it reads like an unsafe load)
 NOISE = ("💡", "Detected KeyboardInterrupt", "`weights_only` was not set", "Seed set to")
 
 
@@ -57,34 +53,29 @@ def _not_noise(record: logging.LogRecord) -> bool:
 
 
 def quiet_lightning() -> None:
-    """Drop the lines of Lightning that are not ours to fix and say nothing to a user (training
-    and evaluation alike): its adverts, and torch's LeafSpec deprecation inside Lightning 2.6."""
+    """Drop Lightning's lines that are not ours to fix (NOISE, torch's LeafSpec deprecation inside
+    Lightning 2.6, and the checkpoint callback validate/test/predict leave out on purpose)."""
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    # validate/test/predict leave the checkpoint callback out on purpose: they write no checkpoints
     warnings.filterwarnings("ignore", message=r"(?s)Be aware that when using `ckpt_path`, callbacks used to create")
     for name in ("lightning.pytorch", "pytorch_lightning", "lightning.pytorch.utilities.rank_zero",
                  "lightning.pytorch.trainer.connectors.checkpoint_connector",
                  "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
                  "lightning.pytorch.trainer.connectors.callback_connector", "lightning.pytorch.trainer.call",
                  "lightning.fabric.utilities.seed"):
-        logging.getLogger(name).addFilter(_not_noise)  # added once; it acts on its own logger's records only
+        logging.getLogger(name).addFilter(_not_noise)
 
 
-# C0 and C1 control characters (ESC starts the sequences that recolour, move the cursor or retitle a
-# terminal; CR and BS overwrite what was printed) and the Unicode line separators and bidirectional
-# overrides that reorder what a reader sees
+# C0 and C1 control characters (ESC sequences, CR, BS), the Unicode line separators and bidi overrides
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: object) -> str:
-    """Text that came from a file (a class name, a word, a path) made inert for a terminal: every
-    control character becomes its escape (\\x1b, \\n, \\u202e), so it is shown, not obeyed, and
-    one line stays one line."""
+    """Text from a file made inert for a terminal: every control character as its escape (\\x1b, \\n),
+    shown, not obeyed, and one line stays one line."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
-#: errors of the machine or its folders (full, read-only, a file where a folder should be), which a
-#: user fixes: one line naming the path, never a traceback
+#: errors of the machine or its folders (full, read-only, missing), which a user fixes: one line
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
                       errno.EISDIR, errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG, errno.ELOOP, errno.EMFILE,
                       errno.EIO, errno.EFBIG}
@@ -99,8 +90,7 @@ def environment_error(exc: BaseException) -> str | None:
 
 
 def report_user_errors(prog: str, main: Callable[[], int | None]) -> int:
-    """Run `main`; a UserError (or the machine's OSError: a full disk, a read-only or missing
-    folder) becomes `prog: error: <message>` on stderr, one line, and exit code 2."""
+    """Run `main`; a UserError (or the machine's OSError) becomes `prog: error: <message>`, exit code 2."""
     one_line_warnings()
     try:
         return int(main() or 0)
@@ -118,32 +108,21 @@ EXIT_SIGTERM, EXIT_CTRL_C = 128 + signal.SIGTERM, 128 + signal.SIGINT
 
 
 class Stopped(SystemExit):
-    """SIGTERM, raised where the process is (a SystemExit: `finally` blocks, and with them every
-    writer's clean-up of its temporaries, run on the way out); the entry point reports it in one
-    line, exit code 143. Ctrl-C stays Python's KeyboardInterrupt."""
+    """SIGTERM, raised where the process is, so `finally` blocks (writers' clean-ups) run; exit 143."""
 
     def __init__(self):
         super().__init__(EXIT_SIGTERM)
 
 
 def _raise_stopped(signum, frame) -> None:
-    # During `fit`, Lightning's signal connector calls this among its own handlers (it keeps the
-    # handler it found): there it saves last.ckpt where the run is and stops the run itself
-    # (zoo.training.train reports it), so this handler acts only while it is the process's own.
+    # inside `fit`, Lightning's signal connector calls this too: there the run saves and stops itself
     if signal.getsignal(signal.SIGTERM) is _raise_stopped:
         raise Stopped()
 
 
-def stop_on_sigterm() -> None:
-    """From now on, SIGTERM raises `Stopped` in the main thread (an entry point's first act)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_stopped)
-
-
 @contextmanager
 def sigterm_stops() -> Iterator[None]:
-    """While a long write runs (a download, a card), SIGTERM raises `Stopped` even where no entry
-    point installed the handler (the zoo used as a library), so the writer's temporaries go."""
+    """While a long write runs, SIGTERM raises `Stopped` even in a library caller, so temporaries go."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -155,10 +134,9 @@ def sigterm_stops() -> Iterator[None]:
 
 
 def report_stops(prog: str, main: Callable[[], int | None]) -> int:
-    """Run an entry point's `main` with SIGTERM and Ctrl-C, at any moment from its imports on, as
-    one line on stderr and exit code 143 or 130 (a stop the command reported itself, as a training
-    run does with the checkpoint it saved, passes through as its own exit)."""
-    stop_on_sigterm()
+    """Run an entry point's `main`, SIGTERM and Ctrl-C as one line and exit code 143 or 130."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         return int(main() or 0)
     except Stopped:
@@ -174,8 +152,7 @@ QUOTE = 200
 
 
 def shorten(value: Any, width: int = QUOTE) -> str:
-    """A file-provided value as at most `width` characters for an error line (never formats a huge
-    or shared structure in full)."""
+    """A file-provided value as at most `width` characters for an error line."""
     scalar = (int, float, bool, type(None))
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
         text = f"<an integer of {value.bit_length():,} bits>"  # Python refuses to format 4,300+ digits

@@ -1,12 +1,13 @@
 """Reading files the zoo does not trust, each one way: JSON within the budget (`read_json`,
-`parse_json`), a file's sha256, a data cache's .npz, and images (`load_image`: any mode or
-size, a decompression bomb refused from its header)."""
+`parse_json`), a file's sha256, a plain file name a file gives (`plain_name`), a data cache's .npz,
+and images (`load_image`: any mode or size, a decompression bomb refused from its header)."""
 from __future__ import annotations
 
 import hashlib
 import json
 import math
 import os
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,8 @@ from zoo.guards.budget import check_memory, check_tree
 from zoo.guards.errors import UserError, shorten
 
 
-# PIL's own decompression-bomb check (a warning, then an error, at ~179 megapixels) is switched
-# off: large photos are legitimate input and are downscaled on load to MAX_SIDE. What guards
-# memory instead is MAX_PIXELS, checked from the header before anything is decoded.
+# PIL's decompression-bomb check is off: large photos are downscaled to MAX_SIDE on load, and
+# MAX_PIXELS is checked from the header before anything is decoded
 Image.MAX_IMAGE_PIXELS = None
 MAX_SIDE = 4096
 MAX_PIXELS = 16384 * 16384
@@ -30,10 +30,9 @@ INTERPOLATION = "bilinear"
 
 
 def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
-    """Open an image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated. Handles RGBA/LA/P
-    with transparency (composited on black, like the training canvases), 16-bit and float grayscale
-    (rescaled by their range), CMYK, and very large images (downscaled so the longer side is at most
-    MAX_SIDE). Raises UserError for a missing file, a directory, a non-image or a truncated file."""
+    """An image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated: transparency composited on
+    black, 16-bit and float grayscale rescaled by their range, the longer side at most MAX_SIDE. One
+    line (UserError) for a missing file, a directory, a non-image or a truncated file."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file")
@@ -74,11 +73,9 @@ def _to_8bit(img: Image.Image) -> Image.Image:
 
 
 def check_npz(path: str | os.PathLike) -> None:
-    """An .npz written by the zoo (a data cache), checked before numpy allocates an array of it: each
-    member's header declares exactly the bytes the member holds, and all of them together fit the
-    memory budget (zoo.guards.budget). Raises ValueError (a cache is then rebuilt) or UserError."""
+    """A zoo .npz (a data cache), checked before numpy allocates: each member's header declares
+    exactly the bytes it holds, within the memory budget. ValueError (the cache is rebuilt) or UserError."""
     from numpy.lib import format as npy
-
 
     total = 0
     with zipfile.ZipFile(path) as archive:
@@ -101,9 +98,8 @@ JSON_EXPANSION = 12
 
 def parse_json(text: str | bytes, what: str, expect: type | None = None,
                max_nodes: float | None = None) -> Any:
-    """JSON text from a file as one line on every failure: not JSON, a 5,000-digit number (Python's
-    int limit), nested past the recursion limit, past `check_tree`'s limits, or not of the
-    `expect`ed type (dict, list...)."""
+    """JSON text from a file, one line on every failure: not JSON (a 5,000-digit number too), nested
+    too deep, past `check_tree`'s limits, or not of the `expect`ed type (dict, list...)."""
     try:
         value = json.loads(text)
     except RecursionError:
@@ -119,8 +115,8 @@ def parse_json(text: str | bytes, what: str, expect: type | None = None,
 
 def read_json(path: str | os.PathLike, what: str | None = None, expect: type | None = None,
               max_bytes: int = 64 * 2**20, max_nodes: float | None = None) -> Any:
-    """A JSON file, read and parsed with one-line errors (see `parse_json`); `what` prefixes them
-    (default: the path). Its parsed size is checked against the memory budget before it is read."""
+    """A JSON file, its parsed size checked against the memory budget first; one-line errors prefixed
+    by `what` (default: the path), as `parse_json`'s."""
     path = Path(path)
     what = what or str(path)
     try:
@@ -137,9 +133,15 @@ def read_json(path: str | os.PathLike, what: str | None = None, expect: type | N
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    """The sha256 of a file in hex (zoo.weights.hub's too: this module is the one that needs no torch)."""
+    """The sha256 of a file in hex."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def plain_name(name: Any) -> bool:
+    """A file name a file gives is one plain name (letters, digits, `_.+-`; not "." or ".."): no
+    path, no separator, nothing a URL or a shell reads otherwise."""
+    return isinstance(name, str) and re.fullmatch(r"[\w.+-]+", name) is not None and name not in (".", "..")

@@ -1,11 +1,10 @@
-"""Writing a user's file whole or not at all, and the one lock behind every temporary.
+"""Writing a user's file whole or not at all, and the one lock protocol (an flock) behind it.
 
 `atomic_write_bytes` / `atomic_save_image`, or `with writing(path) as tmp:` (write `tmp`, then
-`os.replace(tmp, path)`) for anything else; `swap_in_folder` puts a finished set of files (an export,
-a model card) in place at once. A temporary sits beside its target with a lock file its writer holds
-(an flock); `sweep_stale` / `sweep_folder` remove only a dead writer's temporaries of the target being
-written, never a file by its name's look or a pid. `held_lock`: one process at a time on a path;
-`check_writable`: an unwritable target refused before any work; `json_text`: strict JSON (NaN as null).
+`os.replace(tmp, path)`); `swap_in_folder` puts a finished set of files in place at once.
+`sweep_stale` / `sweep_folder` remove only a dead writer's temporaries. `try_lock` / `lock_note` /
+`held_lock`: one process at a time on a path. `check_writable`, `check_output`, `output_in`: a
+target refused before any work. `json_text`: strict JSON. Why: docs/design-notes.md, "Writes".
 """
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ import shutil
 import signal
 import socket
 import sys
-import threading
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -32,10 +30,8 @@ from zoo.guards.errors import UserError
 
 
 def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) -> Path:
-    """Fail before any work when the file (with `directory`, the folder) `path` that a command will
-    write, named `flag` in the message, cannot be written. Missing parents are fine (created on write)
-    when the nearest existing one is writable: a file is really created (and removed) there, since
-    permission bits say nothing to root, nor about read-only or pseudo file systems."""
+    """Fail before any work when the file (with `directory`, the folder) `path`, named `flag`, cannot
+    be written: a file is really created in the nearest existing folder (permission bits lie to root)."""
     import tempfile
 
     path = Path(path)
@@ -56,10 +52,7 @@ def check_writable(path: str | os.PathLike, flag: str, directory: bool = False) 
 
 
 # ----------------------------------------------------------------------------- what a command may write
-# Every command treats an output file the same way: a file that exists is replaced only with
-# --overwrite, and a symbolic link is neither written through nor replaced (a link in an output
-# folder may lead anywhere; the zoo writes only where the user pointed it). The folder or file the
-# user names may itself be a link: that is where the user points it. Below it, nothing is followed.
+# An existing output is replaced only with --overwrite; a link below what the user names is never followed
 OVERWRITE_HINT = "--overwrite replaces it"
 
 
@@ -68,9 +61,8 @@ def _link_problem(path: Path) -> str:
 
 
 def check_output(path: str | os.PathLike, flag: str, overwrite: bool = False) -> Path:
-    """The file `path` a command writes (named `flag` in the message), checked before any work:
-    writable (`check_writable`), not a symbolic link, and, unless `overwrite`, not there yet.
-    One line (UserError) otherwise."""
+    """The file `path` a command writes (`flag`), checked before any work: writable, not a symbolic
+    link, and, unless `overwrite`, not there yet."""
     path = Path(path)
     if path.is_symlink():
         raise UserError(f"{flag} {path}: {_link_problem(path)}; give another name")
@@ -80,14 +72,24 @@ def check_output(path: str | os.PathLike, flag: str, overwrite: bool = False) ->
     return path
 
 
+def output_folder(given: str | os.PathLike, flag: str = "--out") -> Path:
+    """The folder a command replaces whole (an export, a card): a symlink followed to the folder it
+    names (a dangling one refused), never a file."""
+    given = Path(given)
+    if given.is_symlink() and not given.exists():
+        raise UserError(f"{flag} {given}: a symlink to {os.readlink(given)}, which does not exist; give a folder")
+    target = Path(os.path.realpath(given))
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{flag} {given}: exists and is not a directory")
+    return target
+
+
 def output_in(root: str | os.PathLike, name: str, flag: str, overwrite: bool = False) -> Path:
-    """The file `name` (plain names joined by "/") that a command writes inside its output folder
-    `root` (named `flag`), checked before it is written: no folder on the way and not the file
-    itself is a symbolic link (whatever links a folder holds, the zoo writes nothing outside
-    `root`), the folders on the way are folders, and an existing file is replaced only with
-    `overwrite`. One line (UserError) otherwise."""
+    """The file `name` (plain names joined by "/") inside the output folder `root` (`flag`), checked
+    before it is written: no link on the way, folders that are folders, and an existing file replaced
+    only with `overwrite`."""
     root, parts = Path(root), name.split("/")
-    if not name or any(part in ("", ".", "..") for part in parts) or any("\0" in part for part in parts):
+    if not name or any(part in ("", ".", "..") or "\0" in part for part in parts):
         raise ValueError(f"{name!r} is not a plain relative name")  # the caller builds names: a bug
     current = root
     for i, part in enumerate(parts):
@@ -105,16 +107,8 @@ def output_in(root: str | os.PathLike, name: str, flag: str, overwrite: bool = F
 
 
 # ----------------------------------------------------------------------------- writing whole things
-# Everything written beside its target and renamed into place (a file, a checkpoint, a download, an
-# export's staging folder) is named `.<target>.<token>.<kind>` (kind: tmp, part for downloads, old for
-# a replaced set moved aside) and comes with `.<target>.<token>.lock`, a lock file that says "the zoo
-# is writing <target>" and on which the writer holds an flock for the whole write. flock is the
-# kernel's, one lock whatever PID namespace a process runs in, and Linux's NFS client turns it into a
-# byte-range lock the server keeps for every client: so a sweeper proves a writer gone by taking its
-# lock, never by asking whether a pid is alive (a pid means nothing in another container or on
-# another machine). A sweep looks only at the temporaries of the one target being written, and
-# removes them only when their lock file is the zoo's and free; a name that merely looks temporary,
-# or an entry without its lock, is left alone.
+# A temporary `.<target>.<token>.<kind>` comes with `.<target>.<token>.lock`, flocked by its writer
+# for the whole write: a sweeper proves the writer gone by taking that lock, never by a pid
 TEMP_KINDS = ("tmp", "part", "old")
 _LOCK_MARK = b"attention-zoo temporary\n"  # a lock file's first line: the zoo wrote it
 _TOKEN = "[0-9a-f]{16}"
@@ -127,9 +121,8 @@ def companion(temp: Path, kind: str) -> Path:
 
 @contextmanager
 def writing(path: str | os.PathLike, kind: str = "tmp") -> Iterator[Path]:
-    """A temporary name beside `path` that this process owns while the block runs: write it, then
-    rename it over `path`. Dead writers' temporaries of `path` are swept first; on the way out
-    (finished, failed or SIGTERM'd) whatever is left under this writer's names is removed."""
+    """A temporary name beside `path`, this process's while the block runs: write it, then rename it
+    over `path`. Dead writers' temporaries of `path` go first, this writer's leftovers on the way out."""
     path = Path(path)
     if kind not in TEMP_KINDS:
         raise ValueError(f"kind {kind!r} is not one of {TEMP_KINDS}")
@@ -179,8 +172,7 @@ def _clean(path: Path, token: str) -> list[Path]:
 
 
 def sweep_stale(path: str | os.PathLike) -> list[Path]:
-    """Remove what killed writers of `path` left beside it (its temporaries whose lock file is the
-    zoo's and free; each one's `old` goes back, as `_clean` says); returns what it removed."""
+    """Remove what killed writers of `path` left beside it (temporaries whose zoo lock file is free)."""
     path = Path(path)
     removed = []
     for token in [token for target, token in _locks(path.parent) if target == path.name]:
@@ -214,51 +206,60 @@ def _locks(directory: str | os.PathLike) -> list[tuple[str, str]]:
         return []
 
 
-# Per folder this process writes in, the targets that had lock files when it first wrote there: a
-# folder is listed once, not at every write (a figure folder of 10,000 images would be listed 10,000
-# times). A writer that dies there later is swept by the next process that writes its target.
+# per folder this process writes in, the targets with lock files at its first write there (listed once)
 _LOCKED_AT_FIRST_WRITE: dict[str, set[str]] = {}
 
 
 def sweep_folder(directory: str | os.PathLike) -> list[Path]:
-    """`sweep_stale` for every target in `directory` that has a zoo lock file beside it: only for
-    folders that hold nothing but what the zoo writes (the weights folder, under its release lock)."""
+    """`sweep_stale` for every target in `directory`, a folder of the zoo's own (the weights folder)."""
     targets = sorted({target for target, _ in _locks(directory)})
     return [entry for name in targets for entry in sweep_stale(Path(directory) / name)]
 
 
-@contextmanager
-def held_lock(path: str | os.PathLike, holder: str) -> Iterator[None]:
-    """An exclusive flock on `path` (created, never removed) for the block: one process at a time,
-    whatever its PID namespace or (over NFS) machine. Waits, saying once for whom (`holder`)."""
+def try_lock(path: str | os.PathLike) -> int | None:
+    """The exclusive flock on `path` (created, never removed), taken without waiting, with "<pid> on
+    <host>" written in it for `lock_note`: its descriptor, held until closed. None while another
+    process holds it (or the file system has no locks)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for {holder} ({path})", file=sys.stderr, flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} on {socket.gethostname()}".encode(), 0)
+    return fd
+
+
+def lock_note(path: str | os.PathLike) -> str | None:
+    """What the process holding the flock on `path` wrote there ("?": nothing), or None where none does."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
+    except OSError:
+        return None  # no locks on this file system: nothing to go by
     finally:
         os.close(fd)
 
 
 @contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """While a long write runs, SIGTERM raises SystemExit (exit code 143) instead of killing the
-    process outright, so `writing` removes its temporaries on the way out."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
+def held_lock(path: str | os.PathLike, holder: str) -> Iterator[None]:
+    """`try_lock` for the block, else waiting for it after saying once for whom (`holder`)."""
+    fd = try_lock(path)
+    if fd is None:
+        print(f"waiting for {holder} ({path})", file=sys.stderr, flush=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        os.close(fd)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -279,8 +280,7 @@ def atomic_save_image(img: Image.Image, path: str | os.PathLike, **save_kwargs) 
 
 # ----------------------------------------------------------------------------- strict JSON out
 def finite(value):
-    """`value` with every non-finite number (NaN, +-inf: a model's output, a diverged score) as None,
-    since strict JSON (RFC 8259) has no NaN and strict parsers refuse the bare token."""
+    """`value` with every non-finite number as None: strict JSON (RFC 8259) has no NaN."""
     if isinstance(value, (float, np.floating)):
         return float(value) if math.isfinite(value) else None
     if isinstance(value, np.integer):
@@ -298,13 +298,10 @@ def json_text(value, **dumps_kwargs) -> str:
 
 
 def swap_in_folder(staging: Path, target: Path, problem_of: Callable[[Path], str | None]) -> None:
-    """Put the finished set `staging` (files that belong together: an export, a model card) at
-    `target`: one atomic exchange of the two folders where the kernel offers it (Linux renameat2),
-    else two renames (the old set stays whole under this writer's `old` name until the new one is
-    in place; if we are killed between, the next sweep of `target` puts it back). SIGTERM waits
-    until the set is in place. The set moved aside is removed only where `problem_of(folder)` finds
-    nothing wrong with it (it is the kind of set we write, and nothing else is in it); otherwise it
-    is kept beside `target`, with a warning."""
+    """Put the finished set `staging` (an export, a model card) at `target`: one atomic exchange
+    (renameat2) where the kernel offers it, else two renames (the old set kept under this writer's
+    `old` name meanwhile). The old set is removed only where `problem_of(folder)` is None, else kept
+    beside `target` with a warning."""
     if target.is_symlink():  # renames would move the link, and the old set's clean-up would follow it
         raise UserError(f"--out {target}: is a symbolic link; give the folder it names ({os.path.realpath(target)})")
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -329,9 +326,7 @@ def swap_in_folder(staging: Path, target: Path, problem_of: Callable[[Path], str
 
 
 def _remove_set(folder: Path, target: Path, problem_of: Callable[[Path], str | None]) -> None:
-    """Remove the earlier set (or empty folder) moved aside from `target`: its own files, then the
-    folder. Anything else found in it (written there while we worked) is kept: the folder is
-    renamed beside `target`, where no sweep removes it."""
+    """Remove the earlier set moved aside from `target`, or, where `problem_of` objects, keep it beside."""
     problem = problem_of(folder) if any(folder.iterdir()) else None
     if problem is None:
         for name in os.listdir(folder):

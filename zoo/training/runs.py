@@ -1,23 +1,18 @@
 """What belongs to a training run, so that one run never writes into another (train.py asks).
 
-`claim` gives a run folder to one run before it writes anything: `<root>/.zoo-run.json` names the
-run, every checkpoint it saves carries that id, and an flock on `<root>/.run.lock` holds the folder
-while the run trains. A new run goes only into a new or empty folder; a checkpoint continues only in
-its own run's folder, and not while that run trains. A run's config.yaml is a recipe (`as_recipe`: no
-ckpt_path, no W&B run identity). `check_resume` holds a checkpoint's model and data to this
-command's before anything is built, and continues its W&B run. Why each rule: docs/design-notes.md,
-"Runs".
+`claim` gives a run folder to one run before it writes anything (`.zoo-run.json` names the run, the
+flock on `.run.lock` holds the folder while it trains); `as_recipe` is a run's config.yaml (no
+ckpt_path, no W&B run identity); `check_resume` holds a checkpoint's model, data and folder to this
+command's before anything is built. Why each rule: docs/design-notes.md, "Runs".
 """
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import re
 import secrets
 import shlex
-import socket
 import time
 import warnings
 from collections.abc import Sequence
@@ -26,7 +21,7 @@ from typing import NoReturn, get_args, get_type_hints
 
 from zoo.guards.errors import UserError, shorten
 from zoo.guards.files import read_json
-from zoo.guards.writes import atomic_write_bytes, check_writable
+from zoo.guards.writes import atomic_write_bytes, check_writable, lock_note, try_lock
 from zoo.hparams import current_init_args
 from zoo.weights import hub
 
@@ -40,22 +35,20 @@ RESUME_MAY_CHANGE = ("batch_size", "eval_batch_size", "num_workers")
 WANDB_IDENTITY = ("id", "version", "resume")  # which W&B run a logger writes: a run's, never a recipe's
 WANDB_CLASSES = ("zoo.training.callbacks.ZooWandbLogger", "lightning.pytorch.loggers.WandbLogger",
                  "lightning.pytorch.loggers.wandb.WandbLogger")
-_held: list = []  # the lock files of the run folders this process holds
+_held: list[int] = []  # the locks of the run folders this process holds
 _resumed: dict[str, dict] = {}  # checkpoint path (as check_resume verified it) -> its run (run_of)
 
 
 def launching_process() -> bool:
-    """True in the process that starts the run: not in the extra DDP ranks Lightning or torchrun
-    start (they inherit RANK/LOCAL_RANK), which must neither check nor claim the run folder again."""
+    """True in the process that starts the run, not in the extra DDP ranks (they inherit RANK/LOCAL_RANK)."""
     rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
     return rank == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
 def claim(root: Path, resume: str | os.PathLike | None = None, command: Sequence[str] = ()) -> str:
     """Take run folder `root` for this process's run until `release()` (or its exit), naming the run
-    in it before the run writes anything there; or refuse in one line, having written nothing.
-    `resume`: the checkpoint the run continues (`check_resume` checked it), None for a new run;
-    `command`: the command line, recorded in the claim. Returns the run's id."""
+    in it before it writes anything; or refuse in one line, having written nothing. `resume`: the
+    checkpoint the run continues, None for a new run; `command`: recorded in the claim. Returns the run's id."""
     root = Path(root)
     check_writable(root, "--trainer.default_root_dir", directory=True)
     run = (_resumed.get(str(resume)) or run_of(resume, hub.read_checkpoint(resume))) if resume else None
@@ -65,20 +58,13 @@ def claim(root: Path, resume: str | os.PathLike | None = None, command: Sequence
     _check_folder(root, resume, run)  # reading only: a refused run leaves no trace
     try:
         root.mkdir(parents=True, exist_ok=True)
-        lock = open(root / RUN_LOCK, "a+")
+        lock = try_lock(root / RUN_LOCK)
     except OSError as exc:
         raise UserError(f"--trainer.default_root_dir {root}: cannot write there ({exc.strerror or exc})") from None
+    if lock is None:
+        raise _in_use(root, lock_note(root / RUN_LOCK) or "?")
     try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.seek(0)
-            raise _in_use(root, lock.read().strip() or "?") from None
         _check_folder(root, resume, run)  # again, under the lock: a run that started there meanwhile
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()} on {socket.gethostname()}")
-        lock.flush()
         claimed = read_claim(root)
         if run is not None and claimed is not None and (claimed["run_id"] == run["run_id"] or _entries(root)):
             run_id = claimed["run_id"]  # its own folder: the run goes on under its claim
@@ -89,7 +75,7 @@ def claim(root: Path, resume: str | os.PathLike | None = None, command: Sequence
                                                           "command": shlex.join(map(str, command))}, indent=1)
                                               + "\n").encode())
     except BaseException:
-        lock.close()
+        os.close(lock)
         raise
     _held.append(lock)
     return run_id
@@ -101,8 +87,7 @@ def _in_use(root: Path, owner: str) -> UserError:
 
 
 def read_claim(root: Path) -> dict | None:
-    """The claim of run folder `root` (`run_id`, `created`, `command`), or None where it has none; a
-    file by that name that is not a zoo claim is a UserError."""
+    """The claim of run folder `root` (`run_id`, `created`, `command`), or None; not a zoo claim: UserError."""
     path = Path(root) / CLAIM
     if not os.path.lexists(path):
         return None
@@ -123,12 +108,14 @@ def run_id(root: Path) -> str | None:
 
 def run_of(path: Path, checkpoint: dict) -> dict:
     """Which run checkpoint `path` is: `run_id` (its run's claim; None before claims) and `run_dir`
-    (the folder that saved it; None where nothing says)."""
+    (the folder that saved it, or the one above its `checkpoints/`; None where nothing says)."""
     saved = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
-    owner = run_dir_of(path, checkpoint)
-    found = saved.get("run_id")
+    found, path = saved.get("run_id"), Path(path).resolve()
+    owner = saved.get("run_dir") if isinstance(saved.get("run_dir"), str) and saved["run_dir"] else None
+    if owner is None and path.parent.name == "checkpoints":
+        owner = str(path.parent.parent)
     return {"run_id": found if isinstance(found, str) and _RUN_ID.fullmatch(found) else None,
-            "run_dir": str(owner) if owner is not None else None, "path": str(Path(path).resolve())}
+            "run_dir": owner, "path": str(path)}
 
 
 def _entries(root: Path) -> list[str]:
@@ -149,8 +136,7 @@ def _listing(names: list[str]) -> str:
 
 
 def _saved_it(root: Path, run: dict) -> bool:
-    """Folder `root` is the one that saved the checkpoint of `run` (its recorded folder, or the
-    folder above the checkpoint's `checkpoints/`): how a folder of a zoo before claims is known."""
+    """Folder `root` saved the checkpoint of `run` (how a folder of a zoo before claims is known)."""
     here = Path(root).resolve()
     path = Path(run["path"])
     return (run["run_dir"] is not None and Path(run["run_dir"]).resolve() == here) or \
@@ -158,8 +144,7 @@ def _saved_it(root: Path, run: dict) -> bool:
 
 
 def _check_folder(root: Path, resume, run: dict | None) -> None:
-    """Refuse in one line unless this run may write in folder `root`: a new run (`run` None) an
-    absent or empty one, a resumed one its own run's."""
+    """Refuse unless this run may write in `root`: a new run (`run` None) an empty one, a resumed one its own."""
     if run is not None:
         return _check_owner(resume, run, root)
     names = _entries(root)
@@ -202,8 +187,7 @@ def _check_owner(path, run: dict, root: Path) -> None:
 
 
 def _why_not_its_folder(run: dict, root: Path) -> str | None:
-    """Why folder `root` is not the folder of the run of a resumed checkpoint (`run`: run_of it), or
-    None where it is."""
+    """Why `root` is not the folder of a resumed checkpoint's `run`, or None where it is."""
     names = _entries(root)
     try:
         claimed = read_claim(root)
@@ -222,46 +206,15 @@ def _why_not_its_folder(run: dict, root: Path) -> str | None:
     return f"holds files that are not its run's ({_listing(names)})" if names else "is not its run's folder"
 
 
+def holder(root: Path) -> str | None:
+    """Who trains in run folder `root` right now (its lock's "pid on host"), or None."""
+    return lock_note(Path(root) / RUN_LOCK)
+
+
 def release() -> None:
     """Let go of the run folders this process holds: its run has ended."""
     while _held:
-        _held.pop().close()
-
-
-def holder(root: Path) -> str | None:
-    """Who trains in run folder `root` right now (its lock file's "pid on host"), or None."""
-    try:
-        fd = os.open(Path(root) / RUN_LOCK, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return None
-    except BlockingIOError:
-        return os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
-    except OSError:
-        return None  # no locks on this file system: nothing to go by
-    finally:
-        os.close(fd)
-
-
-def run_dir_of(path: Path, checkpoint: dict) -> Path | None:
-    """The run folder that saved checkpoint `path`."""
-    run = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
-    if isinstance(run.get("run_dir"), str) and run["run_dir"]:
-        return Path(run["run_dir"])
-    path = Path(path).resolve()
-    return path.parent.parent if path.parent.name == "checkpoints" else None
-
-
-def check_resume_owner(path: Path, checkpoint: dict, root: Path) -> None:
-    """Resuming checkpoint `path` in run folder `root`: only in its own run's folder (the one whose
-    claim names its run), and not while its run trains elsewhere; refused in one line otherwise.
-    Checked by the launching process alone: DDP's other ranks find the folder claimed for their run."""
-    run = run_of(path, checkpoint)
-    _resumed[str(path)] = run  # for claim(), which checks again under the run lock
-    if launching_process():
-        _check_owner(path, run, Path(root))
+        os.close(_held.pop())
 
 
 def _wandb_logger_args(config) -> list:
@@ -273,8 +226,8 @@ def _wandb_logger_args(config) -> list:
 
 
 def as_recipe(config):
-    """A copy of a run's config (a jsonargparse Namespace) to save as its config.yaml: without
-    `ckpt_path` and the W&B run identity, so that `fit --config RUN/config.yaml` starts a new run."""
+    """A copy of a run's config (a jsonargparse Namespace) to save as its config.yaml, a recipe: without
+    `ckpt_path` and the W&B run identity."""
     config = config.clone()
     if "ckpt_path" in config:
         config["ckpt_path"] = None
@@ -293,8 +246,7 @@ def _given(argv: list[str]) -> list[str]:
 
 
 def drop_inherited_identity(config, argv: list[str]) -> None:
-    """Drop `ckpt_path` and the W&B run identity where they came from a --config file rather than
-    the command line (a run's config.yaml saved by an older zoo), with one warning."""
+    """Drop `ckpt_path` and the W&B run identity a --config file (an older zoo's config.yaml) gives, warning once."""
     given = _given(argv)
     dropped = []
     if config.get("ckpt_path") and "--ckpt_path" not in given:
@@ -313,11 +265,10 @@ def drop_inherited_identity(config, argv: list[str]) -> None:
 
 # ----------------------------------------------------------------------------- resuming
 def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] | None:
-    """`--ckpt_path` of a parsed training config (a jsonargparse Namespace: `ckpt_path`, `model`,
-    `data`, `trainer`, `checkpoint.dirpath`), checked before anything is built or written: the file
-    fetched and verified, its model and data the config's, its run not training elsewhere; then the
-    config resumes it (the verified local path, the run's W&B id). `argv`: the command line.
-    Returns the checkpoint's path and weights (for `check_resume_weights` once the model is built)."""
+    """`--ckpt_path` of a parsed training config (a jsonargparse Namespace), checked before anything is
+    built or written: fetched and verified, its model and data the config's, its run's folder this one
+    and not training; then the config resumes it (the local path, the W&B id). `argv`: the command
+    line. Returns the checkpoint's path and weights (for `check_resume_weights`)."""
     drop_inherited_identity(config, argv)  # a resume is asked for, never inherited from a file
     if config.get("weights_only") is False:
         raise UserError("--weights_only false would let a checkpoint run code when it loads; refused")
@@ -337,8 +288,9 @@ def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] 
     if data is not None and data.get("init_args") is not None:  # first: what the data decides, it names
         check_resume_data(checkpoint, data["class_path"], data["init_args"], path)
     check_resume_model(checkpoint, model["class_path"], model["init_args"], path, data)
-    if fitting:
-        check_resume_owner(path, checkpoint, Path(config["trainer"].get("default_root_dir") or os.getcwd()))
+    _resumed[str(path)] = run_of(path, checkpoint)  # for claim(), which checks again under the run lock
+    if fitting and launching_process():  # DDP's other ranks find the folder claimed for their run
+        _check_owner(path, _resumed[str(path)], Path(config["trainer"].get("default_root_dir") or os.getcwd()))
     run = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
     for init_args in _wandb_logger_args(config) if fitting and isinstance(run.get("wandb_id"), str) else []:
         if init_args.get("id") is None:  # the same W&B run goes on (validate, test, predict: a run of their own)
@@ -347,9 +299,7 @@ def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] 
 
 
 def check_resume_weights(model, path: Path | None, state) -> None:
-    """A resumed checkpoint's weights must be this model's (a checkpoint stripped of its zoo config
-    and hyperparameters says nothing else of what it is): refused before the run folder,
-    config.yaml or a W&B run exist."""
+    """A resumed checkpoint's weights must be this model's, refused before the run folder or W&B exist."""
     from zoo.registry import check_state_dict
 
     if path is None:
@@ -380,8 +330,7 @@ def resume_path(ckpt: str, checkpoint_dir: Path, sha256: str | None = None) -> P
 
 
 def newest_readable(directory: Path, skip: Path | None = None) -> Path | None:
-    """The readable checkpoint in `directory` that got furthest (most optimizer steps): what the
-    run itself recorded, not file times, which are coarser than a run's saves."""
+    """The readable checkpoint in `directory` that got furthest (its recorded steps, not file times)."""
     furthest, best = None, -1
     for path in sorted(Path(directory).glob("*.ckpt")):
         if skip is not None and path.resolve() == Path(skip).resolve():
@@ -410,12 +359,9 @@ def read_resume_checkpoint(path: Path) -> dict:
 
 
 def check_resume_model(checkpoint: dict, class_path: str, init_args, path: Path, data=None) -> None:
-    """The checkpoint's model must be `class_path` with these `init_args` (its hyperparameters under
-    old names too, zoo.hparams) as the run builds them: with what its `data` ({class_path,
-    init_args}) decides linked in (zoo.registry.link_data: image size, channels, label set), which
-    an older checkpoint may lack. A hyperparameter left unset (None) is taken from the checkpoint:
-    one the data filled in during training (a captioner's vocabulary), a typed block's field (a
-    backbone's) that its kind or its pretrained weight decided."""
+    """The checkpoint's model must be `class_path` with these `init_args` as the run builds them (what
+    its `data` decides linked in; old names read in current ones). One left unset (None) is taken
+    from the checkpoint: what the data filled in (a vocabulary), a block field its kind decided."""
     saved = checkpoint.get("zoo") if isinstance(checkpoint.get("zoo"), dict) else {}
     hparams = checkpoint.get("hyper_parameters") or {}
     saved_class = saved.get("class_path") or hparams.get("_class_path")
@@ -459,8 +405,7 @@ def _differs(key: str, here, there, path: Path) -> NoReturn:
 
 
 def _block_fields(block: type, here: dict, there: dict) -> dict:
-    """{field: (this config's value, the checkpoint's)} of a typed block, each side's unstated fields
-    at the block's defaults (a parsed block lists every field, a checkpoint's only those it set)."""
+    """{field: (this config's value, the checkpoint's)} of a typed block, unstated fields at their defaults."""
     defaults = {f.name: _plain(f.default) if f.default is not dataclasses.MISSING else None
                 for f in dataclasses.fields(block)}
     return {name: (here.get(name, default), there.get(name, default)) for name, default in defaults.items()}
@@ -474,9 +419,8 @@ def _model_class(class_path: str) -> type | None:
 
 
 def _linked(model_class: type | None, init_args, data) -> dict:
-    """A plain copy of a config's model `init_args` with what its `data` decides filled in, as
-    train.py links them before the model is built (zoo.registry.link_data): the checkpoint
-    holds the linked values, the command line the recipe's (a default 28 px, the data's 60 px)."""
+    """A plain copy of a config's model `init_args` with what its `data` decides linked in, as the
+    checkpoint holds them (zoo.registry.link_data)."""
     from zoo.registry import is_allowed, link_data, resolve_class
 
     built = _plain(init_args)
@@ -496,9 +440,8 @@ def _block_type(model_class: type | None, key: str) -> type | None:
 
 
 def check_resume_data(checkpoint: dict, class_path: str, init_args, path: Path) -> None:
-    """The data the run trains and validates on must be the checkpoint's: a changed split size, seed,
-    variant, image size or vocabulary would validate on images it trained on. Where the data lives
-    (a path argument) may move; how it is served (`RESUME_MAY_CHANGE`) may change with one warning."""
+    """The data the run trains and validates on must be the checkpoint's (else it would validate on
+    images it trained on); its paths may move, how it is served (`RESUME_MAY_CHANGE`) change with a warning."""
     from zoo.registry import resolve_class
 
     zoo_data = (checkpoint.get("zoo") or {}).get("data") if isinstance(checkpoint.get("zoo"), dict) else None
@@ -522,8 +465,7 @@ def check_resume_data(checkpoint: dict, class_path: str, init_args, path: Path) 
 
 
 def _plain(value):
-    """A config value as plain data, to compare with a checkpoint's: a parsed block (a jsonargparse
-    Namespace, a zoo.hparams.Block, a dataclass) as a dict, tuples as lists."""
+    """A config value as plain data (a Namespace, Block or dataclass as a dict, tuples as lists)."""
     if hasattr(value, "as_dict") and callable(value.as_dict):  # jsonargparse's Namespace, a Block
         value = value.as_dict()
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):

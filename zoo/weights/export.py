@@ -6,9 +6,8 @@
   `decoder_step`: token [B], h, c, projected, annotations -> log-probabilities [B, V], h, c, alpha
   [B, L], beta [B]; `greedy`: images -> tokens [B, max_len] and alphas [B, max_len, L], a caption
   ending at its first <end> (id 2). Hard attention decodes in its test mode.
-Images are prepared as zoo.preprocess says; the model's normalisation is inside the program. The set
-(`export.json`: each file's sha256, the model, its preprocessing, its own digest) is written whole and
-swapped in over only an export the zoo can prove it wrote, with --overwrite (docs/design-notes.md).
+Images are prepared as zoo.preprocess says. The set (`export.json` and the programs) is written whole
+and replaces only an export the zoo can prove it wrote (docs/design-notes.md, "Export sets").
 """
 from __future__ import annotations
 
@@ -20,15 +19,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from zoo.guards.errors import UserError, shorten
-from zoo.guards.writes import (OVERWRITE_HINT, atomic_write_bytes, check_writable, sigterm_raises, swap_in_folder,
-                               writing)
+from zoo.guards.errors import UserError, shorten, sigterm_stops
+from zoo.guards.files import plain_name, read_json, sha256_file
+from zoo.guards.writes import OVERWRITE_HINT, atomic_write_bytes, check_writable, output_folder, swap_in_folder, writing
 from zoo.preprocess import image_rules
 from zoo.weights.export_set import MANIFEST, MANIFEST_DIGEST, METADATA_KEY, check_set, manifest_digest
 
 FORMATS = ("onnx", "torch")
 MAX_BATCH = 4096
-MAX_MANIFEST_BYTES = 64 * 2**20  # a captioner's vocabulary is in it; far below this
+MAX_MANIFEST_BYTES = 64 * 2**20  # a captioner's vocabulary is in it
 EXPORT_EXTRA = "pip install 'attention-zoo[export]'"
 
 
@@ -46,8 +45,7 @@ class _Classifier(nn.Module):
         self.model = model
 
     def forward(self, images):
-        # a family that has more to say than its logits (RAM: where it looked) says it in its card
-        return self.model.export_forward(images)
+        return self.model.export_forward(images)  # the outputs its card's `exports` names
 
 
 class _Encoder(nn.Module):
@@ -118,8 +116,7 @@ def programs(model, max_len: int | None = None) -> dict[str, Program]:
 
 def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx",
                    metadata: dict[str, str] | None = None) -> Path:
-    """Write one program as ONNX (with `metadata` in its metadata_props) or as a torch.export .pt2
-    file, atomically."""
+    """Write one program as ONNX (`metadata` in its metadata_props) or torch.export .pt2, atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
@@ -152,8 +149,7 @@ def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx",
 
 
 def describe(model, fmt: str) -> dict:
-    """What a deployer needs beside the programs: the model, how to prepare an image, and the class
-    names or the vocabulary with its special token ids."""
+    """What a deployer needs beside the programs: the model, its preprocessing, class names or vocabulary."""
     from importlib.metadata import PackageNotFoundError, version
 
     from zoo.data.vocab import END_ID, PAD_ID, START_ID, UNK_ID
@@ -176,24 +172,16 @@ def describe(model, fmt: str) -> dict:
 
 
 def preprocessing_record(spec) -> dict:
-    """export.json's `preprocessing`: a zoo.preprocess.Preprocessing with the rules a deployment
-    follows to match it pixel for pixel (zoo.preprocess.image_rules: alpha, colour, orientation)."""
+    """export.json's `preprocessing`: `spec` with the rules a deployment follows to match it pixel for pixel."""
     return {**spec.as_dict(), **image_rules(spec.in_chans), "value_range": [0.0, 1.0],
             "normalisation": "inside the program (mean/std above are applied by it)"}
 
 
 def check_target(out_dir: str | os.PathLike, overwrite: bool = True) -> Path:
-    """Where the export goes, checked before any work: a new folder, an empty one, or (with
-    `overwrite`) an earlier export (see `earlier_export_problem`); a symlink is followed to the
-    folder it names. Returns that folder. Anything else (a folder of someone's files, an earlier
-    export whose files changed, the current folder or one above it, a mount point, the file
-    system's root) is refused in one line."""
-    given = Path(out_dir)
-    if given.is_symlink() and not given.exists():
-        raise UserError(f"--out {given}: a symlink to {os.readlink(given)}, which does not exist; give a folder")
-    target = Path(os.path.realpath(given))
-    if target.exists() and not target.is_dir():
-        raise UserError(f"--out {given}: exists and is not a directory")
+    """The folder the export goes to (a symlink followed), checked before any work: new, empty, or
+    (with `overwrite`) an earlier export (`earlier_export_problem`); never the current folder, one
+    above it, or a mount point."""
+    given, target = Path(out_dir), output_folder(out_dir)
     if target == target.parent or os.path.ismount(target):
         raise UserError(f"--out {given}: is a mount point; the export replaces its folder whole, so give a "
                         "folder inside it")
@@ -213,30 +201,23 @@ def check_target(out_dir: str | os.PathLike, overwrite: bool = True) -> Path:
 
 
 def earlier_export_problem(folder: Path) -> str | None:
-    """None when `folder` is an earlier export: its export.json is a zoo export manifest and the
-    folder holds exactly the files it names, nothing else, each with the sha256 it records (a file
-    replaced under the same name is not the zoo's any more). Only then may an export replace it;
-    otherwise why not, in words."""
-    from zoo.guards.files import sha256_file
-
+    """None when `folder` is an earlier export: a zoo export manifest and exactly the files it names,
+    each with the sha256 it records. Otherwise why not, in words."""
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file() or manifest_path.is_symlink():
         return f"holds other files (not an earlier export): it has no {MANIFEST}"
     try:
-        if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise ValueError(f"more than {MAX_MANIFEST_BYTES:,} bytes")
-        manifest = json.loads(manifest_path.read_text())
-        files = manifest.get("files") if isinstance(manifest, dict) else None
+        manifest = read_json(manifest_path, MANIFEST, expect=dict, max_bytes=MAX_MANIFEST_BYTES)
+        files = manifest.get("files")
         if not (isinstance(files, dict) and files and manifest.get("format") in FORMATS
                 and isinstance(manifest.get("family"), str) and "zoo_version" in manifest):
-            raise ValueError("no files, format, family and zoo_version as `zoo export` writes them")
-    except (OSError, ValueError, RecursionError) as exc:
+            raise UserError("no files, format, family and zoo_version as `zoo export` writes them")
+    except UserError as exc:
         return (f"holds other files (not an earlier export): its {MANIFEST} is not a zoo export manifest "
-                f"({shorten(str(exc) or type(exc).__name__, 80)})")
+                f"({shorten(str(exc), 80)})")
     for name in files:
         entry = folder / str(name)
-        if not isinstance(name, str) or name in (MANIFEST, ".", "..") or "/" in name or "\\" in name \
-                or entry.is_symlink() or not entry.is_file():
+        if not plain_name(name) or name == MANIFEST or entry.is_symlink() or not entry.is_file():
             return (f"holds other files (not an earlier export): its {MANIFEST} names {shorten(repr(name), 60)}, "
                     "which is not a file there")
     others = sorted(set(os.listdir(folder)) - set(files) - {MANIFEST})
@@ -259,18 +240,15 @@ def earlier_export_problem(folder: Path) -> str | None:
 
 def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | None = None,
            overwrite: bool = True) -> list[Path]:
-    """Export every program of `model` into `out_dir` (<program>.onnx or <program>.pt2, and
-    export.json), as one set (see the module docstring); an earlier export there is replaced only
-    with `overwrite`, and only while every file of it is the one it recorded."""
-    from zoo.weights.hub import sha256_file
-
+    """Export every program of `model` into `out_dir` (<program>.onnx or .pt2, and export.json) as one
+    set; an earlier export there is replaced only with `overwrite`, and only while intact."""
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
     out_dir = check_target(out_dir, overwrite)
     suffix = ".onnx" if fmt == "onnx" else ".pt2"
     info = describe(model, fmt)
     metadata = {METADATA_KEY: json.dumps(info)}
-    with sigterm_raises(), writing(out_dir) as staging:
+    with sigterm_stops(), writing(out_dir) as staging:
         staging.mkdir()
         for written, (name, program) in enumerate(programs(model, max_len).items(), 1):
             export_program(program, staging / f"{name}{suffix}", fmt, metadata)
@@ -280,18 +258,13 @@ def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | 
         record = {**info, "files": files}
         record[MANIFEST_DIGEST] = manifest_digest(record)
         atomic_write_bytes(staging / MANIFEST, (json.dumps(record, indent=2) + "\n").encode())
-        problem = earlier_export_problem(out_dir) if out_dir.is_dir() and any(out_dir.iterdir()) else None
-        if problem is None and not overwrite and out_dir.is_dir() and any(out_dir.iterdir()):
-            problem = "holds an earlier export"
-        if problem:  # someone wrote there while we worked
-            raise UserError(f"--out {out_dir}: {problem}; the new export was not put in place")
+        check_target(out_dir, overwrite)  # someone wrote there while we worked?
         swap_in_folder(staging, out_dir, earlier_export_problem)
     return [out_dir / name for name in files]
 
 
 def _test_hook(written: int) -> None:
-    """ZOO_TEST_KILL_EXPORT_AFTER=N: the tests' deterministic kill after the N-th file (SIGKILL, or
-    the signal ZOO_TEST_KILL_EXPORT_SIGNAL names, e.g. SIGTERM)."""
+    """ZOO_TEST_KILL_EXPORT_AFTER=N: the tests' kill after the N-th file (ZOO_TEST_KILL_EXPORT_SIGNAL, or SIGKILL)."""
     if os.environ.get("ZOO_TEST_KILL_EXPORT_AFTER") == str(written):
         import signal
 
@@ -299,7 +272,5 @@ def _test_hook(written: int) -> None:
 
 
 def load_export(out_dir: str | os.PathLike) -> dict:
-    """An export's manifest, once `zoo.weights.export_set.check_set` has shown the folder holds exactly the
-    set it names (plain names inside it, each file's sha256, the family's programs, bounded sizes,
-    a decoder as wide as the vocabulary): one line for a set that was mixed or damaged."""
+    """An export's manifest, once `zoo.weights.export_set.check_set` has shown the folder is the set it names."""
     return check_set(out_dir)

@@ -1,24 +1,22 @@
 """An export set (the folder `zoo export` writes: `export.json` and the programs it names), checked
-wherever it is read: by `zoo.load_export` and by the deployment example (docs/examples/onnx_caption.py),
-without torch. `check_set(folder)` refuses in one line: a manifest past zoo.guards.budget's limits or
-without its fields; a file name that is not a plain name inside the folder; a set that is not exactly
-its family's programs; a file whose sha256 is not the manifest's (a mixed set); an input size,
-vocabulary or decoding setting out of bounds; an ONNX captioner whose vocabulary or embedded
-description is not the manifest's (read with onnx, else onnxruntime).
+without torch wherever it is read (`zoo.load_export`, docs/examples/onnx_caption.py). `check_set`
+refuses in one line a manifest past the budget or without its fields, a name that is not a plain
+file of the folder, a set that is not exactly its family's programs, a file whose sha256 is not the
+manifest's, a size, vocabulary or decoding setting out of bounds, and an ONNX program that describes
+another model.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 from zoo.guards.budget import check_memory, limit
 from zoo.guards.errors import UserError, shorten
-from zoo.guards.files import read_json, sha256_file
+from zoo.guards.files import parse_json, plain_name, read_json, sha256_file
 
 MANIFEST = "export.json"
 MANIFEST_DIGEST = "manifest_sha256"  # export.json's digest of itself (manifest_digest)
@@ -32,21 +30,19 @@ SPECIAL_TOKENS = ("pad", "start", "end", "unk")
 
 
 def manifest_digest(manifest: dict) -> str:
-    """The sha256 an export.json records of itself (under MANIFEST_DIGEST): of its canonical JSON
-    (sorted keys, no spaces) without that key. A manifest edited since the export no longer
-    matches it, so a new export does not replace it (zoo.weights.export.earlier_export_problem)."""
+    """The sha256 an export.json records of itself (MANIFEST_DIGEST): of its canonical JSON without
+    that key, so that a manifest edited since is not taken for the zoo's."""
     body = {key: value for key, value in manifest.items() if key != MANIFEST_DIGEST}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def programs_of(manifest: dict) -> tuple[str, ...]:
     """The program names an export of this family holds."""
-    return CAPTION_PROGRAMS if manifest.get("vocabulary") is not None else CLASSIFIER_PROGRAMS  # a captioner's has one
+    return CAPTION_PROGRAMS if manifest.get("vocabulary") is not None else CLASSIFIER_PROGRAMS
 
 
 def check_set(folder: str | os.PathLike) -> dict:
-    """The export's manifest, once the folder is shown to hold exactly the set it describes (see the
-    module docstring); one line (UserError) for anything else."""
+    """The export's manifest, once the folder is shown to hold exactly the set it describes."""
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"{folder}: not a folder (give the folder `zoo export --out` wrote)")
@@ -60,7 +56,7 @@ def check_set(folder: str | os.PathLike) -> dict:
         raise UserError(f"{where}: names no files (not a zoo export, or an empty set)")
     expected = {f"{name}{SUFFIXES[fmt]}" for name in programs_of(manifest)}
     for name, digest in files.items():
-        if not _plain_name(name):
+        if not plain_name(name):
             raise UserError(f"{where}: refused, {shorten(name, 80)!r} is not a plain file name inside the folder")
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise UserError(f"{where}: the sha256 of {shorten(name, 80)} is not 64 hex digits")
@@ -79,11 +75,6 @@ def check_set(folder: str | os.PathLike) -> dict:
     if fmt == "onnx":
         _check_programs(folder, manifest)
     return manifest
-
-
-def _plain_name(name: Any) -> bool:
-    return (isinstance(name, str) and 0 < len(name) <= 255 and name not in (".", "..")
-            and not any(c in name for c in "/\\\0:") and not os.path.isabs(name))
 
 
 def _int_in(value: Any, low: float, high: float) -> bool:
@@ -145,10 +136,8 @@ def _check_programs(folder: Path, manifest: dict) -> None:
 
 
 def _read_onnx(path: Path) -> tuple[dict | None, dict[str, int]]:
-    """(the program's embedded description or None, {output name: last dimension}) of an ONNX file,
-    through onnx when it is installed, else onnxruntime."""
-    from zoo.guards.files import parse_json
-
+    """(the embedded description or None, {output name: last dimension}) of an ONNX file, read with
+    onnx, else onnxruntime."""
     try:
         try:
             import onnx

@@ -1,13 +1,10 @@
 """Weights on disk and on the web: fetch with sha256 verification, load safely, save for release.
 
-Formats: `.safetensors` (released weights; the zoo config as JSON in the metadata key "zoo_config",
-or a sidecar `<name>.json`), and Lightning `.ckpt`, loaded with `torch.load(weights_only=True)` only.
-
-A download is verified (its pinned sha256, else at least its format) before it is renamed into the
-cache: a failed, cut-off or wrong download is never cached. A URL is pinned by `sha256=` (`--sha256`)
-or, as torch.hub does, by a hash prefix ending its file name (`model-1a2b3c4d.safetensors`); an
-unpinned one is fetched with a one-line warning. A server stalled for `$ZOO_DOWNLOAD_TIMEOUT` seconds
-(default 30) ends the download with one line.
+Formats: `.safetensors` (the zoo config as JSON in the metadata key "zoo_config", or a sidecar
+`<name>.json`), and Lightning `.ckpt`, loaded with `torch.load(weights_only=True)` only. A download
+is verified (its pinned sha256, else its format) before it enters the cache. A URL is pinned by
+`sha256=` (`--sha256`) or, as torch.hub does, by a hash prefix ending its file name
+(`model-1a2b3c4d.safetensors`); an unpinned one is fetched with a one-line warning.
 """
 from __future__ import annotations
 
@@ -26,7 +23,7 @@ from urllib.parse import urlparse
 
 from zoo.guards.budget import NUMERIC_ENVIRONMENT, check_tree, env_number
 from zoo.guards.errors import UserError, shorten, sigterm_stops
-from zoo.guards.files import parse_json, read_json, sha256_file
+from zoo.guards.files import parse_json, plain_name, read_json, sha256_file
 from zoo.guards.writes import atomic_write_bytes, writing
 from zoo.hparams import current_config
 
@@ -40,9 +37,8 @@ HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})(?:\.[A-Za-z0-9]+)+$")
 
 
 def weights_dir() -> Path:
-    """Where the release manifest (and, in a clone, the released files) live: $ZOO_WEIGHTS_DIR,
-    else the manifest installed with the package (zoo/releases; the files then come by URL), else
-    the clone's weights/."""
+    """Where the release manifest (and, in a clone, the released files) live: $ZOO_WEIGHTS_DIR, else
+    the package's zoo/releases (the files then come by URL), else the clone's weights/."""
     if os.environ.get("ZOO_WEIGHTS_DIR"):
         return Path(os.environ["ZOO_WEIGHTS_DIR"])
     installed = Path(__file__).resolve().parents[1] / "releases"
@@ -50,9 +46,8 @@ def weights_dir() -> Path:
 
 
 def manifest() -> dict:
-    """The release manifest: {name: {file, sha256, url?, config: {class_path, init_args, data},
-    metadata: {task, dataset, metrics, recipe, device, ...}}} ({} when absent), its configs in
-    current hyperparameter names (zoo.hparams: a mirror's manifest may be older)."""
+    """The release manifest: {name: {file, sha256, url?, config, metadata}} ({} when absent), its
+    configs in current hyperparameter names (zoo.hparams)."""
     path = weights_dir() / "MANIFEST.json"
     if not path.exists():
         return {}
@@ -76,7 +71,7 @@ def _record_problem(record) -> str | None:
     for key, kind in (("file", str), ("sha256", str), ("config", dict)):
         if not isinstance(record.get(key), kind):
             return f"its {key!r} is not a {kind.__name__}"
-    if not re.fullmatch(r"[\w.+-]+", record["file"]) or record["file"] in (".", ".."):
+    if not plain_name(record["file"]):
         return "its file is not a plain file name"
     if len(record["file"].encode()) > MAX_FILE_NAME:
         return f"its file name is longer than {MAX_FILE_NAME} bytes"
@@ -94,14 +89,12 @@ def warn_once(message: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=3)
 
 
-# Where released weight files are published: the assets of this repository's GitHub release for
-# the weights. $ZOO_WEIGHTS_URL points at a mirror instead (any folder served over http(s) or file://).
+# the assets of the weights' GitHub release; $ZOO_WEIGHTS_URL points at a mirror instead
 DEFAULT_WEIGHTS_URL = "https://github.com/attention-zoo/attention-zoo/releases/download/weights-v1"
 
 
 def release_url(record: dict) -> str:
-    """Where a release can be downloaded: `$ZOO_WEIGHTS_URL/<file>` when that mirror is set, else
-    the manifest's own URL, else the default host. The sha256 pin is the manifest's either way."""
+    """`$ZOO_WEIGHTS_URL/<file>` when that mirror is set, else the manifest's URL, else the default host."""
     base = os.environ.get("ZOO_WEIGHTS_URL")
     if base:
         return f"{base.rstrip('/')}/{record['file']}"
@@ -109,8 +102,7 @@ def release_url(record: dict) -> str:
 
 
 def fetch_release(name: str) -> Path:
-    """The verified local file of the released weights `name`: the copy in weights_dir() when
-    present, else its URL downloaded into the cache; sha256-checked either way."""
+    """The sha256-checked local file of release `name`: in weights_dir(), else downloaded into the cache."""
     records = manifest()
     record = records.get(name)
     if record is None:
@@ -131,11 +123,8 @@ def is_url(location: str) -> bool:
 
 
 # ----------------------------------------------------------------------------- model cards
-# A release as a Hugging Face hub repository (zoo.commands.card writes one), loaded as safely as a release: the
-# class config.json names is allow-listed before the weights are downloaded, model.safetensors must
-# have the sha256 config.json records (and --sha256), and its embedded config must be config.json's.
-# Downloads go through huggingface_hub into its cache ($HF_HOME; HF_ENDPOINT picks the server,
-# HF_HUB_OFFLINE=1 uses the cache alone); a refused repository leaves nothing in the cache.
+# A release as a Hugging Face hub repository (zoo.commands.card writes one), loaded as safely as a
+# release; downloads go through huggingface_hub's cache ($HF_HOME, HF_ENDPOINT, HF_HUB_OFFLINE)
 HUB_PREFIX = "hf-hub:"
 CARD_CONFIG = "config.json"
 CARD_WEIGHTS = "model.safetensors"
@@ -156,10 +145,9 @@ def is_card(location) -> bool:
 
 
 def fetch_card(location, pin: str | None = None) -> Path:
-    """The verified local `model.safetensors` of a card: downloaded from the hub for
-    `hf-hub:ORG/NAME[@REVISION]`, else in the local folder `location`; `pin`: a sha256 (prefix,
-    lowercase hex) it must also match. One-line UserErrors for a refused class, a missing file, a
-    sha256 mismatch or an unreachable hub."""
+    """The verified `model.safetensors` of a card: `hf-hub:ORG/NAME[@REVISION]` downloaded from the
+    hub (a refused one leaves nothing in the cache), else the local folder `location`; `pin`: a
+    sha256 (prefix) it must also match. One line for a refused class, a missing file or a mismatch."""
     if is_hub_id(location):
         repo_id, _, revision = location[len(HUB_PREFIX):].partition("@")
         if not HUB_REPO_ID.fullmatch(repo_id):
@@ -192,13 +180,7 @@ def read_card_config(path: Path, source: str) -> dict:
 
     if not path.is_file():
         raise UserError(f"{source}: no {CARD_CONFIG}")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise UserError(f"{source}: refused, its {CARD_CONFIG} is more than {MAX_CONFIG_BYTES:,} bytes")
-    try:
-        config = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise UserError(f"{source}: its {CARD_CONFIG} is not readable JSON ({shorten(exc, 80)})") from None
-    check_tree(config, f"{source}: its {CARD_CONFIG}")
+    config = read_json(path, f"{source}: its {CARD_CONFIG}", max_bytes=MAX_CONFIG_BYTES)
     zoo_config = config.get("zoo_config") if isinstance(config, dict) else None
     if not isinstance(zoo_config, dict) or config.get("library_name") != LIBRARY:
         raise UserError(f"{source}: its {CARD_CONFIG} is not an {LIBRARY} card (no zoo_config)")
@@ -250,8 +232,7 @@ def _download_from_hub(location: str, repo_id: str, filename: str, revision: str
     from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError,
                                         RepositoryNotFoundError, RevisionNotFoundError)
 
-    # the hub's settings as they are now, not as they were when huggingface_hub was imported (timm
-    # imports it early): the server, the cache, offline mode
+    # the hub's settings as they are now, not when huggingface_hub was imported (timm imports it early)
     home = os.environ.get("HF_HOME")
     cache = os.environ.get("HF_HUB_CACHE") or (os.path.join(home, "hub") if home else None)
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
@@ -275,10 +256,8 @@ def _download_from_hub(location: str, repo_id: str, filename: str, revision: str
 
 
 def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
-    """A local path, or a URL downloaded once into the cache; `sha256`: the file's sha256 in hex, or
-    a prefix of at least 8 digits. A local file is checked on every call; a download is verified
-    before it enters the cache, and a cached copy before it is served. A model card (`hf-hub:ORG/NAME`
-    or a folder in the hub's layout) gives its verified model.safetensors."""
+    """A local path, a URL downloaded once into the cache, or a model card's model.safetensors;
+    `sha256`: the file's sha256 in hex, or a prefix of at least 8 digits, checked on every call."""
     pin = None if sha256 is None else str(sha256).strip().lower()
     if pin is not None and not re.fullmatch(r"[0-9a-f]{8,64}", pin):
         raise UserError(f"--sha256 {sha256!r}: give the file's sha256 in hex (at least its first 8 digits)")
@@ -297,7 +276,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
     if parsed.scheme.lower() not in ("http", "https") or not parsed.netloc:  # file://, ftp://: never opened
         raise UserError(f"{shorten(url)}: refused, weights are downloaded over http(s) only")
     name = Path(parsed.path).name
-    if not re.fullmatch(r"[\w.+-]+", name or "") or name in (".", ".."):
+    if not plain_name(name):
         name = "weights"  # a URL ending in /, /.. or an odd name: the cache names the file itself
     if pin is None:
         in_name = HASH_IN_NAME.search(name)
@@ -340,8 +319,8 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
 
 
 def _download(url: str, dest: Path) -> None:
-    """Stream `url` into `dest` with a progress bar; one-line UserErrors for network failures, a
-    stalled server and a body cut short."""
+    """Stream `url` into `dest` with a progress bar; one line for a network failure, a stall
+    ($ZOO_DOWNLOAD_TIMEOUT), a body cut short or past $ZOO_MAX_DOWNLOAD_MB."""
     import socket
     import urllib.error
     import urllib.request
@@ -359,7 +338,6 @@ def _download(url: str, dest: Path) -> None:
                         "pass its local path instead") from None
     expected = response.headers.get("Content-Length")
     expected = int(expected) if expected and expected.isdigit() else None
-    # far above every release (the largest, an ImageNet ViT-B/16 captioner, is about 350 MB)
     cap = int(env_number("ZOO_MAX_DOWNLOAD_MB", NUMERIC_ENVIRONMENT["ZOO_MAX_DOWNLOAD_MB"]) * 2**20)
     if expected is not None and expected > cap:
         response.close()
@@ -391,10 +369,8 @@ def _download(url: str, dest: Path) -> None:
 
 def check_whole(path: Path, url: str, crc: bool = True) -> None:
     """An unpinned download is a whole weights file, opened the way it will be loaded: a safetensors
-    header that parses and tensors whose byte ranges lie inside the file and cover its data exactly,
-    or a zip-format torch checkpoint whose central directory reads and (with `crc`) whose members'
-    CRCs check. An HTML error page, a body cut short without a Content-Length, or a damaged file is
-    refused with the URL named. (A pinned download needs none of this: its sha256 vouches for it.)"""
+    file whose tensors cover its data exactly, or a zip checkpoint whose directory (and, with `crc`,
+    members' CRCs) check. An HTML error page or a cut or damaged file is refused naming the URL."""
     size, length, header = _safetensors_header(path)
     if header is not None and header.startswith(b"{"):
         problem = _safetensors_problem(size, length, header)
@@ -435,8 +411,8 @@ def _safetensors_header(path: Path) -> tuple[int, int, bytes | None]:
 
 
 def check_safetensors(path: Path) -> None:
-    """A safetensors file's header, checked against the file before the library maps a tensor: its
-    declared length, and every tensor's dtype x shape filling exactly its byte range inside the file."""
+    """A safetensors header checked against the file before the library maps a tensor: its length,
+    and every tensor's dtype x shape filling exactly its byte range inside the file."""
     try:
         problem = _safetensors_problem(*_safetensors_header(path))
     except OSError as exc:
@@ -484,8 +460,8 @@ def _safetensors_problem(size: int, length: int, header: bytes | None) -> str | 
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict:
-    """A Lightning .ckpt as a dict, loaded with `weights_only=True` (no code can run); one-line
-    UserErrors for a pickle payload, a truncated or otherwise unreadable file."""
+    """A Lightning .ckpt as a dict, loaded with `weights_only=True`; one line for a pickle payload or
+    an unreadable file."""
     import torch
 
     path = Path(path)
@@ -508,9 +484,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
 
 
 def check_zip_records(path: Path) -> None:
-    """A zip-format checkpoint's members, checked against the file before torch reads one: each
-    record's declared size must lie inside the file (torch writes them uncompressed), so a 3 KB file
-    cannot declare gigabytes for torch to allocate. Not a zip: torch.load says what it is."""
+    """A zip checkpoint's records, checked before torch reads one: each declared size lies inside the
+    file (torch writes them uncompressed), so 3 KB cannot declare gigabytes. Not a zip: torch says."""
     try:
         size = path.stat().st_size
         if not zipfile.is_zipfile(path):
@@ -532,8 +507,8 @@ MAX_CHECKPOINT_RATIO = 100
 
 
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
-    """Return (state_dict, zoo_config or None) from a .safetensors or Lightning .ckpt file; the config
-    in current hyperparameter names (zoo.hparams), however old the file."""
+    """(state_dict, zoo_config or None) of a .safetensors or Lightning .ckpt file, the config in
+    current hyperparameter names (zoo.hparams)."""
     import torch
 
     path = Path(path)
@@ -552,17 +527,13 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
                 state = {k: f.get_tensor(k) for k in f.keys()}
         except Exception as exc:
             raise UserError(f"{path}: not a valid safetensors file ({shorten(str(exc), 160)})") from None
-        sidecar = path.with_suffix(".json")
-        try:
-            if text is None and sidecar.is_file():
-                if sidecar.stat().st_size > MAX_CONFIG_BYTES:
-                    raise UserError(f"{sidecar}: refused, a config of more than {MAX_CONFIG_BYTES:,} bytes")
-                text = sidecar.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"{path}: its zoo config is not readable ({shorten(exc)})") from None
+        what, sidecar = f"{path}: its zoo config", path.with_suffix(".json")
         if text is not None and len(text) > MAX_CONFIG_BYTES:
             raise UserError(f"{path}: refused, its zoo config is more than {MAX_CONFIG_BYTES:,} characters")
-        config = parse_json(text, f"{path}: its zoo config") if text is not None else None
+        if text is not None:
+            config = parse_json(text, what)
+        else:
+            config = read_json(sidecar, what, max_bytes=MAX_CONFIG_BYTES) if sidecar.is_file() else None
     # weights holding NaN or infinity (a diverged run, or a forged file) make every output NaN
     for name, tensor in state.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
@@ -572,8 +543,7 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
 
 
 def load_fetched(location: str | os.PathLike, sha256: str | None = None) -> tuple[dict[str, torch.Tensor], dict | None]:
-    """`load_weights(fetch(location, sha256))`; a cached download that does not load is evicted, and
-    the error names the URL, not the cache file."""
+    """`load_weights(fetch(location, sha256))`; a cached download that does not load is evicted."""
     path = fetch(location, sha256)
     try:
         return load_weights(path)
