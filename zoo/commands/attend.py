@@ -1,12 +1,9 @@
-"""zoo attend: where any model looked, the same way for every family that attends (its card names
-an attention kind). Per image it writes DIR/<name>_attend.png (the input and a panel per step: word,
-glimpse, DRAW step, layer or head, zoo/viz/record.py) and prints the prediction; `--json` prints the
-attention record (`--maps` adds the per-pixel maps), `--html FILE` writes one self-contained page
-with a step slider, `--boxes FILE` scores known targets per step (zoo/commands/boxes.py).
-`--record KEY=VALUE` (a YAML value) is an option of the family's `attention_record` (RAM's
-`policy`, ViT's `heads`, `head_fusion`, `residual`); the former `zoo glimpses` and `zoo attention`
-were such presets. Images are prepared as `zoo.preprocessing(model)` says; coordinates in the record
-are the prepared image's pixels. docs/usage.md and docs/attention.md say more.
+"""zoo attend: where any model looked, the same way for every family whose card names an attention
+kind. Per image DIR/<name>_attend.png (the input and a panel per step, zoo/viz/record.py) and the
+prediction; `--json` the attention record (`--maps` with the per-pixel maps), `--html FILE` one page
+with a step slider, `--boxes FILE` scores of known targets per step (zoo/commands/boxes.py).
+`--record KEY=VALUE` is an option of the family's `attention_record` (RAM's `policy`, ViT's `heads`).
+Coordinates are the prepared image's pixels (`zoo.preprocessing(model)`); docs/attention.md says more.
 
     zoo attend --model ram_fmnist_cluttered60 canvas.png --out figures/ --record policy=sample
     zoo attend --model sat_soft_scenes scene.png --out out/ --html report.html --json
@@ -72,7 +69,7 @@ def run(args) -> int:
     names = unique_names(good, "_attend.png")  # the readable images' figures (numbered among themselves)
     for name in names:
         output_in(out_dir, name, "--out", args.overwrite)
-    report_bad_files(errors, "attend", notes)  # after the boxes file and the figures, which may refuse the command
+    report_bad_files(errors, "attend", notes)  # after what may refuse the whole command
     if not good:
         return exit_code(0, errors)
     records, pages = [], []  # pages: each chunk's record, for the report

@@ -1,11 +1,8 @@
-"""`zoo attend --boxes FILE`: the known targets of each image, read from a JSON object whose keys
-name images and whose values are their boxes [x0, y0, x1, y1] in the ORIGINAL image's pixels,
-as a list or under "boxes" (FashionScenesDataModule.export_pngs's `references.json` as it is).
-
-A key names an image when it is the path as given, the same file (a relative key is read from the
-current folder or from the boxes file's folder, symlinks resolved), or its basename where no other
-given image has that basename. Boxes are mapped into the model input's pixels by the model's resize
-rule (Preprocessing.map_boxes): the frame of every other coordinate in the attention record."""
+"""`zoo attend --boxes FILE`: each image's known targets, from a JSON object of images to their boxes
+[x0, y0, x1, y1] in the ORIGINAL image's pixels, as a list or under "boxes" (a scene export's
+`references.json` as it is). A key names an image as given, the same file (from the current folder
+or the boxes file's), or its basename where unique. Boxes are mapped into the model input's pixels
+(Preprocessing.map_boxes), the attention record's frame."""
 from __future__ import annotations
 
 import os
@@ -49,9 +46,8 @@ def match_keys(keys, images: list[str], boxes_file: str) -> dict[str, str]:
 
 
 def read_boxes(path: str, images: list[str], sizes: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
-    """{image: boxes [K, 4] in its original pixels} for the given `images` of original `sizes`
-    (H, W) that the file names, checked: four numbers with x0 < x1, y0 < y1, inside the image."""
-    # one line for what json and the limits refuse (size, depth, nodes: a 20,000-box file is fine)
+    """{image: boxes [K, 4] in its original pixels} for the given `images` of original `sizes` (H, W),
+    checked: four numbers with x0 < x1, y0 < y1, inside the image."""
     raw = read_json(path, f"--boxes {path}", expect=dict)
     boxes, size_of = {}, dict(zip(images, sizes))
     for image, key in match_keys(raw, images, path).items():
@@ -74,8 +70,7 @@ def read_boxes(path: str, images: list[str], sizes: list[tuple[int, int]]) -> di
 
 
 def to_input(spec, boxes: dict[str, torch.Tensor], images: list[str], sizes: list[tuple[int, int]]):
-    """{image: boxes [K, 4] in the model input's pixels} (`spec`'s resize rule); a box the centre
-    crop cuts away entirely is left out, and an image left without boxes is not scored."""
+    """{image: boxes [K, 4] in the model input's pixels}; a box the centre crop cuts away is left out."""
     mapped = {}
     for image, size in zip(images, sizes):
         if image in boxes:
@@ -87,7 +82,7 @@ def to_input(spec, boxes: dict[str, torch.Tensor], images: list[str], sizes: lis
 
 
 def summary(records: list[dict], n_images: int) -> list[str]:
-    """The scores in one line, and one line on the images without boxes (none: nothing scored)."""
+    """The scores in one line, and one on the images without boxes."""
     scored = [r for r in records if "target_boxes" in r]
     lines = []
     if scored:

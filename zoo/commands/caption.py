@@ -1,9 +1,6 @@
 """zoo caption IMAGE... : caption images with a Show-Attend-Tell model, optionally with per-word
-attention overlays (one PNG per image) or JSON holding every word's alpha map and gate beta.
-
-Images are loaded robustly (any mode or size, EXIF rotation), resized to the model's input size
-and captioned in batches. Bad files are reported one line each on stderr while the good ones are
-captioned; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad model/argument)."""
+attention overlays (one PNG per image) or JSON of every word's alpha map and gate beta. Bad files
+are one line each on stderr; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad argument)."""
 from __future__ import annotations
 
 import sys

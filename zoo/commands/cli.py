@@ -1,7 +1,5 @@
-"""The `zoo` command. Each subcommand lives in zoo/commands/<name>.py with
-`add_arguments(parser)` and `run(args) -> int`; this file only dispatches. `zoo train` and
-`zoo eval` hand their arguments over whole to zoo/training/train.py (LightningCLI) and zoo/commands/evaluate.py.
-
+"""The `zoo` command: dispatches to zoo/commands/<name>.py (`add_arguments(parser)`, `run(args) -> int`);
+`zoo train` and `zoo eval` hand their arguments whole to zoo.training.train and zoo.commands.evaluate.
 Exit codes: 0 success, 2 user error (one line on stderr), 1 a partly failed batch."""
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ PASSTHROUGH = {
 
 
 def build_parser(command: str | None = None) -> OneLineParser:
-    """The parser; only `command`'s module is imported (each pulls in torch, which `zoo list` and
-    `zoo --help` do without). None: every command's (for tests and documentation)."""
+    """The parser, importing only `command`'s module (None: every command's)."""
     parser = OneLineParser(prog="zoo", description="attention-zoo: visual attention models")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
@@ -47,15 +44,9 @@ def build_parser(command: str | None = None) -> OneLineParser:
     return parser
 
 
-def _checked_run(args):
-    check_environment()  # every setting read from the environment, before any work
-    return args._run(args)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     known = argv[0] if argv and argv[0] in (*SUBCOMMANDS, *PASSTHROUGH) else None
-    # from here on a SIGTERM or a Ctrl-C is one line, the command's imports (torch) included
     return report_stops(f"zoo {known}" if known else "zoo", lambda: _main(argv))
 
 
@@ -67,15 +58,14 @@ def _main(argv: list[str]) -> int:
         parser.error(f"give a command: {', '.join([*SUBCOMMANDS, *PASSTHROUGH])}")
     args = parser.parse_args(argv)
     try:
-        return report_user_errors(f"zoo {args.command}", lambda: _checked_run(args))
+        return report_user_errors(f"zoo {args.command}", lambda: check_environment() or args._run(args))
     except BrokenPipeError:  # `zoo list | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 141
 
 
 def passthrough(command: str, argv: list[str], prog: str) -> int:
-    """`zoo train` / `zoo eval` (and the clone's train.py / eval.py): the environment checked before
-    the command's module (Lightning, torch) is imported, then its main(argv, prog)."""
+    """`zoo train` / `zoo eval`: the environment checked before the command's module is imported."""
     code = report_user_errors(prog, lambda: check_environment(logging=command == "train"))
     if code:
         return code

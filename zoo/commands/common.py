@@ -1,5 +1,4 @@
-"""Pieces every subcommand shares: choosing the model, checking what its family card says, reporting bad files,
-naming output files."""
+"""Pieces every subcommand shares: choosing the model, reporting bad files, naming outputs, KEY=VALUE flags."""
 from __future__ import annotations
 
 import sys
@@ -19,8 +18,7 @@ def add_model_arguments(parser, default_model: str | None = None) -> None:
 
 
 def resolve_model(args, fits=lambda card: True, what: str = "a zoo model"):
-    """Load the model from --checkpoint or the pretrained --model, refusing one whose family card
-    does not `fits` the command (`lambda card: card.output == "caption"`; `what`: "a captioner")."""
+    """The model of --checkpoint or the pretrained --model, refused where its card does not `fits` (`what`)."""
     import zoo
 
     if args.sha256 and not args.checkpoint:
@@ -45,8 +43,7 @@ def exit_code(n_good: int, errors: list[str]) -> int:
 
 
 def unique_names(paths: list[str], suffix: str) -> list[str]:
-    """`<stem><suffix>` per input path, numbered (`<stem>_2<suffix>`, ...) when inputs from
-    different folders share a stem, so no output overwrites another."""
+    """`<stem><suffix>` per input path, numbered (`<stem>_2<suffix>`) where stems repeat."""
     names, used = [], set()
     for path in paths:
         stem = Path(path).stem or "image"
@@ -60,6 +57,7 @@ def unique_names(paths: list[str], suffix: str) -> list[str]:
 
 
 def key_values(items: list[str], flag: str) -> dict:
+    """`KEY=VALUE` items (YAML values) as a dict."""
     import yaml
 
     from zoo.guards.budget import check_tree

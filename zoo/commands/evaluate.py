@@ -1,12 +1,10 @@
-"""Evaluate a checkpoint or a registry model on a split: prints a table, writes JSON. The `zoo eval`
-command (and the clone's `python eval.py`, which calls main() here).
+"""Evaluate a checkpoint or a registry model on a split: prints a table, writes JSON. `zoo eval`.
 
     python eval.py --checkpoint runs/baseline_cnn_centered/checkpoints/last.ckpt --split test
     python eval.py --model ram_fmnist_centered --split val --json results/x.json
 
-The data module is the one the model was trained with (its config travels in the checkpoint and
-names only the zoo's own data classes). The JSON holds the metrics, the model's config, the
-checkpoint's sha256, the seed, the git commit, the device and the wall time.
+The data module is the one the model was trained with (its config travels in the checkpoint). The
+JSON holds the metrics, the config, the weights' sha256, the seed and zoo.results' provenance.
 """
 from __future__ import annotations
 
@@ -53,9 +51,6 @@ def evaluate(args) -> int:
     started = time.perf_counter()
     if args.json:
         check_output(args.json, "--json", args.overwrite)
-    for flag, value in (("--batch-size", args.batch_size), ("--limit", args.limit)):
-        if value is not None and value < 1:
-            raise UserError(f"{flag} must be >= 1, got {value}")
     check_flags({"--batch-size": args.batch_size})
     check_flags({"--limit": args.limit}, limit_name="limit_eval")
     L.seed_everything(args.seed, verbose=False)
@@ -75,9 +70,7 @@ def evaluate(args) -> int:
         data_args["limit_eval"] = args.limit
     datamodule = zoo.build_datamodule(model, **data_args)
     datamodule.test_split = args.split
-    # our data modules read or build their files here, idempotently: a missing or unwritable data
-    # folder is one line now, before the trainer prints its device lines
-    datamodule.prepare_data()
+    datamodule.prepare_data()  # a missing or unwritable data folder: one line, before the trainer starts
     datamodule.setup("test")
     from zoo.training.callbacks import Accelerate
 

@@ -1,17 +1,12 @@
 """zoo sample: draw images from a DRAW generator, or redraw given ones, as a figure and optionally
-an animated canvas.
+an animated canvas (the GIF beside --out).
 
     zoo sample --model draw_fmnist_t16 --n 64 --out samples.png --gif
-    zoo sample --checkpoint runs/draw_fmnist/checkpoints/last.ckpt --out s.png
     zoo sample --model draw_two_items60 --reconstruct-split test --n 8 --out recon.png --gif
-    zoo sample --model draw_fmnist_t16 --reconstruct a.png b.png --out recon.png
 
-Sampling (eqs. 13-14) has no encoder, so its figures show the write box only (red, border width
-proportional to sigma): --out is a grid of the n samples, the GIF (beside --out) the canvas at
-every step. Reconstruction encodes images (the test sets' fixed binarization) and redraws them:
---out is a strip per image (the input, then the canvas at 8 steps), the GIF input and canvas at
-every step, with each step's read box (green) and write box (red). --reconstruct takes grayscale
-images of the model's size, --reconstruct-split the first n of a split of the model's own data.
+Sampling (eqs. 13-14): a grid of the samples, each step's write box (red, width proportional to
+sigma). Reconstruction (the test sets' fixed binarization): a strip per image (the input, then the
+canvas at STRIP_STEPS steps), with each step's read (green) and write (red) boxes.
 """
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ def add_arguments(parser) -> None:
 
 
 def model_datamodule(model):
-    """The data module the model was trained with (its config travels in the checkpoint), set up
-    for its test splits."""
+    """The data module the model was trained with, set up for its test splits."""
     from zoo.registry import build_datamodule
 
     datamodule = build_datamodule(model)

@@ -1,14 +1,11 @@
-"""zoo samples: example inputs to try the zoo on, without training or downloading anything. For
-every registered family, each of its releases (a family without one: its first recipe) gets a
-folder of the first N test images of the data it was trained on, rebuilt from its data config
-(Fashion-MNIST variants, FashionScenes, item canvases), at the model's input size, and a
-boxes.json of the items in them (what `zoo attend --boxes` reads):
+"""zoo samples: example inputs to try the zoo on, without training or downloading anything: per
+release (a family without one: its first recipe), the first N test images of its data, rebuilt from
+its data config, and a boxes.json of their items (what `zoo attend --boxes` reads).
 
     zoo samples --out samples
     zoo attend --model ram_fmnist_cluttered60 --out attend samples/ram_fmnist_cluttered60/*.png \
         --boxes samples/ram_fmnist_cluttered60/boxes.json
-
-Not `zoo sample`, which draws new images from a DRAW generator."""
+"""
 from __future__ import annotations
 
 import json
@@ -23,8 +20,7 @@ def add_arguments(parser) -> None:
 
 
 def folders() -> dict[str, tuple[str, dict]]:
-    """{folder name: (family, data config)}: every release by name, and the first recipe of each
-    registered family that has no release."""
+    """{folder name: (family, data config)}: every release, and each other family's first recipe."""
     from zoo import registry
     from zoo.models.card import families
 

@@ -26,11 +26,8 @@ OFFLINE_MODES = ("offline", "dryrun", "disabled")
 
 
 class ZooWandbLogger(WandbLogger):
-    """WandbLogger that needs no account: offline under ./wandb unless WANDB_MODE=online (the one
-    place that chooses W&B's mode; `wandb sync wandb/offline-run-*` uploads an offline run later).
-    Model upload (`log_model`) is only possible online: forced off offline. `save_dir` is made when
-    the W&B run starts, not when the logger is built: inside the run folder, it is the run's, and
-    nothing is written there before the run claims its folder (zoo.training.runs.claim)."""
+    """WandbLogger that needs no account: offline unless WANDB_MODE=online (`log_model` then off), its
+    `save_dir` made when the W&B run starts, so nothing is written before the run claims its folder."""
 
     def __init__(self, project: str = "attention-zoo", save_dir: str = ".", name: str | None = None,
                  log_model: bool = False, **kwargs):
@@ -50,10 +47,8 @@ class ZooWandbLogger(WandbLogger):
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Checkpoints written to a temporary file in their own folder, flushed to disk, then renamed
-    over the target: a kill or a full disk mid-write leaves the previous checkpoint intact, and no
-    temporary file outside the run's folder. A killed writer's temporary of a checkpoint is swept
-    when that checkpoint is saved next (zoo.guards.writes.writing)."""
+    """Checkpoints written to a temporary beside them, synced, then renamed over the target: a kill
+    or a full disk mid-write leaves the previous one intact (zoo.guards.writes.writing)."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if storage_options is not None or not _is_local_file_protocol(path):
@@ -101,16 +96,9 @@ class _WriteErrors:
 
 
 class ZooCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint that keeps the best on validation and also rewrites `last.ckpt` at the end
-    of every training epoch, for `--ckpt_path last`.
-
-    Lightning 2.6's `save_last=True` rewrites last.ckpt only in a step that also saved a top-k
-    checkpoint: it would lag behind after a non-improving epoch. Written here, after the parent's
-    end-of-epoch save (validation has run), it holds the finished epoch and the current best score.
-    (Not a separate callback: Lightning runs checkpoint callbacks after all others.)
-
-    An interrupted run (SIGTERM, Ctrl-C) saves last.ckpt where it stopped; each checkpoint records
-    the W&B run id, so `--ckpt_path last` continues the same W&B run."""
+    """ModelCheckpoint that keeps the best on validation and rewrites `last.ckpt` after every epoch's
+    validation (Lightning 2.6's `save_last` lags after a non-improving epoch), and where an
+    interrupted run (SIGTERM, Ctrl-C) stopped; each checkpoint records its run and W&B run."""
 
     #: where the last interrupted run saved its checkpoint (read by train.py for its message)
     interrupted_path: str | None = None
@@ -126,9 +114,7 @@ class ZooCheckpoint(ModelCheckpoint):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if getattr(self, "_validate_first", False):
-            # A run resumed from a save cut off in validation: Lightning sees the epoch's training
-            # batches done and skips its validation, leaving the epoch without metrics and without
-            # a best-checkpoint candidate. Validate it now, before the epoch's checkpoints.
+            # resumed from a save cut off in validation, which Lightning would skip: validate it now
             self._validate_first = False
             trainer.validating = True
             trainer.fit_loop.epoch_loop.val_loop.run()
@@ -205,9 +191,7 @@ class InitFrom(L.Callback):
         return cls(state, source, config)
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        """The weights, with a fresh classifier head when this run's num_classes differs from the
-        source's, and the vocabulary's rows carried over word by word (zoo.registry.adapt_state_dict);
-        the class names then come from the data."""
+        """The weights, adapted to a new label set or vocabulary (zoo.registry.adapt_state_dict)."""
         from zoo.registry import adapt_state_dict
 
         hp = pl_module.hparams
@@ -223,9 +207,7 @@ class InitFrom(L.Callback):
 
 
 class Accelerate(L.Callback):
-    """The run's acceleration mode (zoo.models.accel: auto | eager | compile | reduce-overhead),
-    given to the model when the run sets up: speed is the run's option, not the model's, so it
-    never travels inside a checkpoint. train.py's and eval.py's `--accel`."""
+    """`--accel` (zoo.models.accel), given to the model at setup: the run's option, never in a checkpoint."""
 
     def __init__(self, mode: str = "auto"):
         from zoo.models.accel import check_mode
@@ -237,8 +219,7 @@ class Accelerate(L.Callback):
 
 
 class EpochSummary(L.Callback):
-    """One line per epoch on stdout (epoch, step, the epoch's metrics, elapsed time): train.py's
-    progress report where no terminal shows a live progress bar (a log file, CI, a pipe)."""
+    """One line per epoch on stdout (step, metrics, time) where no terminal shows a progress bar."""
 
     def __init__(self):
         self._started = None
@@ -258,13 +239,8 @@ class EpochSummary(L.Callback):
 
 
 class AttentionImageLogger(L.Callback):
-    """At the end of validation, ask the model where it looks on the first validation batch
-    (`model.attention_figures(batch)`) and log the figures: to W&B when it is the logger, else as
-    PNGs under the run's directory. Only rank 0 logs.
-
-    Each figure keeps its place across epochs: W&B key `val/attention/<index>` (the model's title
-    for it, e.g. the generated caption, goes in the image's caption), so one example can be
-    followed from epoch to epoch."""
+    """After validation, log `model.attention_figures` of the first validation batch (rank 0): to W&B
+    under `val/attention/<index>` (one example per key across epochs), else as PNGs in the run folder."""
 
     def __init__(self, every_n_epochs: int = 1, max_figures: int = 8):
         self.every_n_epochs, self.max_figures, self._batch = every_n_epochs, max_figures, None
@@ -287,8 +263,7 @@ class AttentionImageLogger(L.Callback):
         step = trainer.global_step
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
-                # One key per figure: W&B shows the images of one key side by side at one size,
-                # and the figures (a strip, a grid, overlays) differ in size.
+                # one key per figure: W&B shows one key's images at one size, and figures differ
                 for index, (caption, figure) in enumerate(figures):
                     logger.log_image(key=f"val/attention/{index}", images=[np.asarray(figure)],
                                      caption=[caption], step=step)

@@ -1,12 +1,8 @@
-"""A recipe on the command line, before LightningCLI parses it (zoo/training/train.py): a registry name
-stands for its recipe file, every --config file is checked (there, a YAML mapping, within
-zoo.guards.budget), and an old recipe or flag is read in current names (zoo.hparams: hyperparameters
-renamed, and the module paths of classes a run's config.yaml saved before names).
+"""A recipe on the command line, before LightningCLI parses it: a registry name stands for its recipe
+file, every --config file is checked (a YAML mapping within zoo.guards.budget), and an old recipe or
+flag is read in current names (zoo.hparams). `BASE_CONFIG` is applied before every recipe.
 
     argv = recipe_args.prepare(["fit", "--config", "ram_fmnist_centered", "--seed_everything", "1"])
-
-configs/base/trainer.yaml (`BASE_CONFIG`: W&B offline logger, progress bar, checkpointing) is
-applied before every recipe.
 """
 from __future__ import annotations
 
@@ -56,8 +52,7 @@ def _options(argv: list[str], takes_value) -> list[tuple[str, str | None, list[s
 
 
 def with_recipe_paths(argv: list[str]) -> list[str]:
-    """`--config ram_fmnist_centered` (a registry name that is no file here) means that entry's
-    recipe, wherever the recipes are installed: after `pip install` there is no configs/ folder."""
+    """`--config ram_fmnist_centered` (a registry name that is no file here) means that entry's recipe."""
     names, out = set(registry.list_models()), []
     for key, value, items in _options(argv, CONFIG.__contains__):
         # a folder of that name (the run's own: --trainer.default_root_dir vit_fmnist) is no config
@@ -69,9 +64,8 @@ def with_recipe_paths(argv: list[str]) -> list[str]:
 
 
 def with_nested_nulls(argv: list[str]) -> list[str]:
-    """`--model.init_args.backbone.level null` unsets the field. jsonargparse reads a null given
-    to a field of a nested dataclass as the string 'None' (refused for an int); the same update as
-    a one-field mapping, `--model.init_args.backbone '{"level": null}'`, merges field-wise."""
+    """`--model.init_args.backbone.level null` as `--model.init_args.backbone '{"level": null}'`, which
+    jsonargparse merges field-wise (a nested dataclass field's null would read as the string 'None')."""
     out = []
     for key, value, items in _options(argv, NESTED_NULL.match):
         field = NESTED_NULL.match(key)
@@ -81,9 +75,8 @@ def with_nested_nulls(argv: list[str]) -> list[str]:
 
 
 def check_config_files(argv: list[str]) -> None:
-    """Every --config file exists and holds a non-empty YAML mapping, and neither it nor a
-    command-line value expands past zoo.guards.budget (YAML anchors that share one list a billion ways,
-    nesting thousands deep), before jsonargparse would spend minutes and gigabytes on it."""
+    """Every --config file is a non-empty YAML mapping, and neither it nor a command-line value expands
+    past zoo.guards.budget (anchors, nesting), before jsonargparse would spend gigabytes on it."""
     paths = [BASE_CONFIG]
     for key, value, items in _options(argv, CONFIG.__contains__):
         if key in CONFIG and value is not None:
@@ -123,9 +116,8 @@ def check_config_files(argv: list[str]) -> None:
 
 
 def with_current_names(argv: list[str]) -> list[str]:
-    """Recipes and flags written before a hyperparameter was renamed or retired (zoo.hparams), in
-    current names, after one warning each: an old recipe's `model.init_args.accel` becomes the
-    run's `accel` (the recipe is then given to LightningCLI as its YAML text)."""
+    """Old recipes and flags in current names (zoo.hparams), one warning each; a rewritten recipe is
+    given to LightningCLI as its YAML text."""
     out = []
     for key, value, items in _options(argv, (*CONFIG, ACCEL).__contains__):
         if key in CONFIG and value is not None:
@@ -148,16 +140,14 @@ def with_current_names(argv: list[str]) -> list[str]:
 
 
 def current_flag(item: str) -> str:
-    """A command-line item that names a class at its module path from before the layout of zoo/
-    changed (a `--trainer.logger=` or `--trainer.callbacks+=` value), at its current one; any other
-    item as it is."""
+    """A command-line item naming a class at an old module path (`--trainer.logger=...`), at its current one."""
     key, eq, value = item.partition("=")
     return f"{key}={current_class_path(value)}" if eq and key.startswith("--") else current_class_path(item)
 
 
 def in_current_names(recipe: dict) -> dict:
-    """A parsed recipe with its model in current hyperparameter names (zoo.hparams); an old model's
-    `accel` (or ViT's `compile`) becomes the run's `accel`, where the recipe gives none of its own."""
+    """A parsed recipe with its model in current names; an old model's `accel` (ViT's `compile`) becomes
+    the run's `accel`, where the recipe gives none."""
     model = recipe.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("init_args"), dict):
         return recipe

@@ -5,9 +5,8 @@
     python train.py validate|test|predict --config RUN/config.yaml --ckpt_path RUN/checkpoints/last.ckpt
 
 configs/base/trainer.yaml applies first, then the recipe (zoo.training.recipe_args). `--ckpt_path`
-continues the run that wrote the checkpoint, with its model and data (zoo.training.runs checks both);
-`--init_from` starts a new run from a release's or checkpoint's weights. A user's mistake ends in one
-line and exit code 2; SIGTERM saves last.ckpt and exits 143. Why: docs/design-notes.md, "Runs".
+continues the run that wrote the checkpoint (zoo.training.runs); `--init_from` starts a new run from
+other weights. A mistake is one line and exit code 2; SIGTERM saves last.ckpt and exits 143.
 """
 from __future__ import annotations
 
@@ -59,8 +58,8 @@ class ZooArgumentParser(LightningArgumentParser):
 
 
 def one_line(message: str, parser=None) -> str:
-    """jsonargparse's message as its own innermost line, named by the key it is about (the keys of
-    nested classes joined: `model.backbone`) and its class, plus one did-you-mean."""
+    """jsonargparse's message as its innermost line, named by its key (`model.backbone`) and class,
+    plus one did-you-mean."""
     keys = re.findall(r'Parser key "([^"]+)"', message)
     classes = re.findall(r"Problem with given class_path '([^']+)'", message)
     structure = ("Parser key", "Does not validate", "Subtypes:", "Errors:", "- Problem with given class_path",
@@ -105,10 +104,8 @@ def _names_in(dotted: str, names, is_module: bool = False) -> list[str]:
 
 # ----------------------------------------------------------------------------- the CLI
 class SaveConfigToRunDir(SaveConfigCallback):
-    """The resolved config as <default_root_dir>/config.yaml beside the checkpoints (LightningCLI's
-    default is the logger's folder: for W&B the working directory), logged to every logger too. It
-    is a recipe: no ckpt_path, no W&B run id (zoo.training.runs.as_recipe). Written atomically, one file, into
-    the folder the run claimed (zoo.training.runs.claim) before it."""
+    """The resolved config, a recipe (zoo.training.runs.as_recipe), as <default_root_dir>/config.yaml
+    beside the checkpoints (not the logger's folder), atomically, and logged to every logger."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved:
@@ -151,16 +148,15 @@ class ZooCLI(LightningCLI):
         return parser
 
     def _parse_ckpt_path(self) -> None:
-        # Replaces LightningCLI's (checked: lightning 2.6.6), which merges the checkpoint's
-        # hyperparameters over the command line and would build the class the file names; here the
-        # file is checked against the recipe (zoo.training.runs.check_resume) before anything is built.
+        # LightningCLI's (2.6.6) would merge the checkpoint's hyperparameters and build the class the
+        # file names; here the file is checked against the recipe before anything is built
         subcommand = self.config.get("subcommand")
         if subcommand:  # the resumed weights are checked against the model once it is built (_preflight)
             self._resume_state = runs.check_resume(self.config[subcommand], self._argv, fitting=subcommand == "fit")
 
     def before_instantiate_classes(self) -> None:
-        """The data decides the image size, channels and label set (zoo.registry.link_data). A
-        fine-tune recipe that would start from random weights says so."""
+        """Link what the data decides into the model (zoo.registry.link_data); a fine-tune recipe that
+        would start from random weights says so."""
         config = self.config[self.subcommand]
         data, model = config.get("data"), config.get("model")
         if not hasattr(data, "class_path") or not hasattr(model, "init_args"):
@@ -189,9 +185,8 @@ class ZooCLI(LightningCLI):
                         "--model.init_args.pretrained true (online) / --model.init_args.pretrained_file PATH")
 
     def instantiate_trainer(self, **kwargs):
-        """The trainer, with atomic checkpoint writes, the run's speed, and without the callbacks the
-        user's own flags switch off (a progress bar, a learning-rate monitor with no logger,
-        checkpointing); where no terminal shows a bar, one line per epoch."""
+        """The trainer with atomic checkpoints, the run's speed, without the callbacks the user's flags
+        switch off, and one line per epoch where no terminal shows a bar."""
         run = self.config_init[self.subcommand]
         config = {**run.get("trainer", {}), **kwargs}
         if self.subcommand == "fit":
@@ -213,8 +208,7 @@ class ZooCLI(LightningCLI):
             raise UserError(f"trainer: {str(exc).splitlines()[0]}") from None
 
     def _preflight(self, run, root: Path) -> None:
-        """Checks that end a bad run before the trainer and W&B start: the data (its sizes, its
-        files), the run folder (writable, not in use, not an earlier run's), the --init_from source."""
+        """What ends a bad run before the trainer and W&B start: the data, the run folder, --init_from."""
         runs.check_resume_weights(self.model, *(getattr(self, "_resume_state", None) or (None, None)))
         data, hparams = self.datamodule, getattr(self.datamodule, "hparams", {})
         for key in ("batch_size", "eval_batch_size"):
@@ -227,11 +221,11 @@ class ZooCLI(LightningCLI):
             data.prepare_data()  # our data modules build or read their files here and in setup,
             data.setup("fit")    # idempotently: a missing file is reported now, in one line
             check_batches(data)
-            if hasattr(data, "summary") and _launching_process():
+            if hasattr(data, "summary") and runs.launching_process():
                 print(f"data: {data.summary()}", flush=True)
         if run.get("init_from"):
             self._init_from = InitFrom.prepare(run["init_from"], self.model, run.get("sha256"))
-        if _launching_process():  # last: the run's first write, held until the run ends (main)
+        if runs.launching_process():  # last: the run's first write, held until the run ends (main)
             runs.claim(root, resume=run.get("ckpt_path"), command=[PROG, *self._argv])
 
     def before_fit(self) -> None:
@@ -240,10 +234,8 @@ class ZooCLI(LightningCLI):
 
 
 def check_batches(data) -> None:
-    """A training loader that makes no batch would end the run at once, with exit 0 and no
-    checkpoint: fewer examples than `batch_size` where the last partial batch is dropped (an
-    ImageFolder's, as timm's training does), or none at all. Refused in one line naming the data
-    argument, before the run folder exists. Loaders that keep the partial batch train on it."""
+    """A training loader that makes no batch (an empty split, or fewer examples than a `batch_size`
+    that drops the last partial batch) would end the run at once with exit 0: refused in one line."""
     datasets = getattr(data, "datasets", None)  # our data modules' splits, built by setup
     split = datasets.get("train") if isinstance(datasets, dict) else None
     if split is not None and hasattr(split, "__len__") and not len(split):  # a shuffling loader refuses to exist
@@ -261,15 +253,8 @@ def check_batches(data) -> None:
                     f"--data.init_args.batch_size {count} or less, or more training data")
 
 
-def _launching_process() -> bool:
-    """True in the process that starts the run: not in the extra DDP ranks Lightning or torchrun
-    start (they inherit RANK/LOCAL_RANK), which must not take the run directory's lock again."""
-    return runs.launching_process()
-
-
 def _user_error(exc: BaseException | None) -> str | None:
-    """The one line of the UserError, or of the machine's OSError (a full disk, a read-only or
-    missing folder: zoo.guards.errors.environment_error), behind `exc`, following its causes."""
+    """The one line of the UserError or the machine's OSError behind `exc`, following its causes."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, UserError):
@@ -292,9 +277,8 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
     PROG = prog
     one_line_warnings()
     quiet_lightning()
-    # main(args) is also called from Python (tests, notebooks) with its own argument list
+    # notices about what main() and LightningCLI pass, not what a user can change
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-    # jsonargparse's notice about an argument LightningCLI passes, not one a user can change
     warnings.filterwarnings("ignore", message=r"(?s).*skip_none parameter was deprecated")
     # a frozen, pretrained encoder is in eval mode on purpose (its batch norm statistics stay)
     warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training")

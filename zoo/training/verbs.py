@@ -1,11 +1,8 @@
-"""The Lightning verbs on a finished run: `validate`, `test` and `predict` read a run, never write it.
+"""The Lightning verbs on a finished run: `validate`, `test` and `predict` read a run, never write it
+(no config.yaml, checkpoints or figures; a W&B run of their own); `predict` writes JSON lines to
+`--predictions` (zoo.models.predict).
 
-    python train.py validate --config RUN/config.yaml --ckpt_path RUN/checkpoints/last.ckpt
     python train.py predict --config RUN/config.yaml --ckpt_path last --predictions preds.jsonl
-
-They save no config.yaml, keep no checkpoints and draw no figures into the run folder (`callbacks`
-leaves those writers out), and log to a W&B run of their own; `predict` writes JSON lines to the file
-`--predictions` names (zoo.models.predict).
 """
 from __future__ import annotations
 
@@ -31,9 +28,8 @@ def add_arguments(parser, verb: str) -> None:
 
 
 def callbacks(verb: str, run: dict, model, callbacks: list) -> list:
-    """The trainer's callbacks for `verb` (`run`: its instantiated config): a read-only verb's
-    without those that write the run's files, `predict`'s with its writer (checked first: a
-    generator, an existing or unwritable file are refused before the trainer starts)."""
+    """The trainer's callbacks for `verb` (`run`: its config): a read-only verb's without the run's
+    writers, `predict`'s with its writer (its target checked before the trainer starts)."""
     if verb not in READ_ONLY:
         return callbacks
     kept = [c for c in callbacks if not isinstance(c, RUN_WRITERS)]
