@@ -1,30 +1,12 @@
 """One name per hyperparameter fact across the zoo, and the old names that files still carry.
 
-A fact that several families or data modules share is spelled one way, so recipes read alike and
-the code that joins data to model (zoo.registry.link_data) or reads a config needs no per-family case:
-
-- `image_size`: the images a model takes or a data module serves (one side, or [height, width]);
-- `in_chans`: their channels;
-- `num_classes`: the size of the label set;
-- `lr_schedule`: the learning-rate schedule a recipe chooses ("none" or "cosine");
-- `num_figures`: how many validation images are drawn as attention figures.
-
-A family's own symbol stays where it names that family's own quantity (DRAW's `T`, RAM's
-`num_glimpses`), and timm's names stay where we call timm (zoo.backbones: `img_size`, `drop_rate`).
-
-A wide family groups its arguments in blocks (`Block`: a dataclass of plain values, as
-zoo.backbones.BackboneSpec is ViT's trunk): LightningCLI parses a block field by field from a nested
-mapping (`retina: {patch_size: 12}`; `--model.init_args.retina.num_scales 2`), and the model keeps
-it in its hparams as a plain dict.
-
-Files written before a rename keep the old name. `RENAMED` is the one table of old names (`MOVED`
-of arguments that moved into a block, `RETIRED` of arguments that went: `accel`, now the run's
-option); `current_spec` / `current_config` apply them, and every reader of hyperparameters from a
-file goes through them (zoo.weights.hub, zoo.registry.instantiate, ZooModule's checkpoint loading, train.py's
-resume checks, tools/release), so an old file loads to the same model. Only argument names (and
-the values of a switch that became a choice) change, and the module paths of the callbacks and
-loggers a run's config names (`MOVED_MODULES`): a model's or data module's class path is never
-rewritten, so the allow-list (zoo.classes) still decides every class a file may name.
+Shared facts: `image_size` (one side, or [height, width]), `in_chans`, `num_classes`, `lr_schedule`
+("none" or "cosine"), `num_figures`; a family's own quantity keeps the paper's symbol (DRAW's `T`),
+timm's names stay where we call timm. A wide family groups its arguments in `Block`s (dataclasses
+of plain values, parsed field by field). Files written before a rename keep the old name: `RENAMED`,
+`MOVED` (into a block), `RETIRED` and `MOVED_MODULES` (callbacks' and loggers' module paths) are the
+tables every reader of a file's hyperparameters applies (`current_spec` / `current_config`); a
+model's or data module's class path is never rewritten, so the allow-list still decides every class.
 """
 from __future__ import annotations
 
@@ -53,9 +35,8 @@ RENAMED_VALUES: dict[str, dict[Any, Any]] = {
     "cosine_schedule": {True: "cosine", False: "none"},
 }
 
-#: class path -> {block: {argument: its default then}}: arguments that moved from the model into
-#: one of its blocks (ViT's trunk into its `backbone:` spec; RAM's and the captioner's groups); a
-#: config that gives any of a block's is from before the move, and one it left out meant that default
+#: class path -> {block: {argument: its default then}}: arguments that moved into a block; a config
+#: giving any of a block's is from before the move, and one it left out meant that default
 MOVED: dict[str, dict[str, dict[str, Any]]] = {
     "zoo.models.vit.ViTClassifier": {"backbone": {
         "kind": "timm_vit", "model_name": "vit_tiny_patch16_224", "patch_size": 4, "depth": 6, "embed_dim": 96,
@@ -101,9 +82,8 @@ RETIRED: dict[str, tuple[Any, str]] = {
     "compile": (False, "speed is a run option now (zoo train fit --accel compile)"),  # ViT's older spelling
 }
 
-#: old module of a class path -> its module now, since the top level of zoo/ was grouped
-#: into packages: a run's config.yaml saved before then names its logger `zoo.callbacks.ZooWandbLogger`.
-#: (The names cut out of a module on their own are functions, which no file names.)
+#: old module of a class path -> its module since zoo/ was grouped into packages (a run's config.yaml
+#: names its logger `zoo.callbacks.ZooWandbLogger`)
 MOVED_MODULES: dict[str, str] = {
     "zoo.errors": "zoo.guards.errors", "zoo.io": "zoo.guards.writes", "zoo.limits": "zoo.guards.budget",
     "zoo.hub": "zoo.weights.hub", "zoo.export": "zoo.weights.export", "zoo.export_set": "zoo.weights.export_set",
@@ -116,8 +96,7 @@ MOVED_MODULES: dict[str, str] = {
 
 
 def current_class_path(path: Any) -> Any:
-    """A class path (a callback, logger or plugin a run's config.yaml names) in the current layout;
-    any other value as it is. Model and data classes never moved: the allow-list decides them."""
+    """A class path (a callback, logger or plugin a run's config.yaml names) in the current layout."""
     if not isinstance(path, str):
         return path
     module, _, name = path.rpartition(".")
@@ -125,8 +104,7 @@ def current_class_path(path: Any) -> Any:
 
 
 def current_class_paths(tree: Any) -> Any:
-    """A parsed config (nested mappings and lists) with every `class_path` in the current layout
-    (`tree` itself when none moved)."""
+    """A parsed config with every `class_path` in the current layout (`tree` itself when none moved)."""
     if isinstance(tree, Mapping):
         new = {k: current_class_path(v) if k == "class_path" else current_class_paths(v) for k, v in tree.items()}
         return tree if all(new[k] is tree[k] for k in tree) else new
@@ -140,8 +118,7 @@ _noted: set[tuple] = set()
 
 
 def renamed_for(class_path: Any) -> dict[str, str]:
-    """{old name: current name} for the class a file names ({} for any other value); an argument
-    that moved into a block is named `block.field`."""
+    """{old name: current name} (`block.field` for one that moved into a block) of a class path."""
     if not isinstance(class_path, str):
         return {}
     moved_as = MOVED_AS.get(class_path, {})
@@ -151,9 +128,8 @@ def renamed_for(class_path: Any) -> dict[str, str]:
 
 
 def current_init_args(class_path: Any, init_args: Any) -> Any:
-    """`init_args` of `class_path` with its old names renamed (a new mapping; `init_args` itself when
-    nothing is renamed, or when it is not a mapping). An old and a current name that disagree are
-    refused in one line: the file does not say which it means."""
+    """`init_args` of `class_path` in current names (itself when nothing is renamed); an old and a
+    current name that disagree are refused in one line."""
     renames = RENAMED.get(class_path, {}) if isinstance(class_path, str) else {}
     blocks = MOVED.get(class_path, {}) if isinstance(class_path, str) else {}
     moved_names = {name for then in blocks.values() for name in then}
@@ -193,8 +169,7 @@ def current_init_args(class_path: Any, init_args: Any) -> Any:
 
 
 def current_spec(spec: Any) -> Any:
-    """A {class_path, init_args} mapping (a model's or a data module's; or a zoo config, as
-    checkpoints and releases carry it, with its `data` spec) in current names."""
+    """A {class_path, init_args} mapping (or a zoo config, with its `data` spec) in current names."""
     if not isinstance(spec, Mapping):
         return spec
     new = {"init_args": current_init_args(spec.get("class_path"), spec.get("init_args")),
@@ -217,10 +192,9 @@ def _converted(old: str, value: Any) -> Any:
 # ----------------------------------------------------------------------------- blocks
 @dataclasses.dataclass
 class Block:
-    """A block of a model's hyperparameters: a dataclass of plain values. LightningCLI/jsonargparse
-    parses it field by field from a nested mapping (so a second `--config`, or
-    `--model.init_args.BLOCK.FIELD`, changes one field), a Python caller may give a plain dict, and
-    the model keeps `to_dict()` in its hparams. A `Literal` field is a choice, checked by `coerce`."""
+    """A block of a model's hyperparameters: a dataclass of plain values that jsonargparse parses field
+    by field, a Python caller may give as a dict, and the model keeps as `to_dict()`. A `Literal`
+    field is a choice, checked by `coerce`."""
 
     def __post_init__(self):
         # jsonargparse hands a nested `--model.init_args.BLOCK.FIELD null` over as the string "None"
@@ -230,8 +204,8 @@ class Block:
 
     @classmethod
     def coerce(cls, value: Any, where: str) -> "Block":
-        """A block from a block, a plain dict (old checkpoints, Python callers) or None (the
-        defaults); an unknown field or a choice off its list is one line naming `where` (e.g. "RAM: retina")."""
+        """A block from a block, a dict or None (the defaults); an unknown field or a choice off its list
+        is one line naming `where` (e.g. "RAM: retina")."""
         if value is None:
             value = {}
         if isinstance(value, cls):

@@ -1,19 +1,10 @@
-"""One way to turn an image file into a model's input, used by every route: the `zoo` commands,
-the data modules' evaluation transforms, eval.py (through those) and the Python API
-(`zoo.get_weights(name).transforms()`, `zoo.preprocessing(model)`).
+"""One way to turn an image into a model's input, for every route (the commands, the data modules'
+evaluation transforms, `zoo.get_weights(name).transforms()`, `zoo.preprocessing(model)`): a float
+tensor [C, H, W] in [0, 1]. A mean/std normalisation is the model's, inside; `mean/std` record it.
 
-The convention everywhere is a float tensor [C, H, W] in [0, 1]. Normalisation by a mean and std is
-NOT done here: a model whose backbone wants it (pretrained timm weights, the ViT recipes) applies it
-inside, in exactly one place, and `Preprocessing.mean/std` only record what it applies.
-
-Resize rules:
-- "exact":  the image must already be H x W (RAM: its glimpse locations are tied to pixels; the
-            DRAW models). A colour image is refused by a 1-channel model, a grey one stored as RGB
-            is accepted.
-- "squash": resized to H x W (bilinear), any aspect ratio: the small-image models (Fashion-MNIST,
-            FashionScenes), whose training images have exactly that size.
-- "crop":   the shorter side resized to `resize_size`, then the centre H x W cropped: ImageNet-style
-            models and the COCO/Flickr captioners (torchvision's and timm's evaluation transform).
+Resize rules: "exact", the image must be H x W already (RAM, DRAW: coordinates are pixels; a colour
+image is refused by a 1-channel model); "squash", resized to H x W (bilinear), the small-image
+models; "crop", the shorter side to `resize_size`, then the centre H x W (timm's evaluation).
 """
 from __future__ import annotations
 
@@ -51,10 +42,9 @@ class Preprocessing:
 
     # ------------------------------------------------------------------ transform
     def __call__(self, image) -> torch.Tensor:
-        """A PIL image (any mode, as zoo.guards.files.load_image returns), a numpy array [H, W] or [H, W, C]
-        or a tensor [H, W] or [C, H, W] (uint8, or float in [0, 1]) -> float [C, H, W] in [0, 1]."""
+        """A PIL image, a numpy array [H, W] / [H, W, C] or a tensor [H, W] / [C, H, W] (uint8, or float
+        in [0, 1]) -> float [C, H, W] in [0, 1]."""
         import torchvision.transforms.functional as TF
-
 
         image = _as_pil(image)
         H, W = self.size
@@ -78,9 +68,8 @@ class Preprocessing:
         return self
 
     def map_boxes(self, boxes: torch.Tensor, original: tuple[int, int]) -> torch.Tensor:
-        """Boxes [K, 4] (x0, y0, x1, y1) in the pixels of an image of size `original` (H, W) -> the
-        same boxes in the prepared input's pixels, through the resize rule `__call__` applies
-        ("crop": parts outside the centre crop are cut off, a box wholly outside it has no area)."""
+        """Boxes [K, 4] (x0, y0, x1, y1) in an image of size `original` (H, W) -> the same boxes in the
+        prepared input's pixels ("crop": cut to the crop, a box wholly outside it has no area)."""
         H, W = self.size
         h, w = original
         if self.resize == "exact":
@@ -110,8 +99,7 @@ class Preprocessing:
 
 
 def _as_pil(image):
-    """A PIL image from a PIL image, a numpy array [H, W] / [H, W, C] or a tensor [H, W] / [C, H, W]
-    (uint8, or float in [0, 1]), so that every input type is prepared by the same code."""
+    """A PIL image of any input `__call__` takes, so that every type is prepared by the same code."""
     if isinstance(image, Image.Image):
         return image
     if isinstance(image, torch.Tensor):
@@ -131,11 +119,9 @@ def _as_pil(image):
 
 
 def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None, sizes: list | None = None):
-    """Load and prepare many image files: (tensor [N, C, H, W] of the good ones, good paths,
-    one-line errors for the bad ones), so a partly bad batch still processes the good images.
-    `notes`, when given, gets one line saying how many images the rule resized or made grey: the
-    model sees what it was trained on, and the user is told it is not what they gave. `sizes`, when
-    given, gets each good image's original (H, W)."""
+    """Load and prepare image files: (tensor [N, C, H, W] of the good ones, good paths, one-line errors
+    for the bad ones). `notes` gets one line on how many the rule resized or made grey, `sizes` each
+    good image's original (H, W)."""
     from zoo.guards.files import load_image
 
     tensors, good, errors = [], [], []
@@ -172,8 +158,7 @@ def load_image_tensor(path: str | os.PathLike, spec: Preprocessing) -> torch.Ten
 
 # ----------------------------------------------------------------------------- per model
 def data_config(model) -> dict | None:
-    """{class_path, init_args} of the data module `model` was trained with (from its checkpoint,
-    release or recipe), or None."""
+    """{class_path, init_args} of the data module `model` was trained with, or None."""
     return getattr(model, "_zoo_data_config", None)
 
 
@@ -187,8 +172,7 @@ def _normalisation(model) -> tuple[tuple | None, tuple | None]:
 
 
 def for_model(model) -> Preprocessing:
-    """How images are prepared for `model`: the family's input facts (`input_size`, `input_chans`,
-    `card.resize`), and the evaluation crop of the data module it was trained with, if it has one."""
+    """How images are prepared for `model`: its input facts, and its data module's evaluation crop."""
     from zoo.classes import is_allowed, resolve_class
 
     data = (data_config(model) or {}).get("init_args") or {}
@@ -204,9 +188,8 @@ def for_model(model) -> Preprocessing:
 
 
 def image_rules(in_chans: int) -> dict[str, str]:
-    """How `load_image` and zoo.preprocess turn a file into pixels, as export.json's preprocessing
-    states it for a deployment, which must follow it: transparency, colour, orientation, interpolation."""
-    # alpha: out = alpha * colour + (1 - alpha) * black, as PIL's alpha_composite
+    """How a file becomes pixels (alpha composited on black, colour, orientation, interpolation), as
+    export.json states it for a deployment."""
     return {"alpha": "composite on black",
             "colour": {3: "RGB", 1: "L (PIL's convert('L') of the RGB: ITU-R 601-2 luma)"}[in_chans],
             "orientation": "EXIF orientation applied", "interpolation": INTERPOLATION}

@@ -1,10 +1,8 @@
 """Model names -> recipes and released weights.
 
-Every recipe `configs/<family>/<recipe>.yaml` that has a `model:` section is a registry entry named
-`<family>_<recipe>` (e.g. configs/ram/fmnist_centered.yaml -> "ram_fmnist_centered"): the recipe
-holds every hyperparameter, so the registry duplicates none. Released weights are listed in
-`weights/MANIFEST.json` (zoo.weights.hub.manifest): its config is the architecture the weights were trained
-with, and wins over the recipe when pretrained weights are loaded.
+Every recipe `configs/<family>/<recipe>.yaml` with a `model:` section is the entry
+`<family>_<recipe>` ("ram_fmnist_centered"), holding every hyperparameter. Released weights are
+listed in `weights/MANIFEST.json` (zoo.weights.hub.manifest), whose config wins for pretrained weights.
 """
 from __future__ import annotations
 
@@ -29,13 +27,11 @@ from zoo.models.memory import data_memory, evaluation_memory, model_memory, trai
 from zoo.weights import hub
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: the model index: facts that take torch to know, per entry, and each model class's family
-#: (written by scripts/model_index.py; zoo.commands.info reads the facts)
+#: facts that take torch to know, per entry, and each class's family (scripts/model_index.py writes it)
 INDEX_PATH = Path(__file__).resolve().with_name("model_index.json")
 log = logging.getLogger("zoo")
 _INSTALLED = Path(__file__).resolve().parent / "recipes"
-#: the recipes that come with the code: those a wheel installs as zoo/recipes, else the clone's configs/
-#: ($ZOO_CONFIG_DIR reads others instead)
+#: the recipes a wheel installs as zoo/recipes, else the clone's configs/ ($ZOO_CONFIG_DIR: others)
 SHIPPED_CONFIGS = _INSTALLED if _INSTALLED.is_dir() else REPO_ROOT / "configs"
 
 
@@ -49,15 +45,13 @@ class Entry:
     metadata: dict = field(default_factory=dict)
 
     def recipe_config(self) -> dict:
-        """The recipe's model config as train.py trains it, with what its data decides filled in
-        (image size, channels, label set: `linked`), and the data config beside it."""
+        """The recipe's model config as train.py trains it (`linked`), with the data config beside it."""
         return {**(linked(self.model, self.data) if self.data else self.model), "data": self.data}
 
 
 @functools.lru_cache(maxsize=None)
 def _parsed(path: Path, mtime_ns: int, size: int) -> dict | str:
-    """A recipe's YAML, parsed once per version of the file (keyed by its mtime and size); the
-    reason, as a string, when it is not a readable recipe."""
+    """A recipe's YAML, parsed once per version of the file; the reason, as a string, when it is not one."""
     if size > hub.MAX_CONFIG_BYTES:
         return f"more than {hub.MAX_CONFIG_BYTES:,} bytes"
     try:
@@ -98,7 +92,6 @@ def _entries() -> dict[str, Entry]:
             continue
         name = f"{family}_{path.stem}"
         model = {"class_path": model["class_path"], "init_args": dict(model.get("init_args") or {})}
-        # the family is looked up (importing the model class) only when asked: see `family_of`
         recipe_file = f"configs/{family}/{path.name}"
         entries[name] = Entry(name, path, model, recipe.get("data"),
                               metadata={"recipe": f"python train.py fit --config {recipe_file}", "recipe_file": recipe_file})
@@ -107,7 +100,7 @@ def _entries() -> dict[str, Entry]:
         entry.weights = record
         family = {"family": record["config"]["family"]} if record["config"].get("family") else {}
         released = record.get("metadata") or {}  # a record may say "metadata": null
-        # `recipe` is the command that trains the entry (a release's: with its seed), `recipe_file` the YAML
+        # `recipe`: the command that trains the entry (a release's: with its seed); `recipe_file`: its YAML
         recipe = {"recipe": released.get("command") or entry.metadata.get("recipe"),
                   "recipe_file": released.get("recipe") or entry.metadata.get("recipe_file")}
         entry.metadata = {**entry.metadata, **family, **released, **recipe, "sha256": record.get("sha256")}
@@ -117,17 +110,15 @@ def _entries() -> dict[str, Entry]:
 
 @functools.lru_cache(maxsize=1)
 def index() -> dict:
-    """The model index ({"families": {class_path: family}, "entries": {name: facts}}); empty
-    when absent."""
+    """The model index ({"families": {class_path: family}, "entries": {name: facts}}), empty when absent."""
     if not INDEX_PATH.is_file():
         return {"families": {}, "entries": {}}
     return json.loads(INDEX_PATH.read_text())
 
 
 def family_of(entry: Entry) -> str:
-    """The entry's model family (filled into its metadata on first use): the model index's (no
-    import), else its model class's card's name (which need not be its folder's), else the folder
-    for a class off the list."""
+    """The entry's family, kept in its metadata: the model index's (no import), else its class's card's,
+    else the folder for a class off the list."""
     if "family" not in entry.metadata:
         class_path, folder = entry.model["class_path"], entry.recipe.parent.name if entry.recipe else "?"
         entry.metadata["family"] = index()["families"].get(class_path) or (
@@ -146,16 +137,11 @@ def get_entry(name: str) -> Entry:
 
 
 def link_data(model_class: type, model_args, data_class: type, data_args, with_names: bool = True) -> None:
-    """Give the model what its data decides, in `model_args` (a recipe's init_args, or
-    LightningCLI's, changed in place): the image size and channels the data serves
-    (`image_size_for`, `image_chans_for`), which a model left at its class default takes and one set
-    to another value refuses in one line (a captioner trained on 96 px scenes with image_size 128
-    would be prepared at 128 px by `zoo caption`); and the label set (`class_names_for`) as
-    `num_classes` and, where the model takes them and its config names none, `class_names`.
-    train.py, the registry and tools/release all link, so no recipe restates them. `with_names`
-    false (train.py) leaves the names out: the model takes them from its data module in `setup`, and
-    a label set of tens of thousands of names in LightningCLI's config costs jsonargparse quadratic
-    time (checked: 4.53 deep-copies the whole list once per element it validates)."""
+    """Give the model what its data decides, in `model_args` (changed in place): the image size and
+    channels it serves (a model left at its default takes them, one set otherwise is refused in one
+    line), and the label set as `num_classes` and, where the config names none, `class_names`.
+    `with_names` false (train.py) leaves the names to `setup`: a long list in LightningCLI's config
+    costs jsonargparse quadratic time (checked: 4.53)."""
     from zoo.data.base import as_size
 
     params = inspect.signature(model_class).parameters
@@ -188,8 +174,7 @@ def link_data(model_class: type, model_args, data_class: type, data_args, with_n
 
 
 def linked(model: dict, data: dict) -> dict:
-    """A recipe's model {class_path, init_args} in current names with what its data {class_path,
-    init_args} decides filled in (`link_data`); a class off the list as it is."""
+    """A recipe's model spec in current names with what its data spec decides linked in (`link_data`)."""
     model, data = current_spec(model), current_spec(data)
     if not (is_allowed(model.get("class_path")) and is_allowed(data.get("class_path"), "data")):
         return model
@@ -200,8 +185,7 @@ def linked(model: dict, data: dict) -> dict:
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
-    """Names of registered models matching a glob `pattern`; only those with released weights
-    when `pretrained`."""
+    """Names of registered models matching a glob `pattern` (with released weights, when `pretrained`)."""
     return sorted(find_entries(pattern, pretrained))
 
 
@@ -212,9 +196,8 @@ def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entr
 
 
 def instantiate(spec: dict, kind: str = "model", **overrides):
-    """Instantiate an allow-listed {class_path, init_args} with overrides on top (a mapping
-    updates a block field by field); init_args saved under an old hyperparameter name are given
-    under the current one (zoo.hparams)."""
+    """Instantiate an allow-listed {class_path, init_args} in current names, `overrides` on top (a
+    mapping updates a block field by field), its memory checked first."""
     if not isinstance(spec, dict):
         raise UserError(f"refused: a {kind} config must be a mapping with class_path, got {type(spec).__name__}")
     check_tree(spec, f"the {kind} config")
@@ -226,8 +209,6 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
     # an override of a block (a backbone spec) changes the fields it gives, as a second config would
     init_args.update({k: {**init_args[k], **v} if isinstance(v, dict) and isinstance(init_args.get(k), dict) else v
                       for k, v in overrides.items()})
-    # the memory it would take, measured before it is taken (zoo.guards.budget); its sizes are checked
-    # against the limits (its card's too) when it is built
     check_memory(model_memory(cls, init_args) if kind == "model" else data_memory(cls, init_args),
                  f"{kind} {spec['class_path']}")
     try:
@@ -237,12 +218,9 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
 
 
 def check_run_memory(data, model) -> None:
-    """What a training run of a parsed config (jsonargparse Namespaces `data`, `model`) would
-    allocate, refused above the memory budget before anything is built (zoo.guards.budget): the model built
-    on the meta device, its weights counted four times (with their gradients and the optimizer's two
-    moments), a training step at the data's `batch_size` (forward and backward) or an evaluation
-    step at its `eval_batch_size`, whichever takes more, and the arrays its data module would
-    generate."""
+    """What a training run of a parsed config (Namespaces `data`, `model`) would allocate, refused above
+    the memory budget before anything is built: the weights four times (gradients, two optimizer
+    moments), the larger of a training and an evaluation step, and the data module's arrays."""
     def plain(init_args) -> dict:
         return init_args.as_dict() if hasattr(init_args, "as_dict") else dict(init_args or {})
 
@@ -265,14 +243,12 @@ def check_run_memory(data, model) -> None:
 
 
 def _is_count(value, name: str | None = None) -> bool:
-    """A positive integer (within the limit of the argument `name`: a batch size past its sane
-    range is refused by that range, naming it, when the data module is built)."""
+    """A positive integer (within the limit of `name`: past it, the data module refuses it, naming it)."""
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= (limit(name) if name else value)
 
 
 def _served(batch, limit):
-    """The examples a step holds: the batch size, or fewer where the data's `limit_train` /
-    `limit_eval` caps the split below it."""
+    """The examples a step holds: the batch size, or the `limit_train` / `limit_eval` below it."""
     return min(batch, limit) if _is_count(batch) and _is_count(limit) else batch
 
 
@@ -284,8 +260,7 @@ def data_config(model) -> dict | None:
 
 
 def build(config: dict, **overrides):
-    """A model from its config; the data config rides along (see `data_config`), both in current
-    hyperparameter names (zoo.hparams)."""
+    """A model from its config, in current names; the data config rides along (`data_config`)."""
     config = current_config(config)
     data = config.get("data") if isinstance(config, dict) else None
     if data and not (isinstance(data, dict) and isinstance(data.get("class_path"), str)
@@ -301,8 +276,7 @@ def build(config: dict, **overrides):
 
 
 def build_datamodule(model, **overrides):
-    """The data module `model` was trained with, rebuilt from its data config (allow-listed),
-    with `overrides` on top of its arguments (e.g. batch_size, limit_eval)."""
+    """The data module `model` was trained with, `overrides` on top (batch_size, limit_eval...)."""
     config = data_config(model)
     if not config:
         raise UserError("the model carries no data config; use a checkpoint written by train.py or a "
@@ -320,7 +294,6 @@ def build_datamodule(model, **overrides):
     unknown = sorted(k for k in overrides if k not in accepted)
     if unknown:
         raise UserError(f"{config['class_path']} has no argument {', '.join(unknown)}")
-    # evaluating at the batch size its loaders will serve, measured before any data is read
     merged = {**(config.get("init_args") or {}), **overrides}
     key = "eval_batch_size" if merged.get("eval_batch_size") is not None else "batch_size"
     batch = _served(merged.get(key), merged.get("limit_eval"))
@@ -332,8 +305,7 @@ def build_datamodule(model, **overrides):
 
 def load_into(model, path: str | os.PathLike, sha256: str | None = None, new_head: bool = False):
     """Load weights from `path` (a file or URL; `sha256` pins it) into `model`, refusing another
-    model's checkpoint clearly. `new_head`: the model's label set differs on purpose, so its
-    classifier head starts fresh (see `adapt_state_dict`)."""
+    model's; `new_head`: a new label set, whose head starts fresh (`adapt_state_dict`)."""
     from zoo.models.base import class_path
 
     state, config = hub.load_fetched(path, sha256)
@@ -346,11 +318,9 @@ def load_into(model, path: str | os.PathLike, sha256: str | None = None, new_hea
 
 
 def adapt_state_dict(model, state: dict, config: dict | None, source: str, new_head: bool = False) -> dict:
-    """`state` made to fit `model` where the user changed its task: with `new_head`, the family's
-    head parameters (`model.head_keys`) whose shape differs keep the model's fresh ones; when the
-    model's vocabulary differs from the one `config` was trained with, the rows of
-    `model.card.vocab_keys` for words both know are copied and new words keep fresh rows. Anything else
-    that does not fit is refused (`check_state_dict`)."""
+    """`state` made to fit `model` where the user changed its task: with `new_head`, head parameters
+    (`model.head_keys`) of another shape stay fresh; with another vocabulary than `config`'s, the
+    rows (`card.vocab_keys`) of words both know are copied. Anything else must fit (`check_state_dict`)."""
     state, own = dict(state), model.state_dict()
     fresh = [k for k in own if new_head and k.startswith(tuple(model.head_keys)) and k in state
              and state[k].shape != own[k].shape]
@@ -395,11 +365,9 @@ def check_state_dict(model, state: dict, source: str) -> None:
 
 def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathLike | None = None,
                  sha256: str | None = None, **overrides):
-    """Build the registered model `name` (`hf-hub:ORG/NAME`: that model card on the Hugging Face hub).
-
-    pretrained: load its released weights (verified against the manifest's sha256).
-    checkpoint: load weights from this .ckpt/.safetensors (a path or URL, pinned by `sha256`)
-    instead; it must be this model's kind. overrides: hyperparameters replacing the recipe's."""
+    """Build the registered model `name` (`hf-hub:ORG/NAME`: that model card on the hub). `pretrained`:
+    its released weights; `checkpoint`: this model's .ckpt/.safetensors (a path or URL, pinned by
+    `sha256`) instead; `overrides`: hyperparameters replacing the recipe's."""
     overrides = _head_override(overrides)
     if hub.is_hub_id(name):
         if checkpoint is not None:
@@ -423,9 +391,8 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
 
 
 def _head_override(overrides: dict) -> dict:
-    """`overrides` with a new label set's `num_classes` checked: a positive integer (a head of 0
-    outputs, or of -3, is no classifier), or None, which keeps the release's (or recipe's) head
-    rather than the class default's (a 1000-class ImageNet head for ViT)."""
+    """`overrides` with a new label set's `num_classes` checked: a positive integer, or None (the
+    release's head, not the class default's)."""
     if "num_classes" not in overrides:
         return overrides
     value = overrides["num_classes"]
@@ -446,9 +413,7 @@ def _check_released(entry: Entry) -> Entry:
 
 @dataclass(frozen=True)
 class Weights:
-    """A release, in the manner of torchvision's `Weights`: where it is, how its input is
-    prepared (`transforms()`), and what it is (`meta`: task, dataset, metrics, recipe, device,
-    preprocessing, and the class names or the vocabulary)."""
+    """A release, as torchvision's `Weights`: where it is, its input (`transforms()`) and `meta`."""
 
     name: str
     file: str
@@ -457,8 +422,7 @@ class Weights:
     meta: dict
 
     def transforms(self):
-        """PIL image -> float [C, H, W] in [0, 1], the model's evaluation preprocessing (its mean/std
-        normalisation happens inside the model)."""
+        """PIL image -> float [C, H, W] in [0, 1], the model's evaluation preprocessing."""
         from zoo.preprocess import Preprocessing
 
         return Preprocessing.from_dict(self.meta["preprocessing"])
@@ -468,8 +432,7 @@ class Weights:
 
 
 def release_meta(model, metadata: dict | None = None) -> dict:
-    """What a release records about itself beside its config: the preprocessing of its input and
-    its class names or vocabulary (plus any given `metadata`)."""
+    """What a release records beside its config: its preprocessing, class names or vocabulary, size."""
     from zoo.preprocess import for_model
 
     spec, vocab = for_model(model), model.hparams.get("vocab")
@@ -492,10 +455,8 @@ def get_weights(name: str) -> Weights:
 
 
 def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overrides):
-    """Rebuild a model from a zoo checkpoint alone: a Lightning .ckpt (weights_only) or a
-    .safetensors with its config in metadata or a sidecar .json; a path or a URL (`sha256` pins
-    it); or a model card, `hf-hub:ORG/NAME` or a local folder in the hub's layout (zoo.weights.hub). The
-    classes its config names must be the zoo's own (see ALLOWED_CLASSES)."""
+    """A model from a zoo checkpoint alone (a .ckpt, a .safetensors, a model card; a path or a URL
+    pinned by `sha256`), whose config names only the zoo's own classes."""
     overrides = _head_override(overrides)
     state, config = hub.load_fetched(path, sha256)
     if not isinstance(config, dict) or "class_path" not in config:
@@ -507,9 +468,8 @@ def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overri
 
 
 def scrub_paths(config: dict) -> dict:
-    """A model config read from a file, without the paths its data config names (a cache folder, a
-    data root, annotation files): a file never chooses where we read or write. The dropped argument
-    names ride along as `_ignored_paths` for `build_datamodule`'s one-line notice."""
+    """A config from a file without the paths its data config names (a file never chooses where we
+    read or write); their names ride along as `_ignored_paths` for `build_datamodule`'s notice."""
     data = config.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("init_args"), dict):
         return config

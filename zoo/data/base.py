@@ -27,17 +27,15 @@ def batch_identity(batch):
 
 
 class SplitDataModule(L.LightningDataModule):
-    """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test". `test_split`
-    names the split `test_dataloader()` and `predict_dataloader()` serve: "test", or "val" when
-    eval.py runs `trainer.test` with `--split val` (so one metrics code serves both splits)."""
+    """Subclasses define `loader(split) -> DataLoader` for "train", "val" and "test"; `test_split` is
+    the split `test_dataloader()` serves ("val" for eval.py's `--split val`)."""
 
     test_split = "test"
     #: the data set's facts (zoo.data.card): a subclass declaring its own is a data set
     card: DataCard | None = None
 
     def __init_subclass__(cls, **kwargs):
-        """A concrete data module registers itself: files (checkpoints, releases) may name it; one
-        declaring its card is a data set (zoo.data.card.register checks the card)."""
+        """A concrete data module is allow-listed; one declaring its card is a data set (zoo.data.card)."""
         super().__init_subclass__(**kwargs)
         if "card" in cls.__dict__:
             register(cls)
@@ -45,42 +43,33 @@ class SplitDataModule(L.LightningDataModule):
             allow_class(cls, "data")
 
     def __new__(cls, *args, **kwargs):
-        """Absurd sizes (a billion test images) are refused in one line before anything is built:
-        its card's `dimensions`, beside the shared ones."""
+        """Absurd sizes are refused in one line before anything is built (its card's `dimensions`)."""
         check_arguments(cls, args, kwargs, "data.init_args", dimensions_of(cls))
         return super().__new__(cls)
 
-    #: arguments that name places on disk: a checkpoint's or release's data config never sets
-    #: them (paths come from the user; zoo.registry.build_datamodule)
-    path_arguments: tuple[str, ...] = ()
 
     @property
     def hparams_initial(self) -> AttributeDict:
-        """Logged as `data.<key>`: Lightning refuses to merge a model's and a data module's equal keys
-        with different values (`image_size` 224 and [224, 224] in the COCO recipes)."""
+        """Logged as `data.<key>`: Lightning refuses a model's and a data module's equal keys that differ."""
         return AttributeDict({f"data.{k}": v for k, v in super().hparams_initial.items() if not k.startswith("_")})
 
     @classmethod
     def arguments(cls, **init_args) -> dict:
-        """`init_args` (a recipe's, a checkpoint's) with the class defaults filled in, for the facts
-        below: a recipe leaving an argument at its default states the same data as one spelling it out."""
+        """`init_args` with the class defaults filled in, for the facts below."""
         defaults = {name: p.default for name, p in inspect.signature(cls).parameters.items()
                     if p.default is not inspect.Parameter.empty}
         return {**defaults, **init_args}
 
-    # these three and `path_arguments`: a data set's card sets them (zoo.data.card)
-    #: the argument that fixes the served image size (None: none does)
+    # a data set's card sets these (zoo.data.card.CLASS_FACTS)
     image_size_argument: str | None = None
-    #: channels of the images this module serves (None: it does not fix them)
     image_chans: int | None = None
-    #: the label set it serves, known before it is built (None: none, e.g. captions)
     class_names: list[str] | None = None
+    path_arguments: tuple[str, ...] = ()
 
     @classmethod
     def image_size_for(cls, **init_args) -> tuple[int, int] | None:
-        """(height, width) of the images it serves (None: not fixed), from its arguments alone: the
-        model's size, as `image_chans_for` gives its `in_chans` and `class_names_for` its label set
-        (zoo.registry.link_data passes them on: no recipe copies them, none trains on other images)."""
+        """(height, width) of the images it serves (None: not fixed), from its arguments alone; with
+        `image_chans_for` and `class_names_for`, what zoo.registry.link_data gives the model."""
         size = init_args.get(cls.image_size_argument) if cls.image_size_argument else None
         return None if size is None else as_size(size)
 
@@ -94,9 +83,8 @@ class SplitDataModule(L.LightningDataModule):
 
     @classmethod
     def eval_resize_for(cls, size: tuple[int, int], **init_args) -> int | None:
-        """The shorter side an evaluation image is resized to before its centre `size` is cropped
-        (ImageNet-style), or None where evaluation images are served at `size` as they are. What
-        zoo.preprocess does to a user's image for a model trained on this module."""
+        """The shorter side an evaluation image is resized to before its centre `size` is cropped, or
+        None (served at `size`): what zoo.preprocess does to a user's image for its models."""
         return None
 
     def summary(self) -> str:
@@ -108,16 +96,14 @@ class SplitDataModule(L.LightningDataModule):
         return f"{type(self).__name__}: " + (", ".join(parts) or "no split built yet")
 
     def boxed_examples(self, split: str, n: int) -> dict:
-        """The first n examples of a split whose item boxes are known, for scoring attention:
-        {"images" float [n, C, H, W] in [0, 1], "targets" float [n, M, 4] (x0, y0, x1, y1 pixels,
-        -1s for empty slots), and "target_words" (n lists of M words) where a step's label must name
-        the box it looks at (captions)}. Data without boxes says so in one line."""
+        """The first n examples of a split with known item boxes, for scoring attention: {"images"
+        float [n, C, H, W] in [0, 1], "targets" float [n, M, 4] (x0, y0, x1, y1; -1 empty), and
+        "target_words" (n lists of M words) where a step's label names its box (captions)}."""
         raise UserError(f"{type(self).__name__} has no item boxes to score attention on")
 
     @classmethod
     def few_examples(cls, n: int) -> dict:
-        """Arguments that build little beyond the first n test examples (`zoo samples`), which stay
-        the examples the module's own arguments give."""
+        """Arguments that build little beyond the same first n test examples (`zoo samples`)."""
         return {}
 
     def train_dataloader(self) -> DataLoader:
@@ -129,19 +115,17 @@ class SplitDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self.loader(self.test_split)
 
-    predict_dataloader = test_dataloader  # `train.py predict` answers the split test serves (zoo.models.predict)
+    predict_dataloader = test_dataloader
 
     def plain_loader(self, dataset, train: bool = False, collate_fn=None, **kwargs) -> DataLoader:
-        """A loader over `dataset` with this module's `batch_size` (`eval_batch_size`, when set,
-        outside training) and `num_workers`, shuffled when training; `kwargs` go to DataLoader."""
+        """A loader over `dataset` at this module's `batch_size` (`eval_batch_size` outside training)."""
         hp = self.hparams
         batch_size = hp.batch_size if train else (hp.eval_batch_size or hp.batch_size)
         return DataLoader(dataset, batch_size=batch_size, shuffle=train, collate_fn=collate_fn,
                           num_workers=hp.num_workers, persistent_workers=hp.num_workers > 0, **kwargs)
 
     def bucketed_loader(self, data, collate_fn) -> DataLoader:
-        """Training batches of captions of similar length (`data.lengths`), reshuffled every epoch
-        from `seed`, `bucket_pool` batches sorted at a time (BucketBatchSampler)."""
+        """Training batches of captions of similar length (BucketBatchSampler of `data.lengths`)."""
         hp = self.hparams
         sampler = RandomSampler(data, generator=torch.Generator().manual_seed(hp.seed))
         batches = BucketBatchSampler(sampler, data.lengths.numpy(), hp.batch_size, drop_last=False,

@@ -1,23 +1,17 @@
 """Fashion-MNIST and the RAM paper's task variants (Mnih et al. 2014, sec. 4.1).
 
-IDX files (plain or .gz) are looked for in `$ZOO_DATA_DIR/fashion-mnist`, `./data/fashion-mnist`,
-then Debian's `/usr/share/datasets/fashion-mnist` (package dataset-fashion-mnist); else torchvision
-downloads them into `./data` (online users); else a UserError says how to get them.
+IDX files (plain or .gz) come from `$ZOO_DATA_DIR/fashion-mnist`, `./data/fashion-mnist`, Debian's
+`/usr/share/datasets/fashion-mnist`, else a torchvision download into `./data`.
 
-Variants (canvases are built once, vectorised, from a seed; the test set uses a fixed seed):
-- centered:     the 28x28 images as they are;
-- translated:   the item at a uniformly random position on a 60x60 canvas;
-- cluttered60:  translated 60x60 plus 4 distractors (random 8x8 crops of other training images
-                pasted at random positions, pixel max);
-- cluttered100: translated 100x100 plus 8 distractors;
-- two_items60:  two items of the same split on a 60x60 canvas, their 28x28 frames apart (DRAW's
-                two-digit 60x60 task, Gregor et al. 2015 sec. 4.3, without overlaps): a mostly
-                empty canvas, where attention should pay. Labels [N, 2], boxes [N, 2, 4].
+Variants (canvases built once, vectorised, from a seed; the test set's fixed):
+- centered: the 28x28 images; translated: the item anywhere on a 60x60 canvas;
+- cluttered60 / cluttered100: translated 60x60 / 100x100 plus 4 / 8 distractors (8x8 crops of other
+  training images, pixel max);
+- two_items60: two items on a 60x60 canvas, their frames apart (DRAW's two-digit task, Gregor et al.
+  2015 sec. 4.3, without overlaps). Labels [N, 2], boxes [N, 2, 4].
 
-For training RAM (issue 33): `curriculum_epochs` N > 0 trains on canvases with fewer distractors
-first, epoch e < N with floor(D * e / N) of the variant's D (epoch 0: the translated task), nested
-in the full canvases, and rebuilds the training loader every epoch; `with_boxes` serves the item's
-box with every batch (images, labels, boxes float [B, 4]), for RAM's `location_supervision` row.
+`curriculum_epochs` N > 0 trains epoch e < N with floor(D * e / N) of the variant's D distractors
+(nested in the full canvases); `with_boxes` serves the item's box float [B, 4] with every batch.
 """
 from __future__ import annotations
 
@@ -128,15 +122,10 @@ def load_fashion_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
 def make_variant(images: np.ndarray, variant: str, seed: int,
                  distractor_source: np.ndarray | None = None, return_sources: bool = False,
                  distractors: int | None = None):
-    """Place 28x28 items on canvases. Returns (canvases uint8 [N, S, S], boxes int [N, 4] as
-    x0, y0, x1, y1 of the item, exclusive ends). Deterministic in `seed`; vectorised over N.
-    `distractors` (default: the variant's) pastes only the first that many of the variant's
-    distractors: the canvases of a curriculum, nested in the full ones.
-
-    Multi-item variants (MULTI_ITEM) put image i and K - 1 other images of `images` on canvas i
-    (never a second copy of image i), their frames apart, and return boxes [N, K, 4];
-    `return_sources` adds the indices into `images` of each canvas's items, int [N, K] ([N, 1] for
-    one item)."""
+    """Place 28x28 items on canvases -> (canvases uint8 [N, S, S], boxes int [N, 4]: x0, y0, x1, y1,
+    exclusive ends), deterministic in `seed`. `distractors`: only the first that many of the
+    variant's (a curriculum's canvases). A multi-item variant puts image i and K - 1 others on
+    canvas i (boxes [N, K, 4]); `return_sources` adds the indices of each canvas's items [N, K]."""
     if variant not in VARIANTS:
         raise UserError(f"unknown variant '{variant}' (choose from {', '.join(VARIANTS)})")
     size, n_distractors = VARIANTS[variant]
@@ -148,13 +137,11 @@ def make_variant(images: np.ndarray, variant: str, seed: int,
         k = MULTI_ITEM[variant]
         if n < k:
             raise UserError(f"{k} items per canvas need at least {k} images, got {n}")
-        # the other items: K - 1 distinct images other than i, drawn from offsets 1..n-1 (mod n),
-        # [N, K-1] distinct per row (rows with a repeat are redrawn)
+        # K - 1 distinct images other than i: offsets 1..n-1 (mod n), rows with a repeat redrawn
         others = rng.integers(1, n, size=(n, k - 1))
         while k > 2 and (clash := (np.diff(np.sort(others, 1)) == 0).any(1)).any():
             others[clash] = rng.integers(1, n, size=(int(clash.sum()), k - 1))
         sources = np.concatenate([sources, (sources + others) % n], 1)
-        # places uniform over the layouts whose 28x28 frames do not overlap
         corners = place_items(rng, np.full((n, k), ITEM_SIZE), np.full(n, k), size, gap=0)  # [N, K, 2] (x, y)
         for slot in range(k):  # K pastes, each over all canvases at once
             _paste_max(canvases, images[sources[:, slot]], corners[:, slot, 1], corners[:, slot, 0])
@@ -191,11 +178,9 @@ def _paste_max(canvases: np.ndarray, patches: np.ndarray, top: np.ndarray, left:
 
 # ----------------------------------------------------------------------------- datamodule
 class FashionMNISTDataModule(SplitDataModule):
-    """Fashion-MNIST variants as (images float [B, 1, S, S] in [0, 1], labels int64 [B]; [B, K]
-    for a variant with K items per canvas). The validation split is carved out of train with
-    `split_seed`; train canvases are drawn with `seed`, validation canvases with `seed + 1`, and
-    the test canvases always with `test_seed` (the same test set for every run). `limit_train`
-    keeps the first N training examples (after the split) for quick runs."""
+    """Fashion-MNIST variants as (images float [B, 1, S, S] in [0, 1], labels int64 [B] or [B, K]).
+    Validation is carved out of train by `split_seed`; canvases are drawn with `seed` (train),
+    `seed + 1` (val) and `test_seed` (test, the same for every run)."""
 
     card = DataCard(image_size="variant", channels=1, class_names=CLASS_NAMES,  # zoo.preprocess labels with these
                     tiny=dict(val_size=16, limit_train=16, limit_eval=16, batch_size=8))
@@ -225,8 +210,7 @@ class FashionMNISTDataModule(SplitDataModule):
 
     def _build(self, split: str, images, labels, seed: int, count: int | None = None,
                keep: int | None = None) -> None:
-        """Fill datasets[split] and boxes[split]: `images` on canvases with `count` distractors
-        (None: the variant's), the first `keep` of them (None: all)."""
+        """Fill datasets[split] and boxes[split]: `images` on canvases with `count` distractors, the first `keep`."""
         canvases, boxes, sources = make_variant(images.numpy(), self.variant, seed, self._distractor_source,
                                                 return_sources=True, distractors=count)
         if self.variant in MULTI_ITEM:
@@ -250,13 +234,12 @@ class FashionMNISTDataModule(SplitDataModule):
         self._build("train", *self._train_source, hp.seed)
         self._train_distractors = VARIANTS[self.variant][1]
         self._build("val", train_images[val_idx], train_labels[val_idx], hp.seed + 1)
-        # The test canvases come from the whole fixed test set, then are cut, so a limited
-        # evaluation sees exactly the first examples of the full one.
+        # the whole test set's canvases, then cut: a limited evaluation sees the full one's first
         self._build("test", test_images, test_labels, hp.test_seed, keep=hp.limit_eval or None)
 
     def loader(self, split: str) -> DataLoader:
         if split == "train" and self.hparams.curriculum_epochs:
-            # a curriculum changes its canvases every epoch: the trainer's epoch's (no fit: the full ones)
+            # a curriculum's canvases change every epoch (no trainer: the full ones)
             trainer, epoch = self.trainer, self.hparams.curriculum_epochs
             if trainer is not None:
                 epoch = trainer.current_epoch
