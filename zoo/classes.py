@@ -1,12 +1,7 @@
-"""The allow-list: the only model and data classes a file may name. A weights file, checkpoint,
-manifest or downloaded config is data, not code: each class_path it carries is looked up here
-BEFORE anything it names is imported, and anything else is refused (zoo.registry re-exports these).
-
-A class is on the list because it registered itself: a model family by declaring its card
-(zoo.models.card), a data module by subclassing zoo.data.base.SplitDataModule; your own classes,
-from Python code (never from a file), with `allow_class`. The one import a file's class_path can
-cause is of the zoo's own module file in the kind's package (zoo/models/<name>.py, zoo/data/<name>.py),
-which registers the classes it defines."""
+"""The allow-list: the only model and data classes a file (weights, checkpoint, manifest, config) may
+name, looked up BEFORE anything is imported. A class registers itself (a family by its card, a data
+module by subclassing SplitDataModule; your own, from Python code, with `allow_class`); the one
+import a file's class_path can cause is of the zoo's own module file in the kind's package."""
 from __future__ import annotations
 
 import importlib
@@ -14,8 +9,6 @@ from pathlib import Path
 
 from zoo.guards.errors import UserError, shorten
 
-# (A recipe a user passes to train.py on the command line is their own code and stays free;
-# train.py never instantiates a class named by a checkpoint.)
 PACKAGES = {"model": "zoo.models", "data": "zoo.data"}
 FOLDERS = {kind: Path(__file__).resolve().parent / package.split(".", 1)[1]  # zoo/models, zoo/data
            for kind, package in PACKAGES.items()}
@@ -23,8 +16,7 @@ ALLOWED_CLASSES: dict[str, set[str]] = {"model": set(), "data": set()}
 
 
 def allow_class(cls: type, kind: str = "model") -> type:
-    """Let files name `cls` (a model family or data module of your own, registered from Python
-    code, never from a file). Returns `cls`, so it works as a class decorator."""
+    """Let files name `cls`, a class of your own (from Python code, never from a file); a decorator."""
     ALLOWED_CLASSES[kind].add(f"{cls.__module__}.{cls.__qualname__}")
     return cls
 
@@ -48,8 +40,7 @@ def is_allowed(path, kind: str = "model") -> bool:
 
 
 def check_allowed(path, kind: str = "model") -> str:
-    """`path` when it names an allow-listed class (at most the zoo's own module imported); else one
-    refusing line."""
+    """`path` when it names an allow-listed class, else one refusing line."""
     if not is_allowed(path, kind):
         raise UserError(f"refused: the file names {kind} class {shorten(path)!r}, which is not one of the zoo's "
                         f"{kind} classes; a file may not choose code to run")

@@ -1,12 +1,7 @@
-"""Batch augmentation on the batch's device: whole-batch tensor ops, no per-sample Python loop, so
-it costs little next to the model even on CPU and keeps a GPU fed without data workers.
-
-`BatchAugment` (no parameters; the identity in eval mode) applies, per sample independently:
-- translate: a random shift of up to `translate` pixels each way, zero-filled (the "random crop
-  with padding" of small-image recipes);
-- hflip: a horizontal flip with probability `hflip`;
-- erase: with probability `erase`, one random square of `erase_area` of the image set to 0
-  (random erasing, Zhong et al. 2017, with a fixed area and aspect ratio 1)."""
+"""Batch augmentation on the batch's device, whole-batch tensor ops. `BatchAugment` (the identity in
+eval mode) applies per sample: a shift of up to `translate` pixels, zero-filled; a horizontal flip
+with probability `hflip`; with probability `erase`, a square of `erase_area` of the image set to 0
+(random erasing, Zhong et al. 2017, fixed area and aspect ratio 1)."""
 from __future__ import annotations
 
 import torch
@@ -66,12 +61,9 @@ class BatchAugment(nn.Module):
 
 
 def mixup(images: torch.Tensor, labels: torch.Tensor, alpha: float):
-    """Mixup (Zhang et al. 2018) with the batch's own reversal as partner (any batch size):
-    returns (mixed images, labels, partner labels, lam); the loss is
-    lam * CE(logits, labels) + (1 - lam) * CE(logits, partner labels).
-
-    lam ~ Beta(alpha, alpha) is a 0-d tensor drawn on the images' device: no host sync, no copy
-    (1 without mixing, alpha <= 0)."""
+    """Mixup (Zhang et al. 2018), the batch reversed as partner -> (mixed images, labels, partner
+    labels, lam); the loss is lam * CE(labels) + (1 - lam) * CE(partner). lam ~ Beta(alpha, alpha), a
+    0-d tensor on the images' device (1 for alpha <= 0)."""
     if alpha > 0:
         concentration = torch.full((), float(alpha), device=images.device)
         # validate_args=False: checking the parameters would read them back on the host

@@ -1,7 +1,6 @@
-"""The fixed binarization that defines the binarized test sets (DRAW, Gregor et al. 2015, and
-the usual binarized-MNIST protocol): a stochastic binarization, drawn once, that is a function
-of the image and a seed only. Every model, batch size, order and device then scores the same
-binary test images. (Training uses a fresh binarization every step; that is the model's.)"""
+"""The fixed binarization of the binarized test sets (DRAW, Gregor et al. 2015): a stochastic
+binarization that is a function of the image and a seed only, the same for every model, batch,
+order and device. (Training draws a fresh one every step: the model's.)"""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -27,9 +26,8 @@ def _pixel_weights(pixels: int, seed: int, device: torch.device) -> torch.Tensor
 
 
 def fixed_binarize(x: torch.Tensor, seed: int) -> torch.Tensor:
-    """A fixed stochastic binarization: pixel on iff u < intensity, with u ~ U[0, 1) a hash of
-    (seed, the image's 8-bit content, the pixel index). Deterministic per image, independent of
-    batch size, order and device. x [B, ...] in [0, 1] -> same shape in {0, 1}."""
+    """Pixel on iff u < intensity, u ~ U[0, 1) a hash of (seed, the image's 8-bit content, the pixel
+    index). x [B, ...] in [0, 1] -> same shape in {0, 1}."""
     flat = x.detach().reshape(x.shape[0], -1)
     q = (flat * 255).round().to(torch.int64)  # the uint8 image the loader divided by 255
     P = q.shape[1]

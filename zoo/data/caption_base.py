@@ -1,14 +1,10 @@
-"""What the caption data modules share: FashionScenes (zoo.data.scenes) and COCO / Flickr
-(zoo.data.captions) both serve (image, caption) pairs for training (length-bucketed; captions of
-more than `max_len` words left out) and each image once, with its references, for evaluation
-(free-running decoding, coco-caption scoring), through a vocabulary of the training captions only
-(zoo.data.vocab). A module says where its images and captions come from and what its batches add.
+"""What the caption data modules (zoo.data.scenes, zoo.data.captions) share: (image, caption) pairs
+for training (length-bucketed, at most `max_len` words) and each image once with its references for
+evaluation, through a vocabulary of the training captions only (zoo.data.vocab).
 
-Batches: `images float [B, 3, H, W]` in [0, 1] (never normalised here: a pretrained encoder
-applies its mean/std inside the model, `backbone.normalize`, the one place), `captions int64
-[B, T]` (<start> w1 .. wn <end> <pad>..), `lengths int64 [B]` (with <start>/<end>) and
-`image_ids`. T is the batch's longest caption, rounded up to a multiple of `pad_to_multiple` where
-a module has that argument (so a compiled training step meets a few caption lengths, not every one).
+Batches: `images float [B, 3, H, W]` in [0, 1], `captions int64 [B, T]` (<start> w1 .. wn <end>
+<pad>..), `lengths int64 [B]` and `image_ids`; T is the longest caption, rounded up to a multiple of
+`pad_to_multiple` where a module has it (a compiled step then meets few shapes).
 """
 from __future__ import annotations
 
@@ -27,12 +23,9 @@ log = logging.getLogger("zoo")
 
 
 class CaptionBatches(Dataset, ABC):
-    """Caption rows, a whole batch built per `__getitems__` call (one gather, no per-example
-    collation): captions int64 [N, T], lengths int64 [N], row_image int64 [N] (the image each row
-    captions). A subclass serves the pixels (`images`) and whatever else a batch holds (`extras`).
-
-    longest_first: each batch sorted longest caption first, with `host_lengths` (the lengths as
-    plain ints, so a model can skip finished rows without reading a tensor)."""
+    """Caption rows (captions int64 [N, T], lengths int64 [N], row_image int64 [N]), a whole batch per
+    `__getitems__`; a subclass serves `images` and `extras`. `longest_first`: each batch sorted so,
+    with `host_lengths` (plain ints: a model skips finished rows without reading a tensor)."""
 
     def __init__(self, captions: torch.Tensor, lengths: torch.Tensor, row_image: Sequence[int],
                  multiple: int | None = None, longest_first: bool = False):
@@ -70,10 +63,9 @@ class CaptionBatches(Dataset, ABC):
 
 
 class CaptionDataModule(SplitDataModule, ABC):
-    """A vocabulary, pairs encoded through it, and `datasets` of CaptionBatches served by one
-    `loader(split)`. A subclass calls `save_hyperparameters()` with at least `max_len`, `min_freq`,
-    `max_vocab`, `vocab`, `batch_size`, `eval_batch_size`, `num_workers`, `seed` and `bucket_pool`;
-    it gives `training_tokens()` and a `setup()` that fills `datasets`."""
+    """A vocabulary, pairs encoded through it, and `datasets` of CaptionBatches. A subclass saves
+    `max_len`, `min_freq`, `max_vocab`, `vocab`, the loader settings, `seed` and `bucket_pool`, and
+    gives `training_tokens()` and a `setup()` that fills `datasets`."""
 
     label = "captions"  # what its error messages start with
     provides_word_boxes = False  # whether batches say where each word's item is (supervised attention)
@@ -89,8 +81,7 @@ class CaptionDataModule(SplitDataModule, ABC):
 
     @property
     def vocab(self) -> Vocab:
-        """The training captions' words (at least `min_freq` times, at most `max_vocab` of them), or
-        the fixed list `vocab` (a release's: other words are <unk>). Available before setup()."""
+        """The training captions' words (`min_freq`, `max_vocab`), or the fixed list `vocab`."""
         hp = self.hparams
         if self._vocab is None and hp.get("vocab"):
             self._vocab = Vocab(hp.vocab)
@@ -110,9 +101,8 @@ class CaptionDataModule(SplitDataModule, ABC):
         return pad_captions(encoded, multiple=self.hparams.get("pad_to_multiple"))
 
     def encode_pairs(self, tokens: Sequence[Sequence[Sequence[str]]]):
-        """Training pairs: every caption of 1..max_len words (longer ones are left out, so the
-        model never learns to stop mid-sentence) of each image, `tokens[image][caption]` ->
-        (captions int64 [P, T], lengths int64 [P], the (image, caption) index of each pair)."""
+        """Training pairs: every caption of 1..max_len words (never cut mid-sentence) of
+        `tokens[image][caption]` -> (captions int64 [P, T], lengths int64 [P], each pair's indices)."""
         max_len = self.hparams.max_len
         pairs = [(i, j) for i, image in enumerate(tokens) for j, caption in enumerate(image)
                  if 0 < len(caption) <= max_len]
@@ -127,8 +117,7 @@ class CaptionDataModule(SplitDataModule, ABC):
         return *self._pad([self.vocab.encode_caption(tokens[i][j]) for i, j in pairs]), pairs
 
     def encode_first(self, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each evaluation image's first reference cut to max_len words (a teacher-forced
-        validation loss) -> (captions int64 [N, T], lengths int64 [N])."""
+        """Each evaluation image's first reference, cut to max_len words -> (captions, lengths)."""
         return self._pad([self.vocab.encode_caption(t, self.hparams.max_len) for t in tokens])
 
     def loader(self, split: str) -> DataLoader:

@@ -1,20 +1,10 @@
-"""COCO / Flickr captioning data from the standard files.
-
-Two annotation formats:
-- `coco`: the COCO captions JSON (`captions_train2014.json`, ...), read through pycocotools:
-  `images[{id, file_name}]`, `annotations[{id, image_id, caption}]`; one file per split, each
-  with its image folder (`<split>_image_root`, else `image_root`).
-- `karpathy`: Karpathy's split JSON (`dataset_coco.json`, `dataset_flickr8k.json`,
-  `dataset_flickr30k.json`): `images[]` with `filepath` (COCO only), `filename`, `split`
-  (train / restval / val / test), `sentences[{tokens, raw}]`, and `cocoid` or `imgid`. Image
-  paths are `image_root/filepath/filename`. `restval_in_train` folds restval into train (the
-  usual COCO practice: 113,287 training images).
-
-The vocabulary's caps: `min_freq`, `max_vocab` (Xu et al. 2015 use 10k words); the rest is
-zoo.data.caption_base's. Images: resized so the shorter side is `resize_size`, then cropped to
-`image_size` (random crop for training when `random_crop`; never flipped, which would swap "left"
-and "right" in the captions), as floats in [0, 1]. Evaluation uses zoo.preprocess's "crop" rule,
-the code that `zoo caption` and `zoo.get_weights(...).transforms()` run.
+"""COCO / Flickr captioning data from the standard files, in two formats:
+- `coco`: the COCO captions JSON (`captions_train2014.json`), through pycocotools; one file per
+  split, each with its image folder (`<split>_image_root`, else `image_root`);
+- `karpathy`: Karpathy's split JSON (`dataset_coco.json`, `dataset_flickr30k.json`), image paths
+  `image_root/filepath/filename`; `restval_in_train` folds restval into train (113,287 COCO images).
+Images: the shorter side resized to `resize_size`, then cropped to `image_size` (random for
+training; never flipped, which would swap "left" and "right"); evaluation is zoo.preprocess's "crop".
 """
 from __future__ import annotations
 
@@ -46,8 +36,7 @@ class CaptionedImage:
 
 
 # ----------------------------------------------------------------------------- readers
-#: the largest caption file read (COCO's train2014 captions are about 80 MB, Karpathy's COCO split
-#: 150 MB) and the most values it may hold
+#: the largest caption file read (Karpathy's COCO split: 150 MB) and the most values it may hold
 MAX_CAPTION_FILE_BYTES = 256 * 2**20
 MAX_CAPTION_VALUES = 50_000_000
 
@@ -160,8 +149,7 @@ def read_karpathy(split_file: str | os.PathLike, image_root: str | os.PathLike,
 
 
 def build_transform(image_size: int, resize_size: int | None, train: bool, random_crop: bool):
-    """PIL image -> float tensor [3, image_size, image_size] in [0, 1]: random crops for training,
-    else the evaluation transform every route shares (zoo.preprocess)."""
+    """PIL image -> float [3, image_size, image_size] in [0, 1]: random crops, or zoo.preprocess's rule."""
     from torchvision import transforms as T
 
     from zoo.preprocess import Preprocessing
@@ -173,8 +161,8 @@ def build_transform(image_size: int, resize_size: int | None, train: bool, rando
 
 # ----------------------------------------------------------------------------- datasets
 class CaptionedFiles(CaptionBatches):
-    """Caption rows of image files, read and transformed a batch at a time. Training: every
-    (image, caption) pair. Evaluation (`references`): each image once, with its raw references."""
+    """Caption rows of image files, read a batch at a time: every (image, caption) pair, or
+    (`references`) each image once with its raw references."""
 
     def __init__(self, records: list[CaptionedImage], captions: torch.Tensor, lengths: torch.Tensor,
                  row_image: Sequence[int], transform, references: bool = False):
@@ -196,8 +184,7 @@ class CaptionedFiles(CaptionBatches):
 
 # ----------------------------------------------------------------------------- datamodule
 class CaptionsDataModule(CaptionDataModule):
-    """COCO or Flickr captions (see the module docstring). Reading `dm.vocab` before `setup()`
-    loads the training annotations, not the images."""
+    """COCO or Flickr captions; `dm.vocab` before `setup()` reads the training annotations only."""
 
     card = DataCard(image_size="image_size", channels=3,
                     path_arguments=("karpathy_json", "train_annotations", "val_annotations", "test_annotations",

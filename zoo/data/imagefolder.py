@@ -4,13 +4,8 @@
     ROOT/val/<class_name>/...                  (same class folder names)
     ROOT/test/<class_name>/...                 (optional; test_dataloader falls back to val)
 
-ImageNet fits once its validation images are sorted into class folders (e.g. with the widely used
-`valprep.sh`). Classes are the sorted folder names, identical across splits. Batches are (images
-float [B, in_chans, S, S] in [0, 1], labels int64 [B]); the model normalises. `in_chans` (1 or 3)
-is the channels every image is read with, the model's `in_chans` (train.py links them).
-Training: RandomResizedCrop(S, scale) + horizontal flip; evaluation: resize to S / crop_pct, then
-center-crop S (timm's and torchvision's standard evaluation transform: zoo.preprocess's "crop"
-rule, the code every route shares)."""
+Batches: (images float [B, in_chans, S, S] in [0, 1], labels int64 [B]). Training: RandomResizedCrop
+and a flip; evaluation: zoo.preprocess's "crop" rule (resize to S / crop_pct, centre-crop S)."""
 from __future__ import annotations
 
 from functools import partial

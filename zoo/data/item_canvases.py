@@ -1,18 +1,9 @@
-"""Item canvases: FashionScenes' pictures without the captions, for pretraining a backbone whose
-every grid cell says what is at its place: 1 to `max_items` Fashion-MNIST items of `item_sizes` px,
-tinted with the scenes' palette, placed without overlap on a black `canvas_size` canvas
-(zoo.data.scene_generation's placement and painting), with each item's class, colour and box. So a
-backbone trained here sees the captioner's image statistics, but learns from item labels only.
-
-Splits (no Fashion-MNIST test item reaches training or model selection): train from Fashion-MNIST
-train items except `val_items` of them, held out by a fixed permutation for val; test from
-Fashion-MNIST test items (reporting only). Layouts (which items, colours, places) are drawn for a
-whole split at setup, vectorised and deterministic in (seed, split), the test's from `test_seed`
-whatever the training seed; pixels are painted per batch (a few bytes per canvas in memory).
-
-Batches: `images float [B, 3, S, S]` in [0, 1], `labels int64 [B, K]` (class per item slot, -1 for
-empty slots), `colours int64 [B, K]` (palette index, -1), `boxes float [B, K, 4]` (tight x0, y0,
-x1, y1 in pixels, -1).
+"""Item canvases: FashionScenes' pictures without the captions (zoo.data.scene_generation), for
+pretraining a backbone on item labels: 1 to `max_items` tinted Fashion-MNIST items per canvas.
+Train and val items are Fashion-MNIST train's (`val_items` held out by a fixed permutation), test's
+are its test items; layouts are drawn per split at setup, deterministic in (seed, split), and
+painted per batch. Batches: `images float [B, 3, S, S]` in [0, 1], `labels`, `colours int64 [B, K]`
+and `boxes float [B, K, 4]` per item slot (-1: empty slot).
 """
 from __future__ import annotations
 
@@ -55,8 +46,7 @@ class ItemCanvases(Dataset):
 
 
 class ItemCanvasesDataModule(SplitDataModule):
-    """The canvases of the module docstring. `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])`
-    replaces Fashion-MNIST (tests); it is not a hyperparameter."""
+    """`item_loader(split) -> (uint8 [N, 28, 28], int64 [N])` replaces Fashion-MNIST (tests)."""
 
     card = DataCard(image_size="canvas_size", channels=3, class_names=CLASS_NAMES,  # the items' classes
                     dimensions={"canvas_size": 1_024, "max_items": 1_000},

@@ -10,11 +10,9 @@ from zoo.guards.errors import UserError
 
 
 class BucketBatchSampler(BatchSampler):
-    """Batches of similar caption length ("sortish" batching): the indices of `sampler` (random for
-    training; Lightning swaps in a DistributedSampler under DDP, which works because the argument
-    is called `sampler`) are cut into pools of `batch_size * pool_batches`; each pool is sorted by
-    length, split into batches, and its batches are shuffled. So a batch holds near-equal lengths
-    (little padding) while the epoch order stays random."""
+    """Batches of similar caption length: `sampler`'s indices (Lightning swaps in a DistributedSampler
+    under DDP) in pools of `batch_size * pool_batches`, each sorted by length, cut into batches, and
+    its batches shuffled: little padding, a random epoch order."""
 
     def __init__(self, sampler: Sampler[int] | Iterable[int], lengths: Sequence[int] | np.ndarray,
                  batch_size: int, drop_last: bool = False, pool_batches: int = 50, seed: int = 0):

@@ -1,15 +1,8 @@
-"""FashionScenes' pictures: tinted Fashion-MNIST items placed without overlap on a black canvas,
-with their tight boxes (x0, y0, x1, y1 pixels of the drawn pixels, x1 and y1 exclusive) and
-captions (zoo.data.scene_grammar), generated deterministically and cached, so every run of a
-recipe trains and is scored on the same scenes.
-
-- Scenes come in blocks of BLOCK, block b from the RNG (seed, split, b): a split's first K scenes
-  do not depend on its size, and a cut evaluation set is a prefix of the full one.
-- train scenes draw items from Fashion-MNIST train (`seed`); val (`seed + 1`) and test (always
-  `test_seed`: every run is scored on the same test scenes) from two disjoint halves of
-  Fashion-MNIST test (`split_pool`).
-- Each split is cached as .npz under $ZOO_DATA_DIR/scenes (or ./data/scenes), named by a hash of
-  every generation setting (`cache_file`), and written atomically.
+"""FashionScenes' pictures: tinted Fashion-MNIST items placed without overlap on a black canvas, with
+their tight boxes (x1, y1 exclusive) and captions (zoo.data.scene_grammar), deterministic and cached.
+Scenes come in blocks of BLOCK, block b from the RNG (seed, split, b), so a cut split is a prefix
+of the full one; train draws from Fashion-MNIST train, val and test (always `test_seed`) from two
+halves of its test items (`split_pool`). A split is cached as .npz named by its settings' hash.
 """
 from __future__ import annotations
 
@@ -41,11 +34,9 @@ TEXTS = ("captions", "caption_items")
 
 @dataclass
 class Scenes:
-    """One split. images uint8 [N, 3, S, S]; per item slot k < n_items[i]: labels [N, K]
-    (-1 for empty slots), colours [N, K], boxes float32 [N, K, 4] (x0, y0, x1, y1, exclusive
-    ends), source_index [N, K] (index into the Fashion-MNIST split the item came from);
-    captions: list of N lists of strings; caption_items: for each caption, the item slot each of
-    its `tokenize` tokens names (its colour and item words), -1 for the other tokens."""
+    """One split: images uint8 [N, 3, S, S]; per item slot labels, colours, source_index [N, K] and
+    boxes float32 [N, K, 4] (-1: empty slot); captions (N lists of strings) and caption_items (per
+    caption, the slot each token names, -1: none)."""
 
     images: np.ndarray
     n_items: np.ndarray
@@ -75,9 +66,8 @@ class Scenes:
 
     @classmethod
     def load(cls, path: str | os.PathLike, canvas_size: int, num: int | None = None) -> "Scenes":
-        """A cached split (of `num` scenes, when given), whose arrays' declared shapes are checked
-        against the file before they are read, and against each other after (ValueError: the cache
-        is rebuilt, never trusted)."""
+        """A cached split (of `num` scenes), its shapes checked before and after reading (ValueError:
+        the cache is rebuilt, never trusted)."""
         check_npz(path)
         with np.load(path, allow_pickle=False) as z:
             if int(z["version"]) != FORMAT_VERSION:
@@ -110,9 +100,8 @@ def _resize_items(items: np.ndarray, size: int) -> np.ndarray:
 def draw_layouts(rng: np.random.Generator, pool: np.ndarray, m: int, canvas_size: int,
                  item_sizes: Sequence[int], min_items: int, max_items: int,
                  gap: int) -> dict[str, np.ndarray]:
-    """m layouts of K = max_items item slots: n_items [m]; source_index [m, K] (an item index from
-    `pool`, -1 for empty slots), colours [m, K] (palette index, -1), sizes [m, K] (px), corners
-    [m, K, 2] (x, y)."""
+    """m layouts of K = max_items slots: n_items [m]; source_index, colours, sizes [m, K] (-1: empty);
+    corners [m, K, 2] (x, y)."""
     n_items = rng.integers(min_items, max_items + 1, size=m)
     active = np.arange(max_items)[None, :] < n_items[:, None]
     source_index = np.where(active, pool[rng.integers(0, len(pool), size=(m, max_items))], -1)
@@ -123,9 +112,8 @@ def draw_layouts(rng: np.random.Generator, pool: np.ndarray, m: int, canvas_size
 
 
 def paint(items: np.ndarray, layouts: dict[str, np.ndarray], canvas_size: int) -> tuple[np.ndarray, ...]:
-    """Paint tinted items (uint8 [M, 28, 28]) on black canvases by `layouts` (draw_layouts'), vectorised
-    over canvases -> (images uint8 [N, 3, S, S], boxes float32 [N, K, 4], the tight x0, y0, x1, y1 of
-    the drawn pixels, -1 for empty slots)."""
+    """Paint tinted items (uint8 [M, 28, 28]) by `layouts` (draw_layouts') -> (images uint8 [N, 3, S, S],
+    boxes float32 [N, K, 4] tight around the drawn pixels, -1 for empty slots)."""
     source_index, colours, sizes = layouts["source_index"], layouts["colours"], layouts["sizes"]
     active = source_index >= 0
     n, k = source_index.shape
@@ -155,8 +143,7 @@ def generate_block(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, n: i
                    rng: np.random.Generator, canvas_size: int, item_sizes: Sequence[int],
                    min_items: int, max_items: int, min_captions: int, max_captions: int,
                    gap: int) -> Scenes:
-    """n <= BLOCK scenes from the items whose indices are in `pool`; vectorised except the
-    captions. Layouts are drawn for a full block and cut, so scene i does not depend on n."""
+    """n <= BLOCK scenes from the items in `pool`; layouts drawn for a full block and cut."""
     layouts = draw_layouts(rng, pool, BLOCK, canvas_size, item_sizes, min_items, max_items, gap)
     counts = rng.integers(min_captions, max_captions + 1, size=BLOCK)[:n]
     layouts = {key: value[:n] for key, value in layouts.items()}
@@ -175,8 +162,7 @@ def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num
                     split: str, canvas_size: int = 64, item_sizes: Sequence[int] = (28,),
                     min_items: int = 1, max_items: int = MAX_ITEMS, min_captions: int = 3,
                     max_captions: int = 5, gap: int = 0) -> Scenes:
-    """`num` scenes of `split` (items uint8 [M, 28, 28], labels int [M], pool: allowed item
-    indices). Deterministic in (seed, split); scene i does not depend on `num`."""
+    """`num` scenes of `split` (items uint8 [M, 28, 28], labels int [M], pool: allowed item indices)."""
     if not 1 <= min_items <= max_items <= MAX_ITEMS:
         raise UserError(f"items per scene must satisfy 1 <= min_items <= max_items <= {MAX_ITEMS}, "
                         f"got {min_items}..{max_items}")
@@ -200,8 +186,7 @@ def generate_scenes(items: np.ndarray, labels: np.ndarray, pool: np.ndarray, num
 
 
 def split_pool(split: str, num_items: int, test_seed: int) -> np.ndarray:
-    """Item indices `split` may use: train all of the train items; val and test two disjoint
-    halves of the test items."""
+    """Item indices `split` may use: all train items, or one of two halves of the test items."""
     if split == "train":
         return np.arange(num_items)
     order = np.random.default_rng([test_seed, 99]).permutation(num_items)
@@ -210,8 +195,7 @@ def split_pool(split: str, num_items: int, test_seed: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- items + cache
 def load_items(item_loader, split: str, label: str) -> tuple[np.ndarray, np.ndarray]:
-    """An item source's (images uint8 [N, H, W], labels int64 [N]) of Fashion-MNIST's "train" or
-    "test" split: `item_loader(split)`'s (tests), or Fashion-MNIST's where it is None."""
+    """(images uint8 [N, H, W], labels int64 [N]) of `item_loader(split)`, or of Fashion-MNIST."""
     if item_loader is None:
         from zoo.data.fashion_mnist import load_fashion_mnist as item_loader
     images, labels = item_loader(split)
@@ -223,9 +207,8 @@ def load_items(item_loader, split: str, label: str) -> tuple[np.ndarray, np.ndar
 
 
 def cache_file(settings: dict, source: tuple[np.ndarray, np.ndarray] | None, cache_dir: str | None) -> Path:
-    """Where a split is cached: scenes-<split>-<num>-<key>.npz under `cache_dir`, else
-    $ZOO_DATA_DIR/scenes (./data/scenes); the key hashes every generation setting and the item
-    source (Fashion-MNIST, or an injected source's content): another setting, another file."""
+    """scenes-<split>-<num>-<key>.npz under `cache_dir`, else $ZOO_DATA_DIR/scenes; the key hashes
+    every generation setting and the item source."""
     if source is not None:
         content = hashlib.sha1(np.ascontiguousarray(source[0]).tobytes())
         content.update(np.ascontiguousarray(source[1]).astype(np.int64).tobytes())

@@ -1,10 +1,6 @@
-"""FashionScenes' caption grammar: what a scene's items are called and how a caption names them.
-
-A caption names each item (a Fashion-MNIST class tinted in one of a few colours) by a noun phrase
-("a red shirt") and relates items by where their boxes lie ("left of", "above"). It also knows
-which item each colour word and item word names, as supervised attention needs (Liu et al. 2017,
-"Attention Correctness in Neural Image Captioning"), even in a scene with two red shirts. The
-pixels are zoo.data.scene_generation's.
+"""FashionScenes' caption grammar: noun phrases ("a red shirt") related by where their boxes lie
+("left of"), and which item each colour and item word names, as supervised attention needs (Liu et
+al. 2017), even in a scene with two red shirts.
 """
 from __future__ import annotations
 
@@ -72,11 +68,8 @@ TEMPLATES = {
 
 
 def relations(boxes: np.ndarray) -> np.ndarray:
-    """Spatial relation of item i to item j for every pair: boxes float [N, K, 4] -> int [N, K, K].
-
-    Items that do not overlap are separated along x or y (or both); the relation names a
-    separating axis (the one with the larger centre distance when both separate), so "A left of
-    B" always means A's box ends before B's begins."""
+    """Spatial relation of item i to item j: boxes float [N, K, 4] -> int [N, K, K], along a separating
+    axis (the larger centre distance where both separate): "A left of B" means A ends before B begins."""
     b = boxes[:, :, None, :]  # item i
     o = boxes[:, None, :, :]  # item j
     left, right = b[..., 2] <= o[..., 0], o[..., 2] <= b[..., 0]
@@ -90,9 +83,8 @@ def relations(boxes: np.ndarray) -> np.ndarray:
 
 def captions_for_scene(labels: Sequence[int], colours: Sequence[int], rel: np.ndarray,
                        count: int, rng: np.random.Generator) -> tuple[list[str], list[list[int]]]:
-    """`count` distinct captions of one scene (labels/colours of its n items, rel [n, n]) and, per
-    caption, the item (index into labels) each token names, -1 for tokens that name none (the
-    colour and item words of a noun phrase name its item)."""
+    """`count` distinct captions of one scene (its n items' labels and colours, rel [n, n]) and, per
+    caption, the item each token names (-1: none)."""
     n = len(labels)
     out, items = [], []
     for _ in range(MAX_TRIES * count):

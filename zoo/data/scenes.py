@@ -1,16 +1,11 @@
 """FashionScenes: an offline captioning dataset with known object boxes.
 
-A scene is a black `canvas_size` x `canvas_size` RGB canvas holding 1 to 3 colour-tinted,
-non-overlapping Fashion-MNIST items, with 3 to 5 reference captions that name the items, their
-colours and their spatial relations ("a red shirt left of a blue bag"; zoo.data.scene_grammar).
-The item boxes are kept, so that attention localisation can be scored: does the model look at the
-shirt when it says "shirt"? Pictures, splits and cache are zoo.data.scene_generation's; this module
-serves them in zoo.data.caption_base's batches (images [B, 3, S, S] in [0, 1], never normalised) with:
-- every batch, for supervised attention: `item_boxes float [B, K, 4]` (every item slot's box, -1
-  for empty slots) and `word_items int64 [B, T]` (aligned with `captions`: the slot of the item a
-  colour or item word names, -1 elsewhere);
-- val / test, each scene once with its first reference as `captions`: `references` (raw strings),
-  `boxes` (list of float [n, 4]) and `box_words` (lists of each item's head word, "boot" for "ankle boot").
+A scene: 1 to 3 colour-tinted Fashion-MNIST items on a black canvas, with 3 to 5 captions naming
+them, their colours and relations ("a red shirt left of a blue bag"; zoo.data.scene_generation,
+zoo.data.scene_grammar), and their boxes, so that attention can be scored. Batches are
+zoo.data.caption_base's plus `item_boxes float [B, K, 4]` (-1: empty slot) and `word_items int64
+[B, T]` (the slot a colour or item word names, -1 elsewhere); val / test add `references`, `boxes`
+and `box_words` (each item's head word).
 """
 from __future__ import annotations
 
@@ -35,8 +30,8 @@ from zoo.guards.writes import atomic_save_image, atomic_write_bytes
 
 
 class SceneCaptions(CaptionBatches):
-    """The module docstring's batches: every (scene, caption) pair, longest first, for training;
-    each scene once (`references`) for evaluation. `caption_items`: per row, Scenes.caption_items'."""
+    """Every (scene, caption) pair, longest first, for training; each scene once (`references`) for
+    evaluation. `caption_items`: per row, Scenes.caption_items'."""
 
     def __init__(self, scenes: Scenes, captions: torch.Tensor, lengths: torch.Tensor, row_scene: Sequence[int],
                  caption_items: list[list[int]], multiple: int | None, references: bool):
@@ -61,9 +56,8 @@ class SceneCaptions(CaptionBatches):
 
 
 class FashionScenesDataModule(CaptionDataModule):
-    """FashionScenes splits as caption batches (the module docstring's). Reading `dm.vocab` before
-    `setup()` generates or loads the training split. `item_loader(split) -> (uint8 [N, 28, 28],
-    int64 [N])` replaces Fashion-MNIST (tests); it is not a hyperparameter."""
+    """FashionScenes splits as caption batches; `dm.vocab` before `setup()` builds the training split.
+    `item_loader(split) -> (uint8 [N, 28, 28], int64 [N])` replaces Fashion-MNIST (tests)."""
 
     label = "FashionScenes"
     card = DataCard(image_size="canvas_size", channels=3, path_arguments=("cache_dir",),
@@ -77,9 +71,8 @@ class FashionScenesDataModule(CaptionDataModule):
     @classmethod
     def memory_for(cls, num_train: int = 10000, num_val: int = 500, num_test: int = 1000, canvas_size: int = 64,
                    **_) -> dict[str, float]:
-        """What the splits would hold (zoo.guards.budget.check_memory), by the argument that sets each: its
-        canvases uint8 [N, 3, S, S] twice while it is generated (the blocks, then their
-        concatenation), and SCENE_OVERHEAD per scene."""
+        """What the splits would hold, by the argument that sets each: canvases uint8 [N, 3, S, S] twice
+        while generated, and SCENE_OVERHEAD per scene."""
         per_scene = 2 * 3 * int(canvas_size) ** 2 + cls.SCENE_OVERHEAD
         return {f"data.init_args.{name}={int(n):,} scenes of 3x{canvas_size}x{canvas_size} px": float(n) * per_scene
                 for name, n in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test))}
@@ -175,8 +168,7 @@ class FashionScenesDataModule(CaptionDataModule):
         return {"num_train": 1, "num_val": 1, "cache": False}  # the test scenes do not depend on the others
 
     def boxed_examples(self, split: str, n: int) -> dict:
-        """Every item's box and head word: a word's attention is scored on the boxes of the items
-        it names (see SplitDataModule)."""
+        """Every item's box and head word (a word's attention is scored on the boxes it names)."""
         self.setup()
         batch = self.datasets[split].__getitems__(list(range(min(n, len(self.datasets[split])))))
         return {"images": batch["images"], "targets": batch["item_boxes"].float(),
@@ -185,8 +177,7 @@ class FashionScenesDataModule(CaptionDataModule):
 
     # ------------------------------------------------------------------ demo helper
     def export_pngs(self, split: str, directory: str | os.PathLike, count: int) -> list[Path]:
-        """Write the first `count` scenes of `split` as PNGs plus references.json (for the
-        demo and for captioning held-out scenes from the CLI)."""
+        """Write the first `count` scenes of `split` as PNGs plus references.json (the demo, the CLI)."""
         scenes = self.build_split(split)
         directory, refs = Path(directory), {}
         paths = [directory / f"{split}_{i:05d}.png" for i in range(min(count, len(scenes)))]

@@ -1,11 +1,5 @@
-"""Caption vocabulary and the shared caption tokenizer.
-
-One tokenizer (`tokenize`) turns every caption into words: training captions (for the
-vocabulary and the targets) and the reference strings that metrics receive go through the same
-rules, so a word the model learns is spelled the way it is scored.
-
-The vocabulary is built from TRAINING captions only (Xu et al. 2015 setup; a vocabulary that
-counts test captions leaks test words into the model and inflates scores).
+"""Caption vocabulary, built from TRAINING captions only (Xu et al. 2015), and the one tokenizer
+that training captions and the metrics' references share, so a word is spelled as it is scored.
 """
 from __future__ import annotations
 
@@ -24,11 +18,8 @@ _NON_WORD = re.compile(r"[^a-z0-9']+")
 
 
 def tokenize(text: str) -> list[str]:
-    """Lowercase, drop punctuation, split on whitespace.
-
-    Apostrophes inside a word survive ("man's"); those at its edges are dropped. Hyphens and
-    other punctuation separate words ("t-shirt" -> ["t", "shirt"]), as PTBTokenizer + the
-    coco-caption punctuation filter would mostly do for the references."""
+    """Lowercase, drop punctuation, split on whitespace: inner apostrophes survive ("man's"), hyphens
+    separate ("t-shirt" -> ["t", "shirt"]), as coco-caption's PTBTokenizer mostly does."""
     words = _NON_WORD.sub(" ", str(text).lower()).split()
     return [w for w in (w.strip("'") for w in words) if w]
 
@@ -50,9 +41,8 @@ class Vocab:
     @classmethod
     def build(cls, token_lists: Iterable[Sequence[str]], min_freq: int = 1,
               max_size: int | None = None) -> "Vocab":
-        """Words seen at least `min_freq` times, most frequent first (ties alphabetical, so the
-        result does not depend on caption order). `max_size` caps the number of WORDS, the four
-        special tokens not counted. Pass training captions only."""
+        """Words seen at least `min_freq` times, most frequent first (ties alphabetical); `max_size`
+        caps the WORDS, special tokens not counted."""
         if min_freq < 1:
             raise UserError(f"min_freq must be >= 1, got {min_freq}")
         counts = Counter(word for tokens in token_lists for word in tokens)
@@ -92,16 +82,14 @@ class Vocab:
 
 
 def padded_length(longest: int, multiple: int | None, limit: int | None = None) -> int:
-    """Columns of a caption batch: the longest caption, or that rounded up to a multiple of
-    `multiple` (capped at the data's widest, `limit`), so a compiled step sees few shapes."""
+    """Columns of a caption batch: the longest, rounded up to a multiple of `multiple` (at most `limit`)."""
     width = -(-longest // multiple) * multiple if multiple else longest
     return width if limit is None or not multiple else min(width, limit)
 
 
 def pad_captions(encoded: Sequence[Sequence[int]], pad_value: int = PAD_ID,
                  multiple: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Encoded captions -> (captions int64 [N, T] padded with `pad_value` (<pad>=0), lengths
-    int64 [N]); with `multiple`, T is rounded up to a multiple of it."""
+    """Encoded captions -> (captions int64 [N, T] padded with `pad_value`, lengths int64 [N])."""
     lengths = torch.tensor([len(c) for c in encoded], dtype=torch.long)
     width = padded_length(int(lengths.max()) if len(encoded) else 0, multiple)
     out = torch.full((len(encoded), width), pad_value, dtype=torch.long)

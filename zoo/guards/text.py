@@ -1,10 +1,6 @@
-"""Text that came from a file (a class name, a word, a metric, a recipe's command), made inert for
-where it goes: shown, never obeyed. A terminal: zoo.guards.errors.printable. Markdown: `code_fence`
-(longer than any backtick run inside), `code_span`, and `markdown_text` (HTML-escaped outside fences,
-Markdown's punctuation backslash-escaped). CSV: `csv_cell` (no cell a spreadsheet takes for a
-formula). YAML and JSON escape with their own dumpers, HTML with `html.escape` (zoo.viz.record's
-`script_json` inside a script). A metric is a number only when it is one (`number_text`, `is_number`):
-anything else is its escaped text. Why: docs/design-notes.md, "Inert text".
+"""Text that came from a file, made inert for where it goes: Markdown (`code_fence`, `code_span`,
+`markdown_text`), CSV (`csv_cell`), a number only when it is one (`number_text`, `is_number`); a
+terminal's is zoo.guards.errors.printable. Why: docs/design-notes.md, "Inert text".
 """
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ def is_number(value) -> bool:
 
 
 def number_text(value, spec: str = ".4g", missing: str = "-") -> str:
-    """`value` formatted with `spec` when it is a finite number; `missing` for None; anything else
-    (a word, a list, NaN) as its escaped text, cut to SHOWN characters."""
+    """`value` formatted with `spec` when a finite number, `missing` for None, else its escaped text."""
     if value is None:
         return missing
     if is_number(value) and math.isfinite(value):
@@ -39,8 +34,7 @@ def number_text(value, spec: str = ".4g", missing: str = "-") -> str:
 
 
 def markdown_text(text) -> str:
-    """`text` for Markdown outside a fence: one line (control characters escaped), HTML-escaped,
-    Markdown's punctuation backslash-escaped, so it renders as the characters it holds."""
+    """`text` for Markdown outside a fence: one line, HTML-escaped, Markdown's punctuation escaped."""
     text = _MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(printable(text), quote=False))
     return _BLOCK_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
 
@@ -50,16 +44,14 @@ def _ticks(text: str) -> int:
 
 
 def code_fence(text: str, info: str = "") -> list[str]:
-    """`text` as the lines of a fenced code block: each line's control characters escaped, and a
-    fence of more backticks than any run in the text (at least three), so no line closes it."""
+    """`text` as a fenced code block, the fence longer than any backtick run in it."""
     lines = [printable(line) for line in str(text).split("\n")]
     fence = "`" * max(3, _ticks("\n".join(lines)) + 1)
     return [fence + info, *lines, fence]
 
 
 def code_span(text) -> str:
-    """`text` as inline code: one line, delimited by more backticks than any run in it (padded with
-    spaces where it starts or ends with one)."""
+    """`text` as inline code, delimited by more backticks than any run in it."""
     text = printable(text)
     ticks = "`" * (_ticks(text) + 1)
     # CommonMark strips one space from each end of a span that has one at both: a pad keeps them
@@ -68,8 +60,7 @@ def code_span(text) -> str:
 
 
 def csv_cell(value):
-    """A CSV cell: text with its control characters escaped and, where a spreadsheet would read it
-    as a formula (a leading =, +, -, @), a leading apostrophe (OWASP's rule); numbers as they are."""
+    """A CSV cell: text escaped, a leading apostrophe where a spreadsheet would see a formula (OWASP)."""
     if not isinstance(value, str):
         return value
     text = printable(value)
