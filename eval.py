@@ -1,6 +1,5 @@
-"""Evaluate a checkpoint or a released model on a split: `python eval.py --checkpoint PATH`, the
-same as `zoo eval --checkpoint PATH` after `pip install`. The code is zoo/commands/evaluate.py; zoo.commands.cli.script
-checks the environment and reports SIGTERM and Ctrl-C in one line from the first import on."""
+"""`python eval.py --checkpoint PATH`: the clone's `zoo eval` (zoo/commands/evaluate.py; zoo.commands.cli.script
+checks the environment and reports SIGTERM and Ctrl-C in one line from the first import on)."""
 import sys
 
 from zoo.commands.cli import script

@@ -192,9 +192,8 @@ def _converted(old: str, value: Any) -> Any:
 # ----------------------------------------------------------------------------- blocks
 @dataclasses.dataclass
 class Block:
-    """A block of a model's hyperparameters: a dataclass of plain values that jsonargparse parses field
-    by field, a Python caller may give as a dict, and the model keeps as `to_dict()`. A `Literal`
-    field is a choice, checked by `coerce`."""
+    """A block of a model's hyperparameters: a dataclass of plain values, parsed field by field, kept as
+    `to_dict()`; a `Literal` field is a choice, checked by `coerce`."""
 
     def __post_init__(self):
         # jsonargparse hands a nested `--model.init_args.BLOCK.FIELD null` over as the string "None"
@@ -204,8 +203,7 @@ class Block:
 
     @classmethod
     def coerce(cls, value: Any, where: str) -> "Block":
-        """A block from a block, a dict or None (the defaults); an unknown field or a choice off its list
-        is one line naming `where` (e.g. "RAM: retina")."""
+        """A block from a block, a dict or None (the defaults), checked; errors name `where` ("RAM: retina")."""
         if value is None:
             value = {}
         if isinstance(value, cls):

@@ -119,9 +119,8 @@ def _as_pil(image):
 
 
 def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None, sizes: list | None = None):
-    """Load and prepare image files: (tensor [N, C, H, W] of the good ones, good paths, one-line errors
-    for the bad ones). `notes` gets one line on how many the rule resized or made grey, `sizes` each
-    good image's original (H, W)."""
+    """Image files -> (tensor [N, C, H, W] of the good ones, good paths, one-line errors for the bad);
+    `notes` gets a line on how many the rule resized or made grey, `sizes` each original (H, W)."""
     from zoo.guards.files import load_image
 
     tensors, good, errors = [], [], []
@@ -188,8 +187,7 @@ def for_model(model) -> Preprocessing:
 
 
 def image_rules(in_chans: int) -> dict[str, str]:
-    """How a file becomes pixels (alpha composited on black, colour, orientation, interpolation), as
-    export.json states it for a deployment."""
+    """How a file becomes pixels, as export.json states it for a deployment."""
     return {"alpha": "composite on black",
             "colour": {3: "RGB", 1: "L (PIL's convert('L') of the RGB: ITU-R 601-2 luma)"}[in_chans],
             "orientation": "EXIF orientation applied", "interpolation": INTERPOLATION}

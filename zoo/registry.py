@@ -117,8 +117,7 @@ def index() -> dict:
 
 
 def family_of(entry: Entry) -> str:
-    """The entry's family, kept in its metadata: the model index's (no import), else its class's card's,
-    else the folder for a class off the list."""
+    """The entry's family: the model index's (no import), else its class's card's, else its folder."""
     if "family" not in entry.metadata:
         class_path, folder = entry.model["class_path"], entry.recipe.parent.name if entry.recipe else "?"
         entry.metadata["family"] = index()["families"].get(class_path) or (
@@ -218,9 +217,8 @@ def instantiate(spec: dict, kind: str = "model", **overrides):
 
 
 def check_run_memory(data, model) -> None:
-    """What a training run of a parsed config (Namespaces `data`, `model`) would allocate, refused above
-    the memory budget before anything is built: the weights four times (gradients, two optimizer
-    moments), the larger of a training and an evaluation step, and the data module's arrays."""
+    """What a run of a parsed config would allocate, checked before anything is built: the weights four
+    times (gradients, two moments), the larger of a training and an evaluation step, the data's arrays."""
     def plain(init_args) -> dict:
         return init_args.as_dict() if hasattr(init_args, "as_dict") else dict(init_args or {})
 
@@ -365,9 +363,8 @@ def check_state_dict(model, state: dict, source: str) -> None:
 
 def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathLike | None = None,
                  sha256: str | None = None, **overrides):
-    """Build the registered model `name` (`hf-hub:ORG/NAME`: that model card on the hub). `pretrained`:
-    its released weights; `checkpoint`: this model's .ckpt/.safetensors (a path or URL, pinned by
-    `sha256`) instead; `overrides`: hyperparameters replacing the recipe's."""
+    """The registered model `name` (`hf-hub:ORG/NAME`: a model card), with its released weights
+    (`pretrained`) or a `checkpoint` (pinned by `sha256`); `overrides` replace the recipe's values."""
     overrides = _head_override(overrides)
     if hub.is_hub_id(name):
         if checkpoint is not None:
@@ -391,8 +388,7 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
 
 
 def _head_override(overrides: dict) -> dict:
-    """`overrides` with a new label set's `num_classes` checked: a positive integer, or None (the
-    release's head, not the class default's)."""
+    """`overrides` with `num_classes` checked: a positive integer, or None (the release's head)."""
     if "num_classes" not in overrides:
         return overrides
     value = overrides["num_classes"]
@@ -455,8 +451,7 @@ def get_weights(name: str) -> Weights:
 
 
 def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overrides):
-    """A model from a zoo checkpoint alone (a .ckpt, a .safetensors, a model card; a path or a URL
-    pinned by `sha256`), whose config names only the zoo's own classes."""
+    """A model from a zoo checkpoint alone (a .ckpt, .safetensors or model card; a path or pinned URL)."""
     overrides = _head_override(overrides)
     state, config = hub.load_fetched(path, sha256)
     if not isinstance(config, dict) or "class_path" not in config:

@@ -51,8 +51,7 @@ def provenance() -> dict:
 
 
 def write_json(path: str | os.PathLike, payload: dict) -> Path:
-    """Write payload + provenance atomically, as strict JSON (a non-finite number is null); returns
-    the path."""
+    """Write payload + provenance atomically, as strict JSON; returns the path."""
     path = Path(path)
     record = {**payload, **{k: v for k, v in provenance().items() if k not in payload}}
     atomic_write_bytes(path, (json_text(record, indent=2, sort_keys=False, default=str) + "\n").encode())

@@ -172,8 +172,7 @@ def run(args) -> int:
 
 
 def check_output_folder(given: str, overwrite: bool) -> Path:
-    """The card's folder (a symlink followed), checked before any work: an earlier card is replaced
-    only with --overwrite."""
+    """The card's folder (a symlink followed); an earlier card is replaced only with --overwrite."""
     out = check_writable(output_folder(given), "--out", directory=True)
     check_card_target(out)  # someone's folder, or a card whose files changed, is refused whatever the flags
     if out.is_dir() and any(out.iterdir()) and not overwrite:

@@ -17,15 +17,16 @@ def add_model_arguments(parser, default_model: str | None = None) -> None:
                              "is fetched with a warning")
 
 
-def resolve_model(args, fits=lambda card: True, what: str = "a zoo model"):
-    """The model of --checkpoint or the pretrained --model, refused where its card does not `fits` (`what`)."""
+def resolve_model(args, fits=lambda card: True, what: str = "a zoo model", **overrides):
+    """The model of --checkpoint or the pretrained --model (with hyperparameter `overrides`), refused
+    where its card does not `fits` (`what`)."""
     import zoo
 
     if args.sha256 and not args.checkpoint:
         raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
     source = args.checkpoint or args.model
-    model = (zoo.load_checkpoint(source, sha256=args.sha256) if args.checkpoint
-             else zoo.create_model(source, pretrained=True))
+    model = (zoo.load_checkpoint(source, sha256=args.sha256, **overrides) if args.checkpoint
+             else zoo.create_model(source, pretrained=True, **overrides))
     if not fits(model.card):
         raise UserError(f"{source} is a {model.family} model, not {what}")
     return model.eval()

@@ -11,16 +11,13 @@ from __future__ import annotations
 import sys
 import time
 
-from zoo.commands.common import key_values
-from zoo.guards.errors import OneLineParser, UserError, quiet_lightning, report_user_errors
+from zoo.commands.common import add_model_arguments, key_values, resolve_model
+from zoo.guards.errors import OneLineParser, quiet_lightning, report_user_errors
 
 
 def parse_args(argv=None, prog: str = "eval.py"):
     parser = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="a Lightning .ckpt or a .safetensors release (path or URL)")
-    source.add_argument("--model", help="registry name; its released weights are loaded")
-    parser.add_argument("--sha256", metavar="HASH", help="pin --checkpoint to its sha256 (or first 8+ hex digits)")
+    add_model_arguments(parser)
     parser.add_argument("--split", choices=["val", "test"], default="test")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--overwrite", action="store_true", help="replace the --json file if it exists")
@@ -54,15 +51,9 @@ def evaluate(args) -> int:
     check_flags({"--batch-size": args.batch_size})
     check_flags({"--limit": args.limit}, limit_name="limit_eval")
     L.seed_everything(args.seed, verbose=False)
-    model_args = key_values(args.model_arg, "--model-arg")
-    if args.checkpoint:
-        model = zoo.load_checkpoint(args.checkpoint, sha256=args.sha256, **model_args)
-        weights_sha256 = hub.sha256_file(hub.fetch(args.checkpoint, args.sha256))  # a URL: the cached copy
-    else:
-        if args.sha256:
-            raise UserError("--sha256 pins a --checkpoint; a --model release is pinned by its manifest")
-        model = zoo.create_model(args.model, pretrained=True, **model_args)
-        weights_sha256 = hub.sha256_file(hub.fetch_release(args.model))
+    model = resolve_model(args, **key_values(args.model_arg, "--model-arg"))
+    weights = hub.fetch(args.checkpoint, args.sha256) if args.checkpoint else hub.fetch_release(args.model)
+    weights_sha256 = hub.sha256_file(weights)  # a URL: the cached copy
     data_args = key_values(args.data, "--data")
     if args.batch_size:
         data_args["batch_size"] = args.batch_size

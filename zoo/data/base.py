@@ -68,8 +68,7 @@ class SplitDataModule(L.LightningDataModule):
 
     @classmethod
     def image_size_for(cls, **init_args) -> tuple[int, int] | None:
-        """(height, width) of the images it serves (None: not fixed), from its arguments alone; with
-        `image_chans_for` and `class_names_for`, what zoo.registry.link_data gives the model."""
+        """(height, width) of the images it serves (None: not fixed), from its arguments alone."""
         size = init_args.get(cls.image_size_argument) if cls.image_size_argument else None
         return None if size is None else as_size(size)
 
@@ -83,8 +82,7 @@ class SplitDataModule(L.LightningDataModule):
 
     @classmethod
     def eval_resize_for(cls, size: tuple[int, int], **init_args) -> int | None:
-        """The shorter side an evaluation image is resized to before its centre `size` is cropped, or
-        None (served at `size`): what zoo.preprocess does to a user's image for its models."""
+        """The shorter side an evaluation image is resized to before its centre `size` is cropped, or None."""
         return None
 
     def summary(self) -> str:

@@ -20,8 +20,7 @@ def _hash32(v: torch.Tensor) -> torch.Tensor:
 
 @lru_cache(maxsize=16)
 def _pixel_weights(pixels: int, seed: int, device: torch.device) -> torch.Tensor:
-    """The content hash's per-pixel weights, made once per size, seed and device: an evaluation
-    step then copies nothing from the host (a compiled or captured step needs that)."""
+    """The content hash's per-pixel weights, once per size, seed and device (no host copy in a step)."""
     return torch.randint(1, 1 << 20, (pixels,), generator=torch.Generator().manual_seed(seed)).to(device)
 
 

@@ -1,10 +1,7 @@
-"""What the caption data modules (zoo.data.scenes, zoo.data.captions) share: (image, caption) pairs
-for training (length-bucketed, at most `max_len` words) and each image once with its references for
-evaluation, through a vocabulary of the training captions only (zoo.data.vocab).
-
+"""What the caption data modules share: (image, caption) pairs for training (length-bucketed) and
+each image once with its references for evaluation, through a vocabulary of the training captions.
 Batches: `images float [B, 3, H, W]` in [0, 1], `captions int64 [B, T]` (<start> w1 .. wn <end>
-<pad>..), `lengths int64 [B]` and `image_ids`; T is the longest caption, rounded up to a multiple of
-`pad_to_multiple` where a module has it (a compiled step then meets few shapes).
+<pad>..; T rounded up to `pad_to_multiple` where given), `lengths int64 [B]` and `image_ids`.
 """
 from __future__ import annotations
 

@@ -161,8 +161,7 @@ def build_transform(image_size: int, resize_size: int | None, train: bool, rando
 
 # ----------------------------------------------------------------------------- datasets
 class CaptionedFiles(CaptionBatches):
-    """Caption rows of image files, read a batch at a time: every (image, caption) pair, or
-    (`references`) each image once with its raw references."""
+    """Caption rows of image files, read a batch at a time (`references`: each image once)."""
 
     def __init__(self, records: list[CaptionedImage], captions: torch.Tensor, lengths: torch.Tensor,
                  row_image: Sequence[int], transform, references: bool = False):

@@ -1,13 +1,7 @@
-"""The data card: a data set's facts, stated once next to its data module, and the registry that
-finds every data set by its card, as zoo.models.card does for families.
-
-    class ClutteredScaleDataModule(GeneratedCanvasModule):
-        card = DataCard(image_size="canvas_size", channels=1, class_names=CLASS_NAMES,
-                        dimensions={"canvas_size": 4_096}, tiny=dict(limit_train=16, batch_size=8))
-
-A SplitDataModule subclass declaring `card` in its own body is a data set: when it is defined, the
-card is checked against its constructor, the class facts (CLASS_FACTS) are set from it, and it is
-registered (files may name it; the registry-wide tests build its tiny configuration).
+"""The data card: a data set's facts, stated once next to its data module, and the registry of data
+sets by their cards. A SplitDataModule subclass declaring `card` in its own body is a data set: when
+it is defined, the card is checked against its constructor, the class facts (CLASS_FACTS) are set
+from it, and it is registered. CONTRIBUTING.md ("Data") says what each field means.
 """
 from __future__ import annotations
 
@@ -30,20 +24,13 @@ _DATA: dict[str, type] = {}
 
 @dataclass(frozen=True)
 class DataCard:
-    #: the argument that fixes the served images' size (`image_size_for` reads it); None: none does
-    image_size: str | None = None
-    #: channels of every image it serves; None: `image_chans_for(**init_args)` decides
-    channels: int | None = None
-    #: the label set, known before anything is built; None: `class_names_for(**init_args)`, or none
-    class_names: tuple[str, ...] | None = None
-    #: arguments that name places on disk: a checkpoint's or release's data config never sets them
-    path_arguments: tuple[str, ...] = ()
-    #: the largest sane value of each of its own size arguments, beside SHARED_DIMENSIONS
-    dimensions: dict[str, float] = field(default_factory=dict)
-    #: arguments that make it cheap on the tests' tiny Fashion-MNIST, never its image size
-    tiny: dict[str, Any] = field(default_factory=dict)
-    #: registry-wide checks that leave it out, and why
-    skip: dict[str, str] = field(default_factory=dict)
+    image_size: str | None = None  # the argument that fixes the served images' size
+    channels: int | None = None  # None: `image_chans_for(**init_args)` decides
+    class_names: tuple[str, ...] | None = None  # None: `class_names_for(**init_args)`, or no labels
+    path_arguments: tuple[str, ...] = ()  # places on disk: a file's data config never sets them
+    dimensions: dict[str, float] = field(default_factory=dict)  # the largest sane value of each size argument
+    tiny: dict[str, Any] = field(default_factory=dict)  # cheap settings for the tests, never its image size
+    skip: dict[str, str] = field(default_factory=dict)  # registry-wide checks that leave it out, and why
 
     def __post_init__(self):
         object.__setattr__(self, "path_arguments", tuple(self.path_arguments))

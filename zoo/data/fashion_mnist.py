@@ -3,12 +3,10 @@
 IDX files (plain or .gz) come from `$ZOO_DATA_DIR/fashion-mnist`, `./data/fashion-mnist`, Debian's
 `/usr/share/datasets/fashion-mnist`, else a torchvision download into `./data`.
 
-Variants (canvases built once, vectorised, from a seed; the test set's fixed):
-- centered: the 28x28 images; translated: the item anywhere on a 60x60 canvas;
-- cluttered60 / cluttered100: translated 60x60 / 100x100 plus 4 / 8 distractors (8x8 crops of other
-  training images, pixel max);
-- two_items60: two items on a 60x60 canvas, their frames apart (DRAW's two-digit task, Gregor et al.
-  2015 sec. 4.3, without overlaps). Labels [N, 2], boxes [N, 2, 4].
+Variants (VARIANTS; canvases built once, vectorised, from a seed): centered (28x28), translated (on
+60x60), cluttered60 / cluttered100 (translated plus 4 / 8 distractors, 8x8 crops of other training
+images), two_items60 (two items apart on 60x60, DRAW's two-digit task, Gregor et al. 2015 sec. 4.3;
+labels [N, 2], boxes [N, 2, 4]).
 
 `curriculum_epochs` N > 0 trains epoch e < N with floor(D * e / N) of the variant's D distractors
 (nested in the full canvases); `with_boxes` serves the item's box float [B, 4] with every batch.

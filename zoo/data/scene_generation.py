@@ -66,8 +66,7 @@ class Scenes:
 
     @classmethod
     def load(cls, path: str | os.PathLike, canvas_size: int, num: int | None = None) -> "Scenes":
-        """A cached split (of `num` scenes), its shapes checked before and after reading (ValueError:
-        the cache is rebuilt, never trusted)."""
+        """A cached split (of `num` scenes), checked before and after reading (ValueError: rebuilt)."""
         check_npz(path)
         with np.load(path, allow_pickle=False) as z:
             if int(z["version"]) != FORMAT_VERSION:
@@ -207,8 +206,7 @@ def load_items(item_loader, split: str, label: str) -> tuple[np.ndarray, np.ndar
 
 
 def cache_file(settings: dict, source: tuple[np.ndarray, np.ndarray] | None, cache_dir: str | None) -> Path:
-    """scenes-<split>-<num>-<key>.npz under `cache_dir`, else $ZOO_DATA_DIR/scenes; the key hashes
-    every generation setting and the item source."""
+    """scenes-<split>-<num>-<key>.npz (the key: every setting's and the item source's hash)."""
     if source is not None:
         content = hashlib.sha1(np.ascontiguousarray(source[0]).tobytes())
         content.update(np.ascontiguousarray(source[1]).astype(np.int64).tobytes())

@@ -41,8 +41,7 @@ def noun_phrase(label: int, colour: int, definite: bool = False, slot: int | Non
 
 
 def untag(tagged: str) -> tuple[str, list[int]]:
-    """A tagged caption -> (the caption, the item slot of each of its `tokenize` tokens, -1 for
-    words that name no item)."""
+    """A tagged caption -> (the caption, the item slot of each of its tokens, -1: none)."""
     words, slots = [], []
     for raw in tagged.split():
         word, _, slot = raw.partition(TAG)

@@ -30,8 +30,7 @@ from zoo.guards.writes import atomic_save_image, atomic_write_bytes
 
 
 class SceneCaptions(CaptionBatches):
-    """Every (scene, caption) pair, longest first, for training; each scene once (`references`) for
-    evaluation. `caption_items`: per row, Scenes.caption_items'."""
+    """Every (scene, caption) pair, longest first; or (`references`) each scene once."""
 
     def __init__(self, scenes: Scenes, captions: torch.Tensor, lengths: torch.Tensor, row_scene: Sequence[int],
                  caption_items: list[list[int]], multiple: int | None, references: bool):
@@ -71,8 +70,7 @@ class FashionScenesDataModule(CaptionDataModule):
     @classmethod
     def memory_for(cls, num_train: int = 10000, num_val: int = 500, num_test: int = 1000, canvas_size: int = 64,
                    **_) -> dict[str, float]:
-        """What the splits would hold, by the argument that sets each: canvases uint8 [N, 3, S, S] twice
-        while generated, and SCENE_OVERHEAD per scene."""
+        """What the splits would hold: canvases twice while generated, and SCENE_OVERHEAD per scene."""
         per_scene = 2 * 3 * int(canvas_size) ** 2 + cls.SCENE_OVERHEAD
         return {f"data.init_args.{name}={int(n):,} scenes of 3x{canvas_size}x{canvas_size} px": float(n) * per_scene
                 for name, n in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test))}

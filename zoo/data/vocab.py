@@ -41,8 +41,7 @@ class Vocab:
     @classmethod
     def build(cls, token_lists: Iterable[Sequence[str]], min_freq: int = 1,
               max_size: int | None = None) -> "Vocab":
-        """Words seen at least `min_freq` times, most frequent first (ties alphabetical); `max_size`
-        caps the WORDS, special tokens not counted."""
+        """Words seen `min_freq`+ times, most frequent first (ties alphabetical), at most `max_size`."""
         if min_freq < 1:
             raise UserError(f"min_freq must be >= 1, got {min_freq}")
         counts = Counter(word for tokens in token_lists for word in tokens)

@@ -1,6 +1,5 @@
-"""One exception type for mistakes a user can fix, and what every entry point (the `zoo` command,
-train.py, eval.py, scripts) shares to report them: one line on stderr, exit code 2. `shorten` and
-`printable` make a file's text fit one inert line. Anything else is a bug and keeps its traceback."""
+"""One exception type for mistakes a user can fix, reported by every entry point as one line on stderr
+and exit code 2 (anything else is a bug and keeps its traceback); `shorten` and `printable`."""
 from __future__ import annotations
 
 import argparse
@@ -17,8 +16,7 @@ from typing import Any
 
 
 class UserError(Exception):
-    """A mistake in the user's input (file, name, config, image), reported as one clear line: a
-    message that quotes a file (or a library quoting it) is cut at MAX_LENGTH characters."""
+    """A mistake in the user's input, reported as one clear line of at most MAX_LENGTH characters."""
 
     MAX_LENGTH = 1000
 
@@ -70,8 +68,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069
 
 
 def printable(text: object) -> str:
-    """Text from a file made inert for a terminal: every control character as its escape (\\x1b, \\n),
-    shown, not obeyed, and one line stays one line."""
+    """Text from a file made inert for a terminal: every control character as its escape (\\x1b, \\n)."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 

@@ -30,9 +30,8 @@ INTERPOLATION = "bilinear"
 
 
 def load_image(path: str | os.PathLike, channels: int = 3) -> Image.Image:
-    """An image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated: transparency composited on
-    black, 16-bit and float grayscale rescaled by their range, the longer side at most MAX_SIDE. One
-    line (UserError) for a missing file, a directory, a non-image or a truncated file."""
+    """An image as 8-bit "RGB" (channels=3) or "L" (channels=1), EXIF-rotated, transparency on black,
+    16-bit and float grayscale rescaled, the longer side at most MAX_SIDE; one line for a bad file."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file")
@@ -115,8 +114,7 @@ def parse_json(text: str | bytes, what: str, expect: type | None = None,
 
 def read_json(path: str | os.PathLike, what: str | None = None, expect: type | None = None,
               max_bytes: int = 64 * 2**20, max_nodes: float | None = None) -> Any:
-    """A JSON file, its parsed size checked against the memory budget first; one-line errors prefixed
-    by `what` (default: the path), as `parse_json`'s."""
+    """A JSON file, its size checked first; `parse_json`'s errors, prefixed by `what` (the path)."""
     path = Path(path)
     what = what or str(path)
     try:
@@ -142,6 +140,5 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 def plain_name(name: Any) -> bool:
-    """A file name a file gives is one plain name (letters, digits, `_.+-`; not "." or ".."): no
-    path, no separator, nothing a URL or a shell reads otherwise."""
+    """A file name a file gives is one plain name (letters, digits, `_.+-`; not "." or "..")."""
     return isinstance(name, str) and re.fullmatch(r"[\w.+-]+", name) is not None and name not in (".", "..")

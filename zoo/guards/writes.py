@@ -1,10 +1,8 @@
-"""Writing a user's file whole or not at all, and the one lock protocol (an flock) behind it.
-
+"""Writing a user's file whole or not at all, and the one lock protocol (an flock) behind it:
 `atomic_write_bytes` / `atomic_save_image`, or `with writing(path) as tmp:` (write `tmp`, then
-`os.replace(tmp, path)`); `swap_in_folder` puts a finished set of files in place at once.
-`sweep_stale` / `sweep_folder` remove only a dead writer's temporaries. `try_lock` / `lock_note` /
-`held_lock`: one process at a time on a path. `check_writable`, `check_output`, `output_in`: a
-target refused before any work. `json_text`: strict JSON. Why: docs/design-notes.md, "Writes".
+`os.replace(tmp, path)`); `swap_in_folder` for a set of files; `sweep_stale` / `sweep_folder`;
+`try_lock` / `lock_note` / `held_lock`; `check_writable`, `check_output`, `output_in` before any
+work; `json_text`. Why: docs/design-notes.md, "Writes".
 """
 from __future__ import annotations
 
@@ -61,8 +59,7 @@ def _link_problem(path: Path) -> str:
 
 
 def check_output(path: str | os.PathLike, flag: str, overwrite: bool = False) -> Path:
-    """The file `path` a command writes (`flag`), checked before any work: writable, not a symbolic
-    link, and, unless `overwrite`, not there yet."""
+    """The file `path` a command writes (`flag`): writable, no link, and there only with `overwrite`."""
     path = Path(path)
     if path.is_symlink():
         raise UserError(f"{flag} {path}: {_link_problem(path)}; give another name")
@@ -73,8 +70,7 @@ def check_output(path: str | os.PathLike, flag: str, overwrite: bool = False) ->
 
 
 def output_folder(given: str | os.PathLike, flag: str = "--out") -> Path:
-    """The folder a command replaces whole (an export, a card): a symlink followed to the folder it
-    names (a dangling one refused), never a file."""
+    """The folder a command replaces whole (an export, a card), a symlink followed; never a file."""
     given = Path(given)
     if given.is_symlink() and not given.exists():
         raise UserError(f"{flag} {given}: a symlink to {os.readlink(given)}, which does not exist; give a folder")
@@ -85,9 +81,8 @@ def output_folder(given: str | os.PathLike, flag: str = "--out") -> Path:
 
 
 def output_in(root: str | os.PathLike, name: str, flag: str, overwrite: bool = False) -> Path:
-    """The file `name` (plain names joined by "/") inside the output folder `root` (`flag`), checked
-    before it is written: no link on the way, folders that are folders, and an existing file replaced
-    only with `overwrite`."""
+    """The file `name` ("/"-joined plain names) inside the output folder `root` (`flag`): no link on the
+    way, folders that are folders, an existing file replaced only with `overwrite`."""
     root, parts = Path(root), name.split("/")
     if not name or any(part in ("", ".", "..") or "\0" in part for part in parts):
         raise ValueError(f"{name!r} is not a plain relative name")  # the caller builds names: a bug
@@ -153,8 +148,7 @@ def writing(path: str | os.PathLike, kind: str = "tmp") -> Iterator[Path]:
 
 
 def _clean(path: Path, token: str) -> list[Path]:
-    """Remove one writer's temporaries of `path`; its `old` (the previous set, moved aside just
-    before the writer stopped) goes back to `path` if nothing took its place."""
+    """Remove one writer's temporaries of `path`; its `old` goes back to `path` if nothing took its place."""
     old = path.with_name(f".{path.name}.{token}.old")
     if os.path.lexists(old) and not os.path.lexists(path):
         os.rename(old, path)
@@ -217,9 +211,8 @@ def sweep_folder(directory: str | os.PathLike) -> list[Path]:
 
 
 def try_lock(path: str | os.PathLike) -> int | None:
-    """The exclusive flock on `path` (created, never removed), taken without waiting, with "<pid> on
-    <host>" written in it for `lock_note`: its descriptor, held until closed. None while another
-    process holds it (or the file system has no locks)."""
+    """The exclusive flock on `path` (created, never removed; "<pid> on <host>" written in it) without
+    waiting: its descriptor, held until closed; None while another process holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -298,10 +291,8 @@ def json_text(value, **dumps_kwargs) -> str:
 
 
 def swap_in_folder(staging: Path, target: Path, problem_of: Callable[[Path], str | None]) -> None:
-    """Put the finished set `staging` (an export, a model card) at `target`: one atomic exchange
-    (renameat2) where the kernel offers it, else two renames (the old set kept under this writer's
-    `old` name meanwhile). The old set is removed only where `problem_of(folder)` is None, else kept
-    beside `target` with a warning."""
+    """Put the finished set `staging` at `target` (an atomic renameat2 exchange, else two renames); the
+    old set is removed where `problem_of(folder)` is None, else kept beside `target` with a warning."""
     if target.is_symlink():  # renames would move the link, and the old set's clean-up would follow it
         raise UserError(f"--out {target}: is a symbolic link; give the folder it names ({os.path.realpath(target)})")
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})

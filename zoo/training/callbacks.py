@@ -1,6 +1,5 @@
-"""Training pieces shared by every family: the default W&B logger (offline unless WANDB_MODE says
-otherwise), crash-safe checkpointing, fine-tuning from released weights, and a callback that logs
-each model's attention figures at validation."""
+"""Training pieces every family shares: the W&B logger (offline by default), crash-safe checkpoints,
+fine-tuning from released weights, speed, progress lines, and the attention figures at validation."""
 from __future__ import annotations
 
 import difflib
@@ -156,8 +155,7 @@ class ZooCheckpoint(ModelCheckpoint):
 
 
 class InitFrom(L.Callback):
-    """Fine-tuning: load weights (no optimizer, no schedule) into the model when fit starts, after
-    `setup` has built every layer. `prepare` fetches and checks the source before training."""
+    """Fine-tuning: weights (no optimizer state) loaded when fit starts; `prepare` checks them before."""
 
     def __init__(self, state: dict[str, torch.Tensor], source: str, config: dict | None = None):
         self.state, self.source, self.config = state, source, config

@@ -116,8 +116,7 @@ def check_config_files(argv: list[str]) -> None:
 
 
 def with_current_names(argv: list[str]) -> list[str]:
-    """Old recipes and flags in current names (zoo.hparams), one warning each; a rewritten recipe is
-    given to LightningCLI as its YAML text."""
+    """Old recipes and flags in current names (zoo.hparams), one warning each."""
     out = []
     for key, value, items in _options(argv, (*CONFIG, ACCEL).__contains__):
         if key in CONFIG and value is not None:

@@ -46,9 +46,8 @@ def launching_process() -> bool:
 
 
 def claim(root: Path, resume: str | os.PathLike | None = None, command: Sequence[str] = ()) -> str:
-    """Take run folder `root` for this process's run until `release()` (or its exit), naming the run
-    in it before it writes anything; or refuse in one line, having written nothing. `resume`: the
-    checkpoint the run continues, None for a new run; `command`: recorded in the claim. Returns the run's id."""
+    """Take run folder `root` for this run until `release()`, naming the run in it (with `command`)
+    before it writes anything, or refuse in one line; `resume`: the checkpoint it continues. Its id."""
     root = Path(root)
     check_writable(root, "--trainer.default_root_dir", directory=True)
     run = (_resumed.get(str(resume)) or run_of(resume, hub.read_checkpoint(resume))) if resume else None
@@ -226,8 +225,7 @@ def _wandb_logger_args(config) -> list:
 
 
 def as_recipe(config):
-    """A copy of a run's config (a jsonargparse Namespace) to save as its config.yaml, a recipe: without
-    `ckpt_path` and the W&B run identity."""
+    """A run's config as its config.yaml, a recipe: without `ckpt_path` and the W&B run identity."""
     config = config.clone()
     if "ckpt_path" in config:
         config["ckpt_path"] = None
@@ -265,10 +263,8 @@ def drop_inherited_identity(config, argv: list[str]) -> None:
 
 # ----------------------------------------------------------------------------- resuming
 def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] | None:
-    """`--ckpt_path` of a parsed training config (a jsonargparse Namespace), checked before anything is
-    built or written: fetched and verified, its model and data the config's, its run's folder this one
-    and not training; then the config resumes it (the local path, the W&B id). `argv`: the command
-    line. Returns the checkpoint's path and weights (for `check_resume_weights`)."""
+    """`--ckpt_path` of a parsed config, checked before anything is built: verified, its model, data and
+    folder this run's; then the config resumes it. Returns its path and weights, or None."""
     drop_inherited_identity(config, argv)  # a resume is asked for, never inherited from a file
     if config.get("weights_only") is False:
         raise UserError("--weights_only false would let a checkpoint run code when it loads; refused")
@@ -345,8 +341,7 @@ def newest_readable(directory: Path, skip: Path | None = None) -> Path | None:
 
 
 def read_resume_checkpoint(path: Path) -> dict:
-    """The checkpoint to resume; an unreadable one (cut off, corrupted) names the newest readable
-    checkpoint beside it."""
+    """The checkpoint to resume; an unreadable one names the newest readable one beside it."""
     try:
         return hub.read_checkpoint(path)
     except UserError as exc:
@@ -419,8 +414,7 @@ def _model_class(class_path: str) -> type | None:
 
 
 def _linked(model_class: type | None, init_args, data) -> dict:
-    """A plain copy of a config's model `init_args` with what its `data` decides linked in, as the
-    checkpoint holds them (zoo.registry.link_data)."""
+    """A plain copy of model `init_args` with what its `data` decides linked in, as checkpoints hold them."""
     from zoo.registry import is_allowed, link_data, resolve_class
 
     built = _plain(init_args)

@@ -43,8 +43,7 @@ log = logging.getLogger("zoo")
 
 # ----------------------------------------------------------------------------- one-line errors
 class ZooArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser with one-line errors and no abbreviated options (`--trainer.max_epoch`
-    is a typo, not `max_epochs`)."""
+    """LightningCLI's parser with one-line errors and no abbreviated options."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
@@ -58,8 +57,7 @@ class ZooArgumentParser(LightningArgumentParser):
 
 
 def one_line(message: str, parser=None) -> str:
-    """jsonargparse's message as its innermost line, named by its key (`model.backbone`) and class,
-    plus one did-you-mean."""
+    """jsonargparse's message as its innermost line, named by its key and class, plus a did-you-mean."""
     keys = re.findall(r'Parser key "([^"]+)"', message)
     classes = re.findall(r"Problem with given class_path '([^']+)'", message)
     structure = ("Parser key", "Does not validate", "Subtypes:", "Errors:", "- Problem with given class_path",

@@ -178,9 +178,8 @@ def preprocessing_record(spec) -> dict:
 
 
 def check_target(out_dir: str | os.PathLike, overwrite: bool = True) -> Path:
-    """The folder the export goes to (a symlink followed), checked before any work: new, empty, or
-    (with `overwrite`) an earlier export (`earlier_export_problem`); never the current folder, one
-    above it, or a mount point."""
+    """The export's folder (a symlink followed), before any work: new, empty, or (with `overwrite`) an
+    intact earlier export; never the current folder, one above it, or a mount point."""
     given, target = Path(out_dir), output_folder(out_dir)
     if target == target.parent or os.path.ismount(target):
         raise UserError(f"--out {given}: is a mount point; the export replaces its folder whole, so give a "
@@ -201,8 +200,7 @@ def check_target(out_dir: str | os.PathLike, overwrite: bool = True) -> Path:
 
 
 def earlier_export_problem(folder: Path) -> str | None:
-    """None when `folder` is an earlier export: a zoo export manifest and exactly the files it names,
-    each with the sha256 it records. Otherwise why not, in words."""
+    """None when `folder` is intact, exactly the set its manifest names; otherwise why not, in words."""
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file() or manifest_path.is_symlink():
         return f"holds other files (not an earlier export): it has no {MANIFEST}"
@@ -271,6 +269,4 @@ def _test_hook(written: int) -> None:
         os.kill(os.getpid(), getattr(signal, os.environ.get("ZOO_TEST_KILL_EXPORT_SIGNAL", "SIGKILL")))
 
 
-def load_export(out_dir: str | os.PathLike) -> dict:
-    """An export's manifest, once `zoo.weights.export_set.check_set` has shown the folder is the set it names."""
-    return check_set(out_dir)
+load_export = check_set  # zoo.load_export: an export's manifest, once the folder is shown to be its set

@@ -1,9 +1,6 @@
-"""An export set (the folder `zoo export` writes: `export.json` and the programs it names), checked
-without torch wherever it is read (`zoo.load_export`, docs/examples/onnx_caption.py). `check_set`
-refuses in one line a manifest past the budget or without its fields, a name that is not a plain
-file of the folder, a set that is not exactly its family's programs, a file whose sha256 is not the
-manifest's, a size, vocabulary or decoding setting out of bounds, and an ONNX program that describes
-another model.
+"""An export set (`export.json` and the programs it names), checked without torch wherever it is read
+(`zoo.load_export`, docs/examples/onnx_caption.py): `check_set` refuses in one line anything but
+exactly its family's programs, each with its sha256, sane sizes and an ONNX description of this model.
 """
 from __future__ import annotations
 
@@ -136,8 +133,7 @@ def _check_programs(folder: Path, manifest: dict) -> None:
 
 
 def _read_onnx(path: Path) -> tuple[dict | None, dict[str, int]]:
-    """(the embedded description or None, {output name: last dimension}) of an ONNX file, read with
-    onnx, else onnxruntime."""
+    """(embedded description or None, {output: last dimension}) of an ONNX file (onnx, else onnxruntime)."""
     try:
         try:
             import onnx

@@ -1,10 +1,8 @@
-"""Weights on disk and on the web: fetch with sha256 verification, load safely, save for release.
+"""Weights on disk and on the web: fetched with sha256 verification, loaded safely, saved for release.
 
-Formats: `.safetensors` (the zoo config as JSON in the metadata key "zoo_config", or a sidecar
-`<name>.json`), and Lightning `.ckpt`, loaded with `torch.load(weights_only=True)` only. A download
-is verified (its pinned sha256, else its format) before it enters the cache. A URL is pinned by
-`sha256=` (`--sha256`) or, as torch.hub does, by a hash prefix ending its file name
-(`model-1a2b3c4d.safetensors`); an unpinned one is fetched with a one-line warning.
+Formats: `.safetensors` (the zoo config as JSON in its "zoo_config" metadata, or a sidecar `.json`)
+and Lightning `.ckpt` (`weights_only=True`). A download is verified before it enters the cache; a URL
+is pinned by `--sha256` or, as torch.hub does, a hash prefix ending its name (`model-1a2b3c4d.pt`).
 """
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ def weights_dir() -> Path:
 
 
 def manifest() -> dict:
-    """The release manifest: {name: {file, sha256, url?, config, metadata}} ({} when absent), its
-    configs in current hyperparameter names (zoo.hparams)."""
+    """The release manifest {name: {file, sha256, url?, config, metadata}} ({} when absent), in current names."""
     path = weights_dir() / "MANIFEST.json"
     if not path.exists():
         return {}
@@ -145,9 +142,8 @@ def is_card(location) -> bool:
 
 
 def fetch_card(location, pin: str | None = None) -> Path:
-    """The verified `model.safetensors` of a card: `hf-hub:ORG/NAME[@REVISION]` downloaded from the
-    hub (a refused one leaves nothing in the cache), else the local folder `location`; `pin`: a
-    sha256 (prefix) it must also match. One line for a refused class, a missing file or a mismatch."""
+    """The verified `model.safetensors` of a card, `hf-hub:ORG/NAME[@REVISION]` (a refused one leaves
+    nothing in the cache) or a local folder; `pin`: a sha256 (prefix) it must also match."""
     if is_hub_id(location):
         repo_id, _, revision = location[len(HUB_PREFIX):].partition("@")
         if not HUB_REPO_ID.fullmatch(repo_id):
@@ -460,8 +456,7 @@ def _safetensors_problem(size: int, length: int, header: bytes | None) -> str | 
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict:
-    """A Lightning .ckpt as a dict, loaded with `weights_only=True`; one line for a pickle payload or
-    an unreadable file."""
+    """A Lightning .ckpt as a dict, loaded with `weights_only=True`; one line for what does not load."""
     import torch
 
     path = Path(path)
@@ -507,8 +502,7 @@ MAX_CHECKPOINT_RATIO = 100
 
 
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict | None]:
-    """(state_dict, zoo_config or None) of a .safetensors or Lightning .ckpt file, the config in
-    current hyperparameter names (zoo.hparams)."""
+    """(state_dict, zoo_config in current names or None) of a .safetensors or Lightning .ckpt file."""
     import torch
 
     path = Path(path)
