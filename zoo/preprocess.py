@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from zoo.guards.errors import UserError
-from zoo.guards.files import INTERPOLATION
+from zoo.guards.files import INTERPOLATION, load_image
 
 RESIZE_RULES = ("exact", "squash", "crop")
 
@@ -121,8 +121,6 @@ def _as_pil(image):
 def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None, sizes: list | None = None):
     """Image files -> (tensor [N, C, H, W] of the good ones, good paths, one-line errors for the bad);
     `notes` gets a line on how many the rule resized or made grey, `sizes` each original (H, W)."""
-    from zoo.guards.files import load_image
-
     tensors, good, errors = [], [], []
     resized = greyed = 0
     for path in paths:
@@ -150,8 +148,6 @@ def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None, sizes
 
 def load_image_tensor(path: str | os.PathLike, spec: Preprocessing) -> torch.Tensor:
     """One image file -> float [C, H, W] in [0, 1] as `spec` prepares it."""
-    from zoo.guards.files import load_image
-
     return spec(load_image(Path(path), channels=3))
 
 

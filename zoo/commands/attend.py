@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from zoo.commands.boxes import FRAME, read_boxes, summary, to_input
-from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model, unique_names
+from zoo.commands.common import add_model_arguments, exit_code, key_values, report_bad_files, resolve_model, unique_names
 from zoo.guards.errors import UserError, printable
 
 CHUNK = 64  # images per forward pass
@@ -40,7 +40,6 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import inspect
 
-    from zoo.commands.common import key_values
     from zoo.guards.writes import (atomic_save_image, atomic_write_bytes, check_output, check_writable, json_text,
                                    output_in)
     from zoo.metrics.attention import mass_in_box, pointing_game

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model, unique_names
-from zoo.guards.errors import UserError
+from zoo.guards.errors import UserError, printable
 
 DEFAULT_MODEL = "sat_soft_scenes"
 CUT_MARK = "cut"  # plain-text output: the caption reached --max-len before its <end>
@@ -28,7 +28,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from zoo.guards.budget import check_flags
-    from zoo.guards.errors import printable
     from zoo.guards.writes import atomic_save_image, check_writable, json_text, output_in
     from zoo.preprocess import for_model, load_batch
 

@@ -13,8 +13,9 @@ import re
 import shutil
 from pathlib import Path
 
-from zoo.guards.errors import UserError, shorten
-from zoo.guards.writes import OVERWRITE_HINT, check_writable, output_folder
+from zoo.guards.errors import UserError, shorten, sigterm_stops
+from zoo.guards.writes import (OVERWRITE_HINT, atomic_write_bytes, check_writable, output_folder, swap_in_folder,
+                               writing)
 from zoo.weights.hub import (CARD_CONFIG, CARD_WEIGHTS, HUB_PREFIX, HUB_REPO_ID, LIBRARY, fetch_release,
                              read_card_config, sha256_file)
 
@@ -121,8 +122,6 @@ def check_card_target(out_dir: Path) -> None:
 def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
     """Write release `name` as a hub repository in `out_dir`, all at once (a staging folder swapped in)."""
     from zoo.commands.info import describe
-    from zoo.guards.errors import sigterm_stops
-    from zoo.guards.writes import atomic_write_bytes, swap_in_folder, writing
     from zoo.registry import get_entry, list_models
 
     entry = get_entry(name)

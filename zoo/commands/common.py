@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from zoo.guards.errors import UserError, printable
+from zoo.guards.errors import UserError, printable, shorten
 
 
 def add_model_arguments(parser, default_model: str | None = None) -> None:
@@ -62,7 +62,6 @@ def key_values(items: list[str], flag: str) -> dict:
     import yaml
 
     from zoo.guards.budget import check_tree
-    from zoo.guards.errors import shorten
 
     parsed = {}
     for item in items:

@@ -21,7 +21,7 @@ from zoo.data.caption_base import CaptionBatches, CaptionDataModule
 from zoo.data.card import DataCard
 from zoo.data.vocab import tokenize
 from zoo.guards.errors import UserError
-from zoo.guards.files import read_json
+from zoo.guards.files import load_image, read_json
 
 FORMATS = ("coco", "karpathy")
 KARPATHY_SPLITS = ("train", "restval", "val", "test")
@@ -169,8 +169,6 @@ class CaptionedFiles(CaptionBatches):
         self.records, self.transform, self.references = records, transform, references
 
     def images(self, image: torch.Tensor) -> torch.Tensor:
-        from zoo.guards.files import load_image
-
         paths = [self.records[k].path for k in image.tolist()]
         return torch.stack([self.transform(load_image(path, channels=3)) for path in paths])
 

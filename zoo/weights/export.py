@@ -22,7 +22,7 @@ from torch import nn
 from zoo.guards.errors import UserError, shorten, sigterm_stops
 from zoo.guards.files import plain_name, read_json, sha256_file
 from zoo.guards.writes import OVERWRITE_HINT, atomic_write_bytes, check_writable, output_folder, swap_in_folder, writing
-from zoo.preprocess import image_rules
+from zoo.preprocess import for_model, image_rules
 from zoo.weights.export_set import MANIFEST, MANIFEST_DIGEST, METADATA_KEY, check_set, manifest_digest
 
 FORMATS = ("onnx", "torch")
@@ -88,8 +88,6 @@ class _Greedy(nn.Module):
 
 def programs(model, max_len: int | None = None) -> dict[str, Program]:
     """The programs to export for `model`, each with example inputs (batch 2)."""
-    from zoo.preprocess import for_model
-
     kind = model.card.output
     model = model.eval()
     if kind == "sample":
@@ -153,7 +151,6 @@ def describe(model, fmt: str) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     from zoo.data.vocab import END_ID, PAD_ID, START_ID, UNK_ID
-    from zoo.preprocess import for_model
 
     try:
         zoo_version = version("attention-zoo")
