@@ -195,8 +195,7 @@ def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entr
 
 
 def instantiate(spec: dict, kind: str = "model", **overrides):
-    """Instantiate an allow-listed {class_path, init_args} in current names, `overrides` on top (a
-    mapping updates a block field by field), its memory checked first."""
+    """An allow-listed {class_path, init_args} built in current names, `overrides` on top, memory checked."""
     if not isinstance(spec, dict):
         raise UserError(f"refused: a {kind} config must be a mapping with class_path, got {type(spec).__name__}")
     check_tree(spec, f"the {kind} config")

@@ -94,8 +94,7 @@ def card_readme(record: dict, config: dict, repo_id: str) -> str:
 
 
 def earlier_card_problem(folder: Path) -> str | None:
-    """None when `folder` is an earlier card: exactly a card's files (no links), each with the sha256
-    its config.json records. Otherwise why not, in words."""
+    """None when `folder` is an intact earlier card (its files only, each with its recorded sha256), else why not."""
     names = sorted(p.name for p in folder.iterdir())
     if names != sorted(CARD_FILES) or any((folder / n).is_symlink() for n in names):
         return "holds other files (not an earlier model card)"
@@ -110,13 +109,17 @@ def earlier_card_problem(folder: Path) -> str | None:
     return None
 
 
-def check_card_target(out_dir: Path) -> None:
-    """The card's folder is missing, empty, or an earlier card: anything else is refused."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
-    problem = earlier_card_problem(out_dir) if out_dir.is_dir() and any(out_dir.iterdir()) else None
+def check_card_target(given, overwrite: bool = True) -> Path:
+    """The card's folder (a symlink followed), before any work: missing, empty, or an intact earlier
+    card, replaced only with `overwrite`; anything else is refused."""
+    out = check_writable(output_folder(given), "--out", directory=True)
+    earlier = out.is_dir() and any(out.iterdir())
+    problem = earlier_card_problem(out) if earlier else None
     if problem:
-        raise UserError(f"--out {out_dir}: {problem}; give a new or empty folder")
+        raise UserError(f"--out {given}: {problem}; give a new or empty folder")
+    if earlier and not overwrite:
+        raise UserError(f"--out {given}: holds an earlier card; {OVERWRITE_HINT}")
+    return out
 
 
 def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
@@ -128,8 +131,7 @@ def write_card(name: str, out_dir, repo_id: str | None = None) -> list[Path]:
     if entry.weights is None:
         raise UserError(f"'{name}' has no released weights to put in a card "
                         f"(released: {', '.join(list_models(pretrained=True)) or 'none'})")
-    out_dir = Path(out_dir)
-    check_card_target(out_dir)
+    out_dir = check_card_target(out_dir)
     repo_id = repo_id or f"attention-zoo/{name}"
     if not HUB_REPO_ID.fullmatch(repo_id):
         raise UserError(f"--repo-id {shorten(repo_id)}: give it as ORG/NAME")
@@ -164,16 +166,7 @@ def run(args) -> int:
     from zoo.commands.info import check_known
 
     check_known(args.name)  # an unknown name first: did-you-mean
-    out = check_output_folder(args.out, args.overwrite)
+    out = check_card_target(args.out, args.overwrite)
     for path in write_card(args.name, out, args.repo_id):
         print(f"wrote {path}")
     return 0
-
-
-def check_output_folder(given: str, overwrite: bool) -> Path:
-    """The card's folder (a symlink followed); an earlier card is replaced only with --overwrite."""
-    out = check_writable(output_folder(given), "--out", directory=True)
-    check_card_target(out)  # someone's folder, or a card whose files changed, is refused whatever the flags
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"--out {given}: holds an earlier card; {OVERWRITE_HINT}")
-    return out

@@ -39,8 +39,7 @@ class DataCard:
 
 
 def register(cls: type) -> type:
-    """Register the data set `cls` declares, once its card's names are its constructor's arguments,
-    it restates no fact the card gives, and its tiny configuration sets no path nor image size."""
+    """Register the data set `cls` declares, once its card agrees with its constructor (TypeError otherwise)."""
     card = cls.card
     if not isinstance(card, DataCard):
         raise TypeError(f"{cls.__qualname__}.card must be a DataCard, got {type(card).__name__}")

@@ -51,8 +51,7 @@ def _not_noise(record: logging.LogRecord) -> bool:
 
 
 def quiet_lightning() -> None:
-    """Drop Lightning's lines that are not ours to fix (NOISE, torch's LeafSpec deprecation inside
-    Lightning 2.6, and the checkpoint callback validate/test/predict leave out on purpose)."""
+    """Drop Lightning's lines that are not ours to fix: NOISE, and two warnings of no use to a user."""
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=r"(?s)Be aware that when using `ckpt_path`, callbacks used to create")
     for name in ("lightning.pytorch", "pytorch_lightning", "lightning.pytorch.utilities.rank_zero",

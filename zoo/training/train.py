@@ -102,8 +102,7 @@ def _names_in(dotted: str, names, is_module: bool = False) -> list[str]:
 
 # ----------------------------------------------------------------------------- the CLI
 class SaveConfigToRunDir(SaveConfigCallback):
-    """The resolved config, a recipe (zoo.training.runs.as_recipe), as <default_root_dir>/config.yaml
-    beside the checkpoints (not the logger's folder), atomically, and logged to every logger."""
+    """The resolved config, a recipe (runs.as_recipe), saved as <default_root_dir>/config.yaml and logged."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved:
@@ -153,8 +152,7 @@ class ZooCLI(LightningCLI):
             self._resume_state = runs.check_resume(self.config[subcommand], self._argv, fitting=subcommand == "fit")
 
     def before_instantiate_classes(self) -> None:
-        """Link what the data decides into the model (zoo.registry.link_data); a fine-tune recipe that
-        would start from random weights says so."""
+        """Link what the data decides into the model; a fine-tune recipe from random weights says so."""
         config = self.config[self.subcommand]
         data, model = config.get("data"), config.get("model")
         if not hasattr(data, "class_path") or not hasattr(model, "init_args"):

@@ -235,8 +235,7 @@ def earlier_export_problem(folder: Path) -> str | None:
 
 def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | None = None,
            overwrite: bool = True) -> list[Path]:
-    """Export every program of `model` into `out_dir` (<program>.onnx or .pt2, and export.json) as one
-    set; an earlier export there is replaced only with `overwrite`, and only while intact."""
+    """Export every program of `model` into `out_dir` as one set (an earlier one replaced with `overwrite`)."""
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
     out_dir = check_target(out_dir, overwrite)

@@ -35,8 +35,7 @@ HASH_IN_NAME = re.compile(r"-([0-9a-f]{8,64})(?:\.[A-Za-z0-9]+)+$")
 
 
 def weights_dir() -> Path:
-    """Where the release manifest (and, in a clone, the released files) live: $ZOO_WEIGHTS_DIR, else
-    the package's zoo/releases (the files then come by URL), else the clone's weights/."""
+    """Where the release manifest lives: $ZOO_WEIGHTS_DIR, else zoo/releases, else the clone's weights/."""
     if os.environ.get("ZOO_WEIGHTS_DIR"):
         return Path(os.environ["ZOO_WEIGHTS_DIR"])
     installed = Path(__file__).resolve().parents[1] / "releases"
