@@ -65,13 +65,6 @@ def _split_images(model, split: str, n: int):
     return torch.cat(images)[:n]
 
 
-def _save(write, path: Path) -> None:
-    try:
-        write(path)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
-
-
 def run(args) -> int:
     import torch
 
@@ -126,13 +119,13 @@ def run(args) -> int:
         canvases, x = result["canvases"], None
         figure = viz.sample_grid(result["images"], scale=args.scale)
         what = f"{n} samples"
-    _save(lambda p: atomic_save_image(figure, p), out)
+    atomic_save_image(figure, out)  # a full or read-only disk: one line (zoo.guards.errors.environment_error)
     print(f"wrote {out} ({what}, T={model.T})")
     if args.gif:
         frames = viz.canvas_frames(canvases, write=result["write"], write_n=write_n,
                                    read=result.get("read"), read_n=read_n, targets=x, scale=args.scale)
         gif = out.with_suffix(".gif")
         greys = GIF_GREYS if model.C == 1 else None  # colour canvases keep GIF's adaptive palette
-        _save(lambda p: viz.save_gif(frames, p, duration_ms=args.frame_ms, greys=greys), gif)
+        viz.save_gif(frames, gif, duration_ms=args.frame_ms, greys=greys)
         print(f"wrote {gif} ({len(frames)} frames)")
     return exit_code(1, errors)
