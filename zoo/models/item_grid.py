@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.backbones.spec import BackboneSpec
+from zoo.data.scene_generation import PALETTE
+from zoo.guards.errors import UserError
 from zoo.metrics.localization import cell_masks
 from zoo.models import optim
 from zoo.models.base import ClassifierModule
@@ -51,6 +53,9 @@ class ItemGridClassifier(ClassifierModule):
                  class_names: list[str] | None = None):
         super().__init__()
         optim.check_schedule(lr_schedule, "backbone")
+        if num_colours < len(PALETTE):  # a colour target past the head would be a traceback mid-epoch
+            raise UserError(f"ItemGridClassifier: num_colours {num_colours} is fewer than the {len(PALETTE)} "
+                            "colours ItemCanvases paints items with; give at least that many")
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
         self.hparams.image_size = [int(s) for s in image_size]
