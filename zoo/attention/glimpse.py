@@ -73,7 +73,6 @@ class Retina(nn.Module):
         return (f"patch_size={self.patch_size}, num_scales={self.num_scales}, "
                 f"scale_factor={self.scale_factor}, method={self.method!r}, subpixel={self.subpixel}")
 
-    # ------------------------------------------------------------------ geometry
     def _image_size(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """[2] = (width, height) in the locations' dtype; from the buffer when the size is the built one."""
         if self.image_hw == (height, width):
@@ -98,7 +97,6 @@ class Retina(nn.Module):
         half = self._widths.to(locations.device, locations.dtype)[None, :, None] / 2  # [1, k, 1]
         return torch.cat([c[:, None] - half, c[:, None] + half], dim=-1)
 
-    # ------------------------------------------------------------------ forward
     def forward(self, images: torch.Tensor, locations: torch.Tensor) -> torch.Tensor:
         if images.dim() != 4 or locations.shape != (images.shape[0], 2):
             raise ValueError(f"expected images [B, C, H, W] and locations [B, 2], got "

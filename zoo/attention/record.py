@@ -176,7 +176,6 @@ def concatenate(records: list[AttentionRecord]) -> AttentionRecord:
                    prediction=prediction)
 
 
-# ----------------------------------------------------------------------------- native -> pixel maps
 def _normalise(maps: torch.Tensor) -> torch.Tensor:
     """[..., H, W] -> each map divided by its sum (an all-zero map stays zero: degenerate)."""
     total = maps.sum((-2, -1), keepdim=True)

@@ -80,7 +80,6 @@ class Backbone(nn.Module):
 FILE_HINT = "pass it as pretrained_file=PATH (--model.init_args.backbone.pretrained_file PATH)"
 
 
-# ---------------------------------------------------------------------------- timm creation
 _SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) "
                             r"from checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
 

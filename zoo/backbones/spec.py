@@ -92,7 +92,6 @@ class BackboneSpec:
             if getattr(self, f.name) == "None":
                 setattr(self, f.name, False if f.name == "pretrained" else None)
 
-    # ------------------------------------------------------------------ construction
     @classmethod
     def coerce(cls, value: "BackboneSpec | dict | None", default: dict | None = None) -> "BackboneSpec":
         """A spec from a spec, a plain dict (old checkpoints, Python callers) or None (`default`)."""
@@ -177,7 +176,6 @@ class BackboneSpec:
             out.pop("std", None)
         return out
 
-    # ------------------------------------------------------------------ zoo weights
     def _adopt(self, source: "ZooBackbone") -> None:
         """Fill unset fields from the zoo weight's spec; set fields must agree with it."""
         theirs = source.spec

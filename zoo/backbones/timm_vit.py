@@ -67,7 +67,6 @@ class TimmViT(Backbone):
         # timm's patch_size is now the projection's kernel over the stem's feature map.
         return {"patch_size": patch_size // stride, "embed_layer": partial(HybridEmbed, backbone=stem)}
 
-    # ------------------------------------------------------------------ shapes
     def grid_for(self, height: int, width: int) -> tuple[int, int]:
         """The patch grid (h, w) for an input of height x width."""
         pe = self.vit.patch_embed
@@ -79,7 +78,6 @@ class TimmViT(Backbone):
     def img_size(self) -> tuple[int, int]:
         return tuple(self.vit.patch_embed.img_size)
 
-    # ------------------------------------------------------------------ forward
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         # images [B, C, H, W] -> timm's features [B, prefix + h*w, D] (after the final norm)
         with self._grad_context():

@@ -92,7 +92,6 @@ class StepAccelerator:
     def __reduce__(self):  # copy, deepcopy and pickle alike
         return (StepAccelerator, ())
 
-    # ------------------------------------------------------------------ resolving the mode
     def request(self, mode: str) -> None:
         """The run's option (`--accel`): the mode its steps resolve (`mode`) from."""
         self.requested = check_mode(mode)
@@ -162,7 +161,6 @@ class StepAccelerator:
         if _rank_zero(trainer):
             log.warning(message)
 
-    # ------------------------------------------------------------------ compiled functions
     def compiled(self, name: str, fn: Callable, mode: str = "compile") -> Callable:
         """fn compiled once per (name, mode); one static graph per input shape."""
         key = (name, mode)
@@ -202,7 +200,6 @@ class StepAccelerator:
         # caller (Lightning's logging, a test comparing steps) gets its own copies (a few scalars)
         return _owned(out) if mode == "reduce-overhead" else out
 
-    # ------------------------------------------------------------------ steps
     def training_step(self, module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Lightning's training step: the loss (Lightning back-propagates and steps) and metrics."""
         return self._run(module, "train", "train", module.train_loss, module.train_inputs(batch))

@@ -53,7 +53,6 @@ class ItemGridClassifier(ClassifierModule):
         self.class_head = nn.Linear(D, num_classes + 1)  # index num_classes: background
         self.colour_head = nn.Linear(D, num_colours)
 
-    # ------------------------------------------------------------------ model
     def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
         """ItemCanvases' batch form: images, one item box per image (its top-left quarter), class, colour."""
         images, _ = self.example_images(n, seed)
@@ -103,7 +102,6 @@ class ItemGridClassifier(ClassifierModule):
                 "item_cell_acc": ((class_logits.argmax(-1) == classes) & on_item).sum() / on_item.sum().clamp(min=1),
                 "item_acc": item_right.sum() / n_items, "colour_acc": colour_right.sum() / n_items}
 
-    # ------------------------------------------------------------------ steps: the batch's own items
     def train_loss(self, **batch):
         terms = self.loss_terms(batch)
         return terms["loss"], {name: value.detach() for name, value in terms.items()}

@@ -26,7 +26,6 @@ _CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.o
 _FUSED = ("adam", "adamw", "sgd")  # torch has fused kernels for these (CPU and CUDA)
 
 
-# ----------------------------------------------------------------------------- optimizers
 def fused_kernel(params: list[torch.Tensor], name: str) -> bool:
     """Whether `name` runs torch's fused kernel on `params` (an accelerator's, never the CPU's)."""
     from torch.optim.optimizer import _get_fused_kernels_supported_devices
@@ -53,7 +52,6 @@ def build_optimizer(params: Iterable, name: str = "adam", *, lr: float, weight_d
     return _CLASSES[name](params, **kwargs)
 
 
-# ----------------------------------------------------------------------------- schedules
 def cosine_factor(module) -> Callable[[int], float]:
     """lr(epoch) / lr: a half cosine from 1 at epoch 0 to 0 at the last epoch of the run (the
     trainer's `max_epochs` now; 1 without a trainer)."""

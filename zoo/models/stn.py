@@ -101,7 +101,6 @@ class STN(ClassifierModule):
                                    nn.Dropout(dropout))
         self.head = nn.Linear(cnn_hidden, num_classes)
 
-    # ------------------------------------------------------------------ the model
     def transforms(self, images: torch.Tensor) -> torch.Tensor:
         """images [B, C, H, W] -> theta [B, T, 2, 3], one transform per glimpse."""
         features = self.loc(images)  # [B, loc_hidden]
@@ -131,7 +130,6 @@ class STN(ClassifierModule):
         theta = self.transforms(images)
         return self(images, theta), theta
 
-    # ------------------------------------------------------------------ where it looked
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
         """One step per glimpse: the sampled region's footprint as the map, its bounding box as the box."""
@@ -151,7 +149,6 @@ class STN(ClassifierModule):
             step_mask=record.full_mask(B, T, images.device), boxes=boxes, box_labels=["grid"],
             prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
 
-    # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
         hp = self.hparams
         located = [p for m in (self.loc, self.core, self.where) if m is not None for p in m.parameters()]

@@ -74,7 +74,6 @@ class ViTClassifier(ClassifierModule):
         if self.hparams.channels_last:
             self.to(memory_format=torch.channels_last)
 
-    # ------------------------------------------------------------------ forward
     @property
     def input_size(self) -> tuple[int, int]:
         return tuple(self.backbone.img_size)  # as timm resolved it
@@ -96,7 +95,6 @@ class ViTClassifier(ClassifierModule):
             logits = self._logits(images)
         return logits.float()
 
-    # ------------------------------------------------------------------ steps (zoo.models.accel)
     def train_inputs(self, batch):
         """Augmented images and labels, with mixup's partner labels and weight when it is on."""
         images, labels = batch
@@ -114,7 +112,6 @@ class ViTClassifier(ClassifierModule):
             loss = lam * loss + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=smoothing)
         return loss, {"loss": loss.detach(), "acc": (logits.argmax(-1) == labels).float().mean()}
 
-    # ------------------------------------------------------------------ optimisation
     def parameter_groups(self) -> list[dict]:
         """AdamW groups: weight decay only on matrices, not on biases, norms, position embeddings
         and prefix tokens (timm's `no_weight_decay`)."""
@@ -132,7 +129,6 @@ class ViTClassifier(ClassifierModule):
         return optim.configure(self, self.parameter_groups(), "adamw", lr=hp.lr, betas=hp.betas,
                                schedule="warmup_cosine", warmup_epochs=hp.warmup_epochs, min_lr=hp.min_lr)
 
-    # ------------------------------------------------------------------ attention
     @torch.no_grad()
     def attention_maps(self, images: torch.Tensor, head_fusion: str = "mean", residual: float = 0.5) -> dict:
         """images [B, C, H, W] in [0, 1] -> {"logits" [B, K], "attention" [layers, B, heads, N, N],
