@@ -86,8 +86,7 @@ class Retina(nn.Module):
         centres = (locations + 1) * 0.5 * size
         if self.subpixel:
             return centres
-        # The largest patch's edges land on pixel edges, and so do the smaller ones' wherever the
-        # widths differ by an even number of pixels (which method 'crop' requires anyway).
+        # the largest patch's edges on pixel edges, and the smaller ones' where widths differ evenly
         half = self.widths[-1] / 2
         return torch.floor(centres - half + 0.5) + half
 

@@ -222,8 +222,7 @@ class EstimatorTerms(NamedTuple):
     logged: dict[str, torch.Tensor]  # reported beside it (a REINFORCE cost, VIMCO's bound)
 
 
-#: estimator name -> its class (a subclass with a `name` registers itself): the allow-list a
-#: config's `estimator` is read from
+#: estimator name -> its class (a subclass with a `name` registers itself): `estimator`'s allow-list
 ESTIMATORS: dict[str, type["HardEstimator"]] = {}
 
 

@@ -244,6 +244,3 @@ def step_labels(prefix: str, batch: int, steps: int) -> list[list[str]]:
 def full_mask(batch: int, steps: int, device=None) -> torch.Tensor:
     return torch.ones(batch, steps, dtype=torch.bool, device=device)
 
-
-__all__ = ["AttentionRecord", "maps_from_cells", "maps_from_boxes", "maps_from_filters", "window_boxes",
-           "box_coverage", "centre_prior", "step_labels", "full_mask"]

@@ -30,8 +30,7 @@ def _boxes(boxes: torch.Tensor) -> torch.Tensor:
     return boxes[:, None] if boxes.dim() == 2 else boxes
 
 
-#: elements of box coverage computed at once: the union of many boxes is taken in slices of them,
-#: so a file of 20,000 boxes costs time, never gigabytes
+#: elements of box coverage computed at once (20,000 boxes cost time, never gigabytes)
 MASK_CHUNK = 1 << 22
 
 

@@ -196,8 +196,7 @@ class StepAccelerator:
                 out = self.compiled(name, fn, mode)(*args, **_static(inputs))
             else:
                 out = fn(*args, **(_static(inputs) if mode in COMPILED else inputs))
-        # reduce-overhead's outputs live in CUDA-graph memory that the next replay overwrites: the
-        # caller (Lightning's logging, a test comparing steps) gets its own copies (a few scalars)
+        # reduce-overhead's outputs live in CUDA-graph memory that the next replay overwrites: copies
         return _owned(out) if mode == "reduce-overhead" else out
 
     def training_step(self, module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

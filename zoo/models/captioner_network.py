@@ -98,8 +98,7 @@ class ShowAttendTellNetwork(nn.Module):
         self.drop = nn.Dropout(spec.dropout)
         if spec.deep_output:
             self.L_h, self.L_z = nn.Linear(n, m), nn.Linear(D, m, bias=False)
-        # hard attention's REINFORCE baselines (the authors' moving average, or a learned one: the
-        # expected cost of step t from what is known before its sample, h_{t-1} and E y_t)
+        # REINFORCE baselines: the authors' moving average, or a learned b(h_{t-1}, E y_t) (before the sample)
         self.baseline = MovingAverageBaseline(self.hard.baseline_decay) if attention == "hard" else None
         self.baseline_net = nn.Linear(n + m, 1) if attention == "hard" and self.hard.baseline == "learned" else None
         self.embed: nn.Embedding | None = None

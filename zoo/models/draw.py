@@ -77,8 +77,7 @@ class DRAW(ZooModule):
 
     card = FamilyCard(
         "draw", output="sample", resize="exact", attention="window", bench_recipes=("draw_fmnist",),
-        # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
-        # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
+        # CPU: the compiled cell is 1.1-1.5x faster, 1.5 min to compile: pays off after ~450 steps (benchmarks/accel.py)
         compile=CompileHints(pieces=("_cell",), cpu_min_steps=1000),
         dimensions={**dict.fromkeys(["enc_size", "dec_size", "z_size"], 16_384), "read_n": 1_024, "write_n": 1_024,
                     "T": 1_000, "iwae_samples": 100_000, "iwae_chunk": 100_000},
@@ -316,8 +315,7 @@ class DRAWClassifier(ClassifierModule):
 
     card = FamilyCard(
         "draw_classifier", resize="exact", attention="window", head_keys=("head.",),
-        # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
-        # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
+        # CPU: compiled steps 1.25-1.8x eager, 1.5 min to compile: pays off after ~1,900 steps (benchmarks/accel.py)
         compile=CompileHints(cpu_min_steps=4000), bench_recipes=("draw_cluttered100_classifier",),
         dimensions={"hidden_size": 16_384, "glimpse_hidden": 16_384, "read_n": 1_024, "T": 1_000},
         tiny={"": dict(image_size=16, num_classes=3, T=2, read_n=4, hidden_size=16, glimpse_hidden=16)})

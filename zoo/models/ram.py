@@ -178,11 +178,9 @@ class RAM(ZooModule):
 
     card = FamilyCard(
         "ram", resize="exact", attention="glimpse", head_keys=("classifier.",), exports=("logits", "locations"),
-        # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
-        # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
+        # CPU: compiled steps 1.7-1.9x eager, 1.5 min to compile: pays off after ~1,800 steps (benchmarks/accel.py)
         compile=CompileHints(cpu_min_steps=5000), bench_recipes=("ram_fmnist_cluttered60",),
-        # train_samples: glimpse paths per training image, each a whole rollout; context_size: the
-        # coarse view of the whole canvas
+        # train_samples: whole rollouts per training image; context_size: the coarse view's side
         dimensions={**dict.fromkeys(["glimpse_hidden", "location_hidden", "glimpse_dim", "hidden_size", "where_hidden",
                                      "context_channels"], 16_384),
                     "num_scales": 16, "num_glimpses": 1_000, "train_samples": 1_000, "eval_samples": 10_000,
