@@ -1,6 +1,5 @@
-"""Pieces the backbones share: the output type, freezing, and timm model creation with clear
-errors for the mistakes users make (unknown names, missing or ill-fitting weight files, no network).
-"""
+"""Pieces the backbones share: the output type, freezing, and timm model creation with one-line
+errors for the mistakes users make (unknown names, missing or ill-fitting weight files, no network)."""
 from __future__ import annotations
 
 import difflib
