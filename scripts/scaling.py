@@ -544,7 +544,10 @@ def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
     size; training results no cost row has get rows of their own."""
     rows, joined = [], set()
     for device, record in costs:
-        stat = "cpu_min_s" if record["setting"]["device"] == "cpu" else "median_s"
+        # on a CPU the least process-CPU time of the runs (the work done, not time spent preempted on a
+        # shared machine), for latency and throughput alike; on a GPU the median wall time
+        cpu = record["setting"]["device"] == "cpu"
+        stat, rate = ("cpu_min_s", "samples_per_sec_cpu") if cpu else ("median_s", "samples_per_sec")
         for r in record["rows"]:
             key = next((k for k in trained if k[0] == r["recipe_file"] and k[1] == r["task"] and k[2] == r["img_size"]
                         and k[3] == "[]"), None)
@@ -554,8 +557,8 @@ def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
             rows.append({
                 "model": r["recipe"], "family": r["family"], "task": r["task"], "device": device, "img_size": r["img_size"],
                 **_acc_cells(acc),
-                "infer_samples_per_sec": _num(thr.get("samples_per_sec"), 2),
-                "infer_step_time": _num(thr.get("median_s") and 1e3 * thr["median_s"], 3),
+                "infer_samples_per_sec": _num(thr.get(rate), 2),
+                "infer_step_time": _num(thr.get(stat) and 1e3 * thr[stat], 3),
                 "infer_batch_size": thr.get("batch", ""),
                 "infer_latency_ms": _num(lat.get(stat) and 1e3 * lat[stat], 3),
                 "infer_gmacs": _num(macs["total"] / 1e9, 6), "infer_gmacs_counter": _num(macs["counter"] / 1e9, 6),
@@ -564,7 +567,8 @@ def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
                 "steps": (macs.get("steps") or {}).get("count", ""),
                 "infer_gmacs_per_step": _num(macs.get("steps") and macs["steps"]["per_step"] / 1e9, 6),
                 "train_batch_size": mem.get("batch", ""), "train_peak_mem_mb": _num(mem.get("bytes") and mem["bytes"] / 2 ** 20, 1),
-                "param_count": _num(r["param_count"] / 1e6, 3), "notes": "; ".join(r["notes"])})
+                "param_count": _num(r["param_count"] / 1e6, 3),
+                "notes": "; ".join((["MACs counted on the meta device"] if macs["counted_on"] == "meta" else []) + r["notes"])})
     for key, entry in sorted(trained.items(), key=lambda kv: tuple(map(str, kv[0]))):
         if key in joined:
             continue
@@ -592,12 +596,12 @@ def csv_text(rows: list[dict]) -> str:
 
 
 def _fmt_ratio(value) -> str:
-    return "-" if value is None else f"{value:.3g}x"
+    return "-" if value is None else f"{value:#.3g}x"
 
 
 def _si(value: float) -> str:
     """A count with three significant figures and its unit (k, M, G)."""
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= scale:
             return f"{value / scale:.3g} {unit}"
     return f"{value:.3g}"
@@ -608,6 +612,10 @@ def _sig(value: float) -> str:
     if value >= 100:
         return f"{value:,.0f}"
     return f"{value:.3g}" if value >= 0.001 else f"{value:.1e}"
+
+
+def _megabytes(mb: float) -> str:
+    return f"{mb:,.0f} MB" if mb < 10_000 else f"{mb / 1024:,.0f} GB"
 
 
 def cost_table(rows: list[dict], record: dict) -> str:
@@ -630,7 +638,7 @@ def cost_table(rows: list[dict], record: dict) -> str:
             _si(float(r["param_count"]) * 1e6) if r["param_count"] else "", macs, per_step,
             f"{_sig(float(r['infer_latency_ms']))} ms" if r["infer_latency_ms"] else "-",
             f"{_sig(float(r['infer_samples_per_sec']))} ({r['infer_batch_size']})" if r["infer_samples_per_sec"] else "-",
-            f"{float(r['train_peak_mem_mb']):,.0f} MB" if r["train_peak_mem_mb"] else "-", top1 or "-", notes]) + " |")
+            _megabytes(float(r["train_peak_mem_mb"])) if r["train_peak_mem_mb"] else "-", top1 or "-", notes]) + " |")
     return "\n".join(lines)
 
 
