@@ -52,7 +52,6 @@ import copy
 import csv
 import io
 import json
-import math
 import os
 import re
 import statistics
@@ -352,7 +351,8 @@ def checks(rows: list[dict], device: str = "cpu") -> list[dict]:
 
     def check(name, what, value, low, high, target, also=None):
         meets = None if value is None else (low is None or value >= low) and (high is None or value <= high)
-        return {"name": name, "what": what, "value": value, "target": target, "meets": meets, **({"also": also} if also else {})}
+        return {"name": name, "what": what, "value": value, "target": target, "meets": meets,
+                **({"also": also} if also else {})}
 
     out = [check("dram_macs_400_over_60", "DRAM MACs per image, 400 px / 60 px (counter + analytic term)",
                  _ratio(get("dram", 400, "macs", "total"), get("dram", 60, "macs", "total")), 0.95, 1.05, "within ±5%",
@@ -488,7 +488,10 @@ def training_results(results: Path) -> dict[tuple, dict]:
         init = config.get("init_args") or {}
         if init.get("image_size") is None:
             continue
-        key = (record.get("recipe"), task, _side(init["image_size"]), json.dumps(record.get("train_args") or []))
+        recipe = str(record.get("recipe") or "")
+        recipe = Path(recipe).relative_to(ROOT).as_posix() if Path(recipe).is_absolute() and \
+            Path(recipe).is_relative_to(ROOT) else recipe
+        key = (recipe, task, _side(init["image_size"]), json.dumps(record.get("train_args") or []))
         group = groups.setdefault(key, {"summary": None, "seeds": {}, "n_test": _test_examples(data), "names": []})
         group["names"].append(path.stem)
         if isinstance(acc, dict):
@@ -549,10 +552,14 @@ def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
         cpu = record["setting"]["device"] == "cpu"
         stat, rate = ("cpu_min_s", "samples_per_sec_cpu") if cpu else ("median_s", "samples_per_sec")
         for r in record["rows"]:
-            key = next((k for k in trained if k[0] == r["recipe_file"] and k[1] == r["task"] and k[2] == r["img_size"]
-                        and k[3] == "[]"), None)
+            # runs of the row's recipe on its task at its size; arguments that change the model's
+            # architecture make another model (their own row), others (a budget) are stated in the notes
+            found = [k for k in trained if k[0] == r["recipe_file"] and k[1] == r["task"] and k[2] == r["img_size"]
+                     and not any(str(a).startswith("--model") for a in json.loads(k[3]))]
+            key = max(found, key=lambda k: (len(trained[k]["seeds"]), k[3] == "[]"), default=None)
             acc = accuracy(trained[key]) if key else {}
             joined.add(key)
+            trained_with = [f"trained with {' '.join(json.loads(key[3]))}"] if key and key[3] != "[]" else []
             lat, thr, mem, macs = r.get("latency") or {}, r.get("throughput") or {}, r.get("train_memory") or {}, r["macs"]
             rows.append({
                 "model": r["recipe"], "family": r["family"], "task": r["task"], "device": device, "img_size": r["img_size"],
@@ -566,16 +573,19 @@ def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
                 "infer_gathered_melements": _num(macs["gathered_elements"] / 1e6, 4),
                 "steps": (macs.get("steps") or {}).get("count", ""),
                 "infer_gmacs_per_step": _num(macs.get("steps") and macs["steps"]["per_step"] / 1e9, 6),
-                "train_batch_size": mem.get("batch", ""), "train_peak_mem_mb": _num(mem.get("bytes") and mem["bytes"] / 2 ** 20, 1),
+                "train_batch_size": mem.get("batch", ""),
+                "train_peak_mem_mb": _num(mem.get("bytes") and mem["bytes"] / 2 ** 20, 1),
                 "param_count": _num(r["param_count"] / 1e6, 3),
-                "notes": "; ".join((["MACs counted on the meta device"] if macs["counted_on"] == "meta" else []) + r["notes"])})
+                "notes": "; ".join(trained_with + (["MACs counted on the meta device"] if macs["counted_on"] == "meta"
+                                                   else []) + r["notes"])})
     for key, entry in sorted(trained.items(), key=lambda kv: tuple(map(str, kv[0]))):
         if key in joined:
             continue
         recipe, task, size, train_args = key
         rows.append({c: "" for c in CSV_COLUMNS} | {
             "model": Path(recipe or "?").stem, "task": task, "img_size": size, **_acc_cells(accuracy(entry)),
-            "notes": "no cost row: " + ", ".join(entry["names"]) + (f" (train_args {train_args})" if train_args != "[]" else "")})
+            "notes": "no cost row: " + ", ".join(entry["names"])
+                     + (f" (train_args {train_args})" if train_args != "[]" else "")})
     return rows
 
 
@@ -681,7 +691,7 @@ def fill(text: str, markers: tuple[str, str], body: str) -> str:
     return f"{head}{start}\n{body}\n{end}{tail}"
 
 
-def figure_png(rows: list[dict], budget_mb: float | None = None) -> bytes:
+def figure_png(rows: list[dict], budget_mb: float | None = None, memory_batch: int | None = None) -> bytes:
     """Four panels against the image side, log axes: top-1, MACs, batch-1 latency, peak training
     memory (with the memory budget); circles the scale task, squares Megapixel Fashion."""
     import matplotlib
@@ -690,7 +700,8 @@ def figure_png(rows: list[dict], budget_mb: float | None = None) -> bytes:
     import matplotlib.pyplot as plt
 
     panels = [("top1", "test top-1 (%)"), ("infer_gmacs", "GMACs per image (counter + analytic)"),
-              ("infer_latency_ms", "latency, batch 1, one thread (ms)"), ("train_peak_mem_mb", "peak training memory, batch 32 (MB)")]
+              ("infer_latency_ms", "latency, batch 1, one thread (ms)"),
+              ("train_peak_mem_mb", f"peak training memory, batch {memory_batch} (MB)")]
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     families = list(dict.fromkeys(r["family"] for r in rows if r["family"]))
     colours = {f: plt.get_cmap("tab10")(i % 10) for i, f in enumerate(families)}
@@ -702,12 +713,14 @@ def figure_png(rows: list[dict], budget_mb: float | None = None) -> bytes:
         for family in families:
             for task, marker in (("scale", "o"), ("megapixel", "s")):
                 points = sorted((int(r["img_size"]), float(r[column])) for r in rows
-                                if r["family"] == family and r["task"] == task and r["device"] in (device, "") and r[column])
+                                if r["family"] == family and r["task"] == task and r["device"] in (device, "")
+                                and r[column])
                 if not points:
                     continue
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, marker=marker, linestyle="-" if task == "scale" else "none", color=colours[family],
-                        markerfacecolor=colours[family] if task == "scale" else "none", label=family if task == "scale" else None)
+                        markerfacecolor=colours[family] if task == "scale" else "none",
+                        label=family if task == "scale" else None)
                 drawn = True
         if column == "train_peak_mem_mb" and budget_mb:
             ax.axhline(budget_mb, color="grey", linestyle="--", linewidth=1)
@@ -755,8 +768,8 @@ def report(args) -> int:
     atomic_write_bytes(csv_path, csv_new.encode())
     atomic_write_bytes(doc_path, doc_new.encode())
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
-    budget = next((record["setting"].get("memory_budget_mb") for _, record in costs), None)
-    atomic_write_bytes(Path(args.figure), figure_png(rows, budget))
+    setting = costs[0][1]["setting"] if costs else {}
+    atomic_write_bytes(Path(args.figure), figure_png(rows, setting.get("memory_budget_mb"), setting.get("memory_batch")))
     print(f"wrote {csv_path}, {doc_path} (tables) and {args.figure}: {len(rows)} rows from {len(costs)} cost file(s)")
     return 0
 

@@ -116,6 +116,12 @@ def test_report_joins_training_results_with_their_seed_spread_and_bootstrap_inte
     (results / "ram_y_seed0.json").write_text(json.dumps(  # a recipe no cost row measured
         {"recipe": "configs/ram/other.yaml", "train_args": [], "seed": 0, "config": config,
          "metrics": {"test/acc": 0.5}}))
+    at32 = {**config, "init_args": {"image_size": 32}, "data": {**config["data"], "init_args": {"canvas_size": 32}}}
+    for name, train_args, acc in (("ram_short_seed0", ["--trainer.max_epochs", "2"], 0.6),  # a budget: joined, stated
+                                  ("ram_other_model_seed0", ["--model.init_args.num_glimpses", "2"], 0.4)):
+        (results / f"{name}.json").write_text(json.dumps(
+            {"recipe": str(REPO / dram["recipe_file"]), "train_args": train_args, "seed": 0, "config": at32,
+             "metrics": {"test/acc": acc}}))
     doc = tmp_path / "scaling.md"
     shutil.copy(REPO / "docs" / "scaling.md", doc)
     paths = ["--results", str(results), "--csv", str(tmp_path / "s.csv"), "--doc", str(doc),
@@ -140,6 +146,10 @@ def test_report_joins_training_results_with_their_seed_spread_and_bootstrap_inte
         int(row["infer_batch_size"]) / (float(row["infer_step_time"]) / 1000), rel=1e-2)  # timm's columns agree
     orphan = next(r for r in rows if r["model"] == "other")
     assert orphan["top1"] == "50.00" and orphan["notes"].startswith("no cost row: ram_y_seed0")
+    short = next(r for r in rows if r["family"] == "dram" and r["img_size"] == "32")
+    assert short["top1"] == "60.00" and short["top1_std"] == "" and short["notes"] == "trained with --trainer.max_epochs 2"
+    other = next(r for r in rows if r["notes"].startswith("no cost row: ram_other_model_seed0"))
+    assert other["top1"] == "40.00" and other["notes"].endswith("(train_args [\"--model.init_args.num_glimpses\", \"2\"])")
     text = doc.read_text()
     assert "| dram | scale | 48 |" in text and "72.00 ± 2.00 [" in text
     doc.write_text(text.replace("| dram | scale | 48 |", "| dram | scale | 49 |"))
