@@ -80,31 +80,28 @@ CHECK_MARKERS = ("<!-- scaling:checks -->", "<!-- /scaling:checks -->")
 
 @dataclass(frozen=True)
 class Plan:
-    """A family's row: the registry entry whose architecture is measured at every side, the
-    hyperparameter counting its steps and the modules it runs once per image (for MACs per step),
-    and `coarse`: an argument that divides the canvas into a coarse view, scaled with the side so
+    """A family's row: the registry entry whose architecture is measured at every side (its card
+    says its glimpse steps, for MACs per step), and `coarse`: an argument that divides the canvas into a coarse view, scaled with the side so
     that the view keeps the recipe's size (STN's localisation view)."""
 
     family: str
     recipe: str
-    steps: str | None = None
-    once: tuple[str, ...] = ()
     coarse: str | None = None
 
 
 #: the families of issue 43, item 3, each at every side with one architecture
 PLANS = (
-    Plan("smallcnn", "baseline_smallcnn_scale400"),  # the modern small CNN (conv-BN-ReLU, global pooling)
-    Plan("paper_cnn", "baseline_cnn_cluttered60"),  # RAM's CNN baseline (8 10x10 filters, stride 5, FC 256)
-    Plan("dram", "ram_scale400_dram", steps="num_glimpses", once=("context_net",)),  # context 25x25, 4 glimpses
-    Plan("stn", "stn_fmnist_cluttered60", steps="num_glimpses", once=("loc",), coarse="loc_downsample"),
-    Plan("draw_classifier", "draw_cluttered100_classifier", steps="T"),
-    Plan("vit", "vit_fmnist_cluttered60"),  # its 6 px patches at every side: tokens grow with the area
-    Plan("ats", "ats_scale400", steps="num_patches", once=("attention_net",)),
+    Plan("SmallCNN", "baseline_smallcnn_scale400"),  # the modern small CNN (conv-BN-ReLU, global pooling)
+    Plan("PaperCNN", "baseline_cnn_cluttered60"),  # RAM's CNN baseline (8 10x10 filters, stride 5, FC 256)
+    Plan("DRAM", "ram_scale400_dram"),  # context 25x25, 4 glimpses
+    Plan("STN", "stn_fmnist_cluttered60", coarse="loc_downsample"),
+    Plan("DRAW", "draw_cluttered100_classifier"),
+    Plan("ViT", "vit_fmnist_cluttered60"),  # its 6 px patches at every side: tokens grow with the area
+    Plan("ATS", "ats_scale400"),
 )
 #: Megapixel Fashion: every plan on the full 1,500 px canvas, and these recipes of the task as they are
 #: (the small CNN on the canvas served at 500 px; ATS's Megapixel model in place of its 400 px one)
-MEGAPIXEL_RECIPES = {"smallcnn": "baseline_smallcnn_megapixel", "ats": "ats_megapixel"}
+MEGAPIXEL_RECIPES = {"SmallCNN": "baseline_smallcnn_megapixel", "ATS": "ats_megapixel"}
 
 
 # ============================================================================= measure
@@ -157,6 +154,8 @@ def count_macs(run, device, plan: Plan, model) -> dict:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from zoo.commands.cost import step_macs
+
     module, inputs = run
     counter, unseen = FlopCounterMode(display=False), _unseen_work()
     with torch.no_grad(), counter, unseen:
@@ -165,15 +164,9 @@ def count_macs(run, device, plan: Plan, model) -> dict:
     analytic = sum(unseen.macs.values())
     record = {"counter": total, "analytic": analytic, "total": total + analytic,
               "analytic_parts": dict(unseen.macs), "gathered_elements": unseen.moved, "counted_on": device}
-    if plan.steps:
-        per_module = counter.get_flop_counts()
-        once = 0
-        for name in plan.once:  # the outermost module of that name (the counter's keys are dotted paths)
-            keys = sorted((k for k in per_module if k == name or k.endswith("." + name)), key=len)
-            once += sum(per_module[keys[0]].values()) // 2 if keys else 0
-        steps = int(model.hparams[plan.steps])
-        record["steps"] = {"name": plan.steps, "count": steps, "once_per_image": once,
-                           "per_step": (total - once) // steps}
+    steps = step_macs(model, counter)  # the family card's glimpse steps
+    if steps is not None:
+        record["steps"] = steps
     return record
 
 
@@ -355,16 +348,16 @@ def checks(rows: list[dict], device: str = "cpu") -> list[dict]:
                 **({"also": also} if also else {})}
 
     out = [check("dram_macs_400_over_60", "DRAM MACs per image, 400 px / 60 px (counter + analytic term)",
-                 _ratio(get("dram", 400, "macs", "total"), get("dram", 60, "macs", "total")), 0.95, 1.05, "within ±5%",
-                 {"counter only": _ratio(get("dram", 400, "macs", "counter"), get("dram", 60, "macs", "counter"))})]
-    for cnn in ("smallcnn", "paper_cnn"):
+                 _ratio(get("DRAM", 400, "macs", "total"), get("DRAM", 60, "macs", "total")), 0.95, 1.05, "within ±5%",
+                 {"counter only": _ratio(get("DRAM", 400, "macs", "counter"), get("DRAM", 60, "macs", "counter"))})]
+    for cnn in ("SmallCNN", "PaperCNN"):
         out.append(check(f"{cnn}_macs_400_over_60", f"{cnn} MACs per image, 400 px / 60 px (counter + analytic term)",
                          _ratio(get(cnn, 400, "macs", "total"), get(cnn, 60, "macs", "total")), 40, None, ">= 40x"))
     out.append(check("dram_latency_400_over_60", f"DRAM batch-1 latency, 400 px / 60 px ({stat})",
-                     _ratio(get("dram", 400, "latency", stat), get("dram", 60, "latency", stat)), None, 1.3, "<= 1.3x",
-                     {"median wall time": _ratio(get("dram", 400, "latency", "median_s"),
-                                                 get("dram", 60, "latency", "median_s"))}))
-    for cnn in ("smallcnn", "paper_cnn"):
+                     _ratio(get("DRAM", 400, "latency", stat), get("DRAM", 60, "latency", stat)), None, 1.3, "<= 1.3x",
+                     {"median wall time": _ratio(get("DRAM", 400, "latency", "median_s"),
+                                                 get("DRAM", 60, "latency", "median_s"))}))
+    for cnn in ("SmallCNN", "PaperCNN"):
         out.append(check(f"{cnn}_latency_400_over_60", f"{cnn} batch-1 latency, 400 px / 60 px ({stat})",
                          _ratio(get(cnn, 400, "latency", stat), get(cnn, 60, "latency", stat)), 10, None, ">= 10x",
                          {"median wall time": _ratio(get(cnn, 400, "latency", "median_s"),
@@ -375,14 +368,14 @@ def checks(rows: list[dict], device: str = "cpu") -> list[dict]:
         return None if total is None or batch is None else total - batch
 
     out.append(check("ats_train_memory_400_over_100", "ATS peak training memory, 400 px / 100 px (same batch)",
-                     _ratio(get("ats", 400, "train_memory", "bytes"), get("ats", 100, "train_memory", "bytes")),
+                     _ratio(get("ATS", 400, "train_memory", "bytes"), get("ATS", 100, "train_memory", "bytes")),
                      0.9, 1.1, "within ±10%",
-                     {"without the input batch": _ratio(without_input("ats", 400), without_input("ats", 100))}))
+                     {"without the input batch": _ratio(without_input("ATS", 400), without_input("ATS", 100))}))
     out.append(check("ats_over_smallcnn_train_memory_400", "ATS / small CNN peak training memory at 400 px",
-                     _ratio(get("ats", 400, "train_memory", "bytes"), get("smallcnn", 400, "train_memory", "bytes")),
+                     _ratio(get("ATS", 400, "train_memory", "bytes"), get("SmallCNN", 400, "train_memory", "bytes")),
                      None, 0.2, "<= 1/5"))
     out.append(check("ats_over_smallcnn_macs_400", "ATS / small CNN MACs per image at 400 px",
-                     _ratio(get("ats", 400, "macs", "total"), get("smallcnn", 400, "macs", "total")),
+                     _ratio(get("ATS", 400, "macs", "total"), get("SmallCNN", 400, "macs", "total")),
                      None, 0.1, "<= 1/10"))
     return out
 

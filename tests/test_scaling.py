@@ -28,7 +28,7 @@ TINY = ["--sizes", "32", "48", "--no-megapixel", "--repeats", "1", "--warmup", "
 def tiny(tmp_path_factory):
     """A tiny measure of DRAM and the small CNN (the rows the checks read) -> (the JSON, its path)."""
     out = tmp_path_factory.mktemp("scaling") / "scaling_cost_cpu.json"
-    assert scaling.main(["measure", "--families", "dram", "smallcnn", *TINY, "--out", str(out)]) == 0
+    assert scaling.main(["measure", "--families", "DRAM", "SmallCNN", *TINY, "--out", str(out)]) == 0
     return json.loads(out.read_text()), out
 
 
@@ -43,7 +43,7 @@ def test_measure_writes_a_row_per_family_and_size_with_its_provenance(tiny):
     assert record["git_commit"] and record["device"] and record["date"] and record["wall_time_s"] > 0
     assert record["setting"]["sizes"] == [32, 48] and record["setting"]["memory_budget_mb"] == 4096
     assert sorted((r["family"], r["task"], r["img_size"]) for r in record["rows"]) == [
-        ("dram", "scale", 32), ("dram", "scale", 48), ("smallcnn", "scale", 32), ("smallcnn", "scale", 48)]
+        ("DRAM", "scale", 32), ("DRAM", "scale", 48), ("SmallCNN", "scale", 32), ("SmallCNN", "scale", 48)]
     for row in record["rows"]:
         macs = row["macs"]
         assert macs["counter"] > 0 and macs["total"] == macs["counter"] + macs["analytic"]
@@ -63,12 +63,12 @@ def test_drams_cost_grows_only_by_its_context_views_area_average(tiny):
     MACs are the same at every side, and the analytic term grows by exactly the pixels the context
     view's area average adds (one add per pixel), while the small CNN's MACs grow with the area."""
     rows = {(r["family"], r["img_size"]): r for r in tiny[0]["rows"]}
-    small, large = rows["dram", 32]["macs"], rows["dram", 48]["macs"]
+    small, large = rows["DRAM", 32]["macs"], rows["DRAM", 48]["macs"]
     assert small["counter"] == large["counter"]
     assert large["analytic"] - small["analytic"] == 48 ** 2 - 32 ** 2
     assert large["steps"] == small["steps"] and small["steps"]["count"] == 4
     assert small["steps"]["per_step"] * 4 + small["steps"]["once_per_image"] == small["counter"]
-    cnn = rows["smallcnn", 48]["macs"]["counter"] / rows["smallcnn", 32]["macs"]["counter"]
+    cnn = rows["SmallCNN", 48]["macs"]["counter"] / rows["SmallCNN", 32]["macs"]["counter"]
     assert cnn == pytest.approx((48 / 32) ** 2, rel=0.05)
 
 
@@ -92,7 +92,7 @@ def test_the_analytic_term_counts_attention_kernels_the_counter_has_no_formula_f
 def test_a_family_over_the_memory_budget_keeps_its_row_and_says_why(tmp_path, monkeypatch):
     monkeypatch.setenv("ZOO_LIMITS", "memory_mb=5")  # the small CNN's forward pass of one 400 px image: 40 MB
     out = tmp_path / "cost.json"
-    assert scaling.main(["measure", "--families", "smallcnn", *TINY, "--sizes", "400", "--out", str(out)]) == 0
+    assert scaling.main(["measure", "--families", "SmallCNN", *TINY, "--sizes", "400", "--out", str(out)]) == 0
     (row,) = json.loads(out.read_text())["rows"]
     assert row["macs"]["counted_on"] == "meta" and row["macs"]["counter"] > 0  # counted without running
     assert row["latency"] is None and row["throughput"] is None
@@ -105,7 +105,7 @@ def test_report_joins_training_results_with_their_seed_spread_and_bootstrap_inte
     results = tmp_path / "results"
     results.mkdir()
     shutil.copy(path, results / path.name)
-    dram = next(r for r in record["rows"] if r["family"] == "dram" and r["img_size"] == 48)
+    dram = next(r for r in record["rows"] if r["family"] == "DRAM" and r["img_size"] == 48)
     config = {"class_path": "zoo.models.ram.RAM", "init_args": {"image_size": 48},
               "data": {"class_path": scaling.SCALE_DATA, "init_args": {"canvas_size": 48, "limit_eval": 400}}}
     accs = [0.70, 0.72, 0.74]
@@ -134,7 +134,7 @@ def test_report_joins_training_results_with_their_seed_spread_and_bootstrap_inte
         reader = csv.DictReader(f)
         assert reader.fieldnames[:5] == ["model", "family", "task", "device", "img_size"]
         rows = list(reader)
-    row = next(r for r in rows if r["family"] == "dram" and r["img_size"] == "48")
+    row = next(r for r in rows if r["family"] == "DRAM" and r["img_size"] == "48")
     assert float(row["top1"]) == pytest.approx(72.0) and float(row["top1_err"]) == pytest.approx(28.0)
     assert float(row["top1_std"]) == pytest.approx(2.0) and row["seeds"] == "3"
     # the mean of 3 seeds of 400 test canvases: a binomial standard error of sqrt(sum p(1-p)/n) / 3
@@ -146,11 +146,11 @@ def test_report_joins_training_results_with_their_seed_spread_and_bootstrap_inte
         int(row["infer_batch_size"]) / (float(row["infer_step_time"]) / 1000), rel=1e-2)  # timm's columns agree
     orphan = next(r for r in rows if r["model"] == "other")
     assert orphan["top1"] == "50.00" and orphan["notes"].startswith("no cost row: ram_y_seed0")
-    short = next(r for r in rows if r["family"] == "dram" and r["img_size"] == "32")
+    short = next(r for r in rows if r["family"] == "DRAM" and r["img_size"] == "32")
     assert short["top1"] == "60.00" and short["top1_std"] == "" and short["notes"] == "trained with --trainer.max_epochs 2"
     other = next(r for r in rows if r["notes"].startswith("no cost row: ram_other_model_seed0"))
     assert other["top1"] == "40.00" and other["notes"].endswith("(train_args [\"--model.init_args.num_glimpses\", \"2\"])")
     text = doc.read_text()
-    assert "| dram | scale | 48 |" in text and "72.00 ± 2.00 [" in text
-    doc.write_text(text.replace("| dram | scale | 48 |", "| dram | scale | 49 |"))
+    assert "| DRAM | scale | 48 |" in text and "72.00 ± 2.00 [" in text
+    doc.write_text(text.replace("| DRAM | scale | 48 |", "| DRAM | scale | 49 |"))
     assert scaling.main(["report", *paths, "--check"]) == 1  # a hand edit is caught

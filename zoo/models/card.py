@@ -32,6 +32,15 @@ class CompileHints:
 
 
 @dataclass(frozen=True)
+class StepCost:
+    """How a glimpse family's cost splits into steps: the hyperparameter counting them, and the
+    submodules run once per image (a context network), for MACs per step (zoo.commands.cost)."""
+
+    count: str
+    once: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class FamilyCard:
     #: short name: checkpoints, exports and messages say it ("ram", "captioner")
     name: str
@@ -54,6 +63,8 @@ class FamilyCard:
     #: metrics shown in the progress bar
     progress_bar: tuple[str, ...] = ("loss", "acc")
     compile: CompileHints = CompileHints()
+    #: its glimpse steps, for MACs per step (None: one pass over the image)
+    steps: StepCost | None = None
     #: the largest sane value of each of its size arguments, checked before a model is built
     #: (zoo.guards.budget, beside the shared ones)
     dimensions: dict[str, float] = field(default_factory=dict)

@@ -33,7 +33,7 @@ from zoo.data.binarize import fixed_binarize
 from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ClassifierModule, ZooModule
-from zoo.models.card import CompileHints, FamilyCard
+from zoo.models.card import CompileHints, FamilyCard, StepCost
 
 ATTENTION_KINDS = ("none", "filterbank")
 BINARIZATIONS = ("dynamic", "fixed")
@@ -317,6 +317,7 @@ class DRAWClassifier(ClassifierModule):
         "draw_classifier", resize="exact", attention="window", head_keys=("head.",),
         # CPU: compiled steps 1.25-1.8x eager, 1.5 min to compile: pays off after ~1,900 steps (benchmarks/accel.py)
         compile=CompileHints(cpu_min_steps=4000), bench_recipes=("draw_cluttered100_classifier",),
+        steps=StepCost("T"),
         dimensions={"hidden_size": 16_384, "glimpse_hidden": 16_384, "read_n": 1_024, "T": 1_000},
         tiny={"": dict(image_size=16, num_classes=3, T=2, read_n=4, hidden_size=16, glimpse_hidden=16)})
 

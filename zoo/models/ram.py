@@ -53,7 +53,7 @@ from zoo.guards.errors import UserError
 from zoo.hparams import Block
 from zoo.models import optim
 from zoo.models.base import ZooModule
-from zoo.models.card import CompileHints, FamilyCard
+from zoo.models.card import CompileHints, FamilyCard, StepCost
 
 POLICIES = ("sample", "mean", "random")
 TINY = dict(image_size=20, num_classes=4, retina=dict(patch_size=4, num_scales=2), num_glimpses=2,
@@ -180,6 +180,7 @@ class RAM(ZooModule):
         "ram", resize="exact", attention="glimpse", head_keys=("classifier.",), exports=("logits", "locations"),
         # CPU: compiled steps 1.7-1.9x eager, 1.5 min to compile: pays off after ~1,800 steps (benchmarks/accel.py)
         compile=CompileHints(cpu_min_steps=5000), bench_recipes=("ram_fmnist_cluttered60",),
+        steps=StepCost("num_glimpses", once=("context_net",)),
         # train_samples: whole rollouts per training image; context_size: the coarse view's side
         dimensions={**dict.fromkeys(["glimpse_hidden", "location_hidden", "glimpse_dim", "hidden_size", "where_hidden",
                                      "context_channels"], 16_384),

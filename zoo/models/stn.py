@@ -29,7 +29,7 @@ from zoo.attention import affine
 from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ClassifierModule
-from zoo.models.card import CompileHints, FamilyCard
+from zoo.models.card import CompileHints, FamilyCard, StepCost
 
 TRANSFORMS = {"affine": affine.IDENTITY, "attention": affine.ATTENTION_IDENTITY}
 TINY = dict(image_size=20, num_classes=4, patch_size=10, loc_channels=[4, 4], loc_kernel_size=3, loc_hidden=8,
@@ -57,6 +57,7 @@ class STN(ClassifierModule):
         "stn", resize="exact", attention="transform", head_keys=("head.",), exports=("logits", "theta"),
         # CPU: compiled steps run at 0.73x eager (benchmarks/accel.py): auto never compiles it there
         compile=CompileHints(cpu_min_steps=None), bench_recipes=("stn_fmnist_cluttered60",),
+        steps=StepCost("num_glimpses", once=("loc",)),
         tiny={"": TINY, "attention_recurrent": {**TINY, "transform": "attention", "num_glimpses": 2, "rnn_hidden": 8}},
         dimensions={"patch_size": 1024, "loc_channels": 16384, "loc_hidden": 16384, "rnn_hidden": 16384,
                     "cnn_channels": 16384, "cnn_hidden": 16384, "num_glimpses": 64})
