@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 export WANDB_SILENT ?= true
 
-.PHONY: setup data browser demo test test-fast fuzz bench results clean
+.PHONY: setup data browser demo test test-fast fuzz bench results scaling clean
 
 setup: $(STAMP) data browser
 
@@ -53,6 +53,13 @@ bench: setup
 # The results runs behind the README's tables (hours on 2 CPU cores; see scripts/results.sh).
 results: setup
 	bash scripts/results.sh
+
+# Cost (and accuracy, from committed results) of every family against the canvas side, issue 43:
+# `measure` (slow: about 10 minutes on one CPU thread; SCALING_ARGS passes it flags, e.g.
+# --device cuda) writes results/scaling_cost_<device>.json, `report` the CSV, figure and docs/scaling.md.
+scaling: setup
+	$(PY) scripts/scaling.py measure $(SCALING_ARGS)
+	$(PY) scripts/scaling.py report
 
 clean:
 	rm -rf $(VENV) .pytest_cache runs wandb

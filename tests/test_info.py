@@ -95,6 +95,28 @@ def test_info_of_a_recipe_without_release(capsys):
     assert record["recipe"] == "python train.py fit --config configs/sat/coco_soft.yaml"
 
 
+def test_a_glimpse_family_shows_its_cost_per_step_from_its_card(capsys):
+    """Every registry entry whose family card has glimpse steps: MACs per step x steps, plus the
+    once-per-image part, add up to the MACs per image."""
+    from zoo import registry
+    from zoo.models.card import families
+
+    stepped = {name for name, cls in families().items() if cls.card.steps is not None}
+    first = {}  # one entry per such family
+    for name in registry.list_models():
+        first.setdefault(registry.family_of(registry.get_entry(name)), name)
+    names = [first[family] for family in sorted(stepped)]
+    assert names
+    for name in names:
+        assert cli.main(["info", name, "--json"]) == 0
+        record = json.loads(capsys.readouterr().out)
+        steps = record["steps"]
+        total = steps["per_step"] * steps["count"] + steps["once_per_image"]
+        assert abs(total - record["gmacs"] * 1e9) < steps["count"], (name, steps, record["gmacs"])
+        assert cli.main(["info", name]) == 0
+        assert f"x {steps['count']} ({steps['name']})" in capsys.readouterr().out
+
+
 def test_info_of_an_unknown_name_is_exit_2_with_did_you_mean(capsys):
     assert cli.main(["info", "ram_fmnist_centerd"]) == 2
     err = capsys.readouterr().err.strip()

@@ -3,11 +3,13 @@ targets against a slow reference, a short fit that learns, and the release that 
 by name."""
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import structured_images
 
 from zoo.data.item_canvases import ItemCanvasesDataModule
 from zoo.data.scene_generation import PALETTE
+from zoo.guards.errors import UserError
 from zoo.models.item_grid import ItemGridClassifier
 
 SMALL = {"kind": "stem", "in_chans": 3, "channels": [8, 16], "strides": [4, 2]}
@@ -95,3 +97,9 @@ def test_short_fit_learns_and_only_the_backbone_is_released(tmp_path):
     x = batch["images"][:4]
     assert torch.equal(encoder(x).tokens, model.backbone(x).tokens)
     assert spec.channels == SMALL["channels"]
+
+
+def test_fewer_colours_than_the_palette_is_one_line():
+    with pytest.raises(UserError, match=f"num_colours 3 is fewer than the {len(PALETTE)} colours"):
+        ItemGridClassifier(num_colours=3)
+    assert ItemGridClassifier(num_colours=len(PALETTE)).colour_head.out_features == len(PALETTE)

@@ -67,6 +67,18 @@ def test_a_changed_batch_size_resumes_with_one_warning(run, tiny_data_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("budget", ["--trainer.max_epochs=1", "--trainer.max_steps=1"])
+def test_a_resume_that_would_train_nothing_is_one_line(run, tiny_data_dir, budget):
+    """The shared run trained 1 epoch: resuming it at that budget would exit 0 having done nothing."""
+    before = _snapshot(run)
+    code, out, err = _resume(run, tiny_data_dir, budget)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err[-2000:]
+    assert "nothing would train; raise --trainer.max_" in lines[0] and budget.split("=")[0].lstrip("-") in lines[0]
+    assert _snapshot(run) == before
+
+
+@pytest.mark.slow
 def test_ckpt_path_last_without_a_checkpoint_names_the_folder(tmp_path, tiny_data_dir):
     root = tmp_path / "typo"
     code, out, err = run_cli(tiny_fit_args("configs/baseline/mlp_centered.yaml", root, "--ckpt_path", "last"),

@@ -50,9 +50,10 @@ STEPS = int(os.environ.get("ZOO_WRITER_FUZZ_STEPS", "14"))
 RANDOM = os.environ.get("ZOO_FUZZ_RANDOM") == "1"
 RECIPE = REPO / "configs" / "baseline" / "mlp_centered.yaml"
 RELEASE = "tiny_release"  # the release the release steps write (into the sandbox's weights folder)
-#: the fit steps' run folders; ZOO_WRITER_FUZZ_FIT=shared also trains into the seeded output folders
-#: (the run-folder claim of issue 42, item 2, refuses a folder of someone else's files)
-FIT_SHARED = os.environ.get("ZOO_WRITER_FUZZ_FIT") == "shared"
+#: the fit steps' run folders: run 0 trains in a folder of its own, run 1 in the seeded output folders,
+#: among the user's files and other commands' outputs (the run-folder claim of issue 42, item 2,
+#: refuses a folder of someone else's files); ZOO_WRITER_FUZZ_FIT=own keeps both in folders of their own
+FIT_SHARED = os.environ.get("ZOO_WRITER_FUZZ_FIT", "shared") == "shared"
 
 # ----------------------------------------------------------------------------- the sandbox's names
 # Few names, so that steps meet: a user's file where a command writes, a command where another wrote.
@@ -192,6 +193,9 @@ class Killed(Exception):
 
 #: the last sequence run (the shrunk one, when Hypothesis replays a failure last): kept by tools/fuzz.py
 LAST_STEPS: list[dict] = []
+#: every sequence that failed, as it stood when it failed (before Hypothesis shrinks or replays it: a
+#: failure that does not come back on the replay is still kept), with its one-line error
+FAILED: list[tuple[list[dict], str]] = []
 #: what ran: sequences, command steps, and of those the ones that succeeded or were refused in one line
 COUNTS = {"sequences": 0, "steps": 0, "ok": 0, "refused": 0}
 
@@ -277,16 +281,20 @@ class WriterMachine(RuleBasedStateMachine):
         (new entries outside the output area are fine only under those, links given followed)."""
         from zoo.commands.cli import main
 
-        with captured() as output:
-            try:
-                code = call() if call is not None else main(argv)
-            except SystemExit as exc:
-                code = exc.code
-        code = 0 if code is None else code
-        lines = output["err"].strip().splitlines()
-        assert code == 0 or (len(lines) == 1 and "Traceback" not in lines[0]), \
-            f"{' '.join(argv)}: exit {code} with {len(lines)} lines on stderr: {lines[-5:]}"
-        self._check(set(replaces), points_at)
+        try:
+            with captured() as output:
+                try:
+                    code = call() if call is not None else main(argv)
+                except SystemExit as exc:
+                    code = exc.code
+            code = 0 if code is None else code
+            lines = output["err"].strip().splitlines()
+            assert code == 0 or (len(lines) == 1 and "Traceback" not in lines[0]), \
+                f"{' '.join(argv)}: exit {code} with {len(lines)} lines on stderr: {lines[-5:]}"
+            self._check(set(replaces), points_at)
+        except Exception as exc:
+            FAILED.append((list(self.steps), format_failure(exc)[0]))
+            raise
         COUNTS["steps"] += 1
         COUNTS["ok" if code == 0 else "refused"] += 1
         return code
@@ -415,7 +423,7 @@ class WriterMachine(RuleBasedStateMachine):
     @rule(run=st.integers(0, 1), folder=st.sampled_from(FOLDERS), resume=flags)
     @recorded
     def fit(self, run, folder, resume):
-        root = folder if FIT_SHARED else f"runs/r{run}"
+        root = folder if FIT_SHARED and run == 1 else f"runs/r{run}"
         self._command(["train", "fit", "--config", str(RECIPE), f"--trainer.default_root_dir={self.root / root}",
                        "--data.init_args.val_size=40", "--data.init_args.batch_size=16",
                        f"--trainer.max_epochs={self.runs + 1}", "--trainer.limit_train_batches=1",

@@ -99,7 +99,15 @@ def _writer_round(machine, counts: dict, log) -> None:
         line, at = machine.format_failure(exc)
         counts["failures"].append({"error": line, "at": at, "saved": str(saved.relative_to(ROOT)) if saved else None})
         log(f"  {WRITERS}: FAILED {line} ({at}) -> {saved}")
+        # the sequence as it first failed is kept too: a failure Hypothesis could not replay
+        # (FlakyFailure) has no shrunk sequence
+        if machine.FAILED:
+            steps, error = machine.FAILED[0]
+            first = machine.save_failure(steps)
+            counts["failures"].append({"error": error, "saved": str(first.relative_to(ROOT))})
+            log(f"  {WRITERS}: as first failed: {error} -> {first}")
     finally:
+        machine.FAILED.clear()
         for key, total in (("cases", "sequences"), ("steps", "steps"), ("ok", "ok"), ("refused", "refused")):
             counts[key] += machine.COUNTS[total]
 

@@ -5,24 +5,15 @@ to the input's (eq. 1, the backward warp, target to source):
 
     (x_s, y_s) = theta (x_t, y_t, 1)
 
-and the patch is the input bilinearly sampled there (eqs. 5-7: V = sum_nm U_nm max(0, 1 - |x_s - m|)
-max(0, 1 - |y_s - n|)), zero outside the input. `F.affine_grid` and `F.grid_sample` are given the
-same `align_corners=False` (their defaults since PyTorch 1.3, pytorch PR #24929): -1 and 1 are the
-outer edges of the first and last pixel, so the identity transform reads the whole image, and at
-half the resolution it is exactly a 2 x 2 average pooling.
+and the patch is the input bilinearly sampled there (eqs. 5-7), zero outside. `F.affine_grid` and
+`F.grid_sample` both get `align_corners=False`: -1 and 1 are the outer edges of the first and last
+pixel, so the identity reads the whole image (at half the resolution, exactly a 2 x 2 average pool).
 
-Where it looks, in the input's pixels (x0, y0, x1, y1 pixel edges as zoo.attention.record):
-- `outline`: the corners of the sampled region (the patch's edges, x_t, y_t = +-1), a
-  quadrilateral (a parallelogram) for a general affine transform, and `bounding_box` around it;
-- `footprint`: the share of each input pixel that the sampled region covers, exactly (the area of
-  the pixel inside the parallelogram). Each output pixel stands for the source cell theta maps its
-  own square to; an affine map sends equal squares to equal parallelograms, so the patch's cells
-  tile the region evenly and the density of what the classifier sees is uniform over it. This,
-  not the bilinear weights the sampler happens to multiply, is the map: when the grid's spacing is
-  over a pixel (a patch smaller than the region it reads) those weights are a lattice of dots whose
-  places depend on the grid's sub-pixel phase, so their peak lands anywhere in the region and
-  moves under an arbitrarily small shift of the window; the footprint fills the outline, has no
-  lattice, and peaks (as a plateau) at the region's centre, where the window is.
+Where it looks, in input pixels: `outline` (the sampled region's corners, a parallelogram), its
+`bounding_box`, and `footprint`, the exact share of each pixel inside the region. An affine map
+sends the patch's equal cells to equal parallelograms, so what the classifier sees is uniform over
+the region; the bilinear weights instead form a lattice of dots (when the grid's spacing is over a
+pixel) whose peak jumps with the sub-pixel phase, while the footprint peaks at the region's centre.
 """
 from __future__ import annotations
 
@@ -76,13 +67,10 @@ def bounding_box(corners: torch.Tensor) -> torch.Tensor:
 
 
 def footprint(theta: torch.Tensor, image_size: tuple[int, int], chunk: int = 16) -> torch.Tensor:
-    """theta [B, 2, 3] -> [B, H, W]: the area of each input pixel inside the sampled region (1 for a
-    pixel wholly inside, 0 outside the region or the canvas), exact up to float64 rounding.
-
-    The area left of x and above y, A(x, y) = |region  [-inf, x] x [-inf, y]|, at the pixel
-    corners, and each pixel's area by inclusion-exclusion of its four corners' A. The region is
-    clipped to each half-plane by projecting what lies beyond onto its edge (`_clip`); the
-    shoelace formula gives the area. `chunk`: images at a time (a 100 x 100 canvas takes 3 MB each)."""
+    """theta [B, 2, 3] -> [B, H, W]: the area of each input pixel inside the sampled region, exact up
+    to float64 rounding: A(x, y) = |region  [-inf, x] x [-inf, y]| at the pixel corners (the region
+    clipped by `_clip`, its area by the shoelace formula), each pixel's area by inclusion-exclusion
+    of its corners' A. `chunk`: images at a time (a 100 x 100 canvas takes 3 MB each)."""
     H, W = image_size
     xs = torch.arange(W + 1, device=theta.device, dtype=torch.float64)
     ys = torch.arange(H + 1, device=theta.device, dtype=torch.float64)

@@ -13,21 +13,15 @@ numbers per example, emitted by a linear map of the decoder state (eq. 21):
     read(x, x^) = gamma [F_Y x F_X^T, F_Y x^ F_X^T]                           eq. 27
     write(w)    = 1/gamma^ F^_Y^T w F^_X                                       eq. 29
 
-Coordinates are the paper's 1-based pixel indices a = 1..A, b = 1..B: that is what makes g~ = 0
-the image centre ((A+1)/2) and the grid with N = A, delta~ = 1 land exactly on the pixels. Using
-0-based pixels with these formulas shifts every filter by half a pixel (a common port defect), and
-using `i - N/2` alone shifts the grid by half a stride so it is no longer symmetric about g.
+Coordinates are the paper's 1-based pixel indices a = 1..A, b = 1..B: then g~ = 0 is the image
+centre and the grid with N = A, delta~ = 1 lands exactly on the pixels (0-based pixels shift every
+filter by half a pixel, a common port defect; `i - N/2` alone breaks the symmetry about g). Each
+filter row is normalised exactly (a softmax, not exp(.)/(sum + eps)): a window far outside the
+image keeps rows summing to 1, with no NaN or Inf. All of it runs in fp32, also under autocast
+(half-precision squared distances over 100 pixels lose the filters).
 
-Each filter row is normalised exactly (a softmax over pixel positions of the Gaussian's log),
-not as exp(.)/(sum + eps): a window far outside the image then still has rows summing to 1 (its
-mass lands on the nearest border pixels) instead of 0/eps underflow, and no NaN or Inf appears in
-values or gradients.
-
-All filterbank maths runs in fp32, also under autocast: half-precision squared distances over a
-100-pixel image and small sigmas lose the filters entirely.
-
-Shapes: images are [B, C, H, W] (any C, all channels read with the same filters); Fx is
-[B, N, W], Fy is [B, N, H]; glimpses are [B, C, N, N].
+Shapes: images [B, C, H, W] (all channels read with the same filters); Fx [B, N, W], Fy [B, N, H];
+glimpses [B, C, N, N].
 """
 from __future__ import annotations
 
@@ -118,10 +112,8 @@ def write(w: torch.Tensor, fx: torch.Tensor, fy: torch.Tensor, gamma: torch.Tens
 
 
 class FilterbankAttention(nn.Module):
-    """The five attention parameters from a state vector, and the filterbank they define.
-
-    One instance per use: DRAW's read and write have their own linear maps (eq. 21 for the read
-    from h_dec_{t-1}; the write's parameters from h_dec_t)."""
+    """The five attention parameters from a state vector (eq. 21), and the filterbank they define;
+    one instance per use (DRAW's read and write have their own)."""
 
     def __init__(self, state_size: int, height: int, width: int, n: int):
         super().__init__()
@@ -132,10 +124,9 @@ class FilterbankAttention(nn.Module):
 
     @torch.no_grad()
     def init_whole_image(self) -> None:
-        """Start (at h = 0) from a read of the whole image with anti-aliased filters: centre g at
-        the image centre, delta~ = 1 so the N centres span it (eq. 24), sigma = delta / 2 so the
-        filters tile it instead of sampling every delta-th pixel, gamma = 1. nn.Linear's default
-        bias gives sigma ~ 1 px, which at N << image size reads a sparse, aliased sample."""
+        """Start (at h = 0) from the whole image with anti-aliased filters: g at the centre, delta~ = 1
+        (eq. 24), sigma = delta / 2 so the filters tile it, gamma = 1 (nn.Linear's default bias gives
+        sigma ~ 1 px: at N << image size a sparse, aliased sample)."""
         delta = (max(self.height, self.width) - 1) / max(self.n - 1, 1)
         self.linear.bias.copy_(torch.tensor([0.0, 0.0, math.log((delta / 2) ** 2), 0.0, 0.0]))
 

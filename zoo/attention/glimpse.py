@@ -1,43 +1,26 @@
 """The multi-scale retina of the Recurrent Attention Model (Mnih et al. 2014, sec. 3.1 / 4).
 
-A glimpse at location l is k square patches centred on l. Patch i is `patch_size * scale_factor**i`
-pixels wide and is resized to `patch_size x patch_size` by averaging, so every output cell of patch
-i is the mean of a `scale_factor**i`-wide box of pixels. Areas outside the image read as zeros.
+A glimpse at location l is k square patches centred on l; patch i is `patch_size * scale_factor**i`
+pixels wide, averaged down to `patch_size x patch_size`; areas outside the image read as zeros.
+`locations[:, 0]` is x (columns), `[:, 1]` y (rows), in [-1, 1] with `grid_sample`'s
+align_corners=False convention ((-1, -1) is the top-left corner of the top-left pixel): in pixel
+edges the centre is `c = (l + 1) / 2 * size`.
 
-Coordinates. `locations[:, 0]` is x (columns), `locations[:, 1]` is y (rows), both in [-1, 1];
-(0, 0) is the image centre, (-1, -1) the top-left corner of the top-left pixel and (1, 1) the
-bottom-right corner of the bottom-right pixel (the `align_corners=False` convention of
-`grid_sample`). In pixel-edge coordinates (pixel a covers [a, a + 1)) the centre is
-`c = (l + 1) / 2 * size`, and a location is *integer-aligned* when the patch edges
-`c -+ width / 2` fall on pixel edges: there every method below reads exactly the pixels a slicing
-reference reads.
-
-Every output cell is the exact area average of the image taken as piecewise constant (pixel a
-covers [a, a + 1)); sub-pixel locations blend neighbouring pixels linearly instead of snapping, so
-the read is continuous in l. Three batched implementations of that same function (`method=`),
-each one op over batch x scales, with no Python loop over the batch and no host sync; they agree
-to float rounding everywhere, and `benchmarks/glimpse.py` measures them:
-
-- "crop" (default; fastest on CPU): read the largest patch plus one pixel from the image, row by
-  row as contiguous strips (out-of-image pixels masked to zero, no padded copy), shift it by the
-  sub-pixel offset with two lerps (the area average over a box shifted by f is the lerp, with
-  weight f, of the averages at the neighbouring integer positions), then average-pool a pyramid:
-  pooling the window by the scale factor once per scale serves all larger scales. Needs an
-  integer `scale_factor` and scales on the largest patch's cell grid (e.g. even `patch_size` with
-  factor 2).
-- "filterbank": the separable box-filter read `patch_i = F_y,i . x . F_x,i^T`, RAM's counterpart
-  of DRAW's Gaussian read (`filters()` returns F). Row j of F_x,i holds the overlap of output
-  cell j with each pixel column over the cell width. Two batched matmuls; any `scale_factor`.
-- "grid_sample": bilinear samples at the pixel centres of every scale (one `grid_sample` call),
-  then average pooling. The mean of bilinear samples spaced one pixel apart is the same area
-  average. Needs an integer `scale_factor`.
-The image gradient flows through all three (RAM never needs the location gradient: its sampled
-locations are detached).
-
-`subpixel=False` snaps each glimpse to the nearest pixel edges instead, as the public ports'
-slicing retinas do (`floor(edge + 0.5)`): the read is then a plain crop-and-pool, which costs no
-interpolation ("crop" gathers a window one pixel narrower and skips its two lerps), but is a step
-function of l.
+Every output cell is the exact area average of the image taken as piecewise constant; sub-pixel
+locations blend neighbouring pixels linearly, so the read is continuous in l. Three batched
+implementations of that same function (`method=`, no Python loop over the batch, no host sync)
+agree to float rounding (`benchmarks/glimpse.py` measures them):
+- "crop" (default; fastest on CPU): the largest patch plus one pixel, read as contiguous row strips,
+  shifted by the sub-pixel offset with two lerps (the area average over a box shifted by f is the
+  lerp, with weight f, of the averages at the neighbouring integer positions), then a pooling
+  pyramid serving every scale; needs an integer `scale_factor` and scales on the largest patch's
+  cell grid.
+- "filterbank": the separable box-filter read `F_y,i . x . F_x,i^T` (`filters()`), RAM's counterpart
+  of DRAW's Gaussian read; any `scale_factor`.
+- "grid_sample": bilinear samples at every scale's pixel centres, then average pooling (the mean of
+  bilinear samples one pixel apart is the same area average); needs an integer `scale_factor`.
+`subpixel=False` snaps each glimpse to the nearest pixel edges, as the public ports' slicing retinas
+do: a plain crop-and-pool, a step function of l.
 """
 from __future__ import annotations
 
@@ -52,10 +35,8 @@ METHODS = ("filterbank", "grid_sample", "crop")
 
 class Retina(nn.Module):
     """images [B, C, H, W], locations [B, 2] (x, y) in [-1, 1] -> [B, num_scales, C, g, g].
-
-    `image_size` (H, W), when given, builds the image-size constant once as a buffer for images of
-    that size (other sizes still work): no host-to-device copy per call on a GPU, which also makes
-    the read capturable in a CUDA graph."""
+    `image_size` (H, W) keeps that size's constant in a buffer: no host-to-device copy per call
+    (capturable in a CUDA graph); other sizes still work."""
 
     def __init__(self, patch_size: int, num_scales: int, scale_factor: float = 2,
                  method: str = "crop", subpixel: bool = True, image_size: tuple[int, int] | None = None):
@@ -78,12 +59,10 @@ class Retina(nn.Module):
         self.scale_factor = scale_factor
         self.method = method
         self.subpixel = bool(subpixel)
-        # per scale i: the width in pixels of one output cell (scale_factor ** i) and of the square
-        # patch (patch_size * scale_factor ** i)
+        # per scale i: the width in pixels of one output cell and of the square patch
         cell_sizes = [float(scale_factor) ** i for i in range(self.num_scales)]
         self.widths = [self.patch_size * d for d in cell_sizes]
-        # Constants as non-persistent buffers: they follow .to(device) and stay out of checkpoints.
-        # float64 keeps any scale factor exact; reads cast them to the locations' dtype.
+        # non-persistent buffers follow .to(device), stay out of checkpoints; float64 keeps any scale exact
         self.register_buffer("_cells", torch.tensor(cell_sizes, dtype=torch.float64), persistent=False)
         self.register_buffer("_widths", torch.tensor(self.widths, dtype=torch.float64), persistent=False)
         self.image_hw = None if image_size is None else (int(image_size[0]), int(image_size[1]))
@@ -94,7 +73,6 @@ class Retina(nn.Module):
         return (f"patch_size={self.patch_size}, num_scales={self.num_scales}, "
                 f"scale_factor={self.scale_factor}, method={self.method!r}, subpixel={self.subpixel}")
 
-    # ------------------------------------------------------------------ geometry
     def _image_size(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """[2] = (width, height) in the locations' dtype; from the buffer when the size is the built one."""
         if self.image_hw == (height, width):
@@ -108,19 +86,16 @@ class Retina(nn.Module):
         centres = (locations + 1) * 0.5 * size
         if self.subpixel:
             return centres
-        # The largest patch's edges land on pixel edges, and so do the smaller ones' wherever the
-        # widths differ by an even number of pixels (which method 'crop' requires anyway).
+        # the largest patch's edges on pixel edges, and the smaller ones' where widths differ evenly
         half = self.widths[-1] / 2
         return torch.floor(centres - half + 0.5) + half
 
     def boxes(self, locations: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """Pixel boxes of every scale, [B, num_scales, 4] as (x0, y0, x1, y1) in pixel-edge
-        coordinates (for drawing; they may extend past the image)."""
+        """Pixel boxes of every scale, [B, num_scales, 4] (x0, y0, x1, y1) in pixel edges."""
         c = self.centres(locations, height, width)  # [B, 2]
         half = self._widths.to(locations.device, locations.dtype)[None, :, None] / 2  # [1, k, 1]
         return torch.cat([c[:, None] - half, c[:, None] + half], dim=-1)
 
-    # ------------------------------------------------------------------ forward
     def forward(self, images: torch.Tensor, locations: torch.Tensor) -> torch.Tensor:
         if images.dim() != 4 or locations.shape != (images.shape[0], 2):
             raise ValueError(f"expected images [B, C, H, W] and locations [B, 2], got "
@@ -128,9 +103,8 @@ class Retina(nn.Module):
         return getattr(self, f"_{self.method}")(images, locations.to(images.dtype))  # _crop, _filterbank, ...
 
     def filters(self, locations: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Box filterbanks Fy [B, k, g, H] and Fx [B, k, g, W]: entry [b, i, j, a] is the overlap
-        of output cell j of scale i with pixel a, over the cell width (rows sum to 1 inside the
-        image; pixels outside the image are simply absent, so they read as zero)."""
+        """Box filterbanks Fy [B, k, g, H] and Fx [B, k, g, W]: [b, i, j, a] is the overlap of output
+        cell j of scale i with pixel a over the cell width (pixels outside the image are absent)."""
         c = self.centres(locations, height, width)  # [B, 2]
         g = self.patch_size
         d = self._cells.to(locations.device, locations.dtype)  # [k] cell width per scale
@@ -141,8 +115,7 @@ class Retina(nn.Module):
         def bank(centre: torch.Tensor, n: int) -> torch.Tensor:  # centre [B] -> [B, k, g, n]
             edges = centre[:, None, None] + offsets  # [B, k, g+1]
             a = torch.arange(n, device=locations.device, dtype=locations.dtype)
-            # covered[e, a] = length of [a, a+1) left of edge e; the overlap of a cell with pixel
-            # a is the difference between its two edges' values.
+            # covered[e, a] = length of [a, a+1) left of edge e; a cell's overlap: its two edges' difference
             covered = (edges[..., None] - a).clamp_(0, 1)  # [B, k, g+1, n]
             return (covered[:, :, 1:] - covered[:, :, :-1]) / d[:, None, None]
 
@@ -187,20 +160,16 @@ class Retina(nn.Module):
         edge = self.centres(locations, H, W) - big / 2  # [B, 2] largest patch's top-left corner
         corner = torch.floor(edge)
         frac = edge - corner  # [B, 2] in [0, 1); exactly 0 when snapped
-        # Clamp far-off corners (the window then lies wholly outside and reads zeros).
-        corner = corner.clamp(min=-n, max=max(H, W)).long()
+        corner = corner.clamp(min=-n, max=max(H, W)).long()  # a far-off window lies outside: zeros
         r = torch.arange(n, device=images.device)
         rows, cols = corner[:, 1, None] + r, corner[:, 0, None] + r  # [B, n]
         row_ok = ((rows >= 0) & (rows < H)).to(images.dtype)  # out-of-image pixels read as 0
         col_ok = ((cols >= 0) & (cols < W)).to(images.dtype)
-        # The window's rows, copied as contiguous strips (zoo.attention.sampling.read_windows; a
-        # pixel-by-pixel gather cost several times more): its pixels outside the image hold other
-        # pixels, which the masks below multiply by 0.
+        # contiguous row strips (a pixel gather costs several times more); pixels outside the image
+        # hold other pixels, which the masks multiply by 0
         window = read_windows(images, corner.view(B, 1, 2), n)[:, 0]  # [B, C, n, n]
         if self.subpixel:
-            # The area average over a box shifted by f in (0, 1) pixels is the linear
-            # interpolation, with weight f, between the averages at the two neighbouring integer
-            # positions; the out-of-image mask rides on the interpolation weights.
+            # the sub-pixel shift as two lerps (module docstring); the mask rides on their weights
             fy, fx = frac[:, 1].view(B, 1, 1, 1), frac[:, 0].view(B, 1, 1, 1)
             my, mx = row_ok.view(B, 1, n, 1), col_ok.view(B, 1, 1, n)
             window = torch.addcmul((1 - fy) * my[:, :, :-1] * window[:, :, :-1],
@@ -209,8 +178,7 @@ class Retina(nn.Module):
                                    fx * mx[..., 1:], window[..., 1:])  # [B, C, big, big]
         else:
             window = window * (row_ok[:, :, None] * col_ok[:, None, :])[:, None]
-        # Nested centred windows, smallest first; pooling the whole window by the scale factor
-        # once per scale serves every larger scale (a pyramid) when the offsets line up.
+        # nested centred windows, smallest first, from a pooling pyramid
         patches, level, cell = [], window, 1  # level: the window averaged over cell x cell boxes
         factor = int(self.scale_factor)
         for w in widths:
@@ -223,8 +191,8 @@ class Retina(nn.Module):
 
 
 def _box_pool(x: torch.Tensor, f: int) -> torch.Tensor:
-    """Average non-overlapping f x f boxes of the last two dims (sizes divisible by f) with strided
-    adds: several times faster than avg_pool2d on CPU for the few-channel maps here."""
+    """Average f x f boxes of the last two dims by strided adds (several times faster than avg_pool2d
+    on CPU for few-channel maps)."""
     rows = x[..., 0::f, :]
     for i in range(1, f):
         rows = rows + x[..., i::f, :]

@@ -7,28 +7,18 @@ attention network learns by REINFORCE on the variational bound (eq. 10-12). The 
 
     dL/dalpha_t = (b - cost_n) / 10 * (-onehot(s_t) / alpha_t) + lambda_e * (log alpha_t + 1)
 
-where cost_n is the sample's caption NLL, b a moving average of the cost, `b <- 0.9 b + 0.1 mean(cost)`,
-1/10 the reward scaling and lambda_e = 0.002 the entropy bonus. `reinforce_surrogate` below is a
-scalar whose autograd gradient with respect to alpha is exactly that (per sample; we average over the
-batch, as the NLL is averaged). It is an unbiased estimator of the gradient of E[cost] for any
-baseline that does not depend on the sample (tests/test_hard_attention.py checks this exactly on a
-problem small enough to enumerate).
+with cost_n the sample's caption NLL, b <- 0.9 b + 0.1 mean(cost) a moving average, 1/10 the reward
+scaling and lambda_e = 0.002 the entropy bonus; `reinforce_surrogate` is a scalar whose gradient is
+exactly that (unbiased for any baseline independent of the sample: tests/test_hard_attention.py
+checks it exactly on a problem small enough to enumerate). With probability 0.5 per minibatch the
+expected context replaces the sample ("equivalent to the deterministic attention": the NLL gradient
+then flows through alpha, with no REINFORCE term). At test time the model decodes with the expected
+context (the authors' choice) or the argmax location.
 
-Also from the paper: with probability 0.5 per minibatch the expected context (soft attention's
-`sum_i alpha_i a_i`) replaces the sample. The paper calls that case "equivalent to the deterministic
-attention", so we let the NLL gradient flow through alpha then, as in soft attention, and apply no
-REINFORCE term. At test time the hard model decodes with the expected context (the authors' choice,
-the default) or with the argmax location.
-
-Other estimators of the same one-cell attention (issue 33): `vimco_signal` and
-`leave_one_out_baseline` (K sample paths per input), `straight_through_weights`, and
-`marginal_log_prob` (Deng et al. 2018, "Latent Alignment and Variational Attention"), one output per
-cell, tractable only where the chosen cell does not feed back into the recurrence (the captioner
-feeds the expected context to its LSTM then, as harvardnlp/var-attn does).
-
-A decoder chooses its estimator by name (`HardSpec.estimator`, the captioner's `hard:` block) from
-`ESTIMATORS`: each is a `HardEstimator` that holds its checks, the weights of a sampled step's
-context and its loss term, so a new estimator is one class here (and its test, recipe and doc).
+A decoder chooses its estimator by name (`HardSpec.estimator`) from `ESTIMATORS`: each is a
+`HardEstimator` holding its checks, the weights of a sampled step's context and its loss term
+(REINFORCE, VIMCO, the exact marginal of Deng et al. 2018, Gumbel-softmax with or without
+straight-through), so a new estimator is one class here.
 """
 from __future__ import annotations
 
@@ -55,9 +45,8 @@ class HardAttentionOutput(NamedTuple):
 
 
 def sample_locations(log_alpha: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """s ~ Cat(alpha) for every row, by Gumbel-max: argmax_i(log alpha_i - log E_i), E_i ~ Exp(1).
-
-    log_alpha [B, L] -> [B] int64. No host sync; masked locations (log alpha = -huge) are never drawn."""
+    """s ~ Cat(alpha) for every row, by Gumbel-max: argmax_i(log alpha_i - log E_i), E_i ~ Exp(1):
+    log_alpha [B, L] -> [B] int64, no host sync; masked locations are never drawn."""
     noise = torch.empty_like(log_alpha).exponential_(generator=generator)
     return (log_alpha - noise.log()).argmax(dim=-1)
 
@@ -69,10 +58,8 @@ def gather_context(values: torch.Tensor, location: torch.Tensor) -> torch.Tensor
 
 
 class HardAttention(nn.Module):
-    """(projected keys [B, L, P], values [B, L, D], query [B, Dq], mask [B, L], mode) -> HardAttentionOutput.
-
-    mode "sample" (training): a sampled location, no gradient into alpha through the context;
-    "expected": the soft context; "argmax": the most likely location."""
+    """(projected keys [B, L, P], values [B, L, D], query [B, Dq], mask [B, L], mode) -> HardAttentionOutput;
+    mode "sample" (a drawn location), "expected" (the soft context) or "argmax"."""
 
     def __init__(self, score: AttentionScore):
         super().__init__()
@@ -95,9 +82,7 @@ class HardAttention(nn.Module):
 
 
 class MovingAverageBaseline(nn.Module):
-    """The authors' baseline: b <- decay * b + (1 - decay) * mean(cost), starting at 0.
-
-    Kept as a buffer so that it travels with checkpoints; updated in place without a host sync."""
+    """The authors' baseline b <- decay * b + (1 - decay) * mean(cost), from 0; a buffer, no host sync."""
 
     def __init__(self, decay: float = 0.9):
         super().__init__()
@@ -114,18 +99,12 @@ def reinforce_surrogate(log_alpha: torch.Tensor, locations: torch.Tensor, cost: 
                         reward_scale: float | torch.Tensor = 0.1, entropy_coef: float = 0.002) -> torch.Tensor:
     """A scalar to ADD to the loss so that autograd produces the authors' hard-attention gradient.
 
-    log_alpha [B, T, L] (exact log alpha, with grad), locations [B, T] int64 (the samples s_t),
-    cost [B] (one cost per sample, e.g. its caption NLL: every step's choice is charged with it)
-    or [B, T] (a cost per step, e.g. the NLL of the words a step's choice affects); detached here.
-    baseline: a scalar, [B] or [B, T] (anything that does not depend on the samples; detached).
-    reward_scale: a float or a scalar tensor (0 turns the REINFORCE term off without a branch).
-    step_mask [B, T] (True/1 on real steps) -> scalar.
-
-    Per sample n, d/d alpha_t of the returned value is
-        reward_scale * (cost_n - b) * onehot(s_t) / alpha_t + entropy_coef * (log alpha_t + 1),
-    i.e. the authors' `(b - cost)/10 * (-sample/alpha) + lambda_e (log alpha + 1)`, averaged over B.
-    The first term is the REINFORCE (score-function) estimator of d E[cost] (eq. 11-12); the second
-    is the gradient of -entropy, so minimising it raises the entropy of alpha (the entropy bonus)."""
+    log_alpha [B, T, L] (with grad), locations [B, T] (the samples s_t), cost [B] (every step charged
+    with it) or [B, T] (a cost per step) and baseline (a scalar, [B] or [B, T], independent of the
+    samples), both detached here; reward_scale a float or scalar tensor (0: REINFORCE off without a
+    branch); step_mask [B, T]. Per sample n, d/d alpha_t of the value, averaged over B, is
+        reward_scale * (cost_n - b) * onehot(s_t) / alpha_t + entropy_coef * (log alpha_t + 1):
+    the score-function estimator of d E[cost] (eq. 11-12) plus the gradient of -entropy."""
     def per_step(x):  # [B] -> [B, 1]; [B, T] and scalars as they are; detached
         return x.detach().view(-1, 1) if x.dim() == 1 else x.detach()
 
@@ -159,24 +138,18 @@ def negative_entropy(log_alpha: torch.Tensor, step_mask: torch.Tensor) -> torch.
 
 
 def leave_one_out_baseline(cost: torch.Tensor) -> torch.Tensor:
-    """The K-sample baseline: each path's cost predicted by the mean cost of the OTHER K - 1 paths of
-    the same input (independent of the path's own samples, so the score-function estimate stays
-    unbiased). cost [B, K, ...] with K >= 2 -> [B, K, ...], detached."""
+    """Each path's baseline: the mean cost of the OTHER K - 1 paths of the same input (independent of
+    its own samples: unbiased). cost [B, K, ...] with K >= 2 -> [B, K, ...], detached."""
     cost = cost.detach()
     K = cost.shape[1]
     return (cost.sum(1, keepdim=True) - cost) / (K - 1)
 
 
 def vimco_signal(log_f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """VIMCO (Mnih & Rezende 2016, eq. 8-10) for K paths per input: log_f [B, K] = log p(y | z_k)
-    (the log-likelihood with path k's samples) -> (bound [B], with log_f's gradient; signal [B, K],
-    detached).
-
-    bound = log (1/K) sum_k f_k, the multi-sample objective: its gradient through log f_j is
-    w_j = f_j / sum_k f_k (the importance weights), so minimising -bound trains the decoder.
-    signal_j = bound - log (1/K) (sum_{k != j} f_k + fhat_j), with fhat_j = exp(mean_{k != j} log f_k)
-    (the geometric mean of the others in place of f_j): path j's learning signal for its score
-    d log q(z_j), detached. Needs K >= 2."""
+    """VIMCO (Mnih & Rezende 2016, eq. 8-10) for K >= 2 paths per input: log_f [B, K] = log p(y | z_k)
+    -> (bound [B] = log (1/K) sum_k f_k, with log_f's gradient; signal [B, K], detached), where
+    signal_j = bound - log (1/K) (sum_{k != j} f_k + fhat_j), fhat_j = exp(mean_{k != j} log f_k):
+    path j's learning signal for its score d log q(z_j)."""
     K = log_f.shape[1]
     log_k = math.log(K)
     bound = torch.logsumexp(log_f, dim=1) - log_k  # [B], with log_f's gradient
@@ -196,10 +169,9 @@ def marginal_log_prob(log_alpha: torch.Tensor, cell_log_probs: torch.Tensor) -> 
 
 def straight_through_weights(log_alpha: torch.Tensor, gumbel: torch.Tensor, temperature: float) -> torch.Tensor:
     """Gumbel-softmax straight-through (Jang et al. 2017; Maddison et al. 2017): log_alpha, gumbel
-    [..., L] -> weights [..., L] that are the one-hot Gumbel-max sample argmax_i(log alpha_i + g_i)
-    in the forward pass (so the context is exactly a_{s_t}, the same sample as REINFORCE's from the
-    same noise) and carry the gradient of softmax((log alpha + g) / temperature) in the backward pass
-    (biased, low variance). Computed in float32 (bf16 noise and logits make NaNs: pytorch #41663)."""
+    [..., L] -> the one-hot sample argmax_i(log alpha_i + g_i) forward (REINFORCE's sample from the
+    same noise), the gradient of softmax((log alpha + g) / temperature) backward. In float32 (bf16
+    noise and logits make NaNs: pytorch #41663)."""
     scores = log_alpha.float() + gumbel.float()
     soft = torch.softmax(scores / temperature, dim=-1)
     hard = torch.zeros_like(soft).scatter_(-1, scores.argmax(dim=-1, keepdim=True), 1.0)
@@ -209,15 +181,10 @@ def straight_through_weights(log_alpha: torch.Tensor, gumbel: torch.Tensor, temp
 # ----------------------------------------------------------------------------- estimators
 @dataclass
 class HardSpec(Block):
-    """How a decoder's hard attention learns and decodes (the captioner's `hard:` block).
-
-    estimator: a name in ESTIMATORS; samples: sample paths per caption (K); test_mode: decoding
-    with the expected context, the argmax cell, or the exact marginal; semi_sampling_p: the
-    probability that a minibatch uses the expected context (sec. 4.1); entropy_coef: the entropy
-    bonus lambda_e; REINFORCE's reward_scale, baseline (the authors' moving average with
-    baseline_decay, a learned b(h_{t-1}, E y_t), or the other paths' mean cost) and cost (the
-    caption's per-word NLL, or each word's with the later ones discounted by reinforce_discount);
-    gumbel_temperature: the straight-through relaxation's."""
+    """How a decoder's hard attention learns and decodes (the captioner's `hard:` block): samples =
+    K paths per caption; semi_sampling_p = the chance of an expected-context minibatch (sec. 4.1);
+    entropy_coef = lambda_e; REINFORCE's reward_scale, baseline (the authors' moving average, a
+    learned b(h_{t-1}, E y_t), or the other paths' mean cost) and cost (per caption or per word)."""
 
     estimator: str = "reinforce"
     samples: int = 1
@@ -255,16 +222,13 @@ class EstimatorTerms(NamedTuple):
     logged: dict[str, torch.Tensor]  # reported beside it (a REINFORCE cost, VIMCO's bound)
 
 
-#: estimator name -> its class (a subclass with a `name` registers itself): the allow-list a
-#: config's `estimator` is read from
+#: estimator name -> its class (a subclass with a `name` registers itself): `estimator`'s allow-list
 ESTIMATORS: dict[str, type["HardEstimator"]] = {}
 
 
 class HardEstimator:
-    """How the one-cell attention learns: its checks (`check`), the weights over the cells of a
-    sampled step's context (`step_weights`) and its loss term (`terms`). `train_mode`: the
-    teacher-forced pass it trains with, "sample" (a cell drawn per step) or "marginal" (the cell
-    summed out at the output)."""
+    """How the one-cell attention learns: `check`, `step_weights` and `terms`. `train_mode`: the pass
+    it trains with, "sample" (a cell drawn per step) or "marginal" (the cell summed out)."""
 
     name: ClassVar[str] = ""
     train_mode: ClassVar[str] = "sample"
@@ -279,8 +243,7 @@ class HardEstimator:
         self.spec = spec
 
     def check(self, decoder) -> None:
-        """ValueError (one line) for a setting it cannot run or cannot mean; `decoder`: the decoder's
-        block (`deep_output`, `feed_context`, `attention_query`)."""
+        """ValueError (one line) for a setting it cannot run or mean; `decoder`: the decoder's block."""
         if self.spec.samples < self.min_samples:
             raise ValueError(f"{self.name} needs hard.samples >= {self.min_samples} (paths per caption), "
                              f"got {self.spec.samples}")
@@ -291,8 +254,7 @@ class HardEstimator:
         return None
 
     def terms(self, batch: HardBatch) -> EstimatorTerms:
-        """Its loss term for a minibatch; the default (and any pass that drew nothing): the entropy
-        bonus alone, lambda_e * sum alpha log alpha averaged over the captions."""
+        """Its loss term; the default (and any pass that drew nothing): the entropy bonus alone."""
         added = {}
         if self.spec.entropy_coef:
             added["entropy_bonus"] = (self.spec.entropy_coef * negative_entropy(batch.log_alpha, batch.step_mask)
@@ -301,10 +263,8 @@ class HardEstimator:
 
 
 class Reinforce(HardEstimator):
-    """The score-function estimator (eq. 10-12) with the authors' rule (`reinforce_surrogate`):
-    each step's sample is charged with a cost against a baseline, on the sampled minibatches only
-    (a multiplier, not a branch); the entropy bonus on all. A learned baseline is regressed on the
-    cost by its own MSE (`baseline_loss`)."""
+    """The score-function estimator (eq. 10-12) with the authors' rule (`reinforce_surrogate`), off on
+    expected minibatches by a multiplier; a learned baseline is regressed on the cost by its own MSE."""
 
     name = "reinforce"
 
@@ -345,10 +305,8 @@ class Reinforce(HardEstimator):
 
 
 class Vimco(HardEstimator):
-    """VIMCO (Mnih & Rezende 2016): K paths per caption; the objective is minus the bound
-    log (1/K) sum_k p(caption | z_k), and each path's log q(z_k) = sum_t log alpha_t(s_kt) is scored
-    with its leave-one-out signal (`vimco_signal`), times `reward_scale`, off on expected
-    minibatches; and the entropy bonus."""
+    """VIMCO: minus the bound log (1/K) sum_k p(caption | z_k), each path's log q(z_k) = sum_t log
+    alpha_t(s_kt) scored with its signal (`vimco_signal`) times `reward_scale`; the entropy bonus."""
 
     name = "vimco"
     min_samples = 2
@@ -367,8 +325,7 @@ class Vimco(HardEstimator):
 
 class Marginal(HardEstimator):
     """The exact marginal over the cell (Deng et al. 2018, `marginal_log_prob`): no samples, no
-    estimator variance; the decoder feeds its LSTM the expected context and sums the cell out at
-    the deep output. Its loss term: the entropy bonus."""
+    variance; its loss term: the entropy bonus."""
 
     name = "marginal"
     train_mode = "marginal"
@@ -383,9 +340,7 @@ class Marginal(HardEstimator):
 
 
 class StraightThrough(HardEstimator):
-    """Gumbel-softmax straight-through (Jang et al. 2017, `straight_through_weights`): the sample's
-    one-hot context forward, the relaxation's gradient at `gumbel_temperature` backward; its loss
-    term: the entropy bonus."""
+    """Gumbel-softmax straight-through (`straight_through_weights`); its loss term: the entropy bonus."""
 
     name = "straight_through"
 
@@ -394,11 +349,9 @@ class StraightThrough(HardEstimator):
 
 
 class GumbelSoftmax(HardEstimator):
-    """The relaxed Gumbel-softmax (Jang et al. 2017, eq. 1; Maddison et al. 2017's Concrete): a
-    sampled step's context is the mixture of the cells' annotations under
-    softmax((log alpha + g) / tau), forward and backward (no straight-through: biased, with a gap
-    to the one-cell decoding that shrinks with tau = `gumbel_temperature`); the same noise's argmax
-    marks the cell. Its loss term: the entropy bonus."""
+    """The relaxed Gumbel-softmax (Jang et al. 2017, eq. 1; Maddison et al. 2017's Concrete): the
+    context mixes the cells under softmax((log alpha + g) / tau) both ways (a gap to one-cell
+    decoding that shrinks with tau); the noise's argmax marks the cell. Loss: the entropy bonus."""
 
     name = "gumbel_softmax"
 

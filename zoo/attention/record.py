@@ -1,24 +1,15 @@
-"""One record of where a model looked, the same for every family that attends.
+"""One record of where a model looked, the same for every family that attends: a family's
+`attention_record(images)` returns an `AttentionRecord` for B images.
 
-Every family's `attention_record(images)` returns an `AttentionRecord` for a batch of B images:
-
-- `maps [B, T, H, W]`: for each of T steps, a probability map over the pixels of the input image
-  (each existing step sums to 1), so that maps of different families are comparable. A family
-  whose attention lives on a coarse grid (a captioner's h x w annotation cells, a ViT's patches)
-  spreads each cell's mass evenly over the pixels of that cell: mass is counted per pixel, so a
-  coarse cell that straddles a box edge puts only its inside pixels' share inside the box.
-- `step_mask [B, T]`: which steps exist (captions differ in length; other families use them all).
-- `labels`: B lists of T strings, what each step is (the word, "glimpse 3", "read 5", "layer 2").
-- `boxes [B, T, K, 4]` or None: windows or glimpses, K per step (each glimpse scale, DRAW's read
-  and write window), as (x0, y0, x1, y1) in pixel-edge coordinates (pixel (r, c) covers
-  [c, c + 1) x [r, r + 1); x1, y1 exclusive; they may reach past the image). `box_labels` names
-  the K boxes.
-- `prediction`: what the model concluded, as plain tensors and lists: a classifier's `probs
-  [B, classes]`, `label [B]` and `class_names`; a captioner's `words` (B lists) and `word_probs`
-  (B lists); a generator's `canvas [B, C, H, W]`.
-
-Axis order: batch, step, then y (rows), then x (columns). Coordinates are (x, y) wherever a pair
-is given (box corners, glimpse centres). `maps_from_cells`, `maps_from_boxes` and
+- `maps [B, T, H, W]`: per step a probability map over the input's pixels (a coarse grid's cell
+  mass spread evenly over its pixels: mass is counted per pixel, so the families' maps compare);
+- `step_mask [B, T]`: which steps exist (captions differ in length);
+- `labels`: B lists of T strings (the word, "glimpse 3", "layer 2");
+- `boxes [B, T, K, 4]` or None: windows or glimpses (x0, y0, x1, y1) in pixel edges (pixel (r, c)
+  covers [c, c + 1) x [r, r + 1); they may reach past the image), named by `box_labels`;
+- `prediction`: a classifier's `probs`, `label`, `class_names`; a captioner's `words`,
+  `word_probs`; a generator's `canvas`.
+Axis order: batch, step, y, x; pairs are (x, y). `maps_from_cells`, `maps_from_boxes` and
 `maps_from_filters` turn each family's native attention into pixel maps.
 """
 from __future__ import annotations
@@ -39,8 +30,7 @@ class AttentionRecord:
     prediction: dict[str, Any] = field(default_factory=dict)
     boxes: torch.Tensor | None = None  # [B, T, K, 4] (x0, y0, x1, y1) pixel edges
     box_labels: list[str] = field(default_factory=list)  # K names
-    # Which maps say where the model looked overall: "steps" (every step's map counts: glimpses,
-    # words, DRAW steps) or "last" (the last step sums up the others, as rollout does the layers).
+    # where the model looked overall: "steps" (every step's map) or "last" (it sums up the others: rollout)
     headline: str = "steps"
 
     def __post_init__(self):
@@ -81,8 +71,7 @@ class AttentionRecord:
         return total / steps.sum(1).clamp_min(1)[:, None, None]
 
     def degenerate(self) -> torch.Tensor:
-        """[B, T] bool: existing steps whose map is not a probability map (all zero, NaN or Inf).
-        Such a step is reported as degenerate, never drawn as a bright picture."""
+        """[B, T] bool: existing steps whose map is all zero, NaN or Inf (reported, never drawn)."""
         flat = self.maps.flatten(2)
         return (~torch.isfinite(flat).all(-1) | ~(flat.sum(-1) > 0)) & self.step_mask
 
@@ -145,10 +134,8 @@ def _plain(prediction: dict[str, Any], b: int) -> dict[str, Any]:
 
 
 def peak_pixels(maps: torch.Tensor, tolerance: float = 1e-5) -> torch.Tensor:
-    """[..., H, W] maps -> [...] the flat index of each map's peak pixel. A peak is often a plateau
-    (a coarse cell spread over its pixels, a glimpse's finest box): the peak is then the plateau's
-    pixel nearest to the plateau's centroid, not its top-left corner, so a cell map points at its
-    cell's middle and a flat map at the image's middle. NaN counts as no mass."""
+    """[..., H, W] maps -> [...] the flat index of each map's peak pixel: of a plateau (a coarse cell,
+    a glimpse's finest box), the pixel nearest its centroid, not its top-left corner. NaN: no mass."""
     H, W = maps.shape[-2:]
     flat = torch.nan_to_num(maps.flatten(-2).float(), nan=-1.0, posinf=-1.0, neginf=-1.0)
     top = flat.amax(-1, keepdim=True)
@@ -189,7 +176,6 @@ def concatenate(records: list[AttentionRecord]) -> AttentionRecord:
                    prediction=prediction)
 
 
-# ----------------------------------------------------------------------------- native -> pixel maps
 def _normalise(maps: torch.Tensor) -> torch.Tensor:
     """[..., H, W] -> each map divided by its sum (an all-zero map stays zero: degenerate)."""
     total = maps.sum((-2, -1), keepdim=True)
@@ -197,9 +183,8 @@ def _normalise(maps: torch.Tensor) -> torch.Tensor:
 
 
 def maps_from_cells(cells: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
-    """Cell maps [..., h, w] (mass per grid cell) -> pixel maps [..., H, W]: pixel (y, x) belongs to
-    the cell holding its centre and gets that cell's mass over the cell's pixel count, so each
-    cell's mass is spread evenly over its own pixels and the total is unchanged."""
+    """Cell maps [..., h, w] -> pixel maps [..., H, W]: each cell's mass spread evenly over the pixels
+    whose centre it holds (the total unchanged)."""
     h, w = cells.shape[-2:]
     H, W = image_size
     rows = ((torch.arange(H, device=cells.device) + 0.5) * h / H).floor().long().clamp_(0, h - 1)  # [H]
@@ -222,10 +207,8 @@ def box_coverage(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tens
 
 
 def maps_from_boxes(boxes: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
-    """Glimpse boxes [B, T, K, 4] -> [B, T, H, W]: each of the K boxes (a glimpse's scales) spreads
-    an equal share of the mass evenly over its pixels inside the image. Every scale of a RAM glimpse
-    is read into the same g x g cells, so each carries the same amount of information, denser where
-    the box is smaller: the map peaks at the finest scale."""
+    """Glimpse boxes [B, T, K, 4] -> [B, T, H, W]: each of the K scales spreads an equal share of the
+    mass over its pixels in the image (each is read into the same g x g cells: the finest is densest)."""
     per_box = _normalise(box_coverage(boxes, image_size))  # [B, T, K, H, W]
     return _normalise(per_box.sum(2))
 
@@ -246,8 +229,7 @@ def window_boxes(gx: torch.Tensor, gy: torch.Tensor, delta: torch.Tensor, n: int
 
 
 def centre_prior(image_size: tuple[int, int], sigma: float = 0.25, device=None) -> torch.Tensor:
-    """[H, W]: a Gaussian at the image centre with std `sigma` x the side, the chance model that
-    always looks at the middle (photographers and canvas generators both favour it)."""
+    """[H, W]: a Gaussian at the image centre with std `sigma` x the side (always looking at the middle)."""
     H, W = image_size
     ys = (torch.arange(H, device=device, dtype=torch.float32) + 0.5 - H / 2) / (sigma * H)
     xs = (torch.arange(W, device=device, dtype=torch.float32) + 0.5 - W / 2) / (sigma * W)
@@ -262,6 +244,3 @@ def step_labels(prefix: str, batch: int, steps: int) -> list[list[str]]:
 def full_mask(batch: int, steps: int, device=None) -> torch.Tensor:
     return torch.ones(batch, steps, dtype=torch.bool, device=device)
 
-
-__all__ = ["AttentionRecord", "maps_from_cells", "maps_from_boxes", "maps_from_filters", "window_boxes",
-           "box_coverage", "centre_prior", "step_labels", "full_mask"]

@@ -1,10 +1,7 @@
-"""Reading a ViT's attention: each layer's attention weights, the last layer's CLS-to-patch maps,
-and attention rollout (Abnar & Zuidema 2020).
-
-timm's fused attention (`F.scaled_dot_product_attention`) never materialises the attention
-weights, so `record_attention` switches fusing off on each attention module for the extraction
-only, records the softmax output (the input of `attn_drop`, i.e. before dropout) with forward
-hooks, and restores the modules afterwards, even on error."""
+"""Reading a ViT's attention: each layer's attention weights, the CLS-to-patch maps, and attention
+rollout (Abnar & Zuidema 2020). timm's fused attention never materialises the weights, so
+`record_attention` switches fusing off for the extraction only and records the input of `attn_drop`
+(the softmax, before dropout) with forward hooks."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -13,15 +10,12 @@ import torch
 from torch import nn
 
 
-def _attention_modules(vit: nn.Module) -> list[nn.Module]:
-    return [m for m in vit.modules() if hasattr(m, "fused_attn") and isinstance(getattr(m, "attn_drop", None), nn.Module)]
-
-
 @contextmanager
 def record_attention(vit: nn.Module):
     """Within the block, every forward of `vit` (a timm VisionTransformer) appends each layer's
     attention weights [B, heads, N, N] (rows: queries, softmax over keys) to the yielded list."""
-    modules = _attention_modules(vit)
+    modules = [m for m in vit.modules()
+               if hasattr(m, "fused_attn") and isinstance(getattr(m, "attn_drop", None), nn.Module)]
     if not modules:
         raise ValueError(f"{type(vit).__name__} has no timm attention modules to record")
     recorded: list[torch.Tensor] = []
@@ -49,23 +43,17 @@ def attention_weights(vit: nn.Module, images: torch.Tensor, forward=None) -> tor
 
 def cls_attention(attention: torch.Tensor, num_prefix_tokens: int, grid: tuple[int, int],
                   cls_index: int | None = 0) -> torch.Tensor:
-    """Attention [..., N, N] (a layer's [B, heads, N, N], or all layers') -> CLS-to-patch maps [..., h, w].
-
-    Row `cls_index` (the CLS query) over the patch keys (the last h*w tokens). Without a class
-    token (cls_index None) the mean over all queries is used. A map sums to 1 minus the mass the
-    query puts on prefix tokens."""
+    """Attention [..., N, N] -> CLS-to-patch maps [..., h, w]: row `cls_index` (None: the mean over all
+    queries) over the last h*w keys; a map sums to 1 minus the mass on prefix tokens."""
     query = attention.mean(-2) if cls_index is None else attention[..., cls_index, :]  # [B, heads, N]
     patches = query[..., num_prefix_tokens:]
     return patches.reshape(*patches.shape[:-1], *grid)
 
 
 def rollout(attention: torch.Tensor, head_fusion: str = "mean", residual: float = 0.5) -> torch.Tensor:
-    """Attention rollout (Abnar & Zuidema 2020, eq. 1): attention [layers, B, heads, N, N] ->
-    [B, N, N], the product of the per-layer matrices from the last layer down to the first.
-
-    Each layer's heads are fused (mean in the paper; max/min as options) and the residual
-    connection is modelled as A' = residual * I + (1 - residual) * A with rows re-normalised,
-    so every row of the result still sums to 1."""
+    """Attention rollout (Abnar & Zuidema 2020, eq. 1): attention [layers, B, heads, N, N] -> [B, N, N],
+    the product of the layers' A' = residual * I + (1 - residual) * A (heads fused: mean in the
+    paper, max or min; rows re-normalised), from the last layer down to the first."""
     fuse = {"mean": lambda a: a.mean(2), "max": lambda a: a.amax(2), "min": lambda a: a.amin(2)}
     if head_fusion not in fuse:
         raise ValueError(f"head_fusion must be one of {', '.join(fuse)}, not '{head_fusion}'")
@@ -79,8 +67,5 @@ def rollout(attention: torch.Tensor, head_fusion: str = "mean", residual: float 
     return joint
 
 
-def rollout_map(joint: torch.Tensor, num_prefix_tokens: int, grid: tuple[int, int],
-                cls_index: int | None = 0) -> torch.Tensor:
-    """Rollout [B, N, N] -> how much the CLS token (or the mean token) draws from each patch [B, h, w]."""
-    query = joint.mean(-2) if cls_index is None else joint[:, cls_index]
-    return query[:, num_prefix_tokens:].reshape(-1, *grid)
+#: rollout [B, N, N] -> how much the CLS token (or the mean token) draws from each patch [B, h, w]
+rollout_map = cls_attention

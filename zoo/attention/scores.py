@@ -1,23 +1,17 @@
 """Attention scores: how well each annotation vector (key) answers the decoder's query.
 
-Show, Attend and Tell (Xu et al. 2015) scores locations with an MLP, eq. (4):
-`e_ti = f_att(a_i, h_{t-1})`; the other members of the family are the usual alternatives:
+Show, Attend and Tell (Xu et al. 2015) scores locations with an MLP, eq. (4), `e_ti = f_att(a_i,
+h_{t-1})`; the others are the usual alternatives:
 
-- "dot":        e_i = k_i . q
+- "dot":        e_i = k_i . q       (the query projected to the key width where they differ)
 - "scaled_dot": e_i = k_i . q / sqrt(d)
 - "general":    e_i = k_i^T W q                  (bilinear)
 - "additive":   e_i = w^T tanh(W_k k_i + W_q q + b)   (the paper's f_att; tanh, not ReLU)
 
-The key side of every score does not change over the decoding steps, so each scorer splits into
-`project_keys(keys)` (once per image) and `forward(projected, query)` (once per step): the
-per-step cost is then O(L * d) instead of O(L * D * d). The query side splits once more:
-`forward(projected, query) == combine(projected, query_linear(query))`, where `query_linear` is
-the score's linear map of the query (None when it uses the query as it is), so a caller can fuse
-that map with other linear maps of the same query (the captioner's gate and LSTM) into one.
-
-When the key and query widths differ, "dot" and "scaled_dot" project the query to the key width
-with a linear map (otherwise they would be undefined); "general" and "additive" handle it by their
-own weights.
+The keys do not change over the decoding steps, so a score splits into `project_keys(keys)` (once
+per image) and `forward(projected, query)` (once per step), and that into
+`combine(projected, query_linear(query))`, so a caller can fuse the query's linear map with others
+of the same query (the captioner's gate and LSTM).
 """
 from __future__ import annotations
 
@@ -36,8 +30,7 @@ class AttentionScore(nn.Module, abc.ABC):
 
     @property
     def query_linear(self) -> nn.Linear | None:
-        """The linear map applied to the query first, a score's `query_proj` (None: the query is used
-        as it is)."""
+        """The linear map applied to the query first (None: the query as it is)."""
         return getattr(self, "query_proj", None)
 
     @abc.abstractmethod
@@ -80,11 +73,9 @@ class GeneralScore(AttentionScore):
 
 
 def tanh_via_sigmoid(x: torch.Tensor) -> torch.Tensor:
-    """tanh(x) = 2 sigmoid(2x) - 1, the same function (within 2e-7 absolute in fp32).
-
-    On CPU torch's tanh is several times slower than its sigmoid (7.3 against 1.6 ms on a
-    [320, 64, 128] tensor, 2 threads, AVX2), and the additive score's tanh over [rows, L, A] is most
-    of a beam-search step. Without autograd `x` is overwritten in place: pass a temporary."""
+    """tanh(x) = 2 sigmoid(2x) - 1 (within 2e-7 in fp32): on CPU torch's tanh is several times slower
+    than its sigmoid, and the additive score's tanh is most of a beam-search step. Without autograd
+    `x` is overwritten in place: pass a temporary."""
     if not x.is_cpu:
         return torch.tanh(x)
     if torch.is_grad_enabled() and x.requires_grad:
@@ -93,11 +84,9 @@ def tanh_via_sigmoid(x: torch.Tensor) -> torch.Tensor:
 
 
 class _AdditiveScoresCPU(torch.autograd.Function):
-    """scores = w . tanh(P + q) + b over [rows, L, A], trained on CPU: the same function written
-    as 2 w . s - sum(w) + b with s = sigmoid(2 (P + q)), saving s, with a hand-written backward
-    (d/dP = 4 g w s (1 - s)). Three passes over [rows, L, A] forward and four backward, against
-    about twelve for the autograd graph of tanh + linear (23 against 36-65 ms for [64, 64, 512],
-    forward + backward, 1 thread); the score is most of a training step."""
+    """scores = w . tanh(P + q) + b over [rows, L, A], trained on CPU: written as 2 w . s - sum(w) + b
+    with s = sigmoid(2 (P + q)) saved, and a hand-written backward (d/dP = 4 g w s (1 - s)): seven
+    passes over [rows, L, A] against about twelve for autograd's tanh + linear (most of a step)."""
 
     @staticmethod
     def forward(ctx, projected, query, weight, bias):

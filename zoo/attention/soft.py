@@ -3,9 +3,8 @@
     alpha_t = softmax_i(e_ti)                    eq. (5)
     z_t     = sum_i alpha_ti a_i                 eq. (13), the expected context
 
-Padding: `mask [B, L]` (True = a real location) removes locations from the softmax, so a padded
-location gets alpha exactly 0 and contributes nothing to the context. A row with no valid location
-gets alpha 0 everywhere and a zero context instead of NaNs.
+`mask [B, L]` (True = a real location) gives a padded location alpha exactly 0; a row with no valid
+location gets alpha 0 everywhere and a zero context instead of NaNs.
 """
 from __future__ import annotations
 
@@ -37,10 +36,8 @@ def expected_context(alpha: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
 
 class SoftAttention(nn.Module):
-    """(projected keys [B, L, P], values [B, L, D], query [B, Dq], mask [B, L]) ->
-    (context [B, D], alpha [B, L]).
-
-    `projected` is `score.project_keys(keys)`, computed once per image by the caller."""
+    """(projected keys [B, L, P] (`score.project_keys`, once per image), values [B, L, D], query
+    [B, Dq], mask [B, L]) -> (context [B, D], alpha [B, L])."""
 
     def __init__(self, score: AttentionScore):
         super().__init__()

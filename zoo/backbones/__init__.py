@@ -1,9 +1,5 @@
-"""Backbones: what an image becomes before content-based attention sees it.
-
-Every backbone maps images [B, C, H, W] to `PatchFeatures(tokens [B, L, D], grid (h, w))` and has
-the attribute `out_dim` (= D). L = h * w, row-major over the grid, except for a ViT built with
-`keep_cls=True`, whose tokens start with its `num_prefix_tokens` prefix (cls/register) tokens and
-end with the h * w patch tokens.
+"""Backbones: images [B, C, H, W] -> `PatchFeatures(tokens [B, L, D], grid (h, w))`, attribute
+`out_dim` (= D); L = h * w row-major (a ViT with `keep_cls=True` puts its prefix tokens first).
 
     from zoo.backbones import build_backbone
     enc = build_backbone("stem", in_chans=1, channels=[32, 64], strides=[2, 2])   # 28 px -> 7x7
@@ -12,9 +8,7 @@ end with the h * w patch tokens.
     enc = build_backbone("timm_vit", model_name="vit_tiny_patch16_224", img_size=28,
                          patch_size=4, in_chans=1, depth=6, embed_dim=96, num_heads=3)
 
-All constructor arguments are plain values so that a model can keep them in its hparams.
-A model's `backbone:` config block is a typed `BackboneSpec` (zoo.backbones.spec): the same
-fields plus `kind`, and `pretrained: NAME` to load a released zoo backbone by name.
+A model's `backbone:` block is a `BackboneSpec` (zoo.backbones.spec) of plain values.
 """
 from __future__ import annotations
 

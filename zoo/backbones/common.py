@@ -1,6 +1,5 @@
-"""Pieces the backbones share: the output type, freezing, and timm model creation with clear
-errors for the mistakes users make (unknown names, missing or ill-fitting weight files, no network).
-"""
+"""Pieces the backbones share: the output type, freezing, and timm model creation with one-line
+errors for the mistakes users make (unknown names, missing or ill-fitting weight files, no network)."""
 from __future__ import annotations
 
 import difflib
@@ -33,14 +32,11 @@ def freeze(module: nn.Module) -> nn.Module:
 
 
 class Backbone(nn.Module):
-    """What every backbone shares: images [B, C, H, W] in [0, 1] -> PatchFeatures, after matching
-    the channels (a grayscale image into a 3-channel network repeats its channel) and the input
-    normalisation `(x - mean) / std` (`normalize`: None means when pretrained or when mean/std are
-    given); `trainable=False` freezes the weights, keeps the backbone in eval mode (fixed BatchNorm
-    statistics, no dropout) while the model around it trains, and runs it without autograd.
-
-    A subclass builds its network, calls `finish(...)` with its own default statistics, and defines
-    `features(x) -> [B, D, h, w]` (or its own forward)."""
+    """images [B, C, H, W] in [0, 1] -> PatchFeatures, after matching the channels (grayscale into a
+    3-channel network repeats its channel) and `(x - mean) / std` (`normalize` None: when pretrained
+    or given mean/std). `trainable=False` freezes it, in eval mode and without autograd, while the
+    model around it trains. A subclass builds its network, calls `finish(...)` with its default
+    statistics, and defines `features(x) -> [B, D, h, w]` (or its own forward)."""
 
     def __init__(self, in_chans: int, trainable: bool = True):
         super().__init__()
@@ -83,7 +79,6 @@ class Backbone(nn.Module):
 FILE_HINT = "pass it as pretrained_file=PATH (--model.init_args.backbone.pretrained_file PATH)"
 
 
-# ---------------------------------------------------------------------------- timm creation
 _SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) "
                             r"from checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
 
@@ -141,12 +136,9 @@ def _cached_hub_file(cfg) -> str | None:
 
 
 def create_timm(model_name: str, pretrained: bool = False, pretrained_file: str | None = None, **kwargs):
-    """`timm.create_model` with the zoo's error handling.
-
-    pretrained_file: a local checkpoint (.safetensors, .pth, .bin) loaded through timm's
-    `pretrained_cfg_overlay=dict(file=...)`, which resamples position embeddings and adapts
-    `in_chans` and the classifier head. pretrained (without a file): timm's hub route; offline,
-    it fails at once with a line saying how to pass a local file."""
+    """`timm.create_model` with the zoo's error handling. pretrained_file: a local checkpoint through
+    timm's `pretrained_cfg_overlay` (which adapts position embeddings, `in_chans` and the head);
+    pretrained alone: timm's hub route, which offline fails at once, saying to pass a file."""
     import timm
     import timm.models
 

@@ -1,26 +1,16 @@
 """The backbone kinds, and a backbone as a typed configuration object: what a `backbone:` block means.
 
-`BackboneSpec` is a dataclass, so LightningCLI/jsonargparse parse every field with its type: the
-YAML block, `--model.init_args.backbone.level 3` (an int) and
-`--model.init_args.backbone.pretrained false` (a bool) agree, and a second `--config` that sets
-`backbone.trainable` changes that one field, not the whole block.
-
     backbone:
       kind: stem                         # stem | timm_cnn | timm_vit
       pretrained: backbone_fmnist_stem   # a released zoo weight by name (or a .safetensors/.ckpt path)
       trainable: false                   # frozen, as Xu et al. 2015 keep their VGG encoder
 
-Fields left None take the kind's own default (or, with a zoo weight, the weight's value); a field
-that does not apply to the kind is refused. `pretrained` is False (random init), True (timm's hub
-weights, timm kinds only), or the name/path of a zoo weight whose model holds a backbone (a
-`backbone:` spec in its config, or a ViT classifier): the architecture fields it records fill
-the unset ones and must agree with the set ones, and its tensors are loaded.
-`pretrained_file` is a local timm checkpoint (timm kinds), loaded through timm's adapters.
-
-A model keeps `spec.to_dict()` (plain values) in its hparams, and writes `spec.self_contained(module)`
-into checkpoints: the resolved architecture with no pretrained source (the weights are in the
-checkpoint) and the input normalisation written out, so a checkpoint rebuilds with neither the
-network nor the pretrained file.
+`BackboneSpec` is a dataclass, so LightningCLI parses every field with its type and a second
+`--config` changes one field, not the whole block. Fields left None take the kind's default (or a
+zoo weight's value, which set fields must agree with); a field the kind lacks is refused.
+`pretrained`: False, True (timm's hub, timm kinds) or a zoo weight whose model holds a backbone;
+`pretrained_file`: a local timm checkpoint. Checkpoints record `spec.self_contained(module)`: no
+pretrained source (the weights are in the checkpoint), the input normalisation written out.
 """
 from __future__ import annotations
 
@@ -102,7 +92,6 @@ class BackboneSpec:
             if getattr(self, f.name) == "None":
                 setattr(self, f.name, False if f.name == "pretrained" else None)
 
-    # ------------------------------------------------------------------ construction
     @classmethod
     def coerce(cls, value: "BackboneSpec | dict | None", default: dict | None = None) -> "BackboneSpec":
         """A spec from a spec, a plain dict (old checkpoints, Python callers) or None (`default`)."""
@@ -128,10 +117,9 @@ class BackboneSpec:
                 if value is not None or name == "kind"}
 
     def build(self, **given) -> nn.Module:
-        """Instantiate the backbone (loading a zoo weight when `pretrained` names one). The spec
-        is updated in place with the architecture a zoo weight recorded. `given`: the model's own
-        facts the backbone must take (a ViT classifier's `img_size`, `in_chans`, `num_classes`),
-        which fill fields the block leaves out; a field the block sets otherwise is refused."""
+        """Instantiate the backbone, loading (and adopting the architecture of) a zoo weight that
+        `pretrained` names. `given`: the model's own facts the backbone must take (a ViT classifier's
+        `img_size`, `in_chans`, `num_classes`); a field the block sets otherwise is refused."""
         source = None
         if isinstance(self.pretrained, str):
             source = load_zoo_backbone(self.pretrained)
@@ -156,8 +144,7 @@ class BackboneSpec:
         return module
 
     def kwargs(self) -> dict:
-        """Constructor arguments of the kind's class: the set fields, refusing those that do not apply
-        (a zoo weight named by `pretrained` is loaded by `build`, not by the class)."""
+        """Constructor arguments of the kind's class: the set fields, refusing those that do not apply."""
         cls = BACKBONES[self.kind]
         accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
         kwargs, refused = {}, []
@@ -177,8 +164,7 @@ class BackboneSpec:
         return kwargs
 
     def self_contained(self, module: nn.Module) -> dict:
-        """This spec as a checkpoint should record it: no pretrained source (the checkpoint holds
-        the weights) and the normalisation the module applies, written out."""
+        """This spec as a checkpoint records it (module docstring)."""
         out = {**self.to_dict(), "pretrained": False}
         out.pop("pretrained_file", None)
         out["normalize"] = normalize = bool(getattr(module, "normalize", False))
@@ -190,7 +176,6 @@ class BackboneSpec:
             out.pop("std", None)
         return out
 
-    # ------------------------------------------------------------------ zoo weights
     def _adopt(self, source: "ZooBackbone") -> None:
         """Fill unset fields from the zoo weight's spec; set fields must agree with it."""
         theirs = source.spec
@@ -254,9 +239,8 @@ def load_zoo_backbone(source: str) -> ZooBackbone:
 
 
 def check_input(module: nn.Module, in_chans: int, image_size, owner: str) -> None:
-    """Refuse, in one line naming both, a backbone that cannot take `owner`'s images
-    ([in_chans, *image_size]): other input channels, a fixed input size that differs, or an
-    image smaller than one grid cell."""
+    """Refuse, in one line naming both, a backbone that cannot take `owner`'s images [in_chans,
+    *image_size]: other channels, another fixed size, or an image smaller than one grid cell."""
     size = [int(s) for s in (image_size if isinstance(image_size, (list, tuple)) else (image_size, image_size))]
     source = getattr(module, "pretrained_source", None)
     what = f"backbone weight '{source.name}'" if source is not None else "the backbone"

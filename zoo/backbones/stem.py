@@ -10,12 +10,9 @@ from zoo.backbones.common import Backbone
 
 
 class ConvStem(Backbone):
-    """Stages of [conv k x k (stride s) -> BatchNorm -> ReLU] x blocks_per_stage; the first conv of
-    stage i has stride strides[i]. The grid is the last stage's feature map, so its stride is
-    prod(strides) (28 px with strides [2, 2] -> 7x7 tokens of width channels[-1]).
-
-    normalize: apply (x - mean) / std to inputs in [0, 1] first (off by default: the zoo's own
-    data are in [0, 1] and the first BatchNorm absorbs the scale)."""
+    """Stages of [conv k x k -> BatchNorm -> ReLU] x blocks_per_stage, the first conv of stage i at
+    stride strides[i]: the grid's stride is prod(strides) (28 px, strides [2, 2] -> 7x7 tokens).
+    `normalize` is off by default: the first BatchNorm absorbs the scale of images in [0, 1]."""
 
     def __init__(self, in_chans: int = 1, channels: list[int] = (32, 64), strides: list[int] = (2, 2),
                  blocks_per_stage: int = 1, kernel_size: int = 3, trainable: bool = True,

@@ -6,11 +6,8 @@ from zoo.backbones.common import Backbone, create_timm
 
 
 class TimmCNN(Backbone):
-    """timm `features_only` model at feature level `level` (an index into its feature_info;
-    negative counts from the end).
-
-    pretrained: timm's hub weights; pretrained_file: a local checkpoint instead (offline use);
-    normalisation and freezing as every Backbone (the pretrained weights' own statistics)."""
+    """timm `features_only` model at feature level `level` (an index into its feature_info; negative
+    counts from the end); pretrained / pretrained_file: as `create_timm`."""
 
     def __init__(self, model_name: str = "resnet18", level: int = -1, in_chans: int = 3,
                  pretrained: bool = False, pretrained_file: str | None = None,

@@ -12,25 +12,15 @@ from zoo.backbones.stem import ConvStem
 
 
 class TimmViT(Backbone):
-    """Any timm VisionTransformer variant by name; `img_size`, `patch_size`, `in_chans`, `depth`,
-    `embed_dim`, `num_heads`, `mlp_ratio` override the variant's defaults when given (None keeps
+    """Any timm VisionTransformer variant by name, the given sizes overriding its defaults (None keeps
     them). `num_classes=0` (an encoder) leaves the head out; a classifier sets it and calls
-    `forward_head(forward_features(x))`.
+    `forward_head(forward_features(x))`. forward(images) returns the patch tokens only, unless
+    `keep_cls` keeps timm's prefix tokens in front. pretrained / pretrained_file: as `create_timm`.
 
-    forward(images) returns PatchFeatures with the patch tokens only (timm's prefix cls/register
-    tokens dropped via `num_prefix_tokens`) unless `keep_cls`, which keeps them in front.
-
-    pretrained / pretrained_file: timm hub weights, or a local checkpoint through timm's
-    `pretrained_cfg_overlay=dict(file=...)` (position embeddings resampled, patch embedding,
-    `in_chans` and the head adapted); normalisation and freezing as every Backbone (the pretrained
-    weights' own statistics).
-
-    conv_stem: channel widths of 3x3 stride-2 conv -> BatchNorm -> ReLU layers that replace the
-    patchify convolution (Xiao et al. 2021, "Early convolutions help transformers see better"),
-    through timm's `HybridEmbed`. The token grid is unchanged: `patch_size` is still the total
-    stride, so it must be a multiple of 2 ** len(conv_stem); a linear projection of the remaining
-    patch_size / 2 ** len(conv_stem) cells (1x1 when equal) makes the tokens. conv_stem_blocks > 1
-    adds stride-1 conv layers of the same width after each stride-2 one."""
+    conv_stem: the widths of 3x3 stride-2 conv -> BatchNorm -> ReLU layers that replace the patchify
+    convolution (Xiao et al. 2021, "Early convolutions help transformers see better"), through timm's
+    `HybridEmbed`, with the same token grid: `patch_size` is still the total stride, a multiple of
+    2 ** len(conv_stem). conv_stem_blocks > 1 adds stride-1 layers after each stride-2 one."""
 
     def __init__(self, model_name: str = "vit_tiny_patch16_224", img_size: int | list[int] | None = None,
                  patch_size: int | None = None, in_chans: int = 3, depth: int | None = None,
@@ -77,7 +67,6 @@ class TimmViT(Backbone):
         # timm's patch_size is now the projection's kernel over the stem's feature map.
         return {"patch_size": patch_size // stride, "embed_layer": partial(HybridEmbed, backbone=stem)}
 
-    # ------------------------------------------------------------------ shapes
     def grid_for(self, height: int, width: int) -> tuple[int, int]:
         """The patch grid (h, w) for an input of height x width."""
         pe = self.vit.patch_embed
@@ -89,7 +78,6 @@ class TimmViT(Backbone):
     def img_size(self) -> tuple[int, int]:
         return tuple(self.vit.patch_embed.img_size)
 
-    # ------------------------------------------------------------------ forward
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         # images [B, C, H, W] -> timm's features [B, prefix + h*w, D] (after the final norm)
         with self._grad_context():

@@ -61,6 +61,10 @@ def num_params(model) -> int:
 @torch.no_grad()
 def count_macs(model, batch_size: int = 1) -> int:
     """Multiply-accumulates of one inference of `batch_size` images (FLOPs / 2; module docstring)."""
+    return _counted(model, batch_size).get_total_flops() // 2
+
+
+def _counted(model, batch_size: int = 1):
     from torch.utils.flop_counter import FlopCounterMode
 
     run = inference(model)
@@ -68,7 +72,22 @@ def count_macs(model, batch_size: int = 1) -> int:
     counter = FlopCounterMode(display=False)
     with counter:
         run.module(*run.inputs(batch_size, device))
-    return counter.get_total_flops() // 2
+    return counter
+
+
+def step_macs(model, counter) -> dict | None:
+    """A glimpse family's MACs per step from a flop counter that ran one image (its card's
+    `steps`): {count, once_per_image, per_step}; None for a family of one pass."""
+    steps = model.card.steps
+    if steps is None:
+        return None
+    per_module, once = counter.get_flop_counts(), 0
+    for name in steps.once:  # the outermost module of that name (the counter's keys are dotted paths)
+        keys = sorted((k for k in per_module if k == name or k.endswith("." + name)), key=len)
+        once += sum(per_module[keys[0]].values()) // 2 if keys else 0
+    count = int(model.hparams[steps.count])
+    return {"name": steps.count, "count": count, "once_per_image": once,
+            "per_step": (counter.get_total_flops() // 2 - once) // count}
 
 
 def facts(model) -> dict:
@@ -93,6 +112,10 @@ def facts(model) -> dict:
         record["inference"] = record["macs"] = None
         record["gmacs_note"] = "depends on the vocabulary, which training takes from the data"
     else:
+        with torch.no_grad():
+            counter = _counted(model)
         record["inference"] = inference(model).what
-        record["macs"] = count_macs(model)
+        record["macs"] = counter.get_total_flops() // 2
+        if model.card.steps is not None:
+            record["steps"] = step_macs(model, counter)
     return record

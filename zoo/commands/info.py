@@ -118,6 +118,7 @@ def describe(name: str) -> dict:
         "vocab_size": len(vocab) if vocab else facts.get("vocab_size"),
         "num_params": facts.get("num_params"),
         "gmacs": facts["macs"] / 1e9 if facts.get("macs") is not None else None,
+        "steps": facts.get("steps"),
         "inference": facts.get("inference"), "output_kind": facts.get("output_kind"),
         "recipe": entry.metadata.get("recipe"),
         "recipe_file": entry.metadata.get("recipe_file"),
@@ -204,6 +205,10 @@ def render(record: dict) -> str:
     gmacs = record.get("gmacs")
     row("GMACs", f"- ({record.get('gmacs_note') or 'not known'})" if gmacs is None else
         f"{_number(gmacs)} per image: {record['inference']} (torch.utils.flop_counter; MACs = FLOPs / 2)")
+    steps = record.get("steps")
+    if isinstance(steps, dict) and all(is_number(steps.get(k)) for k in ("per_step", "once_per_image", "count")):
+        row("per step", f"{_number(steps['per_step'] / 1e9)} GMACs x {steps['count']} ({steps['name']})"
+            + (f" + {_number(steps['once_per_image'] / 1e9)} once per image" if steps["once_per_image"] else ""))
     if record["pretrained"]:
         size = record.get("file_size")
         row("file", f"{record['file']}" + (f", {size / 1e6:.2f} MB" if is_number(size) and size else ""))

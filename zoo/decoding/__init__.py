@@ -1,13 +1,10 @@
-"""Batched decoding for sequence models with a step-function interface.
-
-A model plugs in with a step function
+"""Batched decoding for sequence models with a step function
 
     step_fn(tokens [N] int64, state, static) -> (log_probs [N, V], new_state, extras)
 
-where `state` is a tensor or a (nested) tuple/list/dict of tensors whose first dimension is N (the
-decoder reorders it when beams move), `static` the same for per-image inputs that never change
-(annotation vectors: expanded once, never reordered), and `extras` a dict of per-step tensors
-[N, ...] to record along each hypothesis (attention maps, gates, chosen locations).
+`state`: a tensor or nested tuple/list/dict of tensors of first dimension N (reordered when beams
+move); `static`: the same for per-image inputs that never change (expanded once, never reordered);
+`extras`: per-step tensors [N, ...] recorded along each hypothesis (attention maps, gates, locations).
 """
 from zoo.decoding.search import DecodeResult, beam_search, greedy_decode, tree_map
 

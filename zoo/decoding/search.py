@@ -1,20 +1,14 @@
-"""Batched greedy decoding and batched beam search over B x k hypotheses.
+"""Batched greedy decoding and batched beam search over B x k hypotheses: one step-function call per
+time step for all images and beams; the only host syncs are the "is everything finished?" check
+(every `check_every` steps) and the final conversion to lists. Beam search drops the images whose
+beams have all finished, so a batch costs what its images' own searches cost.
 
-Both run the step function on all images (and all beams) at once: one call per time step, never
-one per image. The only host syncs are the "is everything finished?" check (at most one per
-step; every `check_every` steps) and the final conversion of the chosen hypotheses to Python
-lists. Beam search also drops the images whose beams have all finished from the batch at each
-check, so a batch costs what its images' own searches cost, not B times the longest one.
-
-Beam search semantics (tests/test_decoding.py holds a per-image reference with the same rules):
-- each image keeps k hypotheses ranked by their summed log-probability;
-- a hypothesis that emits <end> is finished: it stays in the beam with its score frozen (its only
-  continuation costs 0), so it competes with the live ones for the k slots;
-- the search stops when every beam of every image is finished, or after `max_len` steps;
-- the answer is the finished hypothesis with the best length-normalised score
-  `score / length ** length_penalty` (length counts the words and the <end>);
-- fallback: when no hypothesis of an image ends by `max_len`, the best normalised unfinished one
-  is returned (truncated, `finished=False`) instead of failing.
+Beam search (tests/test_decoding.py holds a per-image reference with the same rules): each image
+keeps k hypotheses ranked by summed log-probability; a hypothesis that emits <end> stays in the
+beam with its score frozen, competing for the k slots; the search stops when every beam is
+finished or after `max_len` steps; the answer is the finished hypothesis with the best
+`score / length ** length_penalty` (length counts the words and <end>), else the best unfinished
+one (`finished=False`).
 """
 from __future__ import annotations
 
@@ -88,13 +82,9 @@ def greedy_decode(step_fn: StepFn, state: Any, static: Any, batch_size: int, sta
 @torch.no_grad()
 def beam_search(step_fn: StepFn, state: Any, static: Any, batch_size: int, beam_size: int, start_id: int,
                 end_id: int, max_len: int, length_penalty: float = 1.0, check_every: int = 1) -> list[DecodeResult]:
-    """Beam search for B images at once over B * k rows. state/static: trees of [B, ...].
-
-    Images whose k beams have all finished leave the batch: later steps run the step function
-    on the rows of the images still searching only, and the search ends as soon as none is left.
-    Finding out which images are done costs one host sync every `check_every` steps (1: every
-    step, the most it ever costs); between checks, finished beams just continue with <end> at
-    no cost, which changes nothing in the result."""
+    """Beam search for B images at once over B * k rows. state/static: trees of [B, ...]. Between
+    the checks for finished images (a host sync every `check_every` steps) finished beams continue
+    with <end> at no cost, which changes nothing in the result."""
     if beam_size < 1 or max_len < 1:
         raise ValueError(f"beam_size and max_len must be >= 1, got {beam_size}, {max_len}")
     B, k = batch_size, beam_size

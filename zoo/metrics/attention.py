@@ -1,25 +1,19 @@
-"""Was the attention on the right thing, and does the model use what it attends? The same metrics for
-every family, from an `AttentionRecord`'s pixel maps and boxes and a target box per image.
+"""Was the attention on the right thing, and does the model use what it attends? The same metrics
+for every family, from an `AttentionRecord`'s pixel maps and boxes and a target box per image.
 
-Correctness (per map, against the box of the thing the model should look at): the pointing game
-(Zhang et al. 2016: the map's peak pixel lies inside the box); mass in box (the map's mass on the
-box's pixels, a pixel at a fractional box edge counted by its covered fraction); for windows and
-glimpses, the IoU with the box and whether the window's centre lies inside it. Each comes with its
-chance levels on the same boxes: uniform (pointing game = mass in box = the box's area share); the
-centre prior (`record.centre_prior`, a Gaussian: the model that always looks at the middle); random
-boxes (the model's own window sizes at uniformly random places, fixed seed).
+Correctness (per map, against the target box): the pointing game (Zhang et al. 2016: the peak pixel
+lies inside the box), the mass in the box (an edge pixel by its covered share), and for windows and
+glimpses the IoU and whether the window's centre lies inside; each beside its chance levels:
+uniform (the box's area share), the centre prior (`record.centre_prior`) and random boxes (the
+model's own window sizes at uniformly random places, fixed seed).
 
 Faithfulness (Petsiuk et al. 2018, deletion and insertion): blank the most-attended pixels first
-(to a background value) and follow the score the model gives its own prediction; a model that uses
-what it attends loses it faster than when as many random (or centre-prior) pixels are blanked.
-Insertion restores pixels to the blank image in the same order. The score is the area between the
-curves (deletion: random minus attention; insertion: attention minus random); above 0 is faithful.
+and follow the score the model gives its own prediction, against random (and centre-prior) orders;
+the score is the area between the curves, above 0 faithful.
 
-Uncertainty: every number gets a percentile-bootstrap 95% interval over the test items the maps (or
-deletion rows) come from (`bootstrap_ci`: items resampled with replacement, all their maps with them,
-the same resamples for every number, so differences are paired). The differences to the controls
-(`pointing_minus_centre`, `..._minus_uniform`, a window's `..._minus_random`, the deletion gaps)
-carry theirs: "beats the centre prior" is a claim only when that interval lies above 0.
+Every number gets a percentile-bootstrap 95% interval over the test items (`bootstrap_ci`, paired:
+the same resamples for every number), the differences to the controls included: "beats the centre
+prior" is a claim only when that interval lies above 0.
 """
 from __future__ import annotations
 
@@ -36,8 +30,7 @@ def _boxes(boxes: torch.Tensor) -> torch.Tensor:
     return boxes[:, None] if boxes.dim() == 2 else boxes
 
 
-#: elements of box coverage computed at once: the union of many boxes is taken in slices of them,
-#: so a file of 20,000 boxes costs time, never gigabytes
+#: elements of box coverage computed at once (20,000 boxes cost time, never gigabytes)
 MASK_CHUNK = 1 << 22
 
 
@@ -102,11 +95,9 @@ def centre_in_box(windows: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
 
 def bootstrap_ci(values: dict[str, torch.Tensor], groups: torch.Tensor, resamples: int = 1000, seed: int = 0,
                  level: float = 0.95) -> dict[str, list[float]]:
-    """Percentile-bootstrap intervals of means over test items: values {name: [N]} (one entry per map
-    or row), groups [N] (the test item each came from; an item may hold several, e.g. a caption's
-    words). Each resample draws the items with replacement and takes every number's mean over the
-    entries of the drawn items (an item drawn twice counts twice); the same resamples serve every
-    name, so the interval of a difference is paired. -> {name: [low, high]}."""
+    """Percentile-bootstrap intervals of means over test items: values {name: [N]}, groups [N] (the
+    test item of each entry, e.g. a caption's words share one) -> {name: [low, high]}. Items are
+    drawn with replacement, the same draws for every name (a difference's interval is paired)."""
     if not values or groups.numel() == 0:
         return {}
     names = list(values)
@@ -135,11 +126,10 @@ def _summary(per_entry: dict[str, torch.Tensor], groups: torch.Tensor | None, se
 def correctness(maps: torch.Tensor, targets: torch.Tensor, windows: torch.Tensor | None = None,
                 window_names: list[str] | None = None, seed: int = 0,
                 groups: torch.Tensor | None = None) -> dict[str, float]:
-    """Means over N maps. maps [N, H, W]; targets [N, 4] or [N, M, 4] (any of M boxes counts; -1s are
-    empty slots); windows [N, K, 4] or None, scored per window name (a glimpse's scales, DRAW's read
-    and write) against the best-overlapping target. Every metric comes with its chance levels
-    (`_uniform`, `_centre`, `_random`) and its difference to them (`_minus_uniform`, ...); with
-    groups [N] (each map's test item), every number's bootstrap 95% interval under "ci95"."""
+    """Means over N maps [N, H, W]; targets [N, 4] or [N, M, 4] (any counts; -1s are empty slots);
+    windows [N, K, 4] or None, per window name against the best-overlapping target. Every metric
+    with its chance levels (`_uniform`, `_centre`, `_random`) and the differences to them
+    (`_minus_uniform`, ...); with groups [N] (each map's test item), intervals under "ci95"."""
     N, H, W = maps.shape
     targets = _boxes(targets).float()
     if N == 0:
@@ -191,11 +181,9 @@ def order_by(maps: torch.Tensor, generator: torch.Generator | None = None) -> to
 
 def curve(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, order: torch.Tensor,
           steps: int, background: float = 0.0, insertion: bool = False) -> torch.Tensor:
-    """Deletion (or insertion) curve: images [N, C, H, W], order [N, H*W] -> scores [steps + 1, N].
-
-    At step k the first k/steps of the ordered pixels are blanked to `background` (insertion: only
-    they are shown, the rest is background). `score(images) -> [N]` is the model's probability of its
-    own prediction on the clean image (the caller closes over it)."""
+    """Deletion (or insertion) curve: images [N, C, H, W], order [N, H*W] -> scores [steps + 1, N]:
+    at step k the first k/steps of the ordered pixels are blanked (insertion: only they are shown);
+    `score(images) -> [N]`, the model's probability of its own clean prediction."""
     N, C, H, W = images.shape
     rank = torch.empty_like(order)
     rank.scatter_(1, order, torch.arange(H * W, device=order.device).expand(N, -1))  # pixel -> position
@@ -242,13 +230,10 @@ def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Te
 
 # ----------------------------------------------------------------------------- a whole evaluation
 def scored_steps(record, targets: torch.Tensor, target_words: list[list[str]] | None = None):
-    """Which (image, step) maps are scored and on which boxes: every headline step of every image,
-    on all its target boxes; with `target_words` (captions), only the steps whose label is a word
-    that names boxes somewhere in the set, on the boxes it names in its own image.
-
-    Returns (images [S], steps [S], targets [S, M, 4], labelled): with `target_words`, labelled
-    [W, 2] holds (image, 1 if it names nothing in its image) for every item word W (the second
-    column: hallucinations, not scored); empty otherwise."""
+    """(images [S], steps [S], targets [S, M, 4], labelled): every headline step of every image on all
+    its target boxes; with `target_words` (captions), the steps labelled with an item word, on the
+    boxes it names in its own image, and labelled [W, 2] = (image, 1 if the word names nothing there:
+    a hallucination, not scored) for every item word."""
     images, times = record.headline_steps().nonzero(as_tuple=True)
     targets = _boxes(targets).float()
     if target_words is None:
@@ -274,12 +259,9 @@ def scored_steps(record, targets: torch.Tensor, target_words: list[list[str]] | 
 def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10, background: float = 0.0,
              seed: int = 0) -> dict:
     """Correctness and faithfulness of `model.attention_record` on `examples` (a data module's
-    `boxed_examples`). Correctness scores every headline step's map (each glimpse, each DRAW step,
-    each item word, a ViT's rollout) on its target boxes, with chance levels, plus the windows of
-    each kind and a per-step breakdown. Faithfulness follows `model.evidence` (the predicted class;
-    for captions each item word) while pixels are deleted in the order of where the model looked
-    (overall for a class; the word's own map for a word); families with no evidence skip it.
-    Every number carries its bootstrap 95% interval over the examples ("ci95" beside it)."""
+    `boxed_examples`): every headline step's map and window on its target boxes, with a per-step
+    breakdown; faithfulness follows `model.evidence` while the pixels are deleted in the order of
+    where the model looked (overall for a class, the word's own map for a word)."""
     images_all, targets_all = examples["images"], examples["targets"]
     words_all = examples.get("target_words")
     scored, windows = [], []  # (maps, steps, target boxes, items) per batch; the windows of the maps

@@ -1,14 +1,10 @@
 """Caption metrics through the coco-caption code (pycocoevalcap): BLEU-1..4, METEOR, ROUGE_L,
 CIDEr, and SPICE on request.
 
-Honesty rules (Xu et al. 2015 and the coco-caption evaluation protocol):
-- score free-running decodes, one caption per image;
-- score a whole split in ONE call: CIDEr's IDF weights come from the reference set passed in,
-  so splitting a split into chunks changes the numbers;
-- a metric that cannot run is reported as None with a note, never replaced by something else.
-
-Both predictions and references go through coco-caption's PTBTokenizer (Java) in one pass, as
-the official evaluation does.
+Honesty rules (Xu et al. 2015, the coco-caption protocol): free-running decodes, one caption per
+image; a whole split in ONE call (CIDEr's IDF weights come from the references passed in); a metric
+that cannot run is None with a note, never replaced. Predictions and references go through
+coco-caption's PTBTokenizer (Java) in one pass, as the official evaluation does.
 """
 from __future__ import annotations
 
@@ -29,8 +25,7 @@ _meteor = None  # one METEOR JVM per process: it takes seconds to start and load
 
 @contextlib.contextmanager
 def _quiet():
-    """Silence Python prints (BLEU's verbose output) and the Java tools' stderr chatter at the
-    file-descriptor level; on an error the captured text is attached to the exception."""
+    """Silence prints and the Java tools' chatter at the file-descriptor level (attached to an error)."""
     with tempfile.TemporaryFile(mode="w+b") as sink:
         saved = []
         try:
@@ -59,8 +54,7 @@ def java_available() -> bool:
 
 
 def _tokenize(predictions: Mapping, references: Mapping) -> tuple[dict, dict]:
-    """PTB-tokenize predictions and references in one Java call. Keys of the result are the
-    image ids; predictions map to one-element lists, as the scorers expect."""
+    """PTB-tokenize predictions and references in one Java call -> (gts, res) by image id."""
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
     joint = {("pred", i): [{"caption": str(predictions[i])}] for i in predictions}
@@ -103,13 +97,9 @@ def _spice_jar_ready() -> tuple[bool, str]:
 
 def score_captions(predictions: Mapping[Hashable, str], references: Mapping[Hashable, Sequence[str]],
                    meteor: bool = True, spice: bool = False) -> dict:
-    """Score one split in one call.
-
-    predictions: image id -> the model's caption (a string; one per image).
-    references:  image id -> the raw reference strings (at least one).
-    The two must cover the same images. Returns {Bleu_1..Bleu_4, METEOR, ROUGE_L, CIDEr
-    [, SPICE]: float or None, "num_images": int, "notes": {metric: why it is None}}; scores are
-    in [0, 1] except CIDEr (about 0..10)."""
+    """Score one split in one call: predictions {image id: caption}, references {image id: raw
+    strings} over the same images -> {Bleu_1..Bleu_4, METEOR, ROUGE_L, CIDEr [, SPICE]: float or
+    None, "num_images", "notes": {metric: why it is None}}."""
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.rouge.rouge import Rouge

@@ -1,31 +1,16 @@
 """Attention localisation on scenes with known item boxes (FashionScenes).
 
-For each generated word that names an item: does the peak cell (argmax over the h x w grid) of the
-attention map `alpha` the decoder used to emit it have its centre inside the box of that item? The
-score is the fraction of such item words that do.
+For each generated word that names an item (by default every word that labels a box anywhere in
+the evaluated set): does the peak cell of the attention map the decoder emitted it with have its
+centre inside a box of the image labelled with that word (repeated items cannot be told apart
+without parsing, and looking at either shirt is looking at a shirt)? An item word whose item is not
+in the image is left out and counted in `absent`. Beside it, over the same words:
+`attention_mass_in_box` (soft credit) and `box_area`, the fraction of cells inside the boxes, the
+chance level of both. `localization_previous_word` applies the test to the map of the step BEFORE
+each item word (a decoder may look at the shirt while naming its colour and carry it in its state).
 
-How words map to boxes:
-- an item word is a word in `item_words` (by default every word that names a box anywhere in the
-  evaluated set, e.g. the head words "shirt", "bag", "boot");
-- it is a hit when the peak lies inside ANY box of the image labelled with that word: repeated
-  items ("a red shirt left of a blue shirt") cannot be told apart without parsing colours and
-  relations, and looking at either shirt is looking at a shirt;
-- an item word whose item is not in the image (a hallucinated "bag") has no box to look at: it is
-  left out of the fraction and counted in `absent` by `localization_stats`.
-
-Two more numbers per split, over the same scored item words: `attention_mass_in_box`, the mean
-attention mass inside the named item's box(es) (soft credit, not just the peak), and `box_area`,
-the mean fraction of grid cells inside those boxes: the chance level of both (what a uniform map
-puts inside, and how often a random peak lands inside).
-
-A diagnostic rides along: `localization_previous_word`, the same test applied to the attention map
-of the step BEFORE each scored item word (the map the decoder used to emit "red" in "a red
-shirt"). A decoder can look at an item while it names the colour, carry what it saw in its LSTM
-state, and name the item without looking again; this tells that apart from not looking at all.
-
-Box convention: x0, y0, x1, y1 in pixels of the image the model saw, x1/y1 exclusive, so a
-box covers the continuous square [x0, x1) x [y0, y1); grid cell (r, c) of an h x w grid over an
-H x W image has its centre at ((c + 0.5) W / w, (r + 0.5) H / h).
+Boxes: x0, y0, x1, y1 in pixels of the model's input, x1/y1 exclusive; grid cell (r, c) of an h x w
+grid over an H x W image has its centre at ((c + 0.5) W / w, (r + 0.5) H / h).
 """
 from __future__ import annotations
 
@@ -50,9 +35,8 @@ def _pair(x) -> tuple[int, int]:
 
 
 def cell_masks(boxes: torch.Tensor, grid, image_size) -> torch.Tensor:
-    """Which grid cells have their centre inside each box (the convention above), on the boxes'
-    device: boxes [..., 4] (x0, y0, x1, y1) pixels, grid (h, w), image_size H or (H, W) ->
-    bool [..., h * w] (row-major cells). A box of -1s (an empty item slot) holds no cell."""
+    """Which grid cells have their centre inside each box: boxes [..., 4] (x0, y0, x1, y1) pixels,
+    grid (h, w), image_size H or (H, W) -> bool [..., h * w] (a box of -1s holds no cell)."""
     h, w = _pair(grid)
     H, W = _pair(image_size)
     ys = ((torch.arange(h, device=boxes.device, dtype=boxes.dtype) + 0.5) * (H / h)).repeat_interleave(w)  # [L]
@@ -70,18 +54,11 @@ def cells_in_boxes(boxes, grid, image_size) -> np.ndarray:
 
 def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequence[Sequence[str]],
                        words: Sequence[Sequence[str]], image_size, item_words: Iterable[str] | None = None) -> dict:
-    """Per-split counts: {"localization": hits / scored (nan if none), "hits", "scored", "absent",
-    "attention_mass_in_box", "box_area" (means over the scored words, nan if none),
-    "localization_previous_word": previous_hits / previous_scored (nan if none), "previous_hits",
-    "previous_scored"} (the previous-word counts cover scored item words that are not the first word).
-
-    alphas:    per image, array-like [T_i, h*w] (or [T_i, h, w]); row t is the attention used to
-               emit words[i][t] (rows beyond len(words[i]), e.g. the <end> step, are ignored).
-    grids:     (h, w) for all images, or a list of one (h, w) per image.
-    boxes:     per image, array-like [n_i, 4] (x0, y0, x1, y1), pixels of the model's input.
-    box_words: per image, the item word of each box.
-    words:     per image, the generated words.
-    image_size: H (square) or (H, W) of the model's input, for all images."""
+    """Per-split counts and rates (nan where nothing is scored): localization = hits / scored,
+    absent, attention_mass_in_box, box_area, localization_previous_word = previous_hits /
+    previous_scored. Per image: alphas [T_i, h*w] or [T_i, h, w] (row t emitted words[i][t]; rows
+    past the words are ignored), boxes [n_i, 4] and their item words `box_words`, the generated
+    `words`; grids: one (h, w), or one per image; image_size: H or (H, W) of the model's input."""
     n = len(words)
     if not (len(alphas) == len(boxes) == len(box_words) == n):
         raise ValueError(f"alphas, boxes, box_words and words must have one entry per image, got "
@@ -126,6 +103,5 @@ def localization_stats(alphas: Sequence, grids, boxes: Sequence, box_words: Sequ
 def attention_localization(alphas: Sequence, grids, boxes: Sequence, box_words: Sequence[Sequence[str]],
                            words: Sequence[Sequence[str]], image_size,
                            item_words: Iterable[str] | None = None) -> float:
-    """Fraction of item words whose attention peak falls inside that item's box (nan when no
-    word names an item present in its image). See `localization_stats` for the arguments."""
+    """Fraction of item words whose attention peak falls inside that item's box (`localization_stats`)."""
     return localization_stats(alphas, grids, boxes, box_words, words, image_size, item_words)["localization"]

@@ -1,41 +1,12 @@
 """One acceleration switch for every family's training and evaluation steps, applied from outside
-the family: the family writes plain, pure step functions; this module compiles them. Speed is a
-run option, never a model hyperparameter (a machine setting does not travel inside weights):
-
-    zoo train fit --config RECIPE --accel compile       # auto | eager | compile | reduce-overhead
-    zoo eval --model NAME --accel compile
-
-(train.py and eval.py add `zoo.training.callbacks.Accelerate(mode)` to the trainer; without it a Trainer
-runs auto; `model.accel.force(mode)` sets a mode outside any trainer.)
-
-- eager: plain PyTorch, what the released recipes were trained with (bit for bit).
-- compile: `torch.compile(fullgraph=True)` of the family's pure training step (forward and loss;
-  AOTAutograd compiles the backward with it) and of its evaluation function. A step too long to
-  compile whole (DRAW, 64 unrolled steps) compiles the methods its card names (`compile.pieces`).
-- reduce-overhead: `compile` with torch.compile's mode "reduce-overhead" (the step replayed as
-  CUDA graphs: one launch instead of hundreds for these small models). Opt-in, CUDA only; the
-  fastest mode for most families on an H200 (docs/acceleration.md).
-- auto (default): compile on CUDA. On CPU, eager evaluation, and compiled training when the run has
-  at least the card's `compile.cpu_min_steps` optimizer steps (compiling costs a minute or two).
-The optimizer's kernel follows the device, not the mode (zoo.models.optim.build_optimizer).
-
-A mode that cannot work here falls back with ONE logged warning, never an error: "compile"
-without a working compiler (no C++ compiler or Triton, an unsupported Python) runs eager;
-"reduce-overhead" off CUDA runs "compile". An unknown mode is a UserError.
-
-The family contract (zoo.models.base states it; every step input is named):
-    train_inputs(batch) -> {name: value}   the batch and every random draw of the step
-    train_loss(**inputs) -> (loss, {name: 0-d tensor})
-                                           pure: no self.log, no host sync, no Python branch on a
-                                           tensor value, no draws (they come in as inputs)
-    eval_inputs(batch, stage) -> {name: value}
-    eval_metrics(stage, **inputs) -> {name: tensor}
-Draws are inputs so that every mode consumes the same random stream: eager and compiled steps
-agree given the seed. Inputs that are not tensors are host-side hints for eager steps (the
-captioner's caption lengths as ints); a compiled step gets None for them: its graph stays static.
-
-`ZOO_COMPILE_BACKEND` (environment; default "inductor") picks the torch.compile backend, for
-debugging and tests: "aot_eager" traces and checks without generating code.
+the family (docs/acceleration.md). The family writes pure step functions of named inputs
+(zoo.models.base: `train_inputs` -> `train_loss`, `eval_inputs` -> `eval_metrics`; every random
+draw is an input, so every mode consumes the same random stream, and a non-tensor input is a
+host-side hint that a compiled step gets as None); this module runs them in the run's mode:
+eager, compile (`torch.compile(fullgraph=True)`, or the card's `compile.pieces`), reduce-overhead
+(CUDA graphs, CUDA only) or auto (compile on CUDA; on CPU only a run of at least the card's
+`compile.cpu_min_steps` steps). A mode that cannot work here falls back with ONE logged warning;
+an unknown mode is a UserError. `ZOO_COMPILE_BACKEND` (default "inductor") picks the backend.
 """
 from __future__ import annotations
 
@@ -121,7 +92,6 @@ class StepAccelerator:
     def __reduce__(self):  # copy, deepcopy and pickle alike
         return (StepAccelerator, ())
 
-    # ------------------------------------------------------------------ resolving the mode
     def request(self, mode: str) -> None:
         """The run's option (`--accel`): the mode its steps resolve (`mode`) from."""
         self.requested = check_mode(mode)
@@ -191,7 +161,6 @@ class StepAccelerator:
         if _rank_zero(trainer):
             log.warning(message)
 
-    # ------------------------------------------------------------------ compiled functions
     def compiled(self, name: str, fn: Callable, mode: str = "compile") -> Callable:
         """fn compiled once per (name, mode); one static graph per input shape."""
         key = (name, mode)
@@ -205,9 +174,7 @@ class StepAccelerator:
         `card.compile.max_shapes` (`inputs`: the step's, for that count), and the family's
         `card.compile.pieces` compiled in a compiled mode (instance attributes shadow the methods)."""
         mode = self.mode(module, kind)
-        if mode in COMPILED and inputs is not None:
-            # the first `max_shapes` input shapes get a static graph each; another (an epoch's smaller
-            # last batch) runs eagerly rather than compiling again (a minute on CPU)
+        if mode in COMPILED and inputs is not None:  # another shape (a smaller last batch): no recompile
             signature, seen = _signature(inputs), self._shapes.setdefault(name, [])
             if signature not in seen and len(seen) < module.card.compile.max_shapes:
                 seen.append(signature)
@@ -229,11 +196,9 @@ class StepAccelerator:
                 out = self.compiled(name, fn, mode)(*args, **_static(inputs))
             else:
                 out = fn(*args, **(_static(inputs) if mode in COMPILED else inputs))
-        # reduce-overhead's outputs live in CUDA-graph memory that the next replay overwrites: the
-        # caller (Lightning's logging, a test comparing steps) gets its own copies (a few scalars)
+        # reduce-overhead's outputs live in CUDA-graph memory that the next replay overwrites: copies
         return _owned(out) if mode == "reduce-overhead" else out
 
-    # ------------------------------------------------------------------ steps
     def training_step(self, module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Lightning's training step: the loss (Lightning back-propagates and steps) and metrics."""
         return self._run(module, "train", "train", module.train_loss, module.train_inputs(batch))
@@ -270,7 +235,6 @@ class _Compiled:
         self.runner, self.name, self.fn, self.failed = runner, name, fn, False
         self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=compile_backend(),
                                       mode="reduce-overhead" if mode == "reduce-overhead" else None)
-        # the compiler could not build the function (not: running it failed)
         self.build_errors = (torch._dynamo.exc.TorchDynamoException, inductor_exc.CppCompileError,
                              inductor_exc.InvalidCxxCompiler)
 

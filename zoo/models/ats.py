@@ -42,7 +42,7 @@ from zoo.data.base import as_size
 from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ZooModule
-from zoo.models.card import CompileHints, FamilyCard
+from zoo.models.card import CompileHints, FamilyCard, StepCost
 
 TINY = dict(image_size=20, num_classes=4, view_scale=0.25, num_patches=3, patch_size=8, attention_channels=[4],
             feature_channels=[4, 8], feature_kernel_sizes=[3, 3])
@@ -91,7 +91,7 @@ class ATS(ZooModule):
         "ats", resize="exact", attention="sampling", head_keys=("classifier.",),
         exports=("logits", "attention", "boxes"),
         # not measured by benchmarks/accel.py yet: auto does not compile it on CPU
-        compile=CompileHints(cpu_min_steps=None),
+        compile=CompileHints(cpu_min_steps=None), steps=StepCost("num_patches", once=("attention_net",)),
         dimensions={"num_patches": 100_000, "attention_channels": 16_384, "attention_kernel_size": 1_024,
                     "feature_channels": 16_384, "feature_kernel_sizes": 1_024},
         tiny={"": TINY})

@@ -1,19 +1,8 @@
-"""What every zoo LightningModule shares: the family contract, a self-describing checkpoint, a
-hook that feeds attention figures to the logger, and the acceleration switch (zoo.models.accel).
-
-A family subclasses `ZooModule`, declares its `card` (zoo.models.card: its facts, read by
-everything that needs to know them), calls `self.save_hyperparameters()` in `__init__` with plain
-values only (ints, floats, strings, bools, lists and dicts of those), and writes the hooks the
-card's registration checks when the class is defined:
-- `train_loss(**train_inputs(batch)) -> (loss, {metric: 0-d tensor})` and
-  `eval_metrics(stage, **eval_inputs(batch, stage)) -> {metric: tensor}`, pure functions of named
-  tensors (see zoo.models.accel); `train_inputs` and `eval_inputs` default to the batch's own
-  items by name (a dict batch as is; a tuple batch as images and labels);
-- `example_batch(n, seed)`: a tiny batch of its data modules' form;
-- `attention_record(images)` where its card names an attention kind.
-Plain hyperparameters keep `torch.load(weights_only=True)` working on its checkpoints. The
-Lightning steps here run the step functions in the configured mode (compiled from the outside,
-with Lightning's own backward and optimizer step) and log what they return.
+"""What every zoo LightningModule shares: the family contract (CONTRIBUTING.md: a `card`, plain
+hyperparameters so that checkpoints load with weights_only=True, and the hooks `train_loss`,
+`eval_metrics`, `example_batch` and, where the card attends, `attention_record`), a self-describing
+checkpoint, the attention figures, and Lightning steps that run the family's pure step functions in
+the configured mode (zoo.models.accel) and log what they return.
 """
 from __future__ import annotations
 
@@ -47,8 +36,7 @@ def class_path(obj_or_cls: Any) -> str:
 
 
 class ZooModule(L.LightningModule):
-    #: The family's facts (zoo.models.card.FamilyCard). A subclass that declares its own card is a
-    #: family: registered when it is defined, after its hooks are checked.
+    #: the family's facts (zoo.models.card): a subclass that declares its own card is a family
     card: FamilyCard = FamilyCard("zoo")
     #: classes per image that `predict_step` answers (zoo.models.predict.PredictionWriter sets it)
     predict_top_k: int = TOP_K
@@ -63,9 +51,8 @@ class ZooModule(L.LightningModule):
             register(cls, ZooModule)
 
     def __new__(cls, *args, **kwargs):
-        """Absurd sizes (a 60,000-wide layer, a million glimpses) are refused in one line before
-        anything is built, whoever builds the model (a recipe, a file, Python): the family's own
-        limits are its card's `dimensions`, beside the shared ones of zoo.guards.budget."""
+        """Absurd sizes are refused in one line before anything is built, whoever builds the model:
+        the card's `dimensions`, beside the shared ones of zoo.guards.budget."""
         check_arguments(cls, args, kwargs, "model.init_args", cls.card.dimensions)
         _check_label_set(cls, args, kwargs)
         return super().__new__(cls)
@@ -86,9 +73,7 @@ class ZooModule(L.LightningModule):
         elif getattr(self, "_zoo_data_config", None):
             config["data"] = self._zoo_data_config
         spec = getattr(self, "backbone_spec", None)
-        if spec is not None:
-            # The trunk's weights are in the checkpoint: rebuilding it must neither fetch them again
-            # nor need the user's pretrained file or released backbone, and must normalise as trained.
+        if spec is not None:  # the trunk's weights are in the checkpoint: no pretrained source
             config["init_args"]["backbone"] = spec.self_contained(getattr(self, self.backbone_attribute))
         return config
 
@@ -109,10 +94,9 @@ class ZooModule(L.LightningModule):
         return list(names) if names else None
 
     def take_class_names(self, names, source: str, replace: bool = False, strict: bool = False) -> bool:
-        """Name the head's outputs after the label set `names` that `source` (a data module) serves,
-        where the family takes `class_names` and has none yet (or `replace`). A label set of another
-        size than the head is refused in one line with `strict`, else left (a new head's data is not
-        the release's). Returns whether the names were taken."""
+        """Name the head's outputs after the label set `source` (a data module) serves, where the
+        family takes `class_names` and has none yet (or `replace`); a label set of another size is
+        refused with `strict`, else left. Returns whether the names were taken."""
         if "class_names" not in self.hparams or not names or (self.class_names and not replace):
             return False
         names, outputs = [str(name) for name in names], self.hparams.get("num_classes")
@@ -125,8 +109,7 @@ class ZooModule(L.LightningModule):
         return True
 
     def take_names_of_data_config(self) -> bool:
-        """Class names of the data module this model was trained with (its config: a release's or a
-        checkpoint's from before the model stored them), where the model has none."""
+        """Class names of the data module in the model's saved config, where the model has none."""
         from zoo.classes import is_allowed, resolve_class
 
         config = getattr(self, "_zoo_data_config", None) or {}
@@ -136,8 +119,7 @@ class ZooModule(L.LightningModule):
         return self.take_class_names(getattr(data_class, "class_names", None), config["class_path"])
 
     def setup(self, stage: str) -> None:
-        """Before any verb, whoever runs it (train.py, a plain `Trainer.fit`): fitting names the head
-        after the classes of the data it learns; the other verbs name an unnamed head."""
+        """Fitting names the head after the classes of its data; the other verbs name an unnamed head."""
         datamodule = getattr(self._trainer, "datamodule", None)
         if datamodule is not None:
             self.take_class_names(getattr(datamodule, "class_names", None), type(datamodule).__name__,
@@ -146,8 +128,7 @@ class ZooModule(L.LightningModule):
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
         """Lightning's loader, with hyperparameters saved under an old name (zoo.hparams) given under
-        the current one (Lightning would drop the name and build the class default): a local file is
-        read for them once more, weights_only=True; anything else loads as Lightning loads it."""
+        the current one (a local file is read for them once more, weights_only=True)."""
         if hparams_file is None and isinstance(checkpoint_path, (str, os.PathLike)) and os.path.isfile(checkpoint_path):
             saved = read_checkpoint(checkpoint_path).get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {}
             current = current_init_args(class_path(cls), saved)
@@ -158,11 +139,8 @@ class ZooModule(L.LightningModule):
     # ------------------------------------------------------------------ visualisation
     @torch.no_grad()
     def attention_figures(self, batch: Any) -> dict[str, Any]:
-        """{caption: image (PIL.Image or HxWx3 uint8 array)}: where the model looks on a few
-        validation examples, for `zoo.training.callbacks.AttentionImageLogger`. The default draws the
-        attention record of the first `num_figures` images, a strip per image (the panels `zoo
-        attend` writes): every attending family shows it the same way. A family whose figures show
-        more (the DRAW generator's canvases and samples) overrides this."""
+        """{caption: PIL image}: the attention record of the first `num_figures` images, a strip per
+        image (the panels `zoo attend` writes), for `zoo.training.callbacks.AttentionImageLogger`."""
         if not self.card.attention:
             return {}
         from zoo.viz.record import class_name, prediction_text, strip
@@ -180,8 +158,7 @@ class ZooModule(L.LightningModule):
         return figures
 
     def attention_record(self, images: torch.Tensor):
-        """A hook of every family whose card names an attention kind: where the model looked on
-        images [B, C, H, W], a `zoo.attention.record.AttentionRecord` (batched, in input-image pixels)."""
+        """Where the model looked on images [B, C, H, W]: a `zoo.attention.record.AttentionRecord`."""
         self.check_attends()
 
     def check_attends(self) -> None:
@@ -190,9 +167,8 @@ class ZooModule(L.LightningModule):
             raise UserError(f"{type(self).__name__} ({self.family}) has no attention to record")
 
     def evidence(self, record, images: torch.Tensor, steps: torch.Tensor):
-        """What faithfulness follows for rows (image `images[s]` of `record`, step `steps[s]`): a
-        function from (edited) images [S, C, H, W] to scores [S], the probability of the clean
-        prediction (the default: a classifier's logits), or None where there is nothing to follow."""
+        """What faithfulness follows for rows (image `images[s]` of `record`, step `steps[s]`): edited
+        images [S, C, H, W] -> the probability of the clean prediction [S], or None."""
         label = record.prediction.get("label")
         if label is None:
             return None
@@ -266,10 +242,8 @@ class ZooModule(L.LightningModule):
         return False
 
     def check_images(self, images: torch.Tensor) -> None:
-        """One line for images [B, C, H, W] the model cannot take: no tensor, another rank, channels
-        or size, not floats (uint8 pixels), or values outside [0, 1] (images normalised twice: every
-        model normalises its input itself). The values are read outside training steps and compiled
-        or exported code (reading them costs a device sync)."""
+        """One line for images [B, C, H, W] the model cannot take (rank, channels, size, dtype), or
+        values outside [0, 1]: read outside training steps and compiled code (a device sync)."""
         expected = (self.input_chans, *self.input_size)
         if not isinstance(images, torch.Tensor):
             raise UserError(f"images must be a tensor [B, {expected[0]}, H, W], got {type(images).__name__}")
@@ -293,15 +267,13 @@ class ZooModule(L.LightningModule):
                             "(it normalises them itself: do not normalise beforehand)")
 
     def example_images(self, n: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Generator]:
-        """n random images [n, C, H, W] in [0, 1] at the model's input size, and the generator
-        they were drawn from (the rest of an example batch draws from it too)."""
+        """n random images [n, C, H, W] in [0, 1], and the generator the rest of the batch draws from."""
         g = torch.Generator().manual_seed(seed)
         return torch.rand(n, self.input_chans, *self.input_size, generator=g), g
 
     @abstractmethod
     def example_batch(self, n: int = 2, seed: int = 0) -> Any:
-        """A hook of every family: a tiny batch of its data modules' form at the model's input size,
-        for registry-wide tests, benchmarks and export (`labelled_batch` for image classifiers)."""
+        """A hook of every family: a tiny batch of its data modules' form at the model's input size."""
 
     def labelled_batch(self, n: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """(images [n, C, H, W] in [0, 1], labels [n]): a classifier's example batch."""
@@ -309,16 +281,13 @@ class ZooModule(L.LightningModule):
         return images, torch.randint(0, self.hparams.get("num_classes", 10), (n,), generator=g)
 
     def export_forward(self, images: torch.Tensor):
-        """What `zoo export` runs for a family that answers "logits": its `card.exports`, in order
-        (the default: the forward's logits)."""
+        """What `zoo export` runs: the outputs its `card.exports` names, in order."""
         return self(images)
 
 
 class ClassifierModule(ZooModule):
-    """Glue shared by plain image classifiers (the baselines, DRAW's attention classifier):
-    cross-entropy, accuracy, the test error in percent, Adam with an optional cosine schedule.
-    Subclasses define `forward(images) -> logits [B, classes]` and keep `lr`, `weight_decay` and
-    `lr_schedule` (`optim.check_schedule`) in their hparams."""
+    """Plain image classifiers: cross-entropy, accuracy, the test error in percent, Adam with the
+    hparams `lr`, `weight_decay` and `lr_schedule`; subclasses define `forward(images) -> logits`."""
 
     example_batch = ZooModule.labelled_batch
 
@@ -346,8 +315,7 @@ class ClassifierModule(ZooModule):
 
 
 def _check_label_set(cls: type, args: tuple, kwargs: dict) -> None:
-    """One line where given class names are no list of strings, or not one per output of a
-    `num_classes` head."""
+    """One line where class names are no list of strings, or not one per output of the head."""
     import inspect
 
     signature = inspect.signature(cls.__init__)

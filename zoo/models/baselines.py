@@ -1,11 +1,7 @@
-"""The papers' comparison models: a fully connected network (2 hidden layers) and CNNs.
-
-- `mlp`: RAM's FC baseline (Mnih et al. 2014, sec. 4.1): two hidden layers of 256 ReLUs.
-- `paper_cnn`: RAM's convolutional baseline (sec. 4.1): one layer of 8 10x10 filters with
-  stride 5, a fully connected layer of 256 ReLUs, softmax.
-- `cnn`: a stronger modern small CNN (conv-BN-ReLU-pool blocks, global pooling), for context.
-RAM has about 0.2-0.26 M parameters; the paper CNN matches it on 60x60 (0.25 M), while the FC
-network is larger (1 M at 60x60), as in the paper, whose FC baseline is two 256-unit layers too.
+"""The papers' comparison models (Mnih et al. 2014, sec. 4.1): `mlp`, RAM's FC baseline (two
+hidden layers of 256 ReLUs: 1 M parameters at 60x60, larger than RAM's 0.2-0.26 M, as in the
+paper); `paper_cnn`, its convolutional baseline (8 10x10 filters at stride 5, 256 ReLUs: 0.25 M at
+60x60); `cnn`, a stronger modern small CNN (conv-BN-ReLU-pool blocks, global pooling), for context.
 """
 from __future__ import annotations
 
@@ -49,9 +45,7 @@ def paper_cnn(in_chans: int, image_size: int, filters: int, kernel_size: int, st
 
 
 class Classifier(ClassifierModule):
-    """A plain image classifier (MLP or CNN) trained with cross-entropy.
-
-    images [B, C, H, W] in [0, 1] -> logits [B, num_classes]."""
+    """A plain image classifier (MLP or CNN): images [B, C, H, W] in [0, 1] -> logits [B, num_classes]."""
 
     card = FamilyCard(
         "baseline", bench_recipes=("baseline_smallcnn_cluttered60",), dimensions={"hidden": 16_384, "cnn_hidden": 16_384},

@@ -1,9 +1,6 @@
 """The captioner's training losses as functions of tensors (zoo.models.captioner wires them up):
-the caption NLL, the doubly stochastic attention regulariser (Xu et al. 2015, eq. 14), and
-supervised attention (Liu et al. 2017). Hard attention's estimator terms (REINFORCE's surrogate and
-the cost a sample pays, VIMCO's bound) are zoo.attention.hard's.
-
-Shapes: B captions, T1 = T - 1 predicted words (the steps), L annotation vectors (cells)."""
+the caption NLL, the doubly stochastic attention regulariser (Xu et al. 2015, eq. 14), supervised
+attention (Liu et al. 2017). B captions, T1 = T - 1 predicted words (the steps), L cells."""
 from __future__ import annotations
 
 import torch

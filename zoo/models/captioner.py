@@ -1,46 +1,22 @@
 """The Show, Attend and Tell captioner (Xu et al. 2015) as a zoo LightningModule: the network of
 zoo.models.captioner_network (its child `net`, with the equations, built from the `decoder:` and
-`hard:` blocks) plus its hyperparameters, vocabulary, training objective, step hooks
-(zoo.models.accel), evaluation, captioning and figures. The network's tensors keep the names every
-release and checkpoint has (`encoder....`, `embed.weight`): state_dict hooks drop and restore the
-child's `net.` prefix.
+`hard:` blocks) plus its vocabulary, training objective, step hooks, evaluation, captioning and
+figures. Every state_dict keeps the released names (`encoder....`, `embed.weight`): hooks drop and
+restore the child's `net.` prefix.
 
-Training loss per caption (functions in zoo.models.caption_losses, wired up by `loss_terms`):
-sum_t -log p(y_t) over real words + the doubly stochastic regulariser lambda * sum_i (1 - sum_t
-alpha_ti)^2 (eq. 14), both averaged over the batch.
-- Hard attention adds its estimator's term (the `hard:` block, zoo.attention.hard.HardSpec; the
-  estimators, chosen by name from zoo.attention.hard.ESTIMATORS, hold their checks and loss
-  terms). REINFORCE, the authors' rule (`reinforce_cost: caption`, `baseline: moving_average`),
-  charges every step's sample with the caption's per-word NLL against a moving average;
-  `reinforce_cost: word` charges step t's sample with the NLL of word t and, discounted by
-  `reinforce_discount`, of the later words it can affect; `baseline: learned` regresses that cost
-  on the state before the sample (h_{t-1}, the target word), as Mnih et al. 2014 do for RAM. With
-  probability `semi_sampling_p` a minibatch uses the expected context instead (sec. 4.1): a
-  device-side coin blended with torch.where, not a branch.
-- Other estimators (`hard.estimator`, issue 33; their equations are in zoo.attention.hard):
-  - `vimco` (Mnih & Rezende 2016): K = `hard.samples` paths per caption; the loss is minus the bound
-    log (1/K) sum_k p(caption | z_k), each path's log q(z_k) = sum_t log alpha_t(s_kt) scored with
-    the leave-one-out signal. (`reinforce` with `baseline: leave_one_out` is the plainer version:
-    each word's cost baselined by the mean cost of the caption's other paths.)
-  - `marginal` (Deng et al. 2018): no samples; log p(y_t) = logsumexp_i [log alpha_ti + log p(y_t |
-    a_i)], exact, with the LSTM fed the expected context (zoo.models.captioner_network); decode and
-    score it with `hard.test_mode: marginal`, the same likelihood.
-  - `straight_through` (Jang et al. 2017): the sample's one-hot forward, the Gumbel-softmax
-    gradient at `gumbel_temperature` backward.
-  The coin applies to every sampling estimator; the entropy bonus (`hard.entropy_coef`) also to the
-  marginal.
-- Supervised attention (Liu et al. 2017), off by default: `supervised_attention` (lambda_s) adds
-  lambda_s * sum_t loss(alpha_t, box) over the words that name an item (the data module says which
-  item and where): `supervised_attention_target: box`, their strong supervision, is the
-  cross-entropy to the box mask normalised to sum 1; `mass` is -log(alpha_t's mass in the box).
+Training loss per caption (zoo.models.caption_losses, wired up by `loss_terms`), averaged over the
+batch: sum_t -log p(y_t) over real words + lambda * sum_i (1 - sum_t alpha_ti)^2 (eq. 14, the doubly
+stochastic regulariser). Hard attention adds its estimator's term (zoo.attention.hard: REINFORCE
+with the authors' rule, VIMCO, the exact marginal, Gumbel-softmax; docs/captioning.md); with
+probability `semi_sampling_p` a minibatch uses the expected context instead (sec. 4.1), a
+device-side coin blended with torch.where, not a branch. Supervised attention (Liu et al. 2017, off
+by default) adds lambda_s * sum_t loss(alpha_t, box) over the words that name an item: `box`, the
+cross-entropy to the box mask normalised to sum 1, or `mass`, -log(alpha_t's mass in the box).
 
-Speed: `loss_terms` is tensors only (no logging, no host sync), so a compiled step can wrap it.
-`decoder.active_rows`: a batch sorted longest caption first with plain-int `host_lengths` (FashionScenes'
-training batches) runs only the rows still decoding at each step; otherwise every row runs (static
-shapes: a compiled step gets no host lengths, and `pad_to_multiple` keeps caption lengths few).
-
-Validation and test decode every image ONCE, free-running, with batched beam search, and score the
-whole split in one call (coco-caption metrics) plus attention localisation where boxes are known.
+`decoder.active_rows`: a batch sorted longest caption first with plain-int `host_lengths` runs only
+the rows still decoding at each step (a compiled step gets no host lengths and runs every row).
+Validation and test decode every image once with batched beam search and score the whole split in
+one call (coco-caption metrics, plus attention localisation where boxes are known).
 """
 from __future__ import annotations
 
@@ -82,19 +58,14 @@ class OptimizationSpec(Block):
 
 
 class Captioner(ZooModule):
-    """images [B, 3, H, W] in [0, 1] -> captions, with per-word attention maps and gates.
-
-    The vocabulary is `vocab` (a list of words starting with <pad>, <start>, <end>, <unk>); when it
-    is None, `setup()` takes it from the datamodule (`trainer.datamodule.vocab`) and stores it in
-    `hparams`, so every checkpoint rebuilds the model alone."""
+    """images [B, 3, H, W] in [0, 1] -> captions, with per-word attention maps and gates. `vocab`
+    (the specials first) None: `setup()` takes the datamodule's and stores it in `hparams`."""
 
     card = FamilyCard(
         # RGB scenes and photographs (a grayscale image is repeated to three channels)
         "captioner", output="caption", channels=3, attention="soft", progress_bar=("loss",),
         vocab_keys=("embed.weight", "L_o.weight", "L_o.bias"),
-        # accel auto: on CUDA the compiled step; on CPU eager, whose packed active rows are what
-        # benchmarks/sat_train.py measures. Caption lengths vary by batch: one static graph per padded
-        # length, up to 8 (FashionScenes' `pad_to_multiple` keeps the count small); others run eagerly.
+        # one static graph per padded caption length, up to 8 (FashionScenes' `pad_to_multiple`)
         compile=CompileHints(max_shapes=8), bench_recipes=("sat_soft_scenes", "sat_hard_scenes"),
         filled_by_data={"vocab": [*SPECIALS, "a", "shirt"]},
         # sample paths per caption multiply the decoder's work; a temperature
@@ -137,10 +108,9 @@ class Captioner(ZooModule):
         check_input(encoder, self.input_chans, self.hparams.image_size, "the captioner")
         self.backbone_spec = spec
         self.hparams.backbone = spec.to_dict()  # plain values; a zoo weight's architecture filled in
+        self.net = ShowAttendTellNetwork(encoder, decoder, attention, hard)
         if vocab is not None:
-            vocab = self._vocab(vocab)
-            self.hparams.vocab = self.itos = vocab
-        self.net = ShowAttendTellNetwork(encoder, decoder, attention, hard, None if vocab is None else len(vocab))
+            self._build_vocab_layers(vocab)
         # every state_dict names the network's tensors as releases and checkpoints do (no `net.`)
         self.register_state_dict_post_hook(_released_names)
         self.register_load_state_dict_pre_hook(_network_names)
@@ -148,9 +118,8 @@ class Captioner(ZooModule):
 
     @staticmethod
     def _check_hard(attention: str, decoder: DecoderSpec, hard: HardSpec) -> None:
-        """One line, before anything is built, for a hard-attention setting that cannot run or cannot
-        mean what it says (a million paths per caption, a temperature <= 0, VIMCO with one path):
-        the block's own bounds here, the estimator's in its `check` (zoo.attention.hard)."""
+        """One line, before anything is built, for a hard-attention setting that cannot run or mean
+        what it says: the block's own bounds here, the estimator's in its `check`."""
         from zoo.attention.hard import build_estimator
 
         if int(hard.samples) != hard.samples or hard.samples < 1:
@@ -199,8 +168,7 @@ class Captioner(ZooModule):
     def scoring_mode(self) -> str:
         return self.net.scoring_mode()
 
-    # what zoo.guards.budget runs on the meta device to measure a forward pass: the encoder and the
-    # decoder's start (a whole caption's decoding is `decoding_memory`'s)
+    # the forward pass zoo.guards.budget measures (a whole caption's decoding: `decoding_memory`)
     memory_probe = decode_start
 
     # ------------------------------------------------------------------ vocabulary
@@ -223,9 +191,8 @@ class Captioner(ZooModule):
         self.net.build_word_layers(len(vocab))
 
     def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
-        """FashionScenes' batch form: images, captions (word ids 4 and 5 of the vocabulary, which
-        needs six entries), one item box per image (its top-left quarter) and, per word, the item it
-        names (word 5 names item 0)."""
+        """FashionScenes' batch form: images, captions of word ids 4 and 5, one item box per image
+        (its top-left quarter) and per word the item it names (word 5 names item 0)."""
         images, _ = self.example_images(n, seed)
         H, W = self.input_size
         rows = [[START_ID, 4, 5, END_ID], [START_ID, 5, END_ID, PAD_ID]]
@@ -254,13 +221,8 @@ class Captioner(ZooModule):
     # ------------------------------------------------------------------ training
     def loss_terms(self, batch: dict, mode: str | None = None, coin: bool = False,
                    draws: tuple | None = None) -> dict[str, torch.Tensor]:
-        """The training loss of a batch and its parts, as tensors: no logging, no host sync.
-
-        mode (hard attention): "sample" draws the samples (and with coin=True the 50% expected-
-        context coin, the training rule), "expected" uses the expected context; default: sample
-        when training. Returns loss, nll (per caption), nll_word, doubly_stochastic,
-        supervised_attention, and for hard attention reinforce, cost [B] or [B, T-1],
-        baseline_loss; plus `out` (the teacher-forced outputs) and step_mask [B, T-1].
+        """The training loss of a batch and its parts, as tensors (no logging, no host sync), plus
+        `out` (the teacher-forced outputs) and step_mask [B, T-1]. mode, coin: as `net._draws`;
         draws: hard attention's (gumbel, use_expected), drawn beforehand (`train_inputs`)."""
         net, hp = self.net, self.hparams
         net._require_vocab()
@@ -336,10 +298,8 @@ class Captioner(ZooModule):
 
     # ------------------------------------------------------------------ steps (zoo.models.accel)
     def train_inputs(self, batch: dict) -> dict:
-        """The batch's tensors and hard attention's draws (Gumbel noise of every step, the
-        expected-context coin), drawn here so that every acceleration mode sees the same stream;
-        and the plain-int lengths that let an eager step pack its active rows (a host-side hint:
-        a compiled step gets None and runs every row)."""
+        """The batch (with its plain-int lengths, a host-side hint) and hard attention's draws: the
+        Gumbel noise of every step and the expected-context coin."""
         images = batch["images"]
         cells = self._cells(images) if self.hparams.attention == "hard" else 0
         gumbel, use_expected = self.net._draws(batch["captions"], cells, images, "sample", coin=True)
@@ -356,8 +316,7 @@ class Captioner(ZooModule):
         return cells[key]
 
     def train_loss(self, gumbel, use_expected, **batch):
-        """Pure: the training loss and its parts (no logging, no host sync, no draws). batch: images,
-        captions, word_items, item_boxes (None where words name no items), host_lengths."""
+        """Pure: the training loss and its parts from `train_inputs`."""
         terms = self.loss_terms(batch, "sample", draws=(gumbel, use_expected))
         metrics = {key: terms[key].detach() for key in ("loss", "nll_word", "doubly_stochastic",
                                                         "supervised_attention", "reinforce") if key in terms}
@@ -437,17 +396,14 @@ class Captioner(ZooModule):
         self.last_eval = {"stage": stage, "metrics": metrics, "predictions": predictions,
                           "notes": scores.get("notes", {})}
         for name, value in metrics.items():
-            # every rank scored the same gathered captions: averaging equal values keeps them, and
-            # says so to Lightning (which otherwise advises sync_dist once per metric under DDP)
+            # every rank scored the same gathered captions: sync_dist averages equal values
             self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr", "localization"),
                      sync_dist=True)
 
     # ------------------------------------------------------------------ captions
     def decoding_memory(self, images: torch.Tensor, beam_size: int, max_len: int) -> dict[str, float]:
-        """Bytes a `caption` of images [B, 3, H, W] would hold at once (zoo.guards.budget.check_memory):
-        per hypothesis (B x k rows) its copy of the annotation vectors [L, D] and their keys [L, P],
-        the LSTM state and three vocabulary-wide score rows; per step of max_len, each row's token,
-        back-pointer, attention map [L] and gate."""
+        """Bytes a `caption` of images [B, 3, H, W] would hold at once: per hypothesis its annotations,
+        keys, LSTM state and score rows; per step its token, back-pointer, attention map and gate."""
         rows = images.shape[0] * max(1, int(beam_size))
         spec, cells = self.net.spec, self._cells(images)
         width = self.encoder.out_dim + (COORDS if spec.annotation_coords else 0)
@@ -458,15 +414,10 @@ class Captioner(ZooModule):
     @torch.no_grad()
     def caption(self, images: torch.Tensor, beam_size: int | None = None, max_len: int | None = None,
                 length_penalty: float | None = None) -> list[dict[str, Any]]:
-        """Caption B images at once. images float [B, 3, H, W] in [0, 1], prepared as
-        `zoo.preprocessing(model)` does (the model normalises them itself). beam_size: default the
-        recipe's (`hparams.beam_size`); 1 decodes greedily.
-
-        Returns one dict per image: `words` (list[str]), `alpha` (float [n_words, h, w], the
-        attention map each word was emitted with), `beta` (float [n_words], the gate), `score`
-        (summed log-probability), `finished` (False when cut at max_len) and, for hard attention,
-        `locations` (int64 [n_words, 2], the (row, col) grid cell chosen: the argmax location,
-        which is the sample's mode when decoding with the expected context)."""
+        """Caption images float [B, 3, H, W] in [0, 1] (`zoo.preprocessing(model)`); beam_size 1
+        decodes greedily. One dict per image: `words`, `alpha` [n_words, h, w] (each word's map),
+        `beta` [n_words] (the gate), `score` (summed log-probability), `finished` (False when cut
+        at max_len) and for hard attention `locations` [n_words, 2] (the argmax (row, col) cell)."""
         self.net._require_vocab()
         self.check_images(images)
         beam_size = self.hparams.beam_size if beam_size is None else beam_size
@@ -495,10 +446,8 @@ class Captioner(ZooModule):
 
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor, beam_size: int | None = None):
-        """Caption images [B, 3, H, W] and record, per word, the attention it was emitted with (the
-        expected alpha for hard attention, as it decodes), each cell's mass spread over its pixels.
-        `word_probs` are each word's probability given the words before it (teacher-forced on the
-        decoded caption)."""
+        """Caption images [B, 3, H, W] and record each word's attention (hard: the expected alpha, as
+        it decodes) and `word_probs`, each word's probability given the words before it."""
         from zoo.attention import record
 
         results = self.caption(images, beam_size=beam_size)
@@ -519,8 +468,7 @@ class Captioner(ZooModule):
 
     @torch.no_grad()
     def word_probs(self, images: torch.Tensor, results: list[dict]) -> list[list[float]]:
-        """p(word_t | image, words_<t) for each decoded caption (for hard attention the expected
-        context or the exact marginal, as decoding uses: `scoring_mode`), by one teacher-forced pass."""
+        """p(word_t | image, words_<t) of each decoded caption, teacher-forced as `scoring_mode` scores."""
         tokens = self.caption_tokens([r["words"] for r in results], images.device)
         with evaluating(self):
             logits = self(images, tokens, mode=self.scoring_mode())["logits"]  # [B, T-1, V]
@@ -528,8 +476,8 @@ class Captioner(ZooModule):
         return [probs[b, :len(r["words"])].tolist() for b, r in enumerate(results)]
 
     def evidence(self, record, images: torch.Tensor, steps: torch.Tensor):
-        """A word's probability given the words before it (teacher-forced, as decoding scores it:
-        `scoring_mode`): the probability of word `steps[s]` of caption `images[s]` as the image is edited."""
+        """The probability of word `steps[s]` of caption `images[s]` given the words before it, as the
+        image is edited (teacher-forced, `scoring_mode`)."""
         tokens = self.caption_tokens([record.prediction["words"][i] for i in images.tolist()], self.device)
         rows = torch.arange(len(images), device=self.device)
         steps, word = steps.to(self.device), tokens.gather(1, steps.to(self.device)[:, None] + 1)[:, 0]
@@ -559,8 +507,7 @@ class Captioner(ZooModule):
 
 
 def _released_names(module, state_dict, prefix, local_metadata) -> None:
-    """state_dict post-hook: the network's tensors under the names of every release and checkpoint
-    (`encoder.body.0.weight`, `embed.weight`), without the child's `net.` prefix; order kept."""
+    """state_dict post-hook: the network's tensors without the child's `net.` prefix, order kept."""
     inner = prefix + "net."
     items = list(state_dict.items())
     state_dict.clear()
@@ -575,8 +522,8 @@ def _network_names(module, state_dict, prefix, local_metadata, strict, missing, 
 
 
 def _repeat_rows(batch: dict, times: int) -> dict:
-    """A training batch with every caption's row repeated `times` times, side by side (the K sample
-    paths of one caption): its tensors, and the plain-int lengths that stay sorted longest first."""
+    """A training batch with every caption's row (tensors and plain-int lengths) repeated `times`
+    times, side by side: the K sample paths of one caption."""
     out = {}
     for key, value in batch.items():
         if isinstance(value, torch.Tensor) and value.dim() > 0:

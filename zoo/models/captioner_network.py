@@ -1,8 +1,6 @@
 """The Show, Attend and Tell network (Xu et al. 2015) alone, to read beside the paper: its layers
-and what runs them, with soft (sec. 4.2) or hard (sec. 4.1) attention. zoo.models.captioner's
-`Captioner` holds it as its child `net`, built from its own config (the `decoder:` block,
-`DecoderSpec`, and for hard attention the `hard:` block, zoo.attention.hard.HardSpec), and trains,
-evaluates and logs it.
+and what runs them, with soft (sec. 4.2) or hard (sec. 4.1) attention. zoo.models.captioner holds
+it as its child `net` and trains, evaluates and logs it.
 
 Per step t, with annotations a [B, L, D] from the encoder (any zoo.backbones backbone):
     e_t, alpha_t = f_att(a, h_{t-1}), softmax(e_t)        eq. (4)-(5)
@@ -11,44 +9,22 @@ Per step t, with annotations a [B, L, D] from the encoder (any zoo.backbones bac
     z_t          = beta_t * z^_t
     h_t, c_t     = LSTM([E y_{t-1}, z_t], (h_{t-1}, c_{t-1}))   eq. (1)-(3)
     p(y_t)       ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z z_t))      eq. (7), the deep output
-with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh, sec. 3.1.2), or zeros when
-`init_layers: 0` (an ablation, not the paper: the image then reaches the decoder only through
-attention).
+with h_0, c_0 = f_init,h / f_init,c(mean_i a_i) (MLPs with tanh, sec. 3.1.2), or zeros with
+`init_layers: 0` (an ablation).
 
-Hard attention's estimators (`hard.estimator`, zoo.attention.hard.ESTIMATORS) change the step in
-two places. `straight_through`
-forms z^_t from the one-hot sample with the relaxation's gradient. The exact marginal (`marginal`,
-Deng et al. 2018) cannot sum over the cell where z_t feeds the LSTM (every cell would start its
-own recurrence, L^T paths), so, as harvardnlp/var-attn does, the LSTM gets the EXPECTED context
-and the cell z_t ~ Cat(alpha_t) reaches only the deep output (L outputs per word, `marginal_output`):
+The exact marginal (`hard.estimator: marginal`, Deng et al. 2018) cannot sum over the cell where
+z_t feeds the LSTM (L^T paths), so, as harvardnlp/var-attn does, the LSTM gets the EXPECTED context
+and the cell z_t ~ Cat(alpha_t) reaches only the deep output (`marginal_output`):
     p(y_t) = sum_i alpha_ti p(y_t | a_i),  p(y_t | a_i) ∝ exp(L_o(E y_{t-1} + L_h h_t + L_z beta_t a_i))
-Where the word's attention is read:
-- `attention_query: previous` (Xu et al.'s order): alpha_t = f_att(a, h_{t-1}); its expected
-  context also enters h_t, so the output can read the attended item through h_t as well;
-- `attention_query: current` (Deng et al.'s var-attn order, Luong et al. 2015's input feeding):
-  alpha_t = f_att(a, h_t), read AFTER the LSTM took in E y_{t-1} and the previous step's expected
-  context (the same recurrence); z_t reaches y_t alone, and the attention knows the word just said
-  ("red") when it picks the cell of the next ("shirt").
-`feed_context: false` (an ablation, not the paper) feeds the LSTM no context: the image reaches
-word t only through h_0 and the cell attended at step t. With `attention_query: current` z_t then
-reaches y_t alone for every estimator, so the sampling estimators draw their cells after the loop.
+`attention_query: current` (var-attn's order, Luong et al. 2015's input feeding) reads
+alpha_t = f_att(a, h_t) after the LSTM took in E y_{t-1} and the previous step's expected context,
+so z_t reaches y_t alone; `feed_context: false` (an ablation) feeds the LSTM no context.
+`annotation_coords` appends each cell's (x, y) in [-1, 1] to its annotation vector (the captions say
+"left of", and a frozen convolutional encoder is translation-equivariant).
 
-The encoder: the paper attends over a pretrained, frozen CNN (VGG conv5_4); `backbone: {kind: stem,
-pretrained: backbone_fmnist_stem, trainable: false}` does the same with the zoo's Fashion-MNIST
-backbone (zoo.models.item_grid). `annotation_coords: true` appends each cell's (x, y) in [-1, 1]
-to its annotation vector, so z_t carries where the decoder looked (the captions say "left of",
-and a frozen convolutional encoder is translation-equivariant).
-
-The layers are registered in the order that names them in checkpoints (the encoder, f_att, f_init,
-f_beta, the LSTM, the deep output, hard attention's REINFORCE baselines, then E and L_o once the
-vocabulary is known); the Captioner keeps their released names (`encoder....`, `embed.weight`,
-without its `net.` prefix) in every state_dict.
-
-Speed: `teacher_forced` computes outside the time loop all that does not feed back (the words'
-embeddings and their LSTM input term, the keys' projection, the deep output), and per step one
-fused matmul for every linear map of h_{t-1}; `step` is the same model one step at a time
-(decoding, and the tests' reference). `active`: for a batch sorted longest caption first, each
-step runs only the rows still decoding; without it, every row (static shapes for a compiled step).
+The layers are registered in the order that names them in checkpoints. Speed: `teacher_forced`
+computes outside the time loop all that does not feed back and fuses every linear map of h_{t-1}
+into one matmul per step; `step` is the same model one step at a time (decoding, the tests' reference).
 """
 from __future__ import annotations
 
@@ -78,13 +54,9 @@ def _mlp(in_dim: int, out_dim: int, layers: int) -> nn.Sequential:
 
 @dataclass
 class DecoderSpec(Block):
-    """The decoder's architecture (the captioner's `decoder:` block): the attention score f_att
-    (`score`, with `attention_dim`), E's `embed_dim` (m) and the LSTM's `hidden_dim` (n), the
-    cells' (x, y) appended to the annotations (`annotation_coords`), f_init's layers
-    (`init_layers`, 0: h_0 = c_0 = 0), the gate beta (`gate`), the deep output (eq. 7, its
-    activation), `dropout`, whether the LSTM is fed the context (`feed_context`) and which state
-    the attention reads (`attention_query`), and `active_rows` (a sorted batch runs only the rows
-    still decoding)."""
+    """The decoder's architecture (the captioner's `decoder:` block): f_att (`score`,
+    `attention_dim`), E's `embed_dim` m, the LSTM's `hidden_dim` n, f_init's `init_layers`, the gate
+    beta, the deep output (eq. 7) and the switches of the module docstring."""
 
     score: str = "additive"
     annotation_coords: bool = False
@@ -102,14 +74,10 @@ class DecoderSpec(Block):
 
 
 class ShowAttendTellNetwork(nn.Module):
-    """The network, built from its config: `encoder` (any zoo.backbones backbone), `spec` (a
-    DecoderSpec), `attention` ("soft" or "hard") and for hard attention `hard` (a HardSpec: its
-    estimator, zoo.attention.hard.ESTIMATORS). E and L_o wait for the vocabulary
-    (`build_word_layers`). Dimensions: D annotation, n hidden, m embedding, P projected key, V
-    vocabulary."""
+    """The network from its config (`spec`, `attention` "soft" or "hard", `hard`); E and L_o wait for
+    the vocabulary (`build_word_layers`). D annotation, n hidden, m embedding, P key, V vocabulary."""
 
-    def __init__(self, encoder: nn.Module, spec: DecoderSpec, attention: str = "soft", hard: HardSpec | None = None,
-                 vocab_size: int | None = None):
+    def __init__(self, encoder: nn.Module, spec: DecoderSpec, attention: str = "soft", hard: HardSpec | None = None):
         super().__init__()
         self.spec, self.attention, self.hard = spec, attention, hard or HardSpec()
         self.estimator = build_estimator(self.hard) if attention == "hard" else None
@@ -130,14 +98,11 @@ class ShowAttendTellNetwork(nn.Module):
         self.drop = nn.Dropout(spec.dropout)
         if spec.deep_output:
             self.L_h, self.L_z = nn.Linear(n, m), nn.Linear(D, m, bias=False)
-        # hard attention's REINFORCE baselines (the authors' moving average, or a learned one: the
-        # expected cost of step t from what is known before its sample, h_{t-1} and E y_t)
+        # REINFORCE baselines: the authors' moving average, or a learned b(h_{t-1}, E y_t) (before the sample)
         self.baseline = MovingAverageBaseline(self.hard.baseline_decay) if attention == "hard" else None
         self.baseline_net = nn.Linear(n + m, 1) if attention == "hard" and self.hard.baseline == "learned" else None
         self.embed: nn.Embedding | None = None
         self.L_o: nn.Linear | None = None
-        if vocab_size is not None:
-            self.build_word_layers(vocab_size)
 
     def build_word_layers(self, vocab_size: int) -> None:
         """E (the embedding) and L_o (the output layer), whose rows are the V words."""
@@ -220,9 +185,8 @@ class ShowAttendTellNetwork(nn.Module):
                         log_alpha: torch.Tensor) -> torch.Tensor:
         """The deep output with the cell summed out (Deng et al. 2018's exact marginal):
         log p(y_t) = logsumexp_i [log alpha_ti + log softmax L_o(E y_{t-1} + L_h h_t + L_z beta_t a_i)].
-        emb [N, m], h [N, n], beta [N, 1], cell_terms [N, L, m] (L_z a_i, computed once per image),
-        log_alpha [N, L] -> log-probabilities [N, V] (normalised: they serve as logits). One dropout
-        mask per word, shared by its L cells, as `output` draws one per word."""
+        emb [N, m], h [N, n], beta [N, 1], cell_terms [N, L, m] (L_z a_i), log_alpha [N, L] ->
+        log-probabilities [N, V]; one dropout mask per word, shared by its L cells."""
         pre = (emb + self.L_h(self.drop(h))).unsqueeze(1) + beta.unsqueeze(1) * cell_terms  # [N, L, m], eq. (7)
         if self.spec.deep_output_activation == "tanh":
             pre = torch.tanh(pre)
@@ -250,16 +214,11 @@ class ShowAttendTellNetwork(nn.Module):
                        gumbel: torch.Tensor | None = None, use_expected: torch.Tensor | None = None,
                        need_log_alpha: bool = False, active: list[int] | None = None,
                        marginal: bool = False) -> dict[str, torch.Tensor]:
-        """The decoder over a whole caption batch: the same function as `step` applied T-1 times.
-
-        annotations [B, L, D], captions [B, T] (<start> .. <end> <pad>..). Hard attention only:
-        gumbel [B, T-1, L] (-log of Exp(1) noise: sample s_t = argmax(log alpha_t + gumbel_t)) and
-        use_expected (bool scalar tensor: the minibatch uses the expected context); gumbel None
-        means the expected context throughout. marginal (hard attention): the expected context
-        feeds the LSTM and the logits are the exact marginal over the cell (`marginal_output`;
-        gumbel unused). active: rows still decoding at each step, for captions sorted longest
-        first (rows past their <end> then skip the step; their outputs are zeros, which the losses
-        mask as pads).
+        """`step` applied T-1 times: annotations [B, L, D], captions [B, T] (<start> .. <end> <pad>..).
+        Hard attention: gumbel [B, T-1, L] (s_t = argmax(log alpha_t + gumbel_t); None: the expected
+        context), use_expected (bool scalar: the minibatch uses the expected context), marginal (the
+        exact marginal, `marginal_output`). active: rows still decoding per step, captions sorted
+        longest first (finished rows output zeros, masked as pads by the losses).
         -> logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1], h_prev [B, T-1, n] (h_{t-1}),
         and log_alpha [B, T-1, L] (hard, or when asked), location [B, T-1] (hard)."""
         hard = self.attention == "hard"
@@ -359,10 +318,8 @@ class ShowAttendTellNetwork(nn.Module):
 
     def _sampled(self, log_alpha: torch.Tensor, noise: torch.Tensor, values: torch.Tensor,
                  expected: torch.Tensor, use_expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hard attention's context from the sample s_t = argmax(log alpha_t + noise) [N]: a_{s_t}, or
-        the context of the estimator's step weights (straight-through: the same sample with the
-        relaxation's gradient into alpha); the `expected` context instead on expected minibatches.
-        log_alpha, noise [N, L], values [N, L, D]."""
+        """Hard attention's context from the sample s_t = argmax(log alpha_t + noise): a_{s_t} or the
+        estimator's step weights' context; the `expected` one on expected minibatches. [N, L, D] values."""
         location = (log_alpha.detach() + noise).argmax(dim=-1)  # s_t ~ Cat(alpha_t), eq. (8)
         weights = self.estimator.step_weights(log_alpha, noise)
         sampled = gather_context(values, location) if weights is None else expected_context(weights, values)
@@ -370,10 +327,9 @@ class ShowAttendTellNetwork(nn.Module):
 
     def _draws(self, captions: torch.Tensor, cells: int, like: torch.Tensor, mode: str | None = None,
                coin: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Hard attention's random draws for a minibatch of `captions` over `cells` annotation
-        vectors, on `like`'s device, in two calls: the Gumbel noise of every step's sample
-        [B * K, T-1, L] (K = `hard.samples` paths per caption, each caption's K rows together) and
-        (coin=True) the expected-context coin (sec. 4.1). None for the exact marginal (no samples)."""
+        """Hard attention's draws for `captions` over `cells` cells: the Gumbel noise [B * K, T-1, L]
+        (K = `hard.samples` paths per caption, side by side) and (coin=True) the expected-context
+        coin (sec. 4.1); None, None where the pass samples nothing."""
         if self.attention != "hard" or self.resolve_mode(mode) != "sample":
             return None, None
         B, T1 = captions.shape[0] * self.hard.samples, captions.shape[1] - 1  # hard.samples paths per caption
@@ -383,10 +339,8 @@ class ShowAttendTellNetwork(nn.Module):
         return gumbel, use_expected
 
     def resolve_mode(self, mode: str | None) -> str:
-        """A teacher-forced pass's attention: `mode`, by default "sample" when training and
-        otherwise as decoding scores words ("marginal" for `hard.test_mode: marginal`, else
-        "expected"); hard attention trains in its estimator's mode (the exact marginal has no samples:
-        its "sample" is "marginal", the cell summed out at the output)."""
+        """A teacher-forced pass's attention: `mode`, by default "sample" when training, else
+        `scoring_mode`; hard attention's "sample" is its estimator's `train_mode`."""
         if mode is None:
             mode = "sample" if self.training else self.scoring_mode()
         if mode == "sample" and self.attention == "hard":
@@ -394,16 +348,12 @@ class ShowAttendTellNetwork(nn.Module):
         return mode
 
     def scoring_mode(self) -> str:
-        """How a teacher-forced pass scores words outside training: the exact marginal over the cell
-        for a model that decodes with it (`hard.test_mode: marginal`), else the expected context."""
+        """Scoring outside training: "marginal" for `hard.test_mode: marginal`, else "expected"."""
         return "marginal" if self.attention == "hard" and self.hard.test_mode == "marginal" else "expected"
 
     def forward(self, images: torch.Tensor, captions: torch.Tensor, mode: str | None = None) -> dict[str, torch.Tensor]:
-        """Teacher forcing. images [B, 3, H, W], captions [B, T] (<start> .. <end> <pad>..) ->
-        logits [B, T-1, V], alpha [B, T-1, L], beta [B, T-1] (+ log_alpha, location for hard).
-        mode (hard attention): "sample" (draws the samples here), "expected", "marginal" (the exact
-        marginal over the cell); default (`resolve_mode`): sample when training, otherwise as the
-        model decodes."""
+        """Teacher forcing (`teacher_forced`, its draws made here): images [B, 3, H, W], captions
+        [B, T] -> logits [B, T-1, V], alpha, beta (+ log_alpha, location for hard). mode: `resolve_mode`."""
         self._require_vocab()
         annotations, _ = self.encode(images)
         if self.resolve_mode(mode) == "marginal":
@@ -422,9 +372,8 @@ class ShowAttendTellNetwork(nn.Module):
 
     def decode_step(self, token: torch.Tensor, h: torch.Tensor, c: torch.Tensor, projected: torch.Tensor,
                     annotations: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One test-time decoder step: `step` with the test-time attention (soft, or hard's
-        `hard.test_mode`), <pad> and <start> never emitted, and log-probabilities [N, V] in float32.
-        Beam search, greedy decoding and the exported `decoder_step` program all run this."""
+        """`step` with the test-time attention, <pad> and <start> never emitted, float32 log_probs
+        [N, V]: what beam search, greedy decoding and the exported `decoder_step` run."""
         mode = "soft" if self.attention == "soft" else self.hard.test_mode
         out = self.step(token, h, c, projected, annotations, mode)
         logits = out.pop("logits").index_fill(-1, self.never_emitted, float("-inf"))
@@ -432,11 +381,8 @@ class ShowAttendTellNetwork(nn.Module):
 
     @torch.no_grad()
     def decoder(self, images: torch.Tensor):
-        """What `zoo.decoding` needs to caption images [B, 3, H, W]: (step_fn, state, static, grid).
-        step_fn(tokens [N], (h, c), (projected, annotations)) -> (log_probs [N, V], (h, c),
-        extras {alpha [N, L], beta [N] (, location [N])}); state (h_0, c_0) [B, n]; static (projected
-        [B, L, P], annotations [B, L, D]), computed once per image; grid (h, w) with L = h * w.
-        Put the model in eval mode first (`caption` does)."""
+        """What `zoo.decoding` needs to caption images [B, 3, H, W] (in eval mode): step_fn, state
+        (h_0, c_0), static (projected keys, annotations: once per image) and the grid (h, w)."""
         annotations, projected, h0, c0, grid = self.decode_start(images.to(self.never_emitted.device, torch.float32))
 
         def step_fn(tokens, state, static):

@@ -1,18 +1,8 @@
-"""The family card: a family's facts, stated once next to its model, and the registry that finds
-every family by its card (never by its name, never by a hand-kept list).
-
-    class RAM(ZooModule):
-        card = FamilyCard("ram", resize="exact", attention="glimpse", head_keys=("classifier.",),
-                          exports=("logits", "locations"), tiny={"": dict(image_size=20, ...)})
-
-A class that declares `card` in its own body is a family. When the class is defined, ZooModule
-checks that it writes the hooks of the family contract (`train_loss`, `eval_metrics`,
-`example_batch`, and `attention_record` where the card says it attends) and registers it: files
-may then name it (zoo.classes), and everything that needs to know the families reads the cards:
-preprocessing, `zoo export` / `zoo attend`, releases' golden outputs, compiled steps, the
-benchmarks and every registry-wide test (real step, evaluation, compiled and CUDA steps,
-attention record, export), with exclusions as data (`skip`). A subclass without a card of its
-own (a test's instrumented classifier) is no new family.
+"""The family card: a family's facts, stated once next to its model (CONTRIBUTING.md), and the
+registry that finds every family by its card. A class that declares `card` in its own body is a
+family: when it is defined its hooks are checked and it is registered (zoo.classes may then name
+it); everything that needs the families (preprocessing, export, golden outputs, compiled steps,
+benchmarks, registry-wide tests) reads the cards, exclusions as data (`skip`).
 """
 from __future__ import annotations
 
@@ -23,8 +13,7 @@ from zoo.classes import allow_class
 
 OUTPUTS = ("logits", "caption", "sample")
 RESIZE_RULES = ("squash", "exact")
-#: the hooks every family writes (the family contract, zoo.models.base); `attention_record` too
-#: where its card names an attention kind
+#: the hooks every family writes (zoo.models.base); `attention_record` too where the card attends
 HOOKS = ("train_loss", "eval_metrics", "example_batch")
 
 _FAMILIES: dict[str, type] = {}
@@ -34,32 +23,36 @@ _FAMILIES: dict[str, type] = {}
 class CompileHints:
     """How zoo.models.accel compiles the family's steps, as measured by benchmarks/accel.py."""
 
-    #: methods compiled instead of the whole step, for a step too long to compile whole (DRAW's cell)
+    #: methods compiled instead of a step too long to compile whole (DRAW's cell)
     pieces: tuple[str, ...] = ()
-    #: input shapes per step that get their own static graph (more than 1 for a few fixed shapes,
-    #: e.g. caption length buckets); other shapes run eagerly
+    #: input shapes per step that get their own static graph (caption length buckets); others run eager
     max_shapes: int = 1
-    #: the fewest optimizer steps of a CPU run for which compiling its training step pays off
-    #: (`--accel auto`); None: never on CPU
+    #: the fewest optimizer steps of a CPU run for which compiling pays off (`--accel auto`); None: never
     cpu_min_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """How a glimpse family's cost splits into steps: the hyperparameter counting them, and the
+    submodules run once per image (a context network), for MACs per step (zoo.commands.cost)."""
+
+    count: str
+    once: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class FamilyCard:
     #: short name: checkpoints, exports and messages say it ("ram", "captioner")
     name: str
-    #: what the model answers an image with: "logits" (one images -> outputs program to export),
-    #: "caption" (encoder, decoder step and greedy programs) or "sample" (a generator: nothing to
+    #: what the model answers an image with: "logits", "caption" or "sample" (a generator: nothing to
     #: export; its golden output is a seeded sample)
     output: str = "logits"
-    #: how zoo.preprocess brings a user's image to the input size (unless the data crops for
-    #: evaluation): "squash" (resize the whole image) or "exact" (refuse another size: the model's
-    #: coordinates are input pixels)
+    #: how a user's image reaches the input size: "squash" (resize) or "exact" (refuse another size:
+    #: the model's coordinates are input pixels)
     resize: str = "squash"
     #: channels every model of the family takes (None: its `in_chans` hyperparameter)
     channels: int | None = None
-    #: the kind of its attention record (zoo.attention.record; a switch may choose another, as the
-    #: captioner's hard attention does); None: it records none
+    #: the kind of its attention record (zoo.attention.record); None: it records none
     attention: str | None = None
     #: the names of `export_forward`'s outputs (families that answer "logits")
     exports: tuple[str, ...] = ("logits",)
@@ -70,15 +63,14 @@ class FamilyCard:
     #: metrics shown in the progress bar
     progress_bar: tuple[str, ...] = ("loss", "acc")
     compile: CompileHints = CompileHints()
-    #: the largest sane value of each of its size arguments (a list's elements each), checked before
-    #: a model is built from a file or a recipe (zoo.guards.budget), beside the shared ones (image size,
-    #: classes, batch sizes)
+    #: its glimpse steps, for MACs per step (None: one pass over the image)
+    steps: StepCost | None = None
+    #: the largest sane value of each of its size arguments, checked before a model is built
+    #: (zoo.guards.budget, beside the shared ones)
     dimensions: dict[str, float] = field(default_factory=dict)
-    #: hyperparameters the data fills in when training starts (a captioner's vocabulary), with an
-    #: example value: what builds a model of a recipe without its data (tests, benchmarks)
+    #: hyperparameters the data fills in (a captioner's vocabulary), with an example value
     filled_by_data: dict[str, Any] = field(default_factory=dict)
-    #: tiny configurations by name, the first the family's own smallest: what the registry-wide
-    #: tests build (the others cover switches the first leaves off)
+    #: tiny configurations by name for the registry-wide tests, the first the smallest
     tiny: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: registry-wide checks that leave the family out, and why (exclusions as data)
     skip: dict[str, str] = field(default_factory=dict)
@@ -93,8 +85,7 @@ class FamilyCard:
 
 
 def register(cls: type, base: type) -> type:
-    """Register the family `cls` declares (called by `base`, ZooModule, when a class with a card is
-    defined): its contract's hooks must be written (not `base`'s), its name unique."""
+    """Register the family `cls` (called by ZooModule, `base`): its hooks written, its name unique."""
     card = cls.card
     if not isinstance(card, FamilyCard):
         raise TypeError(f"{cls.__qualname__}.card must be a FamilyCard, got {type(card).__name__}")
@@ -115,8 +106,7 @@ def register(cls: type, base: type) -> type:
 
 
 def families() -> dict[str, type]:
-    """Every registered family, by name: the zoo's own (each module of zoo.models imported) and any
-    other that has been defined."""
+    """Every registered family by name (the zoo's own imported, and any other defined)."""
     from zoo.classes import registered
 
     registered("model")
@@ -124,7 +114,6 @@ def families() -> dict[str, type]:
 
 
 def tiny_models() -> list[tuple[str, type, dict]]:
-    """(id, family class, hyperparameters) of every tiny configuration of every family: what the
-    registry-wide tests parametrize over ("ram", "ram-lstm_learnable", ...)."""
+    """(id, family class, hyperparameters) of every family's tiny configurations ("ram", "ram-dram_shaped")."""
     return [(name if not variant else f"{name}-{variant}", cls, hparams)
             for name, cls in families().items() for variant, hparams in cls.card.tiny.items()]

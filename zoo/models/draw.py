@@ -14,16 +14,11 @@ Loss (eqs. 9-12): L = -log Bernoulli(x | sigmoid(c_T)) + sum_t KL(q(z_t|h_enc_t)
 Without attention, read = [x, x^] (eq. 17) and write = W(h_dec_t) (eq. 18): the same code with
 `attention: none`.
 
-Data: pixels are binarized. Training re-samples a binarization every step (dynamic); validation
-and test use one fixed binarization that is a function of the image and `binarize_seed` only
-(`zoo.data.binarize.fixed_binarize`), so every model, batch size and order sees the same binary test set.
-
-Evaluation (test_step): the negative ELBO in nats/image (the paper's "<=" numbers), an
-importance-weighted bound with `iwae_samples` samples (Burda et al. 2016; chunked), and the KL
-of each step.
-
-Speed (zoo.models.accel): compiled modes compile the per-step cell (`_cell`), not the
-T-step unroll (compiling 64 unrolled steps as one graph does not finish in minutes).
+Pixels are binarized afresh every training step (dynamic); validation and test use one fixed
+binarization, a function of the image and `binarize_seed` only (`zoo.data.binarize`), so every
+model sees the same binary test set. `test_step` reports the negative ELBO in nats/image (the
+paper's "<=" numbers), an importance-weighted bound with `iwae_samples` samples (Burda et al. 2016)
+and each step's KL. Compiled modes compile the per-step cell (`_cell`), not the T-step unroll.
 """
 from __future__ import annotations
 
@@ -38,7 +33,7 @@ from zoo.data.binarize import fixed_binarize
 from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ClassifierModule, ZooModule
-from zoo.models.card import CompileHints, FamilyCard
+from zoo.models.card import CompileHints, FamilyCard, StepCost
 
 ATTENTION_KINDS = ("none", "filterbank")
 BINARIZATIONS = ("dynamic", "fixed")
@@ -46,9 +41,8 @@ BINARIZATIONS = ("dynamic", "fixed")
 
 # ----------------------------------------------------------------------------- pieces
 def kl_std_normal(mu: torch.Tensor, logsigma: torch.Tensor) -> torch.Tensor:
-    """KL(N(mu, sigma^2) || N(0, 1)) summed over the last dim (eq. 11): [..., Z] -> [...].
-
-    The constant is -1/2 per latent dimension (per step): 1/2 (mu^2 + sigma^2 - log sigma^2 - 1)."""
+    """KL(N(mu, sigma^2) || N(0, 1)) summed over the last dim (eq. 11, its constant -1/2 per latent
+    dimension): [..., Z] -> [...]."""
     return 0.5 * (mu.pow(2) + torch.exp(2 * logsigma) - 2 * logsigma - 1).sum(-1)
 
 
@@ -83,8 +77,7 @@ class DRAW(ZooModule):
 
     card = FamilyCard(
         "draw", output="sample", resize="exact", attention="window", bench_recipes=("draw_fmnist",),
-        # CPU: the compiled cell makes T=64 steps 1.1-1.5x faster and compiles in ~1.5 min: it pays
-        # off after ~450 steps (benchmarks/accel.py; the recipe runs 55,000).
+        # CPU: the compiled cell is 1.1-1.5x faster, 1.5 min to compile: pays off after ~450 steps (benchmarks/accel.py)
         compile=CompileHints(pieces=("_cell",), cpu_min_steps=1000),
         dimensions={**dict.fromkeys(["enc_size", "dec_size", "z_size"], 16_384), "read_n": 1_024, "write_n": 1_024,
                     "T": 1_000, "iwae_samples": 100_000, "iwae_chunk": 100_000},
@@ -164,12 +157,9 @@ class DRAW(ZooModule):
                 read_params, write_params)
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None, record: bool = False) -> dict:
-        """Encode and reconstruct binary images x [B, C, S, S].
-
-        noise: [T, B, Z] standard normal draws, one fresh draw per step (sampled here if None).
-        Returns logits [B, C, S, S] (= c_T), kl [T, B] (closed form), log_pq [B] = sum_t
-        log p(z_t) - log q(z_t | ...) at the sampled z (for importance weights), and with
-        `record` also per-step mu, logsigma, z, canvases (logits) and read/write parameters."""
+        """Encode and reconstruct binary images x [B, C, S, S] with noise [T, B, Z] (drawn if None)
+        -> logits [B, C, S, S] (= c_T), kl [T, B], log_pq [B] = sum_t log p(z_t) - log q(z_t | ...),
+        and with `record` per-step mu, logsigma, z, canvases (logits) and read/write parameters."""
         self.check_images(x)
         B, Z = x.shape[0], self.hparams.z_size
         if noise is None:
@@ -202,10 +192,8 @@ class DRAW(ZooModule):
 
     @torch.no_grad()
     def iwae_bound(self, x: torch.Tensor, samples: int | None = None, chunk: int | None = None) -> torch.Tensor:
-        """Importance-weighted bound: -log 1/K sum_k p(x, z_k)/q(z_k | x) in nats, x [B, ...] -> [B].
-
-        K samples run as `chunk`-sized replicas of the batch, so memory stays that of a
-        B * chunk batch. Inside an accelerated evaluation step the cell runs compiled."""
+        """Importance-weighted bound: -log 1/K sum_k p(x, z_k)/q(z_k | x) in nats, x [B, ...] -> [B];
+        the K samples run as `chunk`-sized replicas of the batch."""
         K = samples or self.hparams.iwae_samples
         chunk = min(chunk or self.hparams.iwae_chunk, K)
         B, Z = x.shape[0], self.hparams.z_size
@@ -221,10 +209,8 @@ class DRAW(ZooModule):
     # ------------------------------------------------------------------ generation
     @torch.no_grad()
     def sample(self, n: int, generator: torch.Generator | None = None) -> dict:
-        """Draw n images from the prior: z_t ~ N(0, I) (eq. 13-14).
-
-        Returns images [n, C, S, S] (Bernoulli means), canvases [T, n, C, S, S] (sigmoid of each
-        c_t) and write: list of T FilterParams (None without attention)."""
+        """Draw n images from the prior, z_t ~ N(0, I) (eq. 13-14): images [n, C, S, S] (Bernoulli
+        means), canvases [T, n, C, S, S] (sigmoid of each c_t), write (T FilterParams or None)."""
         n = _check_size(n, "n")
         h_dec = c_dec = self.q.weight.new_zeros(n, self.hparams.dec_size)
         canvas = self.q.weight.new_zeros(n, self.C, self.S, self.S)
@@ -243,9 +229,7 @@ class DRAW(ZooModule):
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
         """The read and write windows while the model redraws images [B, C, S, S] (binarized as the
-        test sets are, one fixed noise draw): one step per time step, the map is where it reads
-        (`record.maps_from_filters`), boxes are the read and the write window; the prediction is
-        the final canvas (Bernoulli means)."""
+        test sets, one fixed noise draw); the prediction is the final canvas."""
         if self.hparams.attention == "none":
             raise UserError("this DRAW model has no attention (attention: none) to record")
         x = self.binarize(images)
@@ -326,16 +310,14 @@ class DRAW(ZooModule):
 # ----------------------------------------------------------------------------- classifier
 class DRAWClassifier(ClassifierModule):
     """DRAW's differentiable-attention classifier (sec. 4.1): an LSTM reads one N x N filterbank
-    glimpse per step (no writing, no latent), attention parameters from its previous state, and
-    classifies from its state after T glimpses. Trained end to end with plain backprop.
-
-    images [B, C, S, S] in [0, 1] -> logits [B, num_classes]."""
+    glimpse per step, placed from its previous state, and classifies from its state after T
+    glimpses; plain backprop. images [B, C, S, S] in [0, 1] -> logits [B, num_classes]."""
 
     card = FamilyCard(
         "draw_classifier", resize="exact", attention="window", head_keys=("head.",),
-        # CPU: compiled steps 1.25-1.8x eager at batch 128, 1.5 min to compile: pays off after ~1,900
-        # steps (benchmarks/accel.py; the cluttered-100 recipe runs 12,900).
+        # CPU: compiled steps 1.25-1.8x eager, 1.5 min to compile: pays off after ~1,900 steps (benchmarks/accel.py)
         compile=CompileHints(cpu_min_steps=4000), bench_recipes=("draw_cluttered100_classifier",),
+        steps=StepCost("T"),
         dimensions={"hidden_size": 16_384, "glimpse_hidden": 16_384, "read_n": 1_024, "T": 1_000},
         tiny={"": dict(image_size=16, num_classes=3, T=2, read_n=4, hidden_size=16, glimpse_hidden=16)})
 

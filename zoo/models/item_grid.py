@@ -1,24 +1,16 @@
 """Pretraining a shared backbone: Fashion-MNIST item classification at every grid cell.
 
-Show, Attend and Tell (Xu et al. 2015, sec. 3.1.1) attends over a pretrained, frozen CNN whose
-annotation vectors already describe what is at their place; the decoder only learns where to look.
-Our offline stand-in for ImageNet is Fashion-MNIST: this family trains a backbone (any
-`zoo.backbones` kind, usually the conv stem) so that EVERY cell of its h x w grid classifies what
-lies at its centre (zoo.metrics.localization's cell convention):
+Show, Attend and Tell (Xu et al. 2015, sec. 3.1.1) attends over a pretrained, frozen CNN; our
+offline stand-in for ImageNet trains a backbone (any `zoo.backbones` kind) so that EVERY cell of its
+h x w grid classifies what lies at its centre (zoo.metrics.localization's cell convention):
 
     tokens [B, L, D] -> class logits [B, L, 11]  (the 10 Fashion-MNIST classes, or background)
                      -> colour logits [B, L, 8]  (the item's tint; scored on item cells only)
 
-Why colour: FashionScenes captions name colours ("a red shirt") and a frozen encoder passes on
-only what its features keep; an item classifier may discard the tint (every colour of shirt is a
-shirt), so the colour head makes every item cell say its colour. Why per cell: the captioner
-attends over cells, so each must describe its own place, where a classifier pooled over the
-canvas may let one corner of an item carry the decision.
-
-The released weight is the backbone (prefix `backbone.`) with this config; any family loads it
-with `backbone: {kind: stem, pretrained: <release name>, trainable: false}` (zoo.backbones.spec).
-Test numbers (per item: class from the mean of its cells' logits) report how well the features
-know the items; they are no classifier benchmark.
+The colour head makes every item cell keep the colour FashionScenes captions name (an item
+classifier may discard it); per cell, because the captioner attends over cells. Any family loads the
+released weight with `backbone: {kind: stem, pretrained: <release name>, trainable: false}`. Test
+numbers (per item: the class from the mean of its cells' logits) are no classifier benchmark.
 """
 from __future__ import annotations
 
@@ -27,6 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.backbones.spec import BackboneSpec
+from zoo.data.scene_generation import PALETTE
+from zoo.guards.errors import UserError
 from zoo.metrics.localization import cell_masks
 from zoo.models import optim
 from zoo.models.base import ClassifierModule
@@ -51,6 +45,9 @@ class ItemGridClassifier(ClassifierModule):
                  class_names: list[str] | None = None):
         super().__init__()
         optim.check_schedule(lr_schedule, "backbone")
+        if num_colours < len(PALETTE):  # a colour target past the head would be a traceback mid-epoch
+            raise UserError(f"ItemGridClassifier: num_colours {num_colours} is fewer than the {len(PALETTE)} "
+                            "colours ItemCanvases paints items with; give at least that many")
         spec = BackboneSpec.coerce(backbone, default=DEFAULT_BACKBONE)
         self.save_hyperparameters()
         self.hparams.image_size = [int(s) for s in image_size]
@@ -61,7 +58,6 @@ class ItemGridClassifier(ClassifierModule):
         self.class_head = nn.Linear(D, num_classes + 1)  # index num_classes: background
         self.colour_head = nn.Linear(D, num_colours)
 
-    # ------------------------------------------------------------------ model
     def example_batch(self, n: int = 2, seed: int = 0) -> dict[str, torch.Tensor]:
         """ItemCanvases' batch form: images, one item box per image (its top-left quarter), class, colour."""
         images, _ = self.example_images(n, seed)
@@ -111,8 +107,6 @@ class ItemGridClassifier(ClassifierModule):
                 "item_cell_acc": ((class_logits.argmax(-1) == classes) & on_item).sum() / on_item.sum().clamp(min=1),
                 "item_acc": item_right.sum() / n_items, "colour_acc": colour_right.sum() / n_items}
 
-    # ------------------------------------------------------------------ steps (the family contract)
-    # no random draws: the step inputs are the batch's own items (ZooModule.train_inputs)
     def train_loss(self, **batch):
         terms = self.loss_terms(batch)
         return terms["loss"], {name: value.detach() for name, value in terms.items()}

@@ -1,25 +1,12 @@
-"""The one optimizer and learning-rate schedule factory every family uses.
+"""The one optimizer and learning-rate schedule factory every family uses: `configure(module,
+params, optimizer, lr=..., schedule=...)` returns what `configure_optimizers` returns.
 
-    configure(module, params, optimizer="adam", lr=1e-3, schedule="cosine")
-
-returns what Lightning's `configure_optimizers` returns. A recipe names its schedule `lr_schedule`
-("none" or "cosine", `check_schedule`) in every family that offers the choice (zoo.hparams):
-- optimizers: Adam, AdamW, SGD (with momentum) and RMSprop, over a parameter list or groups;
-- schedules: "none"; "cosine", a cosine decay per epoch to 0 over `trainer.max_epochs`; and
-  "warmup_cosine", a linear warm-up over `warmup_epochs` then a cosine decay per optimiser step to
-  `min_lr` at the run's last step (`trainer.estimated_stepping_batches`).
-
-Both schedules read the run's horizon from the trainer whenever they are evaluated, and `refresh`
-re-evaluates them when training starts: resuming with a larger `trainer.max_epochs` stretches the
-decay over the new horizon from the first resumed step. (A `CosineAnnealingLR` restores the `T_max`
-and learning rate it was saved with: a resumed longer run trained its extra epochs at rate 0.) The
-factors are closures, so scheduler checkpoints hold plain numbers only.
-
-The optimizer's kernel follows the device, chosen here only (`build_optimizer`): on CUDA one fused
-kernel per step where the optimizer and the parameters' dtypes allow it; on CPU torch's default
-kernels, which the CPU releases were trained with (except ViT's, trained with the fused CPU kernel
-when the kernel followed the mode). A checkpoint resumed on another device keeps its flags: torch's
-kernels run on either.
+Schedules ("none", "cosine" per epoch to 0, "warmup_cosine" per step to `min_lr`) read the run's
+horizon from the trainer whenever they are evaluated, and `refresh` re-evaluates them when training
+starts, so a run resumed with a larger `max_epochs` stretches the decay (a `CosineAnnealingLR`
+would restore its old `T_max` and train the extra epochs at rate 0). The optimizer's kernel follows
+the device (`build_optimizer`): fused on CUDA, torch's default kernels on CPU, as the CPU releases
+were trained.
 """
 from __future__ import annotations
 
@@ -39,10 +26,8 @@ _CLASSES = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.o
 _FUSED = ("adam", "adamw", "sgd")  # torch has fused kernels for these (CPU and CUDA)
 
 
-# ----------------------------------------------------------------------------- optimizers
 def fused_kernel(params: list[torch.Tensor], name: str) -> bool:
-    """Whether `name` runs torch's fused kernel on `params`: the device's choice (an accelerator's,
-    not the CPU's), where torch has one for this optimizer, device and dtype."""
+    """Whether `name` runs torch's fused kernel on `params` (an accelerator's, never the CPU's)."""
     from torch.optim.optimizer import _get_fused_kernels_supported_devices
 
     devices = set(_get_fused_kernels_supported_devices()) - {"cpu"}
@@ -52,8 +37,7 @@ def fused_kernel(params: list[torch.Tensor], name: str) -> bool:
 
 def build_optimizer(params: Iterable, name: str = "adam", *, lr: float, weight_decay: float = 0.0,
                     betas: Iterable[float] = (0.9, 0.999), momentum: float = 0.9) -> torch.optim.Optimizer:
-    """params: tensors or parameter groups (dicts), already on their device. name: adam | adamw |
-    sgd | rmsprop."""
+    """params: tensors or parameter groups (dicts), already on their device."""
     if name not in OPTIMIZERS:
         raise UserError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got '{name}'")
     params = list(params)
@@ -68,7 +52,6 @@ def build_optimizer(params: Iterable, name: str = "adam", *, lr: float, weight_d
     return _CLASSES[name](params, **kwargs)
 
 
-# ----------------------------------------------------------------------------- schedules
 def cosine_factor(module) -> Callable[[int], float]:
     """lr(epoch) / lr: a half cosine from 1 at epoch 0 to 0 at the last epoch of the run (the
     trainer's `max_epochs` now; 1 without a trainer)."""
@@ -129,9 +112,8 @@ def build_schedule(optimizer: torch.optim.Optimizer, module, name: str = "none",
 
 
 def refresh(scheduler) -> None:
-    """Set the learning rates of a factory schedule for its current position and the run's
-    current horizon. A restored checkpoint carries the rates its own run computed (0 at the end of
-    a finished cosine); a resumed run with a longer horizon must not train at them."""
+    """Set a factory schedule's rates for its position and the run's current horizon (a restored
+    checkpoint carries its own run's rates: 0 at the end of a finished cosine)."""
     if not getattr(scheduler, "_zoo_schedule", False):
         return
     for group, base, factor in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):

@@ -1,67 +1,39 @@
 """Recurrent Attention Model (Mnih, Heess, Graves, Kavukcuoglu 2014, "Recurrent Models of Visual
 Attention", NIPS version; equation numbers refer to it).
 
-At each of T steps the model picks a location l_t from a Gaussian policy on its state, reads a
-multi-scale glimpse there, and updates a recurrent state; after the last glimpse it classifies.
-
     l_t ~ N(mu(h_{t-1}), sigma^2)          location network (h_0 = 0, so l_1 is learned too)
     g_t = f_g(rho(x, l_t), l_t)            glimpse network on the retina's patches
     h_t = f_h(h_{t-1}, g_t)                core network (ReLU RNN, or an LSTM)
     y   = softmax(f_a(h_T))                classifier on the last state
 
-Training is the paper's hybrid loss:
-- cross-entropy trains the classifier, the core and the glimpse network; the sampled location is
-  detached, so it never reaches the location network (the read is not differentiable in l in the
-  paper either);
-- REINFORCE (eqs. 1-3) with reward R = 1 for a correct final prediction trains the location
-  network: -sum_t log pi(l_t | h_{t-1}) (R - b_t), with the log-probability of the raw Gaussian
-  sample, *before* it is clamped into the image;
-- a learned per-step baseline b_t = f_b(h_{t-1}) is fitted to R by its own MSE loss; it reads a
-  detached state and enters REINFORCE detached, so only its MSE trains it.
+Training is the paper's hybrid loss: cross-entropy trains the classifier, the core and the glimpse
+network (the sampled location is detached: the read is not differentiable in l); REINFORCE (eqs.
+1-3) with reward R = 1 for a correct prediction trains the location network, -sum_t log pi(l_t |
+h_{t-1}) (R - b_t), with the log-probability of the raw Gaussian sample before it is clamped into
+the image; the baseline b_t = f_b(h_{t-1}) is fitted to R by its own MSE on a detached state.
+`policy.train_samples` M > 1 runs M paths per training image (eq. 2's M episodes), each baselined
+by the mean reward of the image's other M - 1. `policy.reinforce_to_core` lets REINFORCE flow into
+the core through h_{t-1} (the paper's reading; the default stops it at the location network, the
+stable choice of most public ports).
 
-The hyperparameters come in blocks (zoo.hparams.Block): `retina`, `network` (the sizes and the
-core), `policy` (the location policy and how it learns), `remedies` and `optimization`.
+`remedies` (each off by default: the paper's RAM) for a policy gradient that barely sees the item:
+- `where_layer` (Ba, Mnih, Kavukcuoglu 2015, DRAM, sec. 3): a second recurrent layer r2 ("where")
+  reads the core r1 ("what", detached unless `reinforce_to_core`) and alone feeds the location
+  network and the baseline; `context: conv` (DRAM's context network) sets r2's initial state from
+  a coarse view of the whole canvas, so the first glimpse is proposed from the image;
+- `reward: log_prob`: R = log p(y | glimpses), the score function of DRAM's bound (eq. 4-5), which
+  moves with every change of the prediction, not only where the arg max flips;
+- `reward_at: every_glimpse`: r_t from the running prediction after every glimpse, glimpse t
+  credited with sum_{s >= t} r_s (`classify_every_glimpse` trains the classifier on every h_t);
+- `baseline: per_glimpse`: b_t with its own weights per glimpse;
+- `location_supervision`: an MSE pulling every policy mean onto the item's centre (needs boxes;
+  labelled separately, never a headline).
 
-`policy.train_samples` M > 1 runs M glimpse paths per training image (the M episodes of eq. 2),
-each with the leave-one-out mean reward of the image's other M - 1 paths as its baseline (lower
-variance than the learned b_t, which still trains); cross-entropy averages over all paths. M = 1
-is the paper's.
-
-`policy.reinforce_to_core`: False (default) feeds the location network a detached state, so
-REINFORCE stops at the location network and cross-entropy alone trains the representation (the
-stable choice of most public ports); True lets REINFORCE flow into the core and glimpse network
-through h_{t-1}, the paper's fully stochastic-gradient reading.
-
-`remedies`, for a policy gradient that barely sees where the item is (each defaults to the
-paper's RAM):
-- `where_layer` (Ba, Mnih, Kavukcuoglu 2015, "Multiple object recognition with visual attention",
-  DRAM, sec. 3): a second recurrent layer r2 ("where") reads the core r1 ("what") and alone feeds
-  the location network and the baseline; the classifier reads r1. r1's input to r2 is detached
-  unless `policy.reinforce_to_core`, so r2 learns from REINFORCE only and r1 from cross-entropy only;
-- `context: conv` (DRAM's context network): convolutions over a coarse view of the whole canvas
-  (area-averaged to `context_size` squared) set r2's initial state, so the first glimpse is
-  proposed from the image; r1 starts at 0: the classifier reads only glimpses;
-- `reward: log_prob`: the reward is log p(y | glimpses), the score-function gradient of DRAM's
-  bound sum_l p(l | x) log p(y | l, x) (Ba et al. 2015, eq. 4-5); it moves with every change of
-  the prediction, not only where the arg max flips;
-- `reward_at: every_glimpse`: the running prediction earns r_t after every glimpse t (from h_t),
-  and glimpse t is credited with the return sum_{s >= t} r_s (it cannot change earlier rewards);
-  `classify_every_glimpse` trains the classifier on every h_t (cross-entropy averaged over the
-  glimpses) so that running prediction means something;
-- `baseline: per_glimpse`: b_t has its own weights for every glimpse instead of one shared map;
-- `location_supervision` (labelled separately, never a headline: it uses the item's box): an MSE
-  pulling every glimpse's policy mean onto the item's centre (as in the captioners' supervised
-  rows); needs batches with boxes (`FashionMNISTDataModule(with_boxes=true)`).
-
-Evaluation (`test_step`) reports: the deterministic policy (the Gaussian's mean) as the headline
-`test/acc`; one sampled trajectory (`acc_sampled`); the class probabilities averaged over M sampled
-trajectories (`acc_mc{M}`, M = `eval_samples`, the paper's "M=10"); the classifier read after each
-glimpse count 1..T on the deterministic path (`acc_glimpses_t`); and the random-glimpse ablation
-(`acc_random`: locations uniform in the image).
-
-Speed (zoo.models.accel): a rollout takes its random draws as an input ([T, B, 2], drawn glimpse by
-glimpse from the global or the evaluation generator), so eager, compiled and CUDA-graphed steps
-consume the same random stream.
+`test_step` reports the deterministic policy (the Gaussian's mean) as `test/acc`, one sampled
+trajectory (`acc_sampled`), the probabilities averaged over `eval_samples` trajectories
+(`acc_mc{M}`, the paper's "M=10"), the classifier after each glimpse count (`acc_glimpses_t`) and
+uniform random glimpses (`acc_random`). A rollout takes its random draws as an input ([T, B, 2]),
+so eager and compiled steps consume the same random stream.
 """
 from __future__ import annotations
 
@@ -81,7 +53,7 @@ from zoo.guards.errors import UserError
 from zoo.hparams import Block
 from zoo.models import optim
 from zoo.models.base import ZooModule
-from zoo.models.card import CompileHints, FamilyCard
+from zoo.models.card import CompileHints, FamilyCard, StepCost
 
 POLICIES = ("sample", "mean", "random")
 TINY = dict(image_size=20, num_classes=4, retina=dict(patch_size=4, num_scales=2), num_glimpses=2,
@@ -116,11 +88,9 @@ class NetworkSpec(Block):
 
 @dataclass
 class PolicySpec(Block):
-    """The location policy and how it learns: a Gaussian of standard deviation `std` (`std_mode`
-    fixed, learnable, or annealed to `std_final` over `std_anneal_steps` optimiser steps) around a
-    learned mean (tanh-squashed or linear), or uniform locations (`location_policy: random`, the
-    paper's control); REINFORCE and its baseline's MSE weighted in the hybrid loss, stopped at the
-    location network unless `reinforce_to_core`; `train_samples` glimpse paths per training image."""
+    """The location policy: a Gaussian of `std` (fixed, learnable, or annealed to `std_final` over
+    `std_anneal_steps` optimiser steps) around a learned mean, or uniform locations (the paper's
+    control); the weights of REINFORCE and its baseline's MSE in the hybrid loss."""
 
     location_policy: Literal["learned", "random"] = "learned"
     location_mean: Literal["tanh", "linear"] = "tanh"
@@ -136,8 +106,7 @@ class PolicySpec(Block):
 
 @dataclass
 class RemediesSpec(Block):
-    """Remedies for a policy gradient that barely sees where the item is (module docstring); the
-    defaults are the paper's RAM."""
+    """The module docstring's remedies; the defaults are the paper's RAM."""
 
     where_layer: bool = False
     where_hidden: int = 256
@@ -186,9 +155,8 @@ class GlimpseNetwork(nn.Module):
 
 
 class ContextNetwork(nn.Module):
-    """DRAM's context network (Ba et al. 2015, sec. 3): the whole canvas area-averaged to a coarse
-    view_size x view_size view, 3x3 convolutions (ReLU), then a linear layer (ReLU) to the where
-    layer's initial state. images [B, C, H, W] -> [B, out_dim]."""
+    """DRAM's context network (Ba et al. 2015, sec. 3): the canvas area-averaged to view_size squared,
+    3x3 convolutions, a linear layer to the where layer's initial state. [B, C, H, W] -> [B, out_dim]."""
 
     def __init__(self, in_chans: int, view_size: int, channels: list[int], out_dim: int):
         super().__init__()
@@ -210,11 +178,10 @@ class RAM(ZooModule):
 
     card = FamilyCard(
         "ram", resize="exact", attention="glimpse", head_keys=("classifier.",), exports=("logits", "locations"),
-        # CPU, 1 thread: compiled steps 1.7-1.9x eager at batch 128, 1.5 min to compile from scratch:
-        # compiling pays off after ~1,800 steps (benchmarks/accel.py; the recipes run 12,900).
+        # CPU: compiled steps 1.7-1.9x eager, 1.5 min to compile: pays off after ~1,800 steps (benchmarks/accel.py)
         compile=CompileHints(cpu_min_steps=5000), bench_recipes=("ram_fmnist_cluttered60",),
-        # train_samples: glimpse paths per training image, each a whole rollout; context_size: the
-        # coarse view of the whole canvas
+        steps=StepCost("num_glimpses", once=("context_net",)),
+        # train_samples: whole rollouts per training image; context_size: the coarse view's side
         dimensions={**dict.fromkeys(["glimpse_hidden", "location_hidden", "glimpse_dim", "hidden_size", "where_hidden",
                                      "context_channels"], 16_384),
                     "num_scales": 16, "num_glimpses": 1_000, "train_samples": 1_000, "eval_samples": 10_000,
@@ -299,8 +266,7 @@ class RAM(ZooModule):
 
     # ------------------------------------------------------------------ policy
     def current_std(self) -> torch.Tensor | float:
-        """sigma of the location policy: a constant, a learned scalar, or linearly annealed from
-        `std` to `std_final` over `std_anneal_steps` optimiser steps (a Python float, no sync)."""
+        """sigma: a constant, a learned scalar, or linearly annealed (a Python float, no sync)."""
         policy = self.policy
         if policy.std_mode == "learnable":
             return self.log_std.exp()
@@ -313,9 +279,8 @@ class RAM(ZooModule):
     # ------------------------------------------------------------------ rollout
     def policy_noise(self, policy: str, batch_size: int, like: torch.Tensor,
                      generator: torch.Generator | None = None) -> torch.Tensor | None:
-        """The random draws of one rollout, [T, B, 2]: standard normals for "sample", uniforms in
-        [0, 1) for "random", None for "mean". Drawn glimpse by glimpse, in the order a rollout
-        consumes them, on `like`'s device and dtype."""
+        """The random draws of one rollout, [T, B, 2], glimpse by glimpse: normals for "sample",
+        uniforms in [0, 1) for "random", None for "mean"."""
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}")
         if policy == "mean":
@@ -336,11 +301,10 @@ class RAM(ZooModule):
     def rollout(self, images: torch.Tensor, policy: str = "sample",
                 generator: torch.Generator | None = None, noise: torch.Tensor | None = None,
                 std: float | torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Run all T glimpses. images [B, C, H, W]; policy "sample" (Gaussian), "mean"
-        (deterministic) or "random" (uniform in [-1, 1]^2); noise: the policy's draws
-        (`policy_noise`; drawn here from `generator` when None); std: sigma (`current_std()` when
-        None). Returns logits [B, classes] (from h_T), step_logits [B, T, classes] (classifier on
-        every h_t), locations [B, T, 2] (clamped, as read), log_probs [B, T], baselines [B, T]."""
+        """All T glimpses of images [B, C, H, W] under `policy` ("sample", "mean" or "random"), with
+        `noise` (`policy_noise`, else drawn from `generator`) and sigma `std` (else `current_std()`).
+        -> logits [B, classes] (from h_T), step_logits [B, T, classes], locations [B, T, 2] (clamped,
+        as read), log_probs [B, T], baselines [B, T], means [B, T, 2]."""
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}")
         self.check_images(images)
@@ -390,10 +354,8 @@ class RAM(ZooModule):
 
     # ------------------------------------------------------------------ losses
     def returns(self, out: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
-        """G [B, T]: what glimpse t is credited with, a constant for every gradient. The paper: the
-        final reward R for every glimpse (R = 1 for a correct prediction, or log p(y | x) with
-        `reward: log_prob`). With `reward_at: every_glimpse`: r_s from the running prediction after
-        glimpse s, and G_t = sum_{s >= t} r_s (glimpse t changes no reward before it)."""
+        """G [B, T], detached: the final reward R for every glimpse (the paper), or with `reward_at:
+        every_glimpse` G_t = sum_{s >= t} r_s (glimpse t changes no reward before it)."""
         fix = self.remedies
         logits = out["step_logits"] if fix.reward_at == "every_glimpse" else out["logits"][:, None]  # [B, T or 1, C]
         if fix.reward == "correct":
@@ -522,10 +484,8 @@ class RAM(ZooModule):
     # ------------------------------------------------------------------ where it looked
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor, policy: str | None = None):
-        """The glimpses of images [B, C, H, W]: one step per glimpse, a box per retina scale (x0,
-        y0, x1, y1 in pixels), maps spread evenly over each scale's box (`record.maps_from_boxes`).
-        `policy`: "mean" (the deterministic path; the default, unless the model's policy is random)
-        or "sample" (one path drawn from the policy)."""
+        """One step per glimpse of images [B, C, H, W], a box per retina scale, on the "mean" path
+        (the default, unless the policy is random) or a "sample"d one."""
         from zoo.attention import record
 
         if policy not in (None, "mean", "sample"):
@@ -551,9 +511,8 @@ class RAM(ZooModule):
         opt = self.optimization
         params = [p for p in self.parameters() if p.requires_grad]
         if opt.location_lr_scale != 1.0:
-            # The location network learns from REINFORCE alone; its own step size damps the random
-            # walk a noisy policy gradient takes under Adam's per-parameter scaling. The location
-            # network: f_l, and DRAM's where layer and context network when present.
+            # The location network (f_l, DRAM's where layer and context network) learns from
+            # REINFORCE alone: its own step size damps the random walk of a noisy policy gradient.
             parts = [self.locator] + [getattr(self, n) for n in ("where", "context_net") if hasattr(self, n)]
             location = [p for part in parts for p in part.parameters()]
             located = {id(p) for p in location}

@@ -6,27 +6,18 @@ predicts itself and learns by plain backprop (the sampler is differentiable).
     patch = sample(x, theta)              eqs. 1 and 5-7 (zoo.attention.affine): a patch_size^2 grid
     y     = softmax(f_cls(patch))         a CNN on the transformed patch (the paper's ST-CNN)
 
-- The localisation net's last layer predicts the identity at first (sec. 4.2: zero weights, bias
-  [1, 0, 0, 0, 1, 0]), so training starts from the whole image, downsampled to the patch (at half
-  the canvas's side exactly a 2 x 2 average pooling, the paper's "avg-pool x2 after the ST"). The
-  default patch (20 px) is smaller than the paper's 30 for a 60 px canvas: a 28 px item seen whole
-  is then blurred, and zooming in on it pays, which our short CPU budget (13k steps against the
-  paper's 150k) needs to find it (short runs at 30 px barely left the identity).
-- `transform`: "affine" (six parameters, the paper's ST-CNN Aff) or "attention" (isotropic scale
-  and translation, A = [[s, 0, tx], [0, s, ty]], sec. 3.1: the sampled region stays a square box).
-- `num_glimpses` > 1 is the recurrent spatial transformer (Sonderby et al. 2015, arXiv 1509.05329):
-  the localisation features enter a GRU, whose state gives a transform per glimpse (the same
-  identity start); the class is read from the mean of the glimpses' patch features.
-- `loc_lr_scale`: the localisation net's learning rate as a multiple of `lr` (the paper divides it
-  by 10 on SVHN; public ports use 1e-3 to 1e-4, so a noisy early gradient does not throw the grid
-  off the canvas, where it gets none with zero padding). 1 here: at 0.1 the grid did not move in
-  short runs.
-
-Its attention record: one step per glimpse, the sampled region's outline (the quadrilateral's
-bounding box, in input pixels) as the box, and the region's footprint over the input as the map
-(zoo.attention.affine.footprint: uniform over the region, as what the classifier sees is; not the
-bilinear weights, a lattice whose peak says nothing about where the window is). A grid wholly off
-the canvas is a valid prediction: its map is all zero, reported degenerate and drawn grey.
+- The localisation net starts at the identity (sec. 4.2: zero weights, bias [1, 0, 0, 0, 1, 0]).
+  The default patch (20 px; the paper's is 30 for a 60 px canvas) blurs a 28 px item seen whole, so
+  zooming in pays from the start, which our short CPU budget (13k steps against 150k) needs.
+- `transform`: "affine" (six parameters, ST-CNN Aff) or "attention" (A = [[s, 0, tx], [0, s, ty]],
+  sec. 3.1: the sampled region stays a square box).
+- `num_glimpses` > 1: the recurrent spatial transformer (Sonderby et al. 2015, arXiv 1509.05329), a
+  GRU over the localisation features giving a transform per glimpse; the class is read from the
+  mean of the glimpses' patch features.
+- `loc_lr_scale`: the localisation net's learning rate over `lr` (the paper: 0.1 on SVHN; 1 here:
+  at 0.1 the grid did not move in short runs).
+The attention record: per glimpse the sampled region's bounding box and its footprint over the
+input (zoo.attention.affine.footprint); a grid wholly off the canvas maps to zeros, reported degenerate.
 """
 from __future__ import annotations
 
@@ -38,7 +29,7 @@ from zoo.attention import affine
 from zoo.guards.errors import UserError
 from zoo.models import optim
 from zoo.models.base import ClassifierModule
-from zoo.models.card import CompileHints, FamilyCard
+from zoo.models.card import CompileHints, FamilyCard, StepCost
 
 TRANSFORMS = {"affine": affine.IDENTITY, "attention": affine.ATTENTION_IDENTITY}
 TINY = dict(image_size=20, num_classes=4, patch_size=10, loc_channels=[4, 4], loc_kernel_size=3, loc_hidden=8,
@@ -64,9 +55,9 @@ class STN(ClassifierModule):
 
     card = FamilyCard(
         "stn", resize="exact", attention="transform", head_keys=("head.",), exports=("logits", "theta"),
-        # CPU, 1 thread, batch 128: compiled steps run at 0.73x eager after 113 s of compiling
-        # (benchmarks/accel.py): auto never compiles it on CPU
+        # CPU: compiled steps run at 0.73x eager (benchmarks/accel.py): auto never compiles it there
         compile=CompileHints(cpu_min_steps=None), bench_recipes=("stn_fmnist_cluttered60",),
+        steps=StepCost("num_glimpses", once=("loc",)),
         tiny={"": TINY, "attention_recurrent": {**TINY, "transform": "attention", "num_glimpses": 2, "rnn_hidden": 8}},
         dimensions={"patch_size": 1024, "loc_channels": 16384, "loc_hidden": 16384, "rnn_hidden": 16384,
                     "cnn_channels": 16384, "cnn_hidden": 16384, "num_glimpses": 64})
@@ -111,7 +102,6 @@ class STN(ClassifierModule):
                                    nn.Dropout(dropout))
         self.head = nn.Linear(cnn_hidden, num_classes)
 
-    # ------------------------------------------------------------------ the model
     def transforms(self, images: torch.Tensor) -> torch.Tensor:
         """images [B, C, H, W] -> theta [B, T, 2, 3], one transform per glimpse."""
         features = self.loc(images)  # [B, loc_hidden]
@@ -141,11 +131,9 @@ class STN(ClassifierModule):
         theta = self.transforms(images)
         return self(images, theta), theta
 
-    # ------------------------------------------------------------------ where it looked
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor):
-        """One step per glimpse: the sampled region's footprint over the input as the map, its
-        bounding box (pixel edges) as the box."""
+        """One step per glimpse: the sampled region's footprint as the map, its bounding box as the box."""
         from zoo.attention import record
 
         self.check_images(images)
@@ -162,7 +150,6 @@ class STN(ClassifierModule):
             step_mask=record.full_mask(B, T, images.device), boxes=boxes, box_labels=["grid"],
             prediction={"probs": probs, "label": probs.argmax(-1), "class_names": self.hparams.class_names})
 
-    # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
         hp = self.hparams
         located = [p for m in (self.loc, self.core, self.where) if m is not None for p in m.parameters()]

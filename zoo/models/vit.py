@@ -1,27 +1,15 @@
 """Vision Transformer classifier (Dosovitskiy et al. 2021) over the zoo's timm ViT backbone.
 
-The trunk is a `backbone:` block of kind `timm_vit` (zoo.backbones.spec.BackboneSpec), the same
-object a captioner uses as its encoder (patch tokens); here timm's own pooling and head turn its
-features into logits. Any timm ViT variant is accepted by name (`backbone.model_name`), with
-`patch_size`, `depth`, `embed_dim`, ... overriding it; the model's `image_size`, `in_chans` and
-`num_classes` are the trunk's. `backbone.conv_stem` swaps the patchify convolution for a small
-conv stem (Xiao et al. 2021) with the same token grid, through timm's `HybridEmbed`; the
-Fashion-MNIST recipe uses it. Configs from before the block (the trunk's fields flat among the
-model's) load through zoo.hparams' alias map.
-
-Training for small data: AdamW (no weight decay on biases, norms, position embeddings and the cls
-token), linear warm-up then cosine decay per step, label smoothing, stochastic depth, and batch
-augmentation on the batch's device (`zoo.data.augment`: random translation, flips, erasing, mixup).
-
-Speed: the run's `--accel` (zoo.models.accel), `bf16` autocast, `channels_last`.
-
-Pretrained weights:
-- `zoo.create_model("vit_fmnist", pretrained=True)`: our released Fashion-MNIST weights;
-- `backbone.pretrained_file: PATH`: any timm ViT checkpoint on disk (e.g. a downloaded
-  model.safetensors), with position embeddings, patch embedding, `in_chans` and the head adapted
-  by timm; `backbone.pretrained: true`: timm's hub route when online (offline: one line saying to
-  pass a file); `backbone.pretrained: NAME`: a zoo release's trunk.
-A checkpoint of this model stores its weights, so its config records none of these.
+The trunk is a `backbone:` block of kind `timm_vit` (zoo.backbones.spec), the object a captioner
+uses as its encoder; here timm's pooling and head turn its features into logits. Any timm ViT
+variant is accepted by name, with `patch_size`, `depth`, ... overriding it; `backbone.conv_stem`
+swaps the patchify convolution for a small conv stem (Xiao et al. 2021). Training for small data:
+AdamW (no weight decay on biases, norms, position embeddings and the cls token), linear warm-up
+then cosine decay per step, label smoothing, stochastic depth and batch augmentation
+(`zoo.data.augment`); `bf16` autocast and `channels_last` for speed. Pretrained weights: the zoo's
+release (`zoo.create_model("vit_fmnist", pretrained=True)`), `backbone.pretrained_file: PATH` (any
+timm ViT checkpoint, adapted by timm), `backbone.pretrained: true` (timm's hub) or a zoo release's
+trunk (`backbone.pretrained: NAME`).
 """
 from __future__ import annotations
 
@@ -86,7 +74,6 @@ class ViTClassifier(ClassifierModule):
         if self.hparams.channels_last:
             self.to(memory_format=torch.channels_last)
 
-    # ------------------------------------------------------------------ forward
     @property
     def input_size(self) -> tuple[int, int]:
         return tuple(self.backbone.img_size)  # as timm resolved it
@@ -108,7 +95,6 @@ class ViTClassifier(ClassifierModule):
             logits = self._logits(images)
         return logits.float()
 
-    # ------------------------------------------------------------------ steps (zoo.models.accel)
     def train_inputs(self, batch):
         """Augmented images and labels, with mixup's partner labels and weight when it is on."""
         images, labels = batch
@@ -126,7 +112,6 @@ class ViTClassifier(ClassifierModule):
             loss = lam * loss + (1 - lam) * F.cross_entropy(logits, partner, label_smoothing=smoothing)
         return loss, {"loss": loss.detach(), "acc": (logits.argmax(-1) == labels).float().mean()}
 
-    # ------------------------------------------------------------------ optimisation
     def parameter_groups(self) -> list[dict]:
         """AdamW groups: weight decay only on matrices, not on biases, norms, position embeddings
         and prefix tokens (timm's `no_weight_decay`)."""
@@ -144,7 +129,6 @@ class ViTClassifier(ClassifierModule):
         return optim.configure(self, self.parameter_groups(), "adamw", lr=hp.lr, betas=hp.betas,
                                schedule="warmup_cosine", warmup_epochs=hp.warmup_epochs, min_lr=hp.min_lr)
 
-    # ------------------------------------------------------------------ attention
     @torch.no_grad()
     def attention_maps(self, images: torch.Tensor, head_fusion: str = "mean", residual: float = 0.5) -> dict:
         """images [B, C, H, W] in [0, 1] -> {"logits" [B, K], "attention" [layers, B, heads, N, N],
@@ -167,11 +151,9 @@ class ViTClassifier(ClassifierModule):
     @torch.no_grad()
     def attention_record(self, images: torch.Tensor, heads: bool = False, head_fusion: str = "mean",
                          residual: float = 0.5):
-        """One step per layer (the CLS token's attention to the patches, heads averaged), with
-        `heads` one more per head of the last layer, and a last step with the rollout (Abnar &
-        Zuidema 2020; `head_fusion` mean, max or min, `residual` the identity's weight in [0, 1));
-        each patch's mass is spread over its pixels. The mass the CLS query puts on prefix tokens is
-        left out, so each map sums to 1."""
+        """One step per layer (the CLS token's attention to the patches, heads averaged), with `heads`
+        one per head of the last layer, and the rollout last (Abnar & Zuidema 2020; `head_fusion`,
+        `residual`: zoo.attention.rollout); each map renormalised without the prefix tokens."""
         from zoo.attention import record
 
         if head_fusion not in ("mean", "max", "min") or not 0 <= residual < 1:

@@ -287,11 +287,29 @@ def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] 
     _resumed[str(path)] = run_of(path, checkpoint)  # for claim(), which checks again under the run lock
     if fitting and launching_process():  # DDP's other ranks find the folder claimed for their run
         _check_owner(path, _resumed[str(path)], Path(config["trainer"].get("default_root_dir") or os.getcwd()))
+    if fitting:
+        check_resume_budget(path, checkpoint, config["trainer"])
     run = checkpoint.get("zoo_run") if isinstance(checkpoint.get("zoo_run"), dict) else {}
     for init_args in _wandb_logger_args(config) if fitting and isinstance(run.get("wandb_id"), str) else []:
         if init_args.get("id") is None:  # the same W&B run goes on (validate, test, predict: a run of their own)
             init_args["id"], init_args["resume"] = run["wandb_id"], "allow"
     return path, checkpoint.get("state_dict")
+
+
+def check_resume_budget(path: Path, checkpoint: dict, trainer) -> None:
+    """A resume that would train no step (the checkpoint already holds `max_epochs` epochs or
+    `max_steps` steps) is refused in one line instead of exiting 0 having done nothing."""
+    loops = checkpoint.get("loops") if isinstance(checkpoint.get("loops"), dict) else {}
+    progress = loops.get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
+    epochs = progress.get("processed", checkpoint.get("epoch", -1) + 1) if isinstance(progress, dict) else None
+    steps, max_epochs, max_steps = checkpoint.get("global_step"), trainer.get("max_epochs"), trainer.get("max_steps")
+    if isinstance(epochs, int) and isinstance(max_epochs, int) and 0 <= max_epochs <= epochs:
+        raise UserError(f"--ckpt_path {path}: the run already trained {epochs} epoch(s) and "
+                        f"trainer.max_epochs is {max_epochs}: nothing would train; raise --trainer.max_epochs "
+                        "to go on")
+    if isinstance(steps, int) and isinstance(max_steps, int) and 0 <= max_steps <= steps:
+        raise UserError(f"--ckpt_path {path}: the run already trained {steps} step(s) and "
+                        f"trainer.max_steps is {max_steps}: nothing would train; raise --trainer.max_steps to go on")
 
 
 def check_resume_weights(model, path: Path | None, state) -> None:

@@ -1,8 +1,6 @@
-"""DRAW figures: sample grids, reconstruction strips, glimpse strips and the animated canvas.
-
-Attention boxes follow the paper's figures: the read box is green, the write box red; the box
-spans the N x N grid (N * delta pixels on a side, centred at (gX, gY)) and its border width is
-proportional to the filters' sigma. Every function returns PIL images; saving is the caller's.
+"""DRAW figures (PIL images): sample grids, reconstruction strips and the animated canvas. As in the
+paper's figures the read box is green, the write box red, spanning the N x N grid (N * delta pixels,
+centred at (gX, gY)), its border width proportional to the filters' sigma.
 """
 from __future__ import annotations
 
@@ -35,9 +33,8 @@ def _box(params, index: int, n: int, scale: int) -> tuple[list[float], int]:
 
 def compose(cells: list[list[tuple[torch.Tensor, list]]], scale: int = 3, pad: int = 2,
             margin: float | None = None) -> Image.Image:
-    """A grid figure. cells[row][col] = (image [C, H, W] in [0, 1], boxes) where boxes is a list
-    of (FilterParams, example index, N, colour) drawn on that cell. Cells with boxes get a
-    margin (default a quarter of the image) so that windows reaching past the border show."""
+    """A grid figure of cells[row][col] = (image [C, H, W] in [0, 1], boxes: (FilterParams, example,
+    N, colour) each), with a margin (default a quarter image) where windows may reach past it."""
     rows = len(cells)
     cols = max(len(r) for r in cells)
     H, W = cells[0][0][0].shape[-2:]
@@ -78,10 +75,9 @@ def sample_grid(images: torch.Tensor, nrow: int | None = None, scale: int = 2) -
 def canvas_frames(canvases: torch.Tensor, write: list | None = None, write_n: int | None = None,
                   read: list | None = None, read_n: int | None = None, nrow: int | None = None,
                   scale: int = 2, targets: torch.Tensor | None = None) -> list[Image.Image]:
-    """One frame per step: canvases [T, n, C, H, W] in [0, 1] with the step's read box (green)
-    and write box (red) on every image; write/read are T FilterParams (or None). With targets
-    [n, C, H, W] (the images being redrawn), each canvas follows its target, which carries the
-    read box: the read looks at the input, the write draws on the canvas."""
+    """One frame per step: canvases [T, n, C, H, W] in [0, 1] with the step's read and write boxes
+    (T FilterParams or None); with targets [n, C, H, W] each canvas follows its target, which carries
+    the read box (the read looks at the input, the write draws on the canvas)."""
     T, n = canvases.shape[:2]
     frames = []
     for t in range(T):
@@ -112,9 +108,8 @@ def _grey_palette(levels: int) -> Image.Image:
 
 def gif_bytes(frames: list[Image.Image], duration_ms: int = 80, final_hold_ms: int = 1000,
               greys: int | None = None) -> bytes:
-    """An endlessly looping GIF that holds on the finished canvas. With `greys`, frames of
-    grayscale canvases are mapped onto that many grey levels plus the box colours (no
-    dithering): 16 levels make the file about 2.5 times smaller than GIF's 256 adaptive colours."""
+    """An endlessly looping GIF that holds on the finished canvas; `greys`: that many grey levels plus
+    the box colours, undithered (16 make the file 2.5 times smaller than 256 adaptive colours)."""
     buffer = io.BytesIO()
     if greys:
         palette = _grey_palette(greys)
@@ -139,8 +134,8 @@ def _steps(T: int, k: int) -> list[int]:
 
 def reconstruction_strip(x: torch.Tensor, canvases: torch.Tensor, read: list | None, write: list | None,
                          read_n: int | None, write_n: int | None, steps: int = 8, scale: int = 3) -> Image.Image:
-    """Rows: examples. Columns: the input, then canvases at `steps` steps with that step's read
-    (green) and write (red) boxes. x [n, C, H, W]; canvases [T, n, C, H, W] in [0, 1]."""
+    """A row per example x [n, C, H, W]: the input, then canvases [T, n, C, H, W] at `steps` steps
+    with their read and write boxes."""
     chosen = _steps(canvases.shape[0], steps)
     cells = [[(x[i], [])] + [(canvases[t, i], _windows(read, read_n, t, i, READ_COLOUR)
                               + _windows(write, write_n, t, i, WRITE_COLOUR)) for t in chosen]

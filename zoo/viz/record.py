@@ -1,14 +1,11 @@
 """Pictures of attention, the same wherever they show (`zoo attend`'s strips and HTML report, the
-W&B panels at validation, `zoo caption --attention-dir`): `attention_panels` draws every one.
+W&B panels, `zoo caption --attention-dir`): `attention_panels` draws every one.
 
-Honest by construction. A map is drawn on an absolute scale from 0, in multiples of the uniform
-level 1/N (N cells), never stretched to its own range: steps of one kind share a scale, a step that
-sums up the others (a record whose headline is its last step, as rollout sums up the layers) gets its
-own, and no scale tops below `CONTRAST` x uniform, so a near-uniform map looks dark and flat. Each
-scale has a colour bar with the uniform level marked; each step prints its peak (x uniform) and its
-entropy in nats, beside the uniform map's entropy ln N on the bar.
-
-A degenerate map (all zero, NaN or Inf) is never drawn as a picture: its panel is grey and says so."""
+Honest by construction: a map is drawn on an absolute scale from 0 in multiples of the uniform
+level 1/N (N cells), never stretched to its own range; steps of one kind share a scale (a headline
+step that sums up the others, as rollout does, gets its own), and no scale tops below `CONTRAST` x
+uniform, so a near-uniform map looks dark and flat. Each scale's colour bar marks the uniform level;
+each step prints its peak (x uniform) and entropy in nats. A degenerate map is a grey panel."""
 from __future__ import annotations
 
 import base64
@@ -34,11 +31,10 @@ DEGENERATE_GREY = (110, 110, 110)
 
 def attention_panels(image: Any, maps: torch.Tensor, labels: list[str], groups=None, boxes=None,
                      degenerate=None, size: int = 128):
-    """image [C, H, W] in [0, 1] (or PIL); maps [T, h, w] probability maps over the image on any grid
-    of h x w cells; labels T strings; groups T values (steps with one value share a colour scale;
-    default: one scale); boxes T lists of (x0, y0, x1, y1, rgb) in the image's pixels; degenerate
-    [T] bool (drawn grey) -> (panels, bars, bar_of): a (picture, text lines) per step, one per colour
-    scale, and each step's bar index."""
+    """image [C, H, W] in [0, 1] (or PIL); maps [T, h, w] over the image on any grid; labels T strings;
+    groups T values (one colour scale per value); boxes T lists of (x0, y0, x1, y1, rgb) in image
+    pixels; degenerate [T] bool -> (panels, bars, bar_of): (picture, text lines) per step and per
+    colour scale, and each step's bar index."""
     base = to_rgb_uint8(image)
     H, W = base.shape[:2]
     scale = size / max(H, W)
@@ -48,8 +44,7 @@ def attention_panels(image: Any, maps: torch.Tensor, labels: list[str], groups=N
     T = len(labels)
     groups = [0] * T if groups is None else list(groups)
     bad = [False] * T if degenerate is None else [bool(d) for d in degenerate]
-    # each map over its N cells: its peak in multiples of the uniform weight 1/N, its entropy in nats,
-    # and the uniform map's entropy ln N
+    # each map's peak in multiples of the uniform weight 1/N, its entropy and the uniform one, ln N
     flat = torch.nan_to_num(maps.detach().flatten(1).double().cpu(), nan=0.0, posinf=0.0, neginf=0.0)
     peak, entropy = flat.amax(1) * flat.shape[1], -(flat * flat.clamp_min(1e-300).log()).sum(1)
     uniform = math.log(flat.shape[1]) if T else 0.0
@@ -239,9 +234,8 @@ window.addEventListener("load", () => {{
 
 def html_report(record, images: torch.Tensor, names: list[str], title: str, metrics: list | None = None,
                 targets: list | None = None, size: int = 256) -> str:
-    """One self-contained page (images embedded, no network): per image the input, the prediction,
-    the boxes' legend (where it has boxes), and a slider over its steps (words, glimpses, DRAW steps,
-    layers), each frame the step's panel beside its colour bar under a step counter; with `metrics`
+    """One self-contained page (images embedded): per image the input, the prediction, the boxes'
+    legend and a slider over its steps (each frame a panel beside its colour bar); with `metrics`
     (per image a list of per-step dicts, or None) a table of them."""
     sections = []
     for b, name in enumerate(names):
@@ -273,12 +267,10 @@ def html_report(record, images: torch.Tensor, names: list[str], title: str, metr
 
 
 #: characters a string inside <script> must not hold as themselves: `<` starts `</script>`, `<!--`
-#: and `<script` (which switch the HTML parser's script states), `>` and `&` other markup, U+2028/9
-#: end a line in older JavaScript
+#: and `<script`, `>` and `&` other markup, U+2028/9 end a line in older JavaScript
 _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
 def script_json(value) -> str:
-    """Strict JSON (non-finite numbers as null) that is inert inside an HTML <script> element,
-    whatever strings a model or a file supplied: every unsafe character as its JavaScript escape."""
+    """Strict JSON that is inert inside an HTML <script> element, whatever strings it holds."""
     return json_text(value).translate(str.maketrans(_SCRIPT_UNSAFE))

@@ -1,0 +1,156 @@
+"""scripts/scaling.py (issue 43, item 4): `report` regenerates results/scaling.csv and docs/scaling.md's
+tables exactly from the committed JSON; `measure` on a tiny configuration writes well-formed JSON
+whose numbers behave as the families' designs say; training results join their cost rows with a
+bootstrap interval."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import shutil
+import sys
+
+import pytest
+
+from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("scaling_script", REPO / "scripts" / "scaling.py")
+scaling = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # (its dataclass looks itself up)
+spec.loader.exec_module(scaling)
+
+#: the cheapest measure: two small canvases, one run of each timing, no Megapixel Fashion
+TINY = ["--sizes", "32", "48", "--no-megapixel", "--repeats", "1", "--warmup", "0", "--throughput-repeats", "1",
+        "--batch-size", "4", "--memory-batch", "2", "--max-seconds", "5", "--threads", "0"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny measure of DRAM and the small CNN (the rows the checks read) -> (the JSON, its path)."""
+    out = tmp_path_factory.mktemp("scaling") / "scaling_cost_cpu.json"
+    assert scaling.main(["measure", "--families", "DRAM", "SmallCNN", *TINY, "--out", str(out)]) == 0
+    return json.loads(out.read_text()), out
+
+
+def test_the_committed_csv_and_tables_are_what_the_json_says():
+    """Editing a number of docs/scaling.md or results/scaling.csv by hand, or committing a cost or
+    training result without `python scripts/scaling.py report`, fails here."""
+    assert scaling.main(["report", "--check"]) == 0
+
+
+def test_measure_writes_a_row_per_family_and_size_with_its_provenance(tiny):
+    record, _ = tiny
+    assert record["git_commit"] and record["device"] and record["date"] and record["wall_time_s"] > 0
+    assert record["setting"]["sizes"] == [32, 48] and record["setting"]["memory_budget_mb"] == 4096
+    assert sorted((r["family"], r["task"], r["img_size"]) for r in record["rows"]) == [
+        ("DRAM", "scale", 32), ("DRAM", "scale", 48), ("SmallCNN", "scale", 32), ("SmallCNN", "scale", 48)]
+    for row in record["rows"]:
+        macs = row["macs"]
+        assert macs["counter"] > 0 and macs["total"] == macs["counter"] + macs["analytic"]
+        assert macs["analytic"] == sum(macs["analytic_parts"].values()) and macs["counted_on"] == "cpu"
+        assert row["latency"]["repeats"] == 1 and row["latency"]["cpu_min_s"] > 0
+        assert 1 <= row["throughput"]["batch"] <= 4 and row["throughput"]["samples_per_sec"] > 0
+        assert row["train_memory"]["batch"] == 2 and row["train_memory"]["step"] == "forward and backward"
+        assert row["train_memory"]["bytes"] > row["train_memory"]["input_bytes"] == 2 * row["img_size"] ** 2 * 4
+        assert row["param_count"] > 0 and row["notes"] == []
+    # every check is there, unresolved without its 60 and 400 px rows
+    assert [c["name"] for c in record["checks"]] == [c["name"] for c in scaling.checks([])]
+    assert all(c["value"] is None and c["meets"] is None for c in record["checks"])
+
+
+def test_drams_cost_grows_only_by_its_context_views_area_average(tiny):
+    """DRAM reads a fixed number of fixed-size glimpses and a fixed-size context view: the counter's
+    MACs are the same at every side, and the analytic term grows by exactly the pixels the context
+    view's area average adds (one add per pixel), while the small CNN's MACs grow with the area."""
+    rows = {(r["family"], r["img_size"]): r for r in tiny[0]["rows"]}
+    small, large = rows["DRAM", 32]["macs"], rows["DRAM", 48]["macs"]
+    assert small["counter"] == large["counter"]
+    assert large["analytic"] - small["analytic"] == 48 ** 2 - 32 ** 2
+    assert large["steps"] == small["steps"] and small["steps"]["count"] == 4
+    assert small["steps"]["per_step"] * 4 + small["steps"]["once_per_image"] == small["counter"]
+    cnn = rows["SmallCNN", 48]["macs"]["counter"] / rows["SmallCNN", 32]["macs"]["counter"]
+    assert cnn == pytest.approx((48 / 32) ** 2, rel=0.05)
+
+
+def test_the_analytic_term_counts_attention_kernels_the_counter_has_no_formula_for():
+    """On CPU the fused scaled-dot-product attention has no flop-counter formula: the analytic term
+    counts it as B H L S (E + Ev), which is what the counter counts for the same product written out."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    q, k, v = torch.rand(2, 3, 10, 8), torch.rand(2, 3, 12, 8), torch.rand(2, 3, 12, 4)
+    unseen, counter = scaling._unseen_work(), FlopCounterMode(display=False)
+    with torch.no_grad(), counter, unseen:
+        F.scaled_dot_product_attention(q, k, v)
+    written_out = FlopCounterMode(display=False)
+    with torch.no_grad(), written_out:
+        (q @ k.transpose(-2, -1)).softmax(-1) @ v
+    assert unseen.macs["attention kernels"] + counter.get_total_flops() // 2 == written_out.get_total_flops() // 2
+
+
+def test_a_family_over_the_memory_budget_keeps_its_row_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_LIMITS", "memory_mb=5")  # the small CNN's forward pass of one 400 px image: 40 MB
+    out = tmp_path / "cost.json"
+    assert scaling.main(["measure", "--families", "SmallCNN", *TINY, "--sizes", "400", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["macs"]["counted_on"] == "meta" and row["macs"]["counter"] > 0  # counted without running
+    assert row["latency"] is None and row["throughput"] is None
+    assert row["notes"][0].startswith("not run: refused, it would need about")
+    assert "more than the" in row["notes"][-1] and not row["train_memory"]["within_budget"]
+
+
+def test_report_joins_training_results_with_their_seed_spread_and_bootstrap_interval(tiny, tmp_path):
+    record, path = tiny
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(path, results / path.name)
+    dram = next(r for r in record["rows"] if r["family"] == "DRAM" and r["img_size"] == 48)
+    config = {"class_path": "zoo.models.ram.RAM", "init_args": {"image_size": 48},
+              "data": {"class_path": scaling.SCALE_DATA, "init_args": {"canvas_size": 48, "limit_eval": 400}}}
+    accs = [0.70, 0.72, 0.74]
+    for seed, acc in enumerate(accs):
+        (results / f"ram_x_seed{seed}.json").write_text(json.dumps(
+            {"recipe": dram["recipe_file"], "train_args": [], "seed": seed, "config": config,
+             "metrics": {"test/acc": acc}}))
+    (results / "ram_y_seed0.json").write_text(json.dumps(  # a recipe no cost row measured
+        {"recipe": "configs/ram/other.yaml", "train_args": [], "seed": 0, "config": config,
+         "metrics": {"test/acc": 0.5}}))
+    at32 = {**config, "init_args": {"image_size": 32}, "data": {**config["data"], "init_args": {"canvas_size": 32}}}
+    for name, train_args, acc in (("ram_short_seed0", ["--trainer.max_epochs", "2"], 0.6),  # a budget: joined, stated
+                                  ("ram_other_model_seed0", ["--model.init_args.num_glimpses", "2"], 0.4)):
+        (results / f"{name}.json").write_text(json.dumps(
+            {"recipe": str(REPO / dram["recipe_file"]), "train_args": train_args, "seed": 0, "config": at32,
+             "metrics": {"test/acc": acc}}))
+    doc = tmp_path / "scaling.md"
+    shutil.copy(REPO / "docs" / "scaling.md", doc)
+    paths = ["--results", str(results), "--csv", str(tmp_path / "s.csv"), "--doc", str(doc),
+             "--figure", str(tmp_path / "s.png")]
+    assert scaling.main(["report", *paths, "--check"]) == 1  # nothing written yet
+    assert scaling.main(["report", *paths]) == 0
+    assert scaling.main(["report", *paths, "--check"]) == 0
+    assert (tmp_path / "s.png").read_bytes().startswith(b"\x89PNG")
+    with open(tmp_path / "s.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames[:5] == ["model", "family", "task", "device", "img_size"]
+        rows = list(reader)
+    row = next(r for r in rows if r["family"] == "DRAM" and r["img_size"] == "48")
+    assert float(row["top1"]) == pytest.approx(72.0) and float(row["top1_err"]) == pytest.approx(28.0)
+    assert float(row["top1_std"]) == pytest.approx(2.0) and row["seeds"] == "3"
+    # the mean of 3 seeds of 400 test canvases: a binomial standard error of sqrt(sum p(1-p)/n) / 3
+    se = 100 * math.sqrt(sum(p * (1 - p) / 400 for p in accs)) / 3
+    low, high = float(row["top1_ci95_low"]), float(row["top1_ci95_high"])
+    assert low == pytest.approx(72 - 1.96 * se, abs=0.3) and high == pytest.approx(72 + 1.96 * se, abs=0.3)
+    assert float(row["infer_gmacs"]) == pytest.approx(dram["macs"]["total"] / 1e9, abs=1e-6)
+    assert float(row["infer_samples_per_sec"]) == pytest.approx(
+        int(row["infer_batch_size"]) / (float(row["infer_step_time"]) / 1000), rel=1e-2)  # timm's columns agree
+    orphan = next(r for r in rows if r["model"] == "other")
+    assert orphan["top1"] == "50.00" and orphan["notes"].startswith("no cost row: ram_y_seed0")
+    short = next(r for r in rows if r["family"] == "DRAM" and r["img_size"] == "32")
+    assert short["top1"] == "60.00" and short["top1_std"] == "" and short["notes"] == "trained with --trainer.max_epochs 2"
+    other = next(r for r in rows if r["notes"].startswith("no cost row: ram_other_model_seed0"))
+    assert other["top1"] == "40.00" and other["notes"].endswith("(train_args [\"--model.init_args.num_glimpses\", \"2\"])")
+    text = doc.read_text()
+    assert "| DRAM | scale | 48 |" in text and "72.00 ± 2.00 [" in text
+    doc.write_text(text.replace("| DRAM | scale | 48 |", "| DRAM | scale | 49 |"))
+    assert scaling.main(["report", *paths, "--check"]) == 1  # a hand edit is caught
