@@ -45,8 +45,6 @@ def _read_json(path: str | os.PathLike, what: str):
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file ({what})")
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory, expected a {what} JSON file")
     return read_json(path, str(path), max_bytes=MAX_CAPTION_FILE_BYTES, max_nodes=MAX_CAPTION_VALUES)
 
 
