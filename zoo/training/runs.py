@@ -375,12 +375,14 @@ def check_resume_model(checkpoint: dict, class_path: str, init_args, path: Path,
     """The checkpoint's model must be `class_path` with these `init_args` as the run builds them (what
     its `data` decides linked in; old names read in current ones). One left unset (None) is taken
     from the checkpoint: what the data filled in (a vocabulary), a block field its kind decided."""
+    from zoo.registry import is_allowed, resolve_class
+
     saved = checkpoint.get("zoo") if isinstance(checkpoint.get("zoo"), dict) else {}
     hparams = checkpoint.get("hyper_parameters") or {}
     saved_class = saved.get("class_path") or hparams.get("_class_path")
     if saved_class and saved_class != class_path:
         raise UserError(f"--ckpt_path {path}: the checkpoint is a {saved_class}, but this config trains {class_path}")
-    model_class = _model_class(class_path)
+    model_class = resolve_class(class_path) if is_allowed(class_path, "model") else None  # else LightningCLI refuses it
     given, built = _plain(init_args), _linked(model_class, init_args, data)
     for key, value in current_init_args(class_path, hparams).items():
         if key.startswith("_") or key not in built:
@@ -422,13 +424,6 @@ def _block_fields(block: type, here: dict, there: dict) -> dict:
     defaults = {f.name: _plain(f.default) if f.default is not dataclasses.MISSING else None
                 for f in dataclasses.fields(block)}
     return {name: (here.get(name, default), there.get(name, default)) for name, default in defaults.items()}
-
-
-def _model_class(class_path: str) -> type | None:
-    """The allowed model class `class_path` names, or None (LightningCLI refuses it later)."""
-    from zoo.registry import is_allowed, resolve_class
-
-    return resolve_class(class_path) if is_allowed(class_path, "model") else None
 
 
 def _linked(model_class: type | None, init_args, data) -> dict:
