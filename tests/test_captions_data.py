@@ -137,7 +137,8 @@ def test_training_batches_are_bucketed_pairs(coco):
 
 
 def test_eval_batches_are_the_shared_preprocessing_and_never_normalised(coco):
-    from zoo.preprocess import Preprocessing, load_image_tensor
+    from zoo.guards.files import load_image
+    from zoo.preprocess import Preprocessing
 
     dm = coco_dm(*coco)
     dm.setup("fit")
@@ -149,7 +150,7 @@ def test_eval_batches_are_the_shared_preprocessing_and_never_normalised(coco):
     # the same file, prepared the way `zoo caption` and `zoo.get_weights(...).transforms()` do
     spec = Preprocessing(3, (16, 16), "crop", 20)
     for image, record in zip(images, dm.records("val")[:2]):
-        assert torch.equal(image, load_image_tensor(record.path, spec))
+        assert torch.equal(image, spec(load_image(record.path)))
     # normalisation belongs to the model's encoder: the data module has no such argument
     with pytest.raises(TypeError, match="normalize"):
         coco_dm(*coco, normalize=True)

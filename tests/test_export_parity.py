@@ -13,8 +13,9 @@ from PIL import Image
 
 from conftest import REPO
 from zoo.guards.errors import UserError
+from zoo.guards.files import load_image
 from zoo.models.card import families
-from zoo.preprocess import Preprocessing, load_image_tensor
+from zoo.preprocess import Preprocessing
 from zoo.weights.export import describe, preprocessing_record
 
 
@@ -79,7 +80,7 @@ def test_the_torch_free_example_prepares_images_as_zoo_does(name, tmp_path):
     spec = Preprocessing.from_dict(record)
     for kind, path in _images(size, tmp_path, grey=record["in_chans"] == 1).items():
         ours = example.prepare(str(path), record)[0]
-        theirs = load_image_tensor(path, spec).numpy()
+        theirs = spec(load_image(path)).numpy()
         assert ours.shape == theirs.shape, kind
         np.testing.assert_array_equal(ours, theirs, err_msg=f"{name}: {kind}")
     # the transparent images' hidden colour makes no difference to either

@@ -8,9 +8,7 @@ models; "crop", the shorter side to `resize_size`, then the centre H x W (timm's
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -146,17 +144,7 @@ def load_batch(paths, spec: Preprocessing, notes: list[str] | None = None, sizes
     return batch, good, errors
 
 
-def load_image_tensor(path: str | os.PathLike, spec: Preprocessing) -> torch.Tensor:
-    """One image file -> float [C, H, W] in [0, 1] as `spec` prepares it."""
-    return spec(load_image(Path(path), channels=3))
-
-
 # ----------------------------------------------------------------------------- per model
-def data_config(model) -> dict | None:
-    """{class_path, init_args} of the data module `model` was trained with, or None."""
-    return getattr(model, "_zoo_data_config", None)
-
-
 def _normalisation(model) -> tuple[tuple | None, tuple | None]:
     """The mean/std a model applies to its input inside, if any (a backbone with `normalize`)."""
     for module in model.modules():
@@ -169,6 +157,7 @@ def _normalisation(model) -> tuple[tuple | None, tuple | None]:
 def for_model(model) -> Preprocessing:
     """How images are prepared for `model`: its input facts, and its data module's evaluation crop."""
     from zoo.classes import is_allowed, resolve_class
+    from zoo.registry import data_config
 
     data = (data_config(model) or {}).get("init_args") or {}
     data_class = str((data_config(model) or {}).get("class_path", ""))

@@ -250,10 +250,8 @@ def _served(batch, limit):
 
 
 def data_config(model) -> dict | None:
-    """{class_path, init_args} of the data module `model` was trained with (zoo.preprocess's)."""
-    from zoo.preprocess import data_config as of_model
-
-    return of_model(model)
+    """{class_path, init_args} of the data module `model` was trained with, or None."""
+    return getattr(model, "_zoo_data_config", None)
 
 
 def build(config: dict, **overrides):

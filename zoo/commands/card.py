@@ -163,9 +163,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from zoo.commands.info import check_known
+    from zoo.registry import get_entry
 
-    check_known(args.name)  # an unknown name first: did-you-mean
+    get_entry(args.name)  # an unknown name first: did-you-mean
     out = check_card_target(args.out, args.overwrite)
     for path in write_card(args.name, out, args.repo_id):
         print(f"wrote {path}")

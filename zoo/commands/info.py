@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from zoo.guards.errors import UserError, printable
+from zoo.guards.errors import printable
 from zoo.guards.files import ALPHA_RULE, INTERPOLATION
 from zoo.guards.text import is_number, number_text
 from zoo.registry import index
@@ -241,15 +241,6 @@ def attention_line(scores: dict) -> str:
     return (f"pointing {pct('pointing')} (uniform {pct('pointing_uniform')}, centre prior {pct('pointing_centre')}); "
             f"deletion gap {num('deletion_gap')} vs random, {num('deletion_gap_centre')} vs centre prior; "
             f"{scores.get('examples', '?')} {scores.get('split', '')} images ({scores.get('source')})")
-
-
-def check_known(name: str) -> None:
-    """A UserError with a did-you-mean for a name the registry does not know."""
-    from zoo.registry import get_entry
-
-    if not isinstance(name, str) or not name:
-        raise UserError("give a model name (`zoo list` shows them)")
-    get_entry(name)
 
 
 def add_arguments(parser) -> None:
