@@ -46,10 +46,6 @@ def one_line_warnings() -> None:
 NOISE = ("💡", "Detected KeyboardInterrupt", "`weights_only` was not set", "Seed set to")
 
 
-def _not_noise(record: logging.LogRecord) -> bool:
-    return not any(part in str(record.msg) for part in NOISE)
-
-
 def quiet_lightning() -> None:
     """Drop Lightning's lines that are not ours to fix: NOISE, and two warnings of no use to a user."""
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
@@ -59,7 +55,7 @@ def quiet_lightning() -> None:
                  "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
                  "lightning.pytorch.trainer.connectors.callback_connector", "lightning.pytorch.trainer.call",
                  "lightning.fabric.utilities.seed"):
-        logging.getLogger(name).addFilter(_not_noise)
+        logging.getLogger(name).addFilter(lambda record: not any(part in str(record.msg) for part in NOISE))
 
 
 # C0 and C1 control characters (ESC sequences, CR, BS), the Unicode line separators and bidi overrides

@@ -466,11 +466,11 @@ class RAM(ZooModule):
         det = self.rollout(images, self._policy("mean"), noise=det_noise, std=std)
         sampled = self.rollout(images, self._policy("sample"), noise=sampled_noise, std=std)
         metrics = {"loss": F.cross_entropy(det["logits"], labels), "acc": _accuracy(det["logits"], labels)}
-        if stage != "test":
-            metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
-            return metrics
-        metrics["error_pct"] = 100 * (1 - metrics["acc"])
+        if stage == "test":
+            metrics["error_pct"] = 100 * (1 - metrics["acc"])
         metrics["acc_sampled"] = _accuracy(sampled["logits"], labels)
+        if stage != "test":
+            return metrics
         # M trajectories per image in one batched rollout; average the class probabilities
         m = hp.eval_samples
         many = self.rollout(images.repeat_interleave(m, 0), self._policy("sample"), noise=many_noise, std=std)
