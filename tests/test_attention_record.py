@@ -213,8 +213,9 @@ def test_faithfulness_prefers_the_map_the_score_uses():
     mask = torch.zeros(10, 10)
     mask[2:6, 4:8] = 1
     score = lambda x: (x[:, 0] * mask).flatten(1).sum(1) / 16
-    faithful = am.faithfulness(score, images, mask.expand(8, 10, 10) / 16, steps=10)
-    unfaithful = am.faithfulness(score, images, (1 - mask).expand(8, 10, 10), steps=10)
+    faithful = am.faithfulness_rows(score, images, mask.expand(8, 10, 10) / 16, steps=10)
+    unfaithful = am.faithfulness_rows(score, images, (1 - mask).expand(8, 10, 10), steps=10)
+    faithful, unfaithful = ({k: v.mean() for k, v in rows.items()} for rows in (faithful, unfaithful))
     assert faithful["deletion_gap"] > 0.3 and faithful["insertion_gap"] > 0.3
     assert unfaithful["deletion_gap"] < 0 and unfaithful["insertion_gap"] < 0
 

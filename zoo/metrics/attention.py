@@ -220,14 +220,6 @@ def faithfulness_rows(score: Callable[[torch.Tensor], torch.Tensor], images: tor
     return out
 
 
-def faithfulness(score: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, maps: torch.Tensor,
-                 steps: int = 10, background: float = 0.0, seed: int = 0,
-                 groups: torch.Tensor | None = None) -> dict[str, float]:
-    """The means of `faithfulness_rows`; with groups [N] (each row's test item) their bootstrap 95%
-    intervals under "ci95"."""
-    return _summary(faithfulness_rows(score, images, maps, steps, background, seed), groups, seed)
-
-
 # ----------------------------------------------------------------------------- a whole evaluation
 def scored_steps(record, targets: torch.Tensor, target_words: list[list[str]] | None = None):
     """(images [S], steps [S], targets [S, M, 4], labelled): every headline step of every image on all
