@@ -163,7 +163,9 @@ def test_recorded_attention_matches_reference_rows_sum_to_one_and_fusing_is_rest
     vit = model.vit
     x = model.backbone.prepare(torch.rand(2, 1, 28, 28))
     assert all(b.attn.fused_attn for b in vit.blocks)  # fused by default: weights never materialised
-    attention = rollout_maps.attention_weights(vit, x)
+    with rollout_maps.record_attention(vit) as recorded, torch.no_grad():
+        vit.forward_features(x)
+    attention = torch.stack(recorded).float()
     assert attention.shape == (2, 2, 2, 17, 17)  # [layers, B, heads, N, N]
     assert torch.allclose(attention.sum(-1), torch.ones(2, 2, 2, 17), atol=1e-5)
     assert torch.allclose(attention, _reference_attention(vit, x), atol=1e-5)

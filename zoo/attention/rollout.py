@@ -32,15 +32,6 @@ def record_attention(vit: nn.Module):
             hook.remove()
 
 
-@torch.no_grad()
-def attention_weights(vit: nn.Module, images: torch.Tensor, forward=None) -> torch.Tensor:
-    """images [B, C, H, W] (already prepared for `vit`) -> attention [layers, B, heads, N, N].
-    `forward` defaults to `vit.forward_features`."""
-    with record_attention(vit) as recorded:
-        (forward or vit.forward_features)(images)
-    return torch.stack(recorded).float()
-
-
 def cls_attention(attention: torch.Tensor, num_prefix_tokens: int, grid: tuple[int, int],
                   cls_index: int | None = 0) -> torch.Tensor:
     """Attention [..., N, N] -> CLS-to-patch maps [..., h, w]: row `cls_index` (None: the mean over all
