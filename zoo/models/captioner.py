@@ -162,12 +162,6 @@ class Captioner(ZooModule):
     def decode_start(self, images: torch.Tensor) -> tuple:
         return self.net.decode_start(images)
 
-    def decode_step(self, token, h, c, projected, annotations) -> dict[str, torch.Tensor]:
-        return self.net.decode_step(token, h, c, projected, annotations)
-
-    def scoring_mode(self) -> str:
-        return self.net.scoring_mode()
-
     # the forward pass zoo.guards.budget measures (a whole caption's decoding: `decoding_memory`)
     memory_probe = decode_start
 
@@ -349,7 +343,7 @@ class Captioner(ZooModule):
     def eval_metrics(self, stage, **batch):
         """The teacher-forced NLL of one reference, for model selection by loss (the decoded
         captions are scored per split, `_score_split`)."""
-        terms = self.loss_terms(batch, self.scoring_mode())
+        terms = self.loss_terms(batch, self.net.scoring_mode())
         return {"loss": terms["nll"], "nll_word": terms["nll_word"]}
 
     def _eval_step(self, batch: dict, stage: str) -> None:
@@ -471,7 +465,7 @@ class Captioner(ZooModule):
         """p(word_t | image, words_<t) of each decoded caption, teacher-forced as `scoring_mode` scores."""
         tokens = self.caption_tokens([r["words"] for r in results], images.device)
         with evaluating(self):
-            logits = self(images, tokens, mode=self.scoring_mode())["logits"]  # [B, T-1, V]
+            logits = self(images, tokens, mode=self.net.scoring_mode())["logits"]  # [B, T-1, V]
         probs = logits.float().softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
         return [probs[b, :len(r["words"])].tolist() for b, r in enumerate(results)]
 
@@ -483,7 +477,7 @@ class Captioner(ZooModule):
         steps, word = steps.to(self.device), tokens.gather(1, steps.to(self.device)[:, None] + 1)[:, 0]
 
         def score(x: torch.Tensor) -> torch.Tensor:
-            logits = self(x.to(self.device), tokens, mode=self.scoring_mode())["logits"]  # [S, T-1, V]
+            logits = self(x.to(self.device), tokens, mode=self.net.scoring_mode())["logits"]  # [S, T-1, V]
             return logits.float().softmax(-1)[rows, steps, word]
 
         return score

@@ -63,7 +63,7 @@ class _DecoderStep(nn.Module):
         self.captioner = captioner
 
     def forward(self, token, h, c, projected, annotations):
-        out = self.captioner.decode_step(token, h, c, projected, annotations)
+        out = self.captioner.net.decode_step(token, h, c, projected, annotations)
         return out["log_probs"], out["h"], out["c"], out["alpha"], out["beta"]
 
 
