@@ -157,10 +157,9 @@ def _normalisation(model) -> tuple[tuple | None, tuple | None]:
 def for_model(model) -> Preprocessing:
     """How images are prepared for `model`: its input facts, and its data module's evaluation crop."""
     from zoo.classes import is_allowed, resolve_class
-    from zoo.registry import data_config
 
-    data = (data_config(model) or {}).get("init_args") or {}
-    data_class = str((data_config(model) or {}).get("class_path", ""))
+    config = getattr(model, "_zoo_data_config", None) or {}  # zoo.registry.data_config
+    data, data_class = config.get("init_args") or {}, str(config.get("class_path", ""))
     mean, std = _normalisation(model)
     data_module = resolve_class(data_class, "data") if is_allowed(data_class, "data") else None
     names = model.hparams.get("class_names") or getattr(data_module, "class_names", None)
