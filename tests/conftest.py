@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gzip
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
@@ -140,6 +141,24 @@ def run_cli(args: list[str], cwd: str | os.PathLike, env: dict | None = None, ti
     return proc.returncode, proc.stdout, proc.stderr
 
 
+class _LastResort(logging.StreamHandler):
+    """What a fresh process prints for a log record no handler takes (Python's `logging.lastResort`:
+    its message, at WARNING and above, on stderr). In a test process pytest's handlers on the root
+    logger take every record, so that a command's `zoo` warnings would never reach its stderr."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.setLevel(logging.WARNING)
+
+    def filter(self, record) -> bool:
+        logger = logging.getLogger(record.name)
+        while logger is not logging.root:  # a handler of its own, or of a parent, takes it
+            if logger.handlers or not logger.propagate:
+                return False
+            logger = logger.parent
+        return True
+
+
 def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
     """What `run_cli(args, cwd, env)` runs, run in this process through the same entry points
     (train.py and eval.py are zoo.commands.cli's `script`, `-m zoo.commands.cli` its `main`): no
@@ -148,10 +167,10 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
     those stay `run_cli`'s). `env`'s variables are set while it runs (none is removed: a W&B service
     this process started stays its own), in `cwd`; stdout and stderr are captured, the log handlers
     that write to them included. An exception a command lets out is exit code 1 with its traceback
-    on stderr, as Python's would be. Returns (returncode, stdout, stderr)."""
+    on stderr, as Python's would be; a log record no handler of the command takes is printed on its
+    stderr, as a fresh process prints it. Returns (returncode, stdout, stderr)."""
     import contextlib
     import io
-    import logging
     import traceback
 
     from zoo.commands import cli
@@ -170,7 +189,9 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
     handlers = [h for lg in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
                 for h in getattr(lg, "handlers", []) if type(h) is logging.StreamHandler]
     streams = [h.stream for h in handlers]
+    last_resort = _LastResort(err)
     try:
+        logging.root.addHandler(last_resort)
         os.environ.update(env or {})
         os.chdir(cwd)
         sys.argv = [str(REPO / args[0]), *args[1:]]
@@ -187,6 +208,7 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
                 traceback.print_exc()
                 code = 1
     finally:
+        logging.root.removeHandler(last_resort)
         for handler, stream in zip(handlers, streams):
             handler.setStream(stream)
         sys.argv = saved_argv
