@@ -168,7 +168,8 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
     this process started stays its own), in `cwd`; stdout and stderr are captured, the log handlers
     that write to them included. An exception a command lets out is exit code 1 with its traceback
     on stderr, as Python's would be; a log record no handler of the command takes is printed on its
-    stderr, as a fresh process prints it. Returns (returncode, stdout, stderr)."""
+    stderr, as a fresh process prints it; W&B's service ends with the command, as with a process.
+    Returns (returncode, stdout, stderr)."""
     import contextlib
     import io
     import traceback
@@ -195,8 +196,8 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
         os.environ.update(env or {})
         os.chdir(cwd)
         sys.argv = [str(REPO / args[0]), *args[1:]]
-        for handler, stream in zip(handlers, streams):
-            handler.setStream(out if stream in (sys.stdout, sys.__stdout__) else err)
+        for handler, stream in zip(handlers, streams):  # (not setStream: it flushes, and a stream may be closed)
+            handler.stream = out if stream in (sys.stdout, sys.__stdout__) else err
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = command()
@@ -208,9 +209,13 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
                 traceback.print_exc()
                 code = 1
     finally:
+        # a process's W&B service ends with it; one kept would hold the stream of a run that this
+        # process resumes again (a copy of one run resumed by two tests) and write it nowhere
+        if "wandb" in sys.modules:
+            sys.modules["wandb"].teardown()
         logging.root.removeHandler(last_resort)
         for handler, stream in zip(handlers, streams):
-            handler.setStream(stream)
+            handler.stream = stream
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         for key, value in saved_env.items():
