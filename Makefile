@@ -34,7 +34,10 @@ XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 test: setup
 	$(PY) -m pytest -q --timeout 900 $(XDIST) tests
 
-# The quick loop (about 1.5 minutes on 2 cores): everything but the subprocess / multi-process tests.
+# The quick loop: everything but the tests marked `slow` (subprocesses, several processes, real fits and
+# compiles; `make test` runs them). It still runs one family's whole run lifecycle (tests/test_lifecycle.py,
+# the smallest tiny model), every fuzz corpus replay and each family's own tiny configuration through the
+# compile checks. Measured TBD s alone on 2 cores at commit TBD (budget: at most 3 minutes).
 test-fast: setup
 	$(PY) -m pytest -q --timeout 900 $(XDIST) -m "not slow" tests
 

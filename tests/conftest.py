@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gzip
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
@@ -138,6 +139,91 @@ def run_cli(args: list[str], cwd: str | os.PathLike, env: dict | None = None, ti
     proc = subprocess.run([sys.executable, *args], cwd=str(cwd), env=env if env is not None else cli_env(),
                           capture_output=True, text=True, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
+
+
+class _LastResort(logging.StreamHandler):
+    """What a fresh process prints for a log record no handler takes (Python's `logging.lastResort`:
+    its message, at WARNING and above, on stderr). In a test process pytest's handlers on the root
+    logger take every record, so that a command's `zoo` warnings would never reach its stderr."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.setLevel(logging.WARNING)
+
+    def filter(self, record) -> bool:
+        logger = logging.getLogger(record.name)
+        while logger is not logging.root:  # a handler of its own, or of a parent, takes it
+            if logger.handlers or not logger.propagate:
+                return False
+            logger = logger.parent
+        return True
+
+
+def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
+    """What `run_cli(args, cwd, env)` runs, run in this process through the same entry points
+    (train.py and eval.py are zoo.commands.cli's `script`, `-m zoo.commands.cli` its `main`): no
+    interpreter start and no imports, seconds per command, for a test about what a command does
+    rather than the process it runs in (its exit code on a signal, a W&B run a new process resumes:
+    those stay `run_cli`'s). `env`'s variables are set while it runs (none is removed: a W&B service
+    this process started stays its own), in `cwd`; stdout and stderr are captured, the log handlers
+    that write to them included. An exception a command lets out is exit code 1 with its traceback
+    on stderr, as Python's would be; a log record no handler of the command takes is printed on its
+    stderr, as a fresh process prints it; W&B's service ends with the command, as with a process.
+    Returns (returncode, stdout, stderr)."""
+    import contextlib
+    import io
+    import traceback
+
+    from zoo.commands import cli
+
+    args = [str(a) for a in args]
+    if args[:2] == ["-m", "zoo.commands.cli"]:
+        command = functools.partial(cli.main, args[2:])
+    elif args and args[0] in ("train.py", "eval.py"):
+        command = functools.partial(cli.script, args[0].removesuffix(".py"), args[0])
+    else:
+        raise ValueError(f"run_main runs train.py, eval.py or -m zoo.commands.cli, not {args[:2]}")
+    out, err = io.StringIO(), io.StringIO()
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    # Lightning's (and any other) log handler keeps the stream it was made with: pointed here too
+    handlers = [h for lg in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+                for h in getattr(lg, "handlers", []) if type(h) is logging.StreamHandler]
+    streams = [h.stream for h in handlers]
+    last_resort = _LastResort(err)
+    try:
+        logging.root.addHandler(last_resort)
+        os.environ.update(env or {})
+        os.chdir(cwd)
+        sys.argv = [str(REPO / args[0]), *args[1:]]
+        for handler, stream in zip(handlers, streams):  # (not setStream: it flushes, and a stream may be closed)
+            handler.stream = out if stream in (sys.stdout, sys.__stdout__) else err
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = command()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+                if not isinstance(exc.code, (int, type(None))):
+                    print(exc.code, file=sys.stderr)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        # a process's W&B service ends with it; one kept would hold the stream of a run that this
+        # process resumes again (a copy of one run resumed by two tests) and write it nowhere
+        if "wandb" in sys.modules:
+            sys.modules["wandb"].teardown()
+        logging.root.removeHandler(last_resort)
+        for handler, stream in zip(handlers, streams):
+            handler.stream = stream
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return int(code or 0), out.getvalue(), err.getvalue()
 
 
 def tiny_fit_args(config: str, root: Path, *extra: str) -> list[str]:

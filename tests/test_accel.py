@@ -42,6 +42,18 @@ def _first(check: str) -> list[str]:
 INDUCTOR = _first("inductor")  # the real inductor backend: compiling costs seconds to a minute
 
 
+def _own_first(cases) -> list:
+    """`cases` (TINY's ids, or tuples starting with one) as parameters: each family's own (first) tiny
+    configuration in `make test-fast`, its other configurations (tracing costs seconds to a minute
+    each) in `make test`."""
+    own = {next(name for name in TINY if TINY[name][0] is cls) for cls, _ in TINY.values()}
+    params = []
+    for case in cases:
+        values = case if isinstance(case, tuple) else (case,)
+        params.append(pytest.param(*values, marks=() if values[0] in own else pytest.mark.slow))
+    return params
+
+
 def build(name: str, mode: str = "eager", **overrides):
     cls, hparams = TINY[name]
     torch.manual_seed(0)
@@ -92,7 +104,7 @@ def _loss_and_grads(model, fn, inputs):
 
 
 # ----------------------------------------------------------------------------- tracing (CPU)
-@pytest.mark.parametrize("name", list(TINY))
+@pytest.mark.parametrize("name", _own_first(TINY))
 def test_whole_training_step_traces_without_graph_breaks_and_equals_eager(name):
     """fullgraph=True raises on any graph break; the compiled forward + backward must give eager's
     loss and gradients over a few optimizer steps (the parameters move in between)."""
@@ -117,7 +129,7 @@ def test_whole_training_step_traces_without_graph_breaks_and_equals_eager(name):
 EVAL_CASES = [(name, "test") for name in TINY] + [(name, "val") for name in _first("eval_val")]
 
 
-@pytest.mark.parametrize("name,stage", EVAL_CASES)
+@pytest.mark.parametrize("name,stage", _own_first(EVAL_CASES))
 def test_evaluation_step_traces_without_graph_breaks_and_equals_eager(name, stage):
     model = build(name).eval()
     model.on_validation_epoch_start()  # what Lightning calls first (RAM seeds its evaluation draws)

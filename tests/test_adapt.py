@@ -12,7 +12,7 @@ import yaml
 from PIL import Image
 
 import zoo
-from conftest import REPO, cli_env, run_cli
+from conftest import REPO, cli_env, run_main
 from zoo.guards.errors import UserError
 
 
@@ -68,18 +68,18 @@ def _folder(root, classes=("cat", "dog"), size=(28, 28)):
 def test_init_from_a_release_on_an_image_folder_stores_its_class_names(tmp_path):
     data = _folder(tmp_path / "pets")
     root = tmp_path / "run"
-    rc, _, err = run_cli(["train.py", "fit", "--config", REPO / "configs/vit/fmnist.yaml",
-                          "--config", REPO / "configs/vit/_fmnist5_imagefolder.yaml", "--data.init_args.root", data,
-                          "--data.init_args.batch_size", "4", "--init_from", "vit_fmnist",
-                          "--trainer.max_epochs", "1", "--trainer.logger", "false",
-                          "--trainer.default_root_dir", root], cwd=tmp_path, env=cli_env(), timeout=600)
+    rc, _, err = run_main(["train.py", "fit", "--config", REPO / "configs/vit/fmnist.yaml",
+                           "--config", REPO / "configs/vit/_fmnist5_imagefolder.yaml", "--data.init_args.root", data,
+                           "--data.init_args.batch_size", "4", "--init_from", "vit_fmnist",
+                           "--trainer.max_epochs", "1", "--trainer.logger", "false",
+                           "--trainer.default_root_dir", root], cwd=tmp_path, env=cli_env())
     assert rc == 0, err[-3000:]
     assert "new classifier head backbone.vit.head.weight (2, 96)" in err
     checkpoint = sorted((root / "checkpoints").glob("best*.ckpt"))[-1]
     model = zoo.load_checkpoint(checkpoint)
     assert model.hparams.num_classes == 2 and list(model.hparams.class_names) == ["cat", "dog"]
-    rc, out, err = run_cli(["-m", "zoo.commands.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
-                            data / "val" / "dog" / "0.png"], cwd=tmp_path, env=cli_env(), timeout=600)
+    rc, out, err = run_main(["-m", "zoo.commands.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
+                             data / "val" / "dog" / "0.png"], cwd=tmp_path, env=cli_env())
     assert rc == 0, err[-3000:]
     predicted = out.split(": ", 1)[1].split(" (")[0]  # "IMAGE: NAME (P%) -> ..."
     assert predicted in ("cat", "dog"), out
@@ -100,11 +100,10 @@ def test_transforms_take_pil_arrays_and_tensors_alike():
         transform([1, 2, 3])
 
 
-@pytest.mark.slow
 def test_zoo_list_has_a_header_and_no_match_is_a_user_error():
-    rc, out, _ = run_cli(["-m", "zoo.commands.cli", "list", "vit_*"], cwd=REPO, env=cli_env())
+    rc, out, _ = run_main(["-m", "zoo.commands.cli", "list", "vit_*"], cwd=REPO, env=cli_env())
     assert rc == 0 and out.splitlines()[0].split()[:2] == ["name", "weights"] and "vit_fmnist" in out
-    rc, out, err = run_cli(["-m", "zoo.commands.cli", "list", "sat_soft_coco"], cwd=REPO, env=cli_env())
+    rc, out, err = run_main(["-m", "zoo.commands.cli", "list", "sat_soft_coco"], cwd=REPO, env=cli_env())
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "no model matches 'sat_soft_coco'" in err and "sat_coco_soft" in err
 
@@ -139,13 +138,13 @@ def test_glimpse_json_names_its_boxes(tmp_path, capsys):
 @pytest.mark.parametrize("init_vocab", ["data", "release"])
 def test_init_from_a_captioner_on_new_captions_keeps_known_words(tmp_path, init_vocab):
     root = tmp_path / "run"
-    rc, _, err = run_cli(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml",
-                          "--init_from", "sat_soft_scenes", "--init_vocab", init_vocab,
-                          "--data.init_args.num_train", "64", "--data.init_args.num_val", "16",
-                          "--data.init_args.num_test", "16", "--data.init_args.max_vocab", "6",
-                          "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
-                          "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
-                          "--trainer.default_root_dir", root], cwd=tmp_path, env=cli_env(), timeout=600)
+    rc, _, err = run_main(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml",
+                           "--init_from", "sat_soft_scenes", "--init_vocab", init_vocab,
+                           "--data.init_args.num_train", "64", "--data.init_args.num_val", "16",
+                           "--data.init_args.num_test", "16", "--data.init_args.max_vocab", "6",
+                           "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
+                           "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
+                           "--trainer.default_root_dir", root], cwd=tmp_path, env=cli_env())
     assert rc == 0, err[-3000:]
     release = list(zoo.create_model("sat_soft_scenes", pretrained=True).hparams.vocab)
     vocab = list(zoo.load_checkpoint(root / "checkpoints" / "last.ckpt").hparams.vocab)
@@ -184,7 +183,6 @@ def test_a_plain_training_run_prints_no_noise_and_one_data_line(trained_run):
     assert len(lines) == 1 and lines[0].startswith("data: FashionMNISTDataModule: train ")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args, expected", [
     (["--model.init_args.backbone.modelname", "vit"],
      "model.backbone (BackboneSpec): Option 'modelname' is not accepted; did you mean --model.init_args.backbone.model_name?"),
@@ -194,8 +192,8 @@ def test_a_plain_training_run_prints_no_noise_and_one_data_line(trained_run):
     (["--trainer.max_epoch", "3"], "did you mean --trainer.max_epochs?"),
 ])
 def test_command_line_mistakes_name_the_field_with_a_did_you_mean(tmp_path, args, expected):
-    code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml", *args,
-                              "--print_config"], cwd=tmp_path, env=cli_env(None))
+    code, out, err = run_main(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml", *args,
+                               "--print_config"], cwd=tmp_path, env=cli_env(None))
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and expected in lines[0], err[-1500:]
 
@@ -204,15 +202,14 @@ def test_command_line_mistakes_name_the_field_with_a_did_you_mean(tmp_path, args
 def test_a_folder_without_classes_is_one_line(tmp_path):
     for split in ("train", "val"):
         (tmp_path / "data" / split).mkdir(parents=True)
-    code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/vit/imagenet_finetune.yaml",
-                              "--data.init_args.root", tmp_path / "data", "--model.init_args.backbone.pretrained", "false",
-                              f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
+    code, out, err = run_main(["train.py", "fit", "--config", REPO / "configs/vit/imagenet_finetune.yaml",
+                               "--data.init_args.root", tmp_path / "data", "--model.init_args.backbone.pretrained", "false",
+                               f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
     errors = [line for line in err.splitlines() if "error" in line]
     assert code == 2 and len(errors) == 1 and "Couldn't find any class folder" in errors[0], err[-1500:]
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args, expected", [
     (["--config", "ram_fmnist_centred"], "--config ram_fmnist_centred: no such file; did you mean "
                                          "ram_fmnist_centered?"),
@@ -221,21 +218,20 @@ def test_a_folder_without_classes_is_one_line(tmp_path):
 ])
 def test_a_registry_name_or_a_near_release_name_gets_a_did_you_mean(tmp_path, args, expected):
     args = [str(REPO / a) if a.startswith("configs/") else a for a in args]
-    code, out, err = run_cli(["train.py", "fit", *args, f"--trainer.default_root_dir={tmp_path / 'run'}"],
-                             cwd=tmp_path, env=cli_env(None))
+    code, out, err = run_main(["train.py", "fit", *args, f"--trainer.default_root_dir={tmp_path / 'run'}"],
+                              cwd=tmp_path, env=cli_env(None))
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and expected in lines[0], err[-1500:]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("given", [["--model.init_args.backbone.level", "null"],
                                    ["--model.init_args.backbone.pretrained_file=null"]])
 def test_null_unsets_a_backbone_field_on_the_command_line(tmp_path, given):
     """A nested null means unset, for an int field as for a str one; the rest of the recipe's
     backbone block stays."""
-    code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml", *given,
-                              "--model.init_args.backbone.kernel_size", "5", "--print_config"],
-                             cwd=tmp_path, env=cli_env(None))
+    code, out, err = run_main(["train.py", "fit", "--config", REPO / "configs/sat/soft_scenes.yaml", *given,
+                               "--model.init_args.backbone.kernel_size", "5", "--print_config"],
+                              cwd=tmp_path, env=cli_env(None))
     assert code == 0, err[-2000:]
     backbone = yaml.safe_load(out)["model"]["init_args"]["backbone"]
     field = given[0].split("=")[0].rsplit(".", 1)[-1]

@@ -231,25 +231,24 @@ def test_backbone_weight_that_does_not_fit_the_images_is_refused_naming_both(tmp
         Captioner(vocab=None, image_size=[64, 64], backbone=vit)
 
 
-@pytest.mark.slow
 def test_cli_backbone_fields_are_typed_and_a_second_config_merges_field_wise(tmp_path):
     import yaml
-    from conftest import REPO, cli_env, run_cli
+    from conftest import REPO, cli_env, run_main
 
     recipe = REPO / "configs/sat/coco_soft.yaml"
     second = tmp_path / "fine_tune.yaml"
     second.write_text("model:\n  init_args:\n    backbone:\n      trainable: true\n")
-    rc, out, err = run_cli(["train.py", "fit", "--config", recipe, "--config", second,
-                            "--model.init_args.backbone.pretrained", "false",
-                            "--model.init_args.backbone.level", "3", "--print_config"], cwd=tmp_path, env=cli_env())
+    rc, out, err = run_main(["train.py", "fit", "--config", recipe, "--config", second,
+                             "--model.init_args.backbone.pretrained", "false",
+                             "--model.init_args.backbone.level", "3", "--print_config"], cwd=tmp_path, env=cli_env())
     assert rc == 0, err[-2000:]
     backbone = yaml.safe_load(out)["model"]["init_args"]["backbone"]
     written = yaml.safe_load(recipe.read_text())["model"]["init_args"]["backbone"]
     assert backbone["pretrained"] is False and backbone["level"] == 3  # a bool and an int, not strings
     assert backbone["trainable"] is True  # from the second config ...
     assert backbone["model_name"] == written["model_name"] and backbone["normalize"] is written["normalize"]  # ... kept
-    rc, out, err = run_cli(["train.py", "fit", "--config", recipe, "--model.init_args.backbone.pretrained",
-                            "backbone_fmnist_stem", "--print_config"], cwd=tmp_path, env=cli_env())
+    rc, out, err = run_main(["train.py", "fit", "--config", recipe, "--model.init_args.backbone.pretrained",
+                             "backbone_fmnist_stem", "--print_config"], cwd=tmp_path, env=cli_env())
     assert rc == 0 and yaml.safe_load(out)["model"]["init_args"]["backbone"]["pretrained"] == "backbone_fmnist_stem"
 
 

@@ -296,6 +296,34 @@ def test_a_training_step_measured_on_meta_is_what_the_real_step_allocates(family
     assert sum(_steps(cls, init_args, 60).values()) > sum(_steps(cls, init_args, 12).values()) > estimate
 
 
+@pytest.mark.parametrize("family", sorted(__import__("zoo.models.card", fromlist=["families"]).families()))
+def test_remembered_meta_outputs_count_what_running_every_op_counts(family, monkeypatch):
+    """The measure remembers a functional op's outputs by its arguments' shapes (an unrolled model
+    repeats them): the training step, the evaluation step and the forward pass measure the bytes,
+    and name the largest tensor, exactly as running every op's meta kernel does."""
+    from zoo.models import memory
+    from zoo.models.card import families
+
+    cls = families()[family]
+    init_args = next(iter(cls.card.tiny.values()))
+    steps = ((True, "batch_size", 6), (False, "eval_batch_size", 12))
+    counters, made = [], memory._live_bytes
+    monkeypatch.setattr(memory, "_live_bytes", lambda: counters.append(made()) or counters[-1])
+
+    def measured() -> tuple:
+        counters.clear()
+        return memory._steps_memory(cls, init_args, steps, 4), memory._model_memory(cls, init_args, 3)
+
+    remembered = measured()
+    assert sum(counter.reused for counter in counters) > 0  # outputs were made again, not run
+
+    def unkeyable(value, torch_module):
+        raise memory._Unkeyable
+
+    monkeypatch.setattr(memory, "_op_key", unkeyable)  # every op runs its meta kernel
+    assert measured() == remembered and not any(counter.reused for counter in counters)
+
+
 @pytest.mark.parametrize("flag, expected", [
     ("--data.init_args.batch_size=1000000", "a training step (forward and backward) of data.init_args.batch_size=1,000,000"),
     ("--data.init_args.eval_batch_size=1000000", "an evaluation step (forward) of data.init_args.eval_batch_size=1,000,000"),

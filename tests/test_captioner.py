@@ -777,10 +777,9 @@ trainer:
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", ["supervised_without_boxes", "backbone_misfit"])
 def test_train_py_refuses_bad_input_with_one_line_and_exit_2(tmp_path, tiny_data_dir, case):
-    from conftest import cli_env, run_cli
+    from conftest import cli_env, run_main
 
     from zoo.backbones import BackboneSpec
     from zoo.weights import hub
@@ -803,7 +802,7 @@ def test_train_py_refuses_bad_input_with_one_line_and_exit_2(tmp_path, tiny_data
         recipe.write_text(recipe.read_text().replace("{kind: stem, in_chans: 3, channels: [8, 16], strides: [4, 2]}",
                                                      f"{{kind: stem, pretrained: {gray}, trainable: false}}"))
         expected = ["takes 1-channel images (trained on 28x28 px)", "the captioner's images are 3x32x32"]
-    rc, out, err = run_cli(args, cwd=tmp_path, env=cli_env(tiny_data_dir))
+    rc, out, err = run_main(args, cwd=tmp_path, env=cli_env(tiny_data_dir))
     lines = [line for line in err.strip().splitlines() if line.startswith("train.py: error")]
     assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
     assert all(part in lines[0] for part in expected), lines[0]

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import REPO, TINY_TEST, TINY_VAL, cli_env, run_cli
+from conftest import REPO, TINY_TEST, TINY_VAL, cli_env, run_main
 
 import zoo
 from zoo.data.fashion_mnist import FashionMNISTDataModule
@@ -37,12 +37,11 @@ def _accuracy(checkpoint, split: str) -> tuple[float, int]:
     return (predictions == labels).float().mean().item(), len(labels)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("split,expected_n", [("test", TINY_TEST), ("val", TINY_VAL)])
 def test_eval_writes_json_with_documented_keys(trained_run, tiny_data_dir, tmp_path, monkeypatch, split, expected_n):
     out = tmp_path / "results" / "eval.json"
-    rc, stdout, stderr = run_cli(["eval.py", "--checkpoint", trained_run["last"], "--split", split,
-                                  "--json", out, "--seed", "3"], cwd=tmp_path, env=cli_env(tiny_data_dir))
+    rc, stdout, stderr = run_main(["eval.py", "--checkpoint", trained_run["last"], "--split", split,
+                                   "--json", out, "--seed", "3"], cwd=tmp_path, env=cli_env(tiny_data_dir))
     assert rc == 0, f"rc {rc}\n{stdout[-2000:]}\n{stderr[-4000:]}"
     record = json.loads(out.read_text())
     assert DOCUMENTED_KEYS <= set(record), f"missing {DOCUMENTED_KEYS - set(record)}"
@@ -66,10 +65,9 @@ def test_eval_writes_json_with_documented_keys(trained_run, tiny_data_dir, tmp_p
     assert not any(noise in stdout + stderr for noise in ("💡", "litlogger", "LeafSpec")), stderr[-2000:]
 
 
-@pytest.mark.slow
 def test_missing_checkpoint_is_one_line_exit_2(tmp_path, tiny_data_dir):
-    rc, stdout, stderr = run_cli(["eval.py", "--checkpoint", tmp_path / "nope.ckpt"], cwd=tmp_path,
-                                 env=cli_env(tiny_data_dir))
+    rc, stdout, stderr = run_main(["eval.py", "--checkpoint", tmp_path / "nope.ckpt"], cwd=tmp_path,
+                                  env=cli_env(tiny_data_dir))
     assert rc == 2
     assert "Traceback" not in stderr
     lines = [line for line in stderr.splitlines() if line.strip()]

@@ -19,7 +19,7 @@ from safetensors import safe_open
 from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
-from conftest import REPO, cli_env, run_cli, tiny_fit_args
+from conftest import REPO, cli_env, run_main, tiny_fit_args
 from tools import release
 from zoo import hparams, registry
 from zoo.classes import registered, resolve_class
@@ -289,7 +289,7 @@ def test_train_py_resumes_an_old_checkpoint_and_refuses_one_that_differs(trained
         work, root = _as_old_run(trained_run, tmp_path / str(schedule), schedule)
         args = tiny_fit_args("configs/baseline/cnn_centered.yaml", root, "--trainer.max_epochs=2",
                              "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=2", "--ckpt_path", "last")
-        code, out, err = run_cli(args, cwd=work, env=cli_env(tiny_data_dir))
+        code, out, err = run_main(args, cwd=work, env=cli_env(tiny_data_dir))
         assert code == expected, err[-3000:]
         if not schedule:  # saved as cosine_schedule: false, i.e. lr_schedule 'none'; the recipe says 'cosine'
             lines = [line for line in err.splitlines() if line.strip()]
@@ -297,15 +297,14 @@ def test_train_py_resumes_an_old_checkpoint_and_refuses_one_that_differs(trained
                                        "checkpoint)" in lines[0], err[-3000:]
 
 
-@pytest.mark.slow
 def test_train_py_reads_an_old_recipe_in_current_names_after_one_warning(tmp_path):
     recipe = yaml.safe_load((REPO / "configs/vit/fmnist.yaml").read_text())
     # the size written out (the recipe leaves it to the data), under its old name
     recipe["model"]["init_args"] = {**_old_names({**recipe["model"]["init_args"], "image_size": 28}, VIT),
                                     "accel": "compile"}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(recipe))
-    code, out, err = run_cli(["train.py", "fit", "--config", tmp_path / "old.yaml", "--print_config",
-                              f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
+    code, out, err = run_main(["train.py", "fit", "--config", tmp_path / "old.yaml", "--print_config",
+                               f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 0 and len(lines) == 1, err[-2000:]
     assert lines[0] == f"{tmp_path / 'old.yaml'}: read in current hyperparameter names (its model's accel is the run's --accel compile)"

@@ -1,9 +1,14 @@
-"""A run's whole life, for every registered family, as a user types it (issue 42): in subprocesses,
-`fit` (tiny) -> `fit --ckpt_path last` with more epochs (the epochs go on, the W&B run is the same)
--> `validate`, `test` and `predict --predictions` on RUN/config.yaml and the checkpoint -> `eval.py
---checkpoint` -> `zoo attend` / `zoo export --checkpoint` where the card says the family attends /
-exports, with every file of the run byte-identical afterwards -> a fine-tune with `--init_from` the
-run's checkpoint into a new folder, then its resume from its own config.yaml.
+"""A run's whole life, for every registered family, as a user types it (issue 42): `fit` (tiny) ->
+`fit --ckpt_path last` with more epochs (the epochs go on, the W&B run is the same) -> `validate`,
+`test` and `predict --predictions` on RUN/config.yaml and the checkpoint -> `eval.py --checkpoint`
+-> `zoo attend` / `zoo export --checkpoint` where the card says the family attends / exports, with
+every file of the run byte-identical afterwards -> a fine-tune with `--init_from` the run's
+checkpoint into a new folder, then its resume from its own config.yaml.
+
+Each resume (`--ckpt_path last`) is a process of its own, as a user's is: a new process that finds
+its run, its W&B run included. The other commands go through the same entry points in this process
+(conftest.run_main: the same command lines, exit codes and output, without an interpreter start and
+its imports, seconds each).
 
 Each family trains its card's first tiny configuration on the data of its representative recipe
 (the first of the card's `bench_recipes`, else its first recipe), made tiny; what the data decides
@@ -22,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY_VAL, cli_env, run_cli
+from conftest import REPO, TINY_VAL, cli_env, run_cli, run_main
 from PIL import Image
 
 from zoo import registry
@@ -89,8 +94,8 @@ def _hashes(root) -> dict:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _ok(args, work, env, what):
-    code, out, err = run_cli(args, cwd=work, env=env, timeout=600)
+def _ok(args, work, env, what, run=run_cli):
+    code, out, err = run(args, cwd=work, env=env) if run is run_main else run(args, cwd=work, env=env, timeout=600)
     assert code == 0, f"{what} failed (rc {code}):\n{out[-2000:]}\n{err[-4000:]}"
     return out, err
 
@@ -137,7 +142,7 @@ def test_a_run_lives_its_whole_life(family, tmp_path, tiny_data_dir):
     fit = ["train.py", "fit", "--config", recipe, f"--trainer.default_root_dir={root}", *BUDGET]
 
     # fit, then resume: the epochs go on in the same W&B run
-    _ok([*fit, "--trainer.max_epochs=1"], work, env, "fit")
+    _ok([*fit, "--trainer.max_epochs=1"], work, env, "fit", run_main)
     first = _last(root)
     assert first["global_step"] == 2 and isinstance(first["zoo_run"]["wandb_id"], str)
     _resumes(work, env, root, [*fit, "--trainer.max_epochs=2", "--ckpt_path", "last"], first, "fit --ckpt_path last")
@@ -145,11 +150,10 @@ def test_a_run_lives_its_whole_life(family, tmp_path, tiny_data_dir):
     # the run is read, never written
     before = _hashes(root)
     on_run = ["--config", root / "config.yaml", "--ckpt_path", root / "checkpoints" / "last.ckpt"]
-    _ok(["train.py", "validate", *on_run], work, env, "validate")
-    _ok(["train.py", "test", *on_run], work, env, "test")
+    _ok(["train.py", "validate", *on_run], work, env, "validate", run_main)
+    _ok(["train.py", "test", *on_run], work, env, "test", run_main)
     predictions = work / "predictions.jsonl"
-    code, out, err = run_cli(["train.py", "predict", *on_run, "--predictions", predictions], cwd=work, env=env,
-                             timeout=600)
+    code, out, err = run_main(["train.py", "predict", *on_run, "--predictions", predictions], cwd=work, env=env)
     if cls.card.output == "sample":  # a generator answers no image: one line, nothing written
         assert code == 2 and len(err.strip().splitlines()) == 1 and "generator" in err, err[-3000:]
         assert not predictions.exists()
@@ -159,24 +163,24 @@ def test_a_run_lives_its_whole_life(family, tmp_path, tiny_data_dir):
         assert lines and [line["index"] for line in lines] == list(range(len(lines)))
     checkpoint = root / "checkpoints" / "last.ckpt"
     result = work / "eval.json"
-    _ok(["eval.py", "--checkpoint", checkpoint, "--split", "test", "--json", result], work, env, "eval.py")
+    _ok(["eval.py", "--checkpoint", checkpoint, "--split", "test", "--json", result], work, env, "eval.py", run_main)
     assert json.loads(result.read_text())["metrics"]
     if cls.card.attention:
         image = work / "input.png"
         _image(config, image)
         _ok(["-m", "zoo.commands.cli", "attend", "--checkpoint", checkpoint, "--out", work / "attend", image],
-            work, env, "zoo attend")
+            work, env, "zoo attend", run_main)
         assert list((work / "attend").glob("*.png"))
     if cls.card.output != "sample" and "export" not in cls.card.skip:
         _ok(["-m", "zoo.commands.cli", "export", "--checkpoint", checkpoint, "--out", work / "export"],
-            work, env, "zoo export")
+            work, env, "zoo export", run_main)
         assert list((work / "export").glob("*.onnx"))
     assert _hashes(root) == before  # every file of the run as it was
 
     # a fine-tune from the run's weights is a new run (its own W&B run); it resumes from its own config
     tuned = work / "finetune"
     _ok(["train.py", "fit", "--config", recipe, f"--trainer.default_root_dir={tuned}", *BUDGET,
-         "--trainer.max_epochs=1", "--init_from", checkpoint], work, env, "fit --init_from")
+         "--trainer.max_epochs=1", "--init_from", checkpoint], work, env, "fit --init_from", run_main)
     started = _last(tuned)
     assert started["zoo_run"]["wandb_id"] != first["zoo_run"]["wandb_id"]
     _resumes(work, env, tuned, ["train.py", "fit", "--config", tuned / "config.yaml", "--trainer.max_epochs=2",

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import zoo
-from conftest import REPO, cli_env, run_cli
+from conftest import REPO, cli_env, run_main
 from zoo import registry
 from zoo.data.base import as_size
 from zoo.guards.errors import UserError
@@ -95,11 +95,10 @@ def test_a_model_at_its_default_channels_takes_the_datas_and_other_channels_are_
         link_data(Classifier, _with_defaults(Classifier, {"in_chans": 3}), FashionMNISTDataModule, {})
 
 
-@pytest.mark.slow
 def test_train_py_refuses_a_disagreeing_recipe_in_one_line(tmp_path):
-    code, out, err = run_cli(["train.py", "fit", "--config", REPO / "configs/ram/fmnist_cluttered60.yaml",
-                              "--model.init_args.image_size", "100", f"--trainer.default_root_dir={tmp_path / 'run'}"],
-                             cwd=tmp_path, env=cli_env(None))
+    code, out, err = run_main(["train.py", "fit", "--config", REPO / "configs/ram/fmnist_cluttered60.yaml",
+                               "--model.init_args.image_size", "100", f"--trainer.default_root_dir={tmp_path / 'run'}"],
+                              cwd=tmp_path, env=cli_env(None))
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1, err[-2000:]
     assert lines[0] == ("train.py: error: --model.init_args.image_size 100 disagrees with the data's images "

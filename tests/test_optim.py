@@ -12,7 +12,7 @@ import torch
 
 import yaml
 
-from conftest import cli_env, run_cli, tiny_fit_args
+from conftest import cli_env, run_main, tiny_fit_args
 from helpers import read_wandb_records
 from zoo.guards.errors import UserError
 from zoo.models import optim
@@ -146,10 +146,10 @@ def test_resume_with_more_epochs_trains_at_a_positive_learning_rate(tmp_path, tr
     root = tmp_path / "runs" / "cnn"
     shutil.copytree(trained_run["root"], root)
     before = torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    rc, out, err = run_cli(tiny_fit_args("configs/baseline/cnn_centered.yaml", root, "--trainer.max_epochs=2",
+    rc, out, err = run_main(tiny_fit_args("configs/baseline/cnn_centered.yaml", root, "--trainer.max_epochs=2",
                                          "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
                                          "--ckpt_path=last"),
-                           cwd=tmp_path, env=cli_env(tiny_data_dir))
+                            cwd=tmp_path, env=cli_env(tiny_data_dir))
     assert rc == 0, err[-4000:]
     after = torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert after["epoch"] == 1 and after["global_step"] == before["global_step"] + 3

@@ -15,7 +15,7 @@ import pytest
 import torch
 from jsonargparse import ArgumentParser, Namespace
 
-from conftest import REPO, cli_env, run_cli, tiny_fit_args
+from conftest import REPO, cli_env, run_cli, run_main, tiny_fit_args
 from zoo import registry
 from zoo.data.fashion_mnist import FashionMNISTDataModule
 from zoo.guards.errors import UserError
@@ -38,7 +38,7 @@ def _resume(run, tiny_data_dir, *extra):
     args = tiny_fit_args("configs/baseline/cnn_centered.yaml", run["root"], "--trainer.max_epochs=2",
                          "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=2", "--ckpt_path", "last",
                          *extra)
-    return run_cli(args, cwd=run["work"], env=cli_env(tiny_data_dir))
+    return run_main(args, cwd=run["work"], env=cli_env(tiny_data_dir))
 
 
 def _snapshot(run) -> dict:
@@ -46,7 +46,6 @@ def _snapshot(run) -> dict:
     return {str(p): p.read_bytes() if p.is_file() else None for p in files}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--data.init_args.val_size=64", "--data.init_args.seed=7",
                                   "--data.init_args.variant=translated"])
 def test_a_data_edit_on_resume_is_refused_before_anything_is_written(run, tiny_data_dir, flag):
@@ -66,7 +65,6 @@ def test_a_changed_batch_size_resumes_with_one_warning(run, tiny_data_dir):
     assert sum("resuming with data.init_args.batch_size 16" in line for line in err.splitlines()) == 1
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("budget", ["--trainer.max_epochs=1", "--trainer.max_steps=1"])
 def test_a_resume_that_would_train_nothing_is_one_line(run, tiny_data_dir, budget):
     """The shared run trained 1 epoch: resuming it at that budget would exit 0 having done nothing."""
@@ -78,11 +76,10 @@ def test_a_resume_that_would_train_nothing_is_one_line(run, tiny_data_dir, budge
     assert _snapshot(run) == before
 
 
-@pytest.mark.slow
 def test_ckpt_path_last_without_a_checkpoint_names_the_folder(tmp_path, tiny_data_dir):
     root = tmp_path / "typo"
-    code, out, err = run_cli(tiny_fit_args("configs/baseline/mlp_centered.yaml", root, "--ckpt_path", "last"),
-                             cwd=tmp_path, env=cli_env(tiny_data_dir))
+    code, out, err = run_main(tiny_fit_args("configs/baseline/mlp_centered.yaml", root, "--ckpt_path", "last"),
+                              cwd=tmp_path, env=cli_env(tiny_data_dir))
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1, err[-2000:]
     assert f"no last.ckpt in {root}/checkpoints" in lines[0]

@@ -171,12 +171,50 @@ def _largest_tensor(model, init_args: Mapping) -> str:
     return f"the weights (largest: {name} {list(tensor.shape)}{cause})"
 
 
+class _Unkeyable(Exception):
+    """An op argument the memo of `_live_bytes` cannot key: the op runs."""
+
+
+def _op_key(value, torch):
+    """What an op's output can depend on in `value`, one of its arguments, as a hashable: a meta
+    tensor's metadata (never its data: it has none), a plain value itself."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "meta" or value.layout != torch.strided:
+            raise _Unkeyable
+        return (value.dtype, tuple(value.shape), value.stride(), value.storage_offset(), value.is_conj(),
+                value.is_neg())
+    if isinstance(value, (list, tuple)):
+        return (type(value), *(_op_key(v, torch) for v in value))
+    if isinstance(value, dict):
+        return (dict, *((k, _op_key(v, torch)) for k, v in value.items()))
+    if value is None or isinstance(value, (int, float, str, torch.dtype, torch.device, torch.layout,
+                                           torch.memory_format)):
+        return (type(value), value)
+    raise _Unkeyable
+
+
 def _live_bytes():
     """A dispatch mode that counts the bytes of the tensors alive at once while it is on (every op's
-    new outputs, until they are freed): its `peak`, and the largest tensor ('[shape] from op')."""
+    new outputs, until they are freed): its `peak`, and the largest tensor ('[shape] from op').
+
+    On the meta device an op's outputs are a function of the op and its arguments' metadata, and
+    most meta kernels are Python (torch._refs), a millisecond an op: an unrolled model (DRAW's T
+    steps, a captioner's words) repeats the same op on the same shapes, so the outputs of a
+    functional op (no in-place or out= argument, no output aliasing an input) are remembered by
+    that key and made again as empty meta tensors of the same shapes, strides and dtypes: the same
+    bytes counted, in microseconds."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
+    from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
+
+    functional: dict = {}  # op -> its schema neither mutates an argument nor returns an alias of one
+
+    def is_functional(func) -> bool:
+        if func not in functional:
+            schema = func._schema
+            functional[func] = not func.is_view and not schema.is_mutable and not any(
+                r.alias_info is not None for r in schema.returns)
+        return functional[func]
 
     class LiveBytes(TorchDispatchMode):
         def __init__(self):
@@ -184,9 +222,24 @@ def _live_bytes():
             self.live = self.peak = self.largest = 0
             self.largest_is = ""
             self.seen: set[int] = set()
+            self.outputs: dict = {}  # (op, its arguments' keys) -> (output tree spec, its leaves)
+            self.reused = 0  # ops whose outputs were made again from `outputs`
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
+            kwargs = kwargs or {}
+            try:
+                key = (func, _op_key(args, torch), _op_key(kwargs, torch)) if is_functional(func) else None
+            except _Unkeyable:
+                key = None
+            if key in self.outputs:
+                spec, leaves = self.outputs[key]
+                self.reused += 1
+                out = tree_unflatten([torch.empty_strided(leaf[1], leaf[2], dtype=leaf[3], device="meta")
+                                      if leaf[0] else leaf[1] for leaf in leaves], spec)
+            else:
+                out = func(*args, **kwargs)
+                if key is not None:
+                    self._remember(key, out, args, kwargs)
             if func.is_view:  # a view (as_strided included) allocates nothing; under a dispatch mode
                 return out    # its output is not marked as a view, so the schema says it
             for t in tree_leaves(out):
@@ -199,6 +252,26 @@ def _live_bytes():
                     self.seen.add(id(t))
                     weakref.finalize(t, self._free, id(t), n)
             return out
+
+        def _remember(self, key, out, args, kwargs) -> None:
+            """The op's outputs by `key`, where new empty meta tensors stand for them exactly: each a
+            tensor of its own (not an input, not twice, not a view, at offset 0) or a plain value."""
+            flat, spec = tree_flatten(out)
+            inputs = {id(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            leaves, ids = [], set()
+            for leaf in flat:
+                if isinstance(leaf, torch.Tensor):
+                    if (leaf.device.type != "meta" or leaf.layout != torch.strided or id(leaf) in inputs
+                            or id(leaf) in ids or leaf._is_view() or leaf.storage_offset() or leaf.is_conj()
+                            or leaf.is_neg()):
+                        return
+                    ids.add(id(leaf))
+                    leaves.append((True, tuple(leaf.shape), leaf.stride(), leaf.dtype))
+                elif leaf is None or isinstance(leaf, (bool, int, float)):
+                    leaves.append((False, leaf))
+                else:
+                    return
+            self.outputs[key] = (spec, leaves)
 
         def _free(self, key: int, n: int) -> None:
             self.live -= n
