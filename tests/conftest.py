@@ -173,6 +173,7 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
     import contextlib
     import io
     import traceback
+    import warnings
 
     from zoo.commands import cli
 
@@ -198,7 +199,9 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
         sys.argv = [str(REPO / args[0]), *args[1:]]
         for handler, stream in zip(handlers, streams):  # (not setStream: it flushes, and a stream may be closed)
             handler.stream = out if stream in (sys.stdout, sys.__stdout__) else err
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        # catch_warnings: the warning filters as they were, and the "once" registries forgotten (a
+        # fresh process shows a warning an earlier command in this one already showed)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             try:
                 code = command()
             except SystemExit as exc:

@@ -19,7 +19,7 @@ from safetensors import safe_open
 from torch.utils.data import DataLoader, TensorDataset
 
 import zoo
-from conftest import REPO, cli_env, run_main, tiny_fit_args
+from conftest import REPO, cli_env, run_cli, run_main, tiny_fit_args
 from tools import release
 from zoo import hparams, registry
 from zoo.classes import registered, resolve_class
@@ -303,7 +303,9 @@ def test_train_py_reads_an_old_recipe_in_current_names_after_one_warning(tmp_pat
     recipe["model"]["init_args"] = {**_old_names({**recipe["model"]["init_args"], "image_size": 28}, VIT),
                                     "accel": "compile"}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(recipe))
-    code, out, err = run_main(["train.py", "fit", "--config", tmp_path / "old.yaml", "--print_config",
+    # a process of its own: the one warning line must not depend on what earlier tests in this
+    # process did to the warning filters
+    code, out, err = run_cli(["train.py", "fit", "--config", tmp_path / "old.yaml", "--print_config",
                                f"--trainer.default_root_dir={tmp_path / 'run'}"], cwd=tmp_path, env=cli_env(None))
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 0 and len(lines) == 1, err[-2000:]
