@@ -299,9 +299,11 @@ def check_resume(config, argv: list[str], fitting: bool) -> tuple[Path, object] 
 def check_resume_budget(path: Path, checkpoint: dict, trainer) -> None:
     """A resume that would train no step (the checkpoint already holds `max_epochs` epochs or
     `max_steps` steps) is refused in one line instead of exiting 0 having done nothing."""
-    loops = checkpoint.get("loops") if isinstance(checkpoint.get("loops"), dict) else {}
-    progress = loops.get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
-    epochs = progress.get("processed", checkpoint.get("epoch", -1) + 1) if isinstance(progress, dict) else None
+    node = checkpoint  # the epochs the fit loop finished; any level may be missing or of another type
+    for key in ("loops", "fit_loop", "epoch_progress", "current", "processed"):
+        node = node.get(key) if isinstance(node, dict) else None
+    epoch = checkpoint.get("epoch")
+    epochs = node if isinstance(node, int) else epoch + 1 if isinstance(epoch, int) else None
     steps, max_epochs, max_steps = checkpoint.get("global_step"), trainer.get("max_epochs"), trainer.get("max_steps")
     if isinstance(epochs, int) and isinstance(max_epochs, int) and 0 <= max_epochs <= epochs:
         raise UserError(f"--ckpt_path {path}: the run already trained {epochs} epoch(s) and "
