@@ -240,10 +240,11 @@ def tiny_fit_args(config: str, root: Path, *extra: str) -> list[str]:
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory, tiny_data_dir):
     """One short training of the CNN baseline on the tiny data (1 epoch, 4 train / 2 val batches),
-    shared by the training, eval and registry tests. Returns a dict with its paths."""
+    shared by the training, eval and registry tests, run in this process (`run_main`). Returns a dict
+    with its paths."""
     work = tmp_path_factory.mktemp("trained_run")
     root = work / "runs" / "cnn"
-    rc, out, err = run_cli(tiny_fit_args("configs/baseline/cnn_centered.yaml", root,
+    rc, out, err = run_main(tiny_fit_args("configs/baseline/cnn_centered.yaml", root,
                                          "--trainer.max_epochs=1", "--trainer.limit_train_batches=4",
                                          "--trainer.limit_val_batches=2", "--trainer.log_every_n_steps=1"),
                            cwd=work, env=cli_env(tiny_data_dir))

@@ -143,6 +143,7 @@ def test_evaluation_step_traces_without_graph_breaks_and_equals_eager(name, stag
         torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_draw_compiles_its_cell_not_the_unroll(monkeypatch):
     """The production granularity for DRAW: one step of eqs. 3-8 traces as one graph, and compile
     mode compiles exactly that cell (a T=64 unroll would not compile in minutes)."""
@@ -242,6 +243,7 @@ def _resolved(model) -> dict[str, str]:
     return {key[2]: mode for key, mode in model.accel._modes.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ram", "draw"])  # a whole-step family and a cell-compiling one
 def test_compiled_fit_validate_test_and_checkpoints(name, tmp_path, monkeypatch):
     """Through Lightning: training and evaluation steps compiled (AOT tracing for speed), the
@@ -271,6 +273,7 @@ def test_compiled_fit_validate_test_and_checkpoints(name, tmp_path, monkeypatch)
     assert trainer.global_step == 2 * 3 and _resolved(resumed)["train"] == "eager"
 
 
+@pytest.mark.slow
 def test_auto_on_cpu_compiles_only_runs_long_enough(tmp_path, monkeypatch):
     monkeypatch.setenv(accel.BACKEND_ENV, "aot_eager")
     short = build("ram", None)
@@ -492,6 +495,7 @@ def _captioner_batch(T: int, seed: int = 0) -> dict:
     return b
 
 
+@pytest.mark.slow
 def test_captioner_compiled_fit_steps_equal_eager_across_caption_lengths(monkeypatch):
     """Through the switch: compile mode gives each caption length its own graph (up to
     accel_max_shapes) and the same losses and parameters as eager steps."""

@@ -19,7 +19,9 @@ PERFECT = {i: refs[0] for i, refs in REFERENCES.items()}
 WRONG = {0: "a dog runs on grass", 1: "two cats sleep", 2: "a man rides a horse", 3: "the sky is blue",
          4: "people at a table"}
 
-needs_java = pytest.mark.skipif(not C.java_available(), reason="coco-caption metrics need Java")
+# The Java scorers run in a JVM of their own (seconds to start, METEOR to load its tables): `slow`.
+def needs_java(test):
+    return pytest.mark.slow(pytest.mark.skipif(not C.java_available(), reason="coco-caption metrics need Java")(test))
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ leaves the likelihood as good as ever; only where the window claims to be gives 
 is what the figures draw."""
 import math
 
+import pytest
 import torch
 
 from zoo.models.draw import DRAW
@@ -80,6 +81,7 @@ def train(model: DRAW, steps: int = 500) -> DRAW:
     return model
 
 
+@pytest.mark.slow
 def test_attention_beats_no_attention_of_equal_size_on_a_sparse_set():
     """Nine places, one blob: without attention the canvas is a full linear write of a 4-unit
     state (eq. 18), 16 images at most, and cannot draw a sharp blob at each of 9 places; with

@@ -28,6 +28,7 @@ def _onnx_run(path, feeds: dict) -> list[np.ndarray]:
     return session.run(None, {k: v.numpy() for k, v in feeds.items()})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", EXPORTING)
 def test_every_family_exports_to_onnx_and_torch(family, tmp_path):
     """Its card's `exports` (RAM: logits and where it looked), at a batch size other than traced."""

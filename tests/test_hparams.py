@@ -297,6 +297,7 @@ def test_train_py_resumes_an_old_checkpoint_and_refuses_one_that_differs(trained
                                        "checkpoint)" in lines[0], err[-3000:]
 
 
+@pytest.mark.slow
 def test_train_py_reads_an_old_recipe_in_current_names_after_one_warning(tmp_path):
     recipe = yaml.safe_load((REPO / "configs/vit/fmnist.yaml").read_text())
     # the size written out (the recipe leaves it to the data), under its old name

@@ -462,6 +462,7 @@ def corpus() -> list[Path]:
     return sorted(CORPUS.glob("*.json")) if CORPUS.is_dir() else []
 
 
+@pytest.mark.slow
 @pytest.mark.fuzz
 def test_the_writers_keep_every_file_they_did_not_write():
     """A seeded run: random sequences of the writing commands over seeded user files and links."""
