@@ -229,6 +229,13 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
     return int(code or 0), out.getvalue(), err.getvalue()
 
 
+def wandb_runs(folder: Path) -> list[tuple[str, Path]]:
+    """(run id, folder) of each W&B offline run folder under folder/wandb, sorted. W&B names one
+    `offline-run-<yyyymmdd_hhmmss>-<id>` and adds `-<n>` when a run of that id already has a folder
+    of that second (a resume started within the second its run did), so the id is the fourth field."""
+    return sorted((p.name.split("-")[3], p) for p in Path(folder).glob("wandb/offline-run-*"))
+
+
 def tiny_fit_args(config: str, root: Path, *extra: str) -> list[str]:
     """train.py fit arguments for a quick run on the tiny data set."""
     return ["train.py", "fit", "--config", str(REPO / config),

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY_VAL, cli_env, run_cli, run_main
+from conftest import REPO, TINY_VAL, cli_env, run_cli, run_main, wandb_runs
 from PIL import Image
 
 from zoo import registry
@@ -105,7 +105,7 @@ def _last(root) -> dict:
 
 
 def _wandb_runs(work, run_id: str) -> list:
-    return sorted(work.glob(f"wandb/offline-run-*-{run_id}"))
+    return [folder for found, folder in wandb_runs(work) if found == run_id]
 
 
 def _image(config: dict, path) -> None:

@@ -15,7 +15,7 @@ import yaml
 from jsonargparse import Namespace
 
 import zoo.training.train as TRAIN
-from conftest import REPO, TINY_VAL
+from conftest import REPO, TINY_VAL, wandb_runs
 from zoo.training import runs
 
 
@@ -58,7 +58,7 @@ def test_a_resumed_runs_config_is_a_recipe_that_starts_a_new_run(tmp_path, tiny_
     assert fresh["global_step"] == 2 and fresh["epoch"] == 0
     assert fresh["zoo_run"]["wandb_id"] != resumed["zoo_run"]["wandb_id"]
     assert "a run's saved config" not in capsys.readouterr().err  # nothing to drop: it held no run identity
-    runs_dirs = sorted(p.name.rsplit("-", 1)[1] for p in (tmp_path / "wandb").glob("offline-run-*"))
+    runs_dirs = [run_id for run_id, _ in wandb_runs(tmp_path)]
     assert sorted(set(runs_dirs)) == sorted({resumed["zoo_run"]["wandb_id"], fresh["zoo_run"]["wandb_id"]})
     assert runs_dirs.count(fresh["zoo_run"]["wandb_id"]) == 1
 

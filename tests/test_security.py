@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 import zoo
-from conftest import REPO, TINY_VAL, cli_env
+from conftest import REPO, TINY_VAL, cli_env, wandb_runs
 from zoo.commands import cli
 from zoo.guards.errors import UserError
 from zoo.models.baselines import Classifier
@@ -315,8 +315,7 @@ def test_sigterm_saves_where_the_run_is_and_resume_continues_the_wandb_run(tmp_p
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True)
     assert after["global_step"] > saved["global_step"]
-    runs = sorted(p.name for p in (tmp_path / "wandb").glob("offline-run-*"))
-    assert len(runs) == 2 and all(name.endswith(run_id) for name in runs)  # one W&B run, continued
+    assert [found for found, _ in wandb_runs(tmp_path)] == [run_id, run_id]  # one W&B run, continued
 
 
 def test_resume_refuses_changed_hyperparameters_and_names_a_readable_checkpoint(trained_run, tmp_path, capsys,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import zoo.training.train as TRAIN
-from conftest import REPO, TINY_TEST, TINY_VAL
+from conftest import REPO, TINY_TEST, TINY_VAL, wandb_runs
 from zoo import registry
 from zoo.data.fashion_mnist import FashionMNISTDataModule
 from zoo.guards.errors import UserError
@@ -33,7 +33,7 @@ def _files(root) -> dict:
 
 
 def _wandb_ids(tmp_path) -> list[str]:
-    return [p.name.rsplit("-", 1)[1] for p in (tmp_path / "wandb").glob("offline-run-*")]
+    return [run_id for run_id, _ in wandb_runs(tmp_path)]
 
 
 def _refused(args, capsys) -> str:
