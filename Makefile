@@ -54,7 +54,7 @@ FUZZ_SECONDS ?= 600
 fuzz: setup
 	$(PY) tools/fuzz.py --seconds $(FUZZ_SECONDS) --json results/fuzz_report.json
 
-# benchmarks/releases.py writes results/benchmark-{infer,train}-cpu.csv; the leaderboard is rebuilt from them
+# benchmarks/releases.py writes results/benchmark-<kind>-<device>-fp32-bs<N>-torch<v>.csv; the leaderboard is rebuilt from them
 bench: setup
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 	$(PY) scripts/results_tables.py

@@ -1,9 +1,14 @@
 """The cost of every release, in timm's benchmark CSV columns: inference and training throughput at
 batch 1 and a large batch, eager and compiled where compiled is what the release runs by default.
 
-    python benchmarks/releases.py                      # results/benchmark-{infer,train}-cpu.csv
+    python benchmarks/releases.py      # results/benchmark-{infer,train}-cpu-fp32-bs{1,256}-torch<version>.csv
     python benchmarks/releases.py --device cuda --batch-sizes 1 1024 --max-seconds 170
-                                                       # results/benchmark-{infer,train}-nvidia-h200.csv
+                                       # results/benchmark-{infer,train}-nvidia-h200-fp32-bs{1,1024}-torch<version>.csv
+
+One CSV per configuration, named as timm names its benchmark files: the kind, the device, the
+precision (float32: nothing here autocasts), the batch size and the torch release
+(tools/result_csvs.py); scripts/results_tables.py rewrites them from the JSON record, so the
+record is what the CSVs say.
 
 Columns (timm's benchmark.py names; `*_mode` is ours):
 - infer: model, infer_samples_per_sec, infer_step_time (ms per batch), infer_batch_size,
@@ -57,11 +62,7 @@ from zoo.guards.text import csv_cell  # noqa: E402
 from zoo.guards.writes import atomic_write_bytes  # noqa: E402
 from zoo.models.accel import compile_backend, compile_unavailable  # noqa: E402
 from zoo.results import write_json  # noqa: E402
-
-INFER_COLUMNS = ["model", "infer_samples_per_sec", "infer_step_time", "infer_batch_size", "infer_img_size",
-                 "infer_gmacs", "param_count", "infer_mode"]
-TRAIN_COLUMNS = ["model", "train_samples_per_sec", "train_step_time", "train_batch_size", "train_img_size",
-                 "param_count", "train_mode"]
+from tools.result_csvs import INFER_COLUMNS, TRAIN_COLUMNS, benchmark_name  # noqa: E402
 
 
 def device_slug(device: torch.device) -> str:
@@ -166,9 +167,14 @@ def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    for row in sorted(rows, key=lambda r: (r["model"], r[columns[-1]], r[columns[3]])):
+    for row in sorted(rows, key=lambda r: (r["model"], r[columns[-1]])):
         writer.writerow({c: csv_cell(row[c]) for c in columns})  # a release's name is a manifest's text
     atomic_write_bytes(path, buffer.getvalue().encode())
+
+
+def csv_path(csv_dir: Path, kind: str, slug: str, batch: int) -> Path:
+    """One file per configuration: kind, device, precision, batch size, torch release."""
+    return csv_dir / benchmark_name(kind, slug, batch, torch.__version__)
 
 
 def main(argv=None) -> int:
@@ -190,7 +196,7 @@ def main(argv=None) -> int:
     parser.add_argument("--min-repeat-s", type=float, default=0.05, help="each repeat calls enough times to last this")
     parser.add_argument("--max-seconds", type=float, help="cap on the whole run (eager rows first)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
-    parser.add_argument("--csv-dir", default=str(ROOT / "results"), help="where the two CSVs go")
+    parser.add_argument("--csv-dir", default=str(ROOT / "results"), help="where the CSVs go (one per kind and batch size)")
     parser.add_argument("--out", help="JSON with provenance (default results/bench_releases_<device>.json)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -206,7 +212,7 @@ def main(argv=None) -> int:
         print(f"releases benchmark: error: not releases: {', '.join(unknown)}", file=sys.stderr)
         return 2
     csv_dir = Path(args.csv_dir)
-    paths = {"infer": csv_dir / f"benchmark-infer-{slug}.csv", "train": csv_dir / f"benchmark-train-{slug}.csv"}
+    paths = {(kind, batch): csv_path(csv_dir, kind, slug, batch) for kind in args.kinds for batch in args.batch_sizes}
     out = Path(args.out or ROOT / "results" / f"bench_releases_{slug.replace('-', '_')}.json")
     started = time.perf_counter()
     deadline = started + args.max_seconds if args.max_seconds is not None else math.inf
@@ -215,13 +221,14 @@ def main(argv=None) -> int:
     facts = {}
 
     def save(complete: bool) -> None:
-        for kind in args.kinds:
-            write_csv(paths[kind], INFER_COLUMNS if kind == "infer" else TRAIN_COLUMNS, rows[kind])
+        for (kind, batch), path in paths.items():
+            write_csv(path, INFER_COLUMNS if kind == "infer" else TRAIN_COLUMNS,
+                      [r for r in rows[kind] if r[f"{kind}_batch_size"] == batch])
         write_json(out, {"benchmark": "releases", "device_type": device.type, "device_name": slug,
                          "threads": torch.get_num_threads(), "torch": torch.__version__,
                          "settings": {k: v for k, v in vars(args).items() if k not in ("csv_dir", "out")},
-                         "csv": {k: str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
-                                 for k, p in paths.items() if k in args.kinds},
+                         "csv": {f"{k}-bs{b}": str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+                                 for (k, b), p in paths.items()},
                          "macs": "torch.utils.flop_counter.FlopCounterMode, MACs = FLOPs / 2",
                          "complete": complete, "wall_s": round(time.perf_counter() - started, 1),
                          "load_average": list(os.getloadavg()), "rows": details, "failed": failed,
@@ -275,8 +282,8 @@ def main(argv=None) -> int:
               f" (first call {timing['first_call_s']:.2f} s)", flush=True)
         save(complete=False)
     save(complete=True)
-    for kind in args.kinds:
-        print(f"-> {paths[kind]}")
+    for path in paths.values():
+        print(f"-> {path}")
     if skipped:
         print(f"skipped by --max-seconds: {len(skipped)} measurements (listed in {out})")
     return 0

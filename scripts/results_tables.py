@@ -30,16 +30,29 @@ to show from it:
     optional: true          a results file that does not exist shows as "-" (a release without
                             attention results)
 or a mapping naming a release (the manifest, zoo/model_index.json) or a benchmark CSV:
-    {release: NAME, field: headline | family | data | params | gmacs}
+    {release: NAME, field: headline | family | data | params | gmacs | seeds | trained_on}
                             its headline metric (the first of `zoo list`'s), family, data, its
-                            parameters, its GMACs per image (zoo/model_index.json)
-    {benchmark: infer-cpu, model: NAME, column: infer_samples_per_sec, batch: 256, mode: eager}
-                            a value of results/benchmark-<benchmark>.csv (benchmarks/releases.py);
-                            mode "default" takes the compiled row where there is one; with
-                            `optional: true` a CSV not measured yet shows "-"
+                            parameters, its GMACs per image (zoo/model_index.json), the headline
+                            metric of its recipe's results run as mean ± std over the seeds ("(n
+                            seeds)"), the device its weights trained on (the manifest's record)
+    {benchmark_device: cpu}  the device as people write it, with the torch release of its benchmark CSVs
+    {benchmark: infer, device: cpu, model: NAME, column: infer_samples_per_sec, batch: 256, mode: eager}
+                            a value of the benchmark CSV of that kind, device and batch
+                            (results/benchmark-<kind>-<device>-<precision>-bs<batch>-torch<v>.csv,
+                            tools/result_csvs.py); mode "default" takes the compiled row where
+                            there is one; `batch: largest` the largest batch measured, shown as
+                            "v (batch N)"; with `optional: true` a CSV not measured yet shows "-"
 A table with `for_each: release` has one row per release: `row` is the template, "{name}" in it
-the release's name.
+the release's name; `device_row`, a template with "{device}" as well, adds a row under the
+release for each other device a benchmark CSV measured it on (the GPU rows); `group_by: task`
+splits the table into one per task and data set, each under its own bold line.
+A table with `for_each: family` has one row per registered model family (zoo.registry): the
+family, `what` (a mapping family -> text; a family without one is an error), its recipes
+(`zoo list`) and its releases (`zoo list --pretrained`).
 A document holds a table between `<!-- table:NAME -->` and `<!-- /table -->`.
+
+The same run writes the CSVs of tools/result_csvs.py: results/results-<dataset>.csv (timm's
+results columns, per data set) and one benchmark CSV per configuration; `--check` compares them too.
 """
 from __future__ import annotations
 
@@ -58,9 +71,14 @@ sys.path.insert(0, str(ROOT))
 
 from tools.model_index import at as _at  # noqa: E402
 
+from tools import result_csvs  # noqa: E402
+
 LAYOUT = ROOT / "docs" / "tables.yaml"
 DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "draw.md", ROOT / "docs" / "attention.md",
-             ROOT / "docs" / "captioning.md", ROOT / "docs" / "leaderboard.md"]
+             ROOT / "docs" / "captioning.md", ROOT / "docs" / "leaderboard.md", ROOT / "docs" / "usage.md"]
+RESULTS = ROOT / "results"
+#: the generated CSVs: what `main` writes into results/ and `--check` compares
+GENERATED_CSV = ("results-*.csv", "benchmark-*.csv")
 
 
 @lru_cache(maxsize=None)
@@ -221,32 +239,95 @@ def release_cell(name: str, field: str) -> str:
         return f"{facts['num_params'] / 1e6:.2f} M"
     if field == "gmacs":
         return f"{facts['macs'] / 1e9:.3g}"
+    if field == "seeds":
+        return seed_spread(name)
+    if field == "trained_on":
+        return str(_manifest()[name]["metadata"].get("device") or "-")
     raise SystemExit(f"results_tables: unknown release field {field!r}")
 
 
+def seed_spread(name: str) -> str:
+    """The release recipe's results run: its headline metric as mean ± std over the seeds, "(n seeds)";
+    the run is the summary beside the release's per-seed results file (results/<run>_seed0.json)."""
+    from zoo.commands.list_models import HEADLINE
+
+    metadata = _manifest()[name]["metadata"]
+    run = Path(str(metadata.get("results_file", ""))).stem.rsplit("_seed", 1)[0]
+    if not (RESULTS / f"{run}.json").is_file():
+        return "-"
+    metrics = load(run).get("metrics") or {}
+    key = next((k for k in HEADLINE if k in metrics and k in (metadata.get("metrics") or {})), None)
+    if key is None:
+        return "-"
+    values = _values(load(run), key)
+    scale, digits = (100, 2) if "acc" in key.split("/")[-1] else (1, 4 if key == "test/CIDEr" else 1)
+    values = [v * scale for v in values]
+    spread = f"{statistics.fmean(values):.{digits}f}" + (
+        f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else "")
+    return f"{spread} ({len(values)} seed{'s' if len(values) != 1 else ''})"
+
+
+def task_of(name: str) -> str:
+    return result_csvs.task_of(name, _index()[name])
+
+
 @lru_cache(maxsize=None)
-def _benchmark(name: str) -> tuple[dict, ...]:
-    path = ROOT / "results" / f"benchmark-{name}.csv"
-    if not path.is_file():
-        raise SystemExit(f"results_tables: {path.relative_to(ROOT)} does not exist (named in {LAYOUT.name}); "
-                         "run python benchmarks/releases.py")
-    with open(path, newline="") as f:
-        return tuple(csv.DictReader(f))
+def _benchmarks() -> dict[tuple[str, str, int], tuple[dict, ...]]:
+    """{(kind, device, batch): rows} of the generated benchmark CSVs (the newest torch's where several)."""
+    found = {}
+    for name, text in sorted(generated_csvs().items(), key=lambda item: item[0]):
+        config = result_csvs.parse_benchmark_name(name)
+        if config:
+            found[(config["kind"], config["device"], config["batch"])] = tuple(result_csvs.read_csv_text(text))
+            _TORCH[config["device"]] = config["torch"]
+    return found
+
+
+_TORCH: dict[str, str] = {}  # the torch release of each device's benchmark CSVs
+
+
+def _benchmark(kind: str, device: str, batch: int | str, model: str) -> tuple[int, tuple[dict, ...]] | None:
+    """The batch and the rows of `model` in the CSV of this kind, device and batch ("largest": the
+    largest batch measured for the model), or None where there is none."""
+    sizes = sorted(b for (k, d, b), rows in _benchmarks().items() if k == kind and d == device
+                   and any(r["model"] == model for r in rows))
+    batch = sizes[-1] if batch == "largest" and sizes else batch
+    rows = _benchmarks().get((kind, device, int(batch) if batch != "largest" else -1))
+    return (int(batch), rows) if rows else None
+
+
+def devices_of(name: str) -> list[str]:
+    """The devices besides the CPU that a benchmark CSV measured `name` on."""
+    return sorted({d for (k, d, b), rows in _benchmarks().items() if d != "cpu" and any(r["model"] == name for r in rows)})
+
+
+def device_title(device: str) -> str:
+    """A device as a CSV's name says it ('nvidia-h200'), as people write it, with the torch release
+    its CSVs were measured with ('NVIDIA H200, torch 2.11.0')."""
+    _benchmarks()
+    torch_version = f", torch {_TORCH[device]}" if device in _TORCH else ""
+    return device.replace("-", " ").upper() + torch_version
 
 
 def benchmark_cell(spec: dict) -> str:
-    if spec.get("optional") and not (ROOT / "results" / f"benchmark-{spec['benchmark']}.csv").is_file():
-        return "-"
-    kind = spec["column"].split("_")[0]
-    rows = [r for r in _benchmark(spec["benchmark"]) if r["model"] == spec["model"]
-            and int(r[f"{kind}_batch_size"]) == int(spec["batch"])]
-    modes = {r[f"{kind}_mode"]: r for r in rows}
+    kind = spec["benchmark"]
+    found = _benchmark(kind, spec.get("device", "cpu"), spec["batch"], spec["model"])
+    if found is None:
+        if spec.get("optional"):
+            return "-"
+        raise SystemExit(f"results_tables: no {kind} benchmark on {spec.get('device', 'cpu')} at batch {spec['batch']} "
+                         f"(named in {LAYOUT.name}); run python benchmarks/releases.py")
+    batch, rows = found
+    modes = {r[f"{kind}_mode"]: r for r in rows if r["model"] == spec["model"]}
     mode = spec.get("mode", "eager")
     row = modes.get("compile", modes.get("eager")) if mode == "default" else modes.get(mode)
     if row is None:
         return "-"
     value = float(row[spec["column"]])
-    return f"{value:,.{spec.get('digits', 0)}f}" + (" (compiled)" if mode == "default" and row is modes.get("compile") else "")
+    notes = [f"batch {batch}"] if spec["batch"] == "largest" else []
+    if mode == "default" and row is modes.get("compile"):
+        notes.append("compiled")
+    return f"{value:,.{spec.get('digits', 0)}f}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def cell(spec) -> str:
@@ -256,6 +337,8 @@ def cell(spec) -> str:
         return release_cell(spec["release"], spec["field"])
     if "benchmark" in spec:
         return benchmark_cell(spec)
+    if "benchmark_device" in spec:
+        return device_title(spec["benchmark_device"])
     name = spec["results"]
     if spec.get("optional") and not (ROOT / "results" / f"{name}.json").is_file():
         return "-"
@@ -271,31 +354,101 @@ def cell(spec) -> str:
                        spec.get("per_seed", False))
 
 
-def _filled(template, name: str):
+def _filled(template, name: str, more: dict[str, str] | None = None):
     if isinstance(template, str):
-        return template.replace("{name}", name)
+        for key, value in {"{name}": name, **(more or {})}.items():
+            template = template.replace(key, value)
+        return template
     if isinstance(template, list):
-        return [_filled(t, name) for t in template]
+        return [_filled(t, name, more) for t in template]
     if isinstance(template, dict):
-        return {k: _filled(v, name) for k, v in template.items()}
+        return {k: _filled(v, name, more) for k, v in template.items()}
     return template
 
 
+def _release_rows(table: dict, names: list[str]) -> list:
+    rows = []
+    for name in names:
+        rows.append(_filled(table["row"], name))
+        for device in devices_of(name) if "device_row" in table else []:
+            rows.append(_filled(table["device_row"], name, {"{device}": device, "{device_title}": device_title(device)}))
+    return rows
+
+
+def _families() -> dict[str, dict[str, list[str]]]:
+    from zoo import registry
+
+    families: dict[str, dict[str, list[str]]] = {}
+    for name, entry in sorted(registry.find_entries().items()):
+        family = families.setdefault(registry.family_of(entry), {"recipes": [], "releases": []})
+        family["recipes"].append(name)
+        if entry.weights is not None:
+            family["releases"].append(name)
+    return families
+
+
+def _family_rows(table: dict) -> list:
+    what = table.get("what") or {}
+    rows = []
+    for family, names in sorted(_families().items()):
+        if family not in what:
+            raise SystemExit(f"results_tables: the registry has a family {family!r} that {LAYOUT.name}'s "
+                             f"`what` does not describe")
+        rows.append([f"`{family}`", what[family], ", ".join(f"`{n}`" for n in names["recipes"]),
+                     ", ".join(f"`{n}`" for n in names["releases"]) or "-"])
+    return rows
+
+
+def groups_of(table: dict) -> list[tuple[str, list]]:
+    """(title, rows) per group: one untitled group, or one per task and data set (`group_by: task`)."""
+    if table.get("for_each") == "family":
+        return [("", _family_rows(table))]
+    if table.get("for_each") != "release":
+        return [("", table["rows"])]
+    names = sorted(_manifest())
+    if table.get("group_by") != "task":
+        return [("", _release_rows(table, names))]
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name in names:
+        groups.setdefault((task_of(name), release_cell(name, "data")), []).append(name)
+    return [(f"{task}, {data}", _release_rows(table, members)) for (task, data), members in sorted(groups.items())]
+
+
 def rows_of(table: dict) -> list:
-    if table.get("for_each") == "release":
-        return [_filled(table["row"], name) for name in sorted(_manifest())]
-    return table["rows"]
+    return [row for _, rows in groups_of(table) for row in rows]
 
 
 def render(table: dict) -> str:
     header = table["columns"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows_of(table):
-        cells = [cell(c) for c in row]
-        if len(cells) != len(header):
-            raise SystemExit(f"results_tables: a row of {len(cells)} cells under {len(header)} columns: {row[0]}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    parts = []
+    for title, rows in groups_of(table):
+        lines = ([f"**{title}**", ""] if title else []) + ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for row in rows:
+            cells = [cell(c) for c in row]
+            if len(cells) != len(header):
+                raise SystemExit(f"results_tables: a row of {len(cells)} cells under {len(header)} columns: {row[0]}")
+            lines.append("| " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+@lru_cache(maxsize=None)
+def generated_csvs() -> dict[str, str]:
+    """{file name in results/: text}: the results CSVs per data set and the benchmark CSVs per
+    configuration (tools/result_csvs.py), from the manifest, the index and the benchmark records."""
+    from zoo import registry
+
+    out = result_csvs.results_tables(_manifest(), _index())
+    for path in sorted(RESULTS.glob("bench_releases_*.json")):
+        record = json.loads(path.read_text())
+        if record.get("rows") and record.get("torch"):
+            out.update(result_csvs.releases_benchmarks(record))
+    accel = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("bench_accel_*.json"))]
+    accel = [r for r in accel if r.get("device_type") == "cuda" and r.get("torch")]
+    recipes = {str(e.recipe.resolve().relative_to(ROOT)): n for n, e in registry.find_entries().items()
+               if e.recipe is not None and e.recipe.resolve().is_relative_to(ROOT)}
+    out.update(result_csvs.merge_accel(accel, recipes, _index()))
+    return out
 
 
 def fill(text: str, tables: dict[str, str], source: Path) -> str:
@@ -328,12 +481,27 @@ def main(argv=None) -> int:
             stale.append(document.relative_to(ROOT))
             if not args.check:
                 document.write_text(new)
+    generated = generated_csvs()
+    for name, text in generated.items():
+        path = RESULTS / name
+        if not path.is_file() or path.read_text() != text:
+            stale.append(path.relative_to(ROOT))
+            if not args.check:
+                from zoo.guards.writes import atomic_write_bytes
+
+                atomic_write_bytes(path, text.encode())
+    for pattern in GENERATED_CSV:  # a CSV of an earlier layout, or of a record that is gone
+        for path in sorted(RESULTS.glob(pattern)):
+            if path.name not in generated:
+                stale.append(path.relative_to(ROOT))
+                if not args.check:
+                    path.unlink()
     if args.check and stale:
         print(f"results_tables: out of date in {', '.join(map(str, stale))}; run python scripts/results_tables.py",
               file=sys.stderr)
         return 1
     for document in stale:
-        print(f"rewrote the tables of {document}")
+        print(f"rewrote {document}" if document.suffix == ".csv" else f"rewrote the tables of {document}")
     return 0
 
 
