@@ -9,6 +9,16 @@ them, so a transparent PNG gives the caption `zoo caption` gives), the decoding 
     zoo export --model sat_soft_scenes --out exported/
     python docs/examples/onnx_caption.py exported/ scene.png [--beam-size K] [--max-len N]
 
+On the machine that runs it, the `zoo` package comes without torch when pip skips the package's
+dependencies (pyproject.toml's `dependencies` pull torch; the modules this example uses import none
+of them), and the example's own imports are installed by name:
+
+    pip install --no-deps .                        # from a checkout of attention-zoo (or its wheel)
+    pip install --no-deps attention-zoo            # from an index that serves the package
+    pip install onnxruntime numpy pillow
+
+(Offline, `pip install --no-deps --no-build-isolation .` builds with the setuptools already installed.)
+
 It runs `encoder.onnx` once, then beam search over `decoder_step.onnx` (Show, Attend and Tell
 decodes each image once, free-running, with beam search; Xu et al. 2015). The search follows the
 zoo's (zoo/decoding/search.py): k hypotheses ranked by summed log-probability; one that emits
