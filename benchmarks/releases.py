@@ -40,8 +40,6 @@ CSV is rewritten after every release, so a run cut short keeps what it measured.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import math
 import os
 import re
@@ -58,11 +56,10 @@ sys.path.insert(0, str(ROOT))
 
 from zoo import registry  # noqa: E402
 from zoo.commands import cost  # noqa: E402
-from zoo.guards.text import csv_cell  # noqa: E402
 from zoo.guards.writes import atomic_write_bytes  # noqa: E402
 from zoo.models.accel import compile_backend, compile_unavailable  # noqa: E402
 from zoo.results import write_json  # noqa: E402
-from tools.result_csvs import INFER_COLUMNS, TRAIN_COLUMNS, benchmark_name  # noqa: E402
+from tools.result_csvs import INFER_COLUMNS, TRAIN_COLUMNS, benchmark_name, csv_text  # noqa: E402
 
 
 def device_slug(device: torch.device) -> str:
@@ -164,12 +161,8 @@ def _rounded(value: float, digits: int = 4) -> float:
 
 
 def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for row in sorted(rows, key=lambda r: (r["model"], r[columns[-1]])):
-        writer.writerow({c: csv_cell(row[c]) for c in columns})  # a release's name is a manifest's text
-    atomic_write_bytes(path, buffer.getvalue().encode())
+    """What scripts/results_tables.py writes from the JSON record (tools/result_csvs.py), so the two agree."""
+    atomic_write_bytes(path, csv_text(columns, sorted(rows, key=lambda r: (r["model"], r[columns[-1]]))).encode())
 
 
 def csv_path(csv_dir: Path, kind: str, slug: str, batch: int) -> Path:

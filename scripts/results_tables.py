@@ -1,5 +1,6 @@
-"""Build the results tables of README.md, docs/results.md, docs/draw.md, docs/attention.md and
-docs/captioning.md from results/*.json: no number in them is typed by hand.
+"""Build the results tables of README.md, docs/results.md, docs/draw.md, docs/attention.md,
+docs/captioning.md and docs/leaderboard.md from results/*.json (no number in them is typed by hand),
+docs/usage.md's model table from the registry, and timm's results and benchmark CSVs in results/.
 
     python scripts/results_tables.py           # rewrite the tables in place
     python scripts/results_tables.py --check   # exit 1 when a committed table differs (the tests run this)
@@ -57,7 +58,6 @@ results columns, per data set) and one benchmark CSV per configuration; `--check
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys

@@ -71,6 +71,10 @@ def test_every_release_gets_a_row_in_timms_columns(tmp_path):
             int(row["infer_batch_size"]) / (float(row["infer_step_time"]) / 1000), rel=1e-2)
     record = json.loads((tmp_path / "bench.json").read_text())
     assert record["complete"] and record["git_commit"] and record["failed"] == [] and record["skipped"] == []
+    # scripts/results_tables.py rewrites the CSVs from the record: the same files
+    written = tables.result_csvs.releases_benchmarks(record)
+    assert sorted(written) == sorted(p.name for p in tmp_path.glob("benchmark-*.csv"))
+    assert all((tmp_path / name).read_text() == text for name, text in written.items())
 
 
 def test_a_time_cap_keeps_eager_rows_first_and_lists_the_rest(tmp_path):
