@@ -200,6 +200,55 @@ def test_an_unknown_repository_or_an_unreachable_hub_is_one_line(hub, tmp_path, 
         zoo.create_model("hf-hub:my-lab/nothing")
 
 
+def _refusing_endpoint() -> str:
+    """A loopback address nothing listens on: every connection is refused at once."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_an_unreachable_hub_is_one_line_after_one_try_and_a_cached_card_still_loads(hub, tmp_path, monkeypatch):
+    import huggingface_hub.utils._http as hf_http
+
+    hf.write_card("ram_fmnist_centered", tmp_path / "card")
+    hub["repos"]["my-lab/ram"] = tmp_path / "card"
+    zoo.create_model("hf-hub:my-lab/ram")  # now in huggingface_hub's cache
+    monkeypatch.setenv("HF_ENDPOINT", _refusing_endpoint())
+    attempts = []
+    real_request = hf_http.get_session().request
+    monkeypatch.setattr(hf_http.get_session(), "request", lambda *a, **k: attempts.append(a) or real_request(*a, **k))
+    # huggingface_hub's backoff sleeps between retries (1+2+4+8+8 s): no retry loop may run
+    monkeypatch.setattr(hf_http.time, "sleep", lambda s: pytest.fail(f"a retry loop ran (slept {s} s)"))
+    with pytest.raises(UserError) as error:
+        zoo.create_model("hf-hub:my-lab/nothing")
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("hf-hub:my-lab/nothing: cannot reach the hub (")
+    assert "refused" in message and "not in the cache" in message
+    assert len(attempts) == 1  # one HEAD, then the cache
+    attempts.clear()
+    released = zoo.create_model("ram_fmnist_centered", pretrained=True)
+    assert same_weights(zoo.create_model("hf-hub:my-lab/ram"), released)  # offline, from the cache
+    assert len(attempts) == 2  # config.json and model.safetensors: one try each
+
+
+def test_create_model_takes_a_local_card_folder(tmp_path, monkeypatch):
+    hf.write_card("vit_fmnist", tmp_path / "card" / "vit")
+    monkeypatch.chdir(tmp_path)
+    model = zoo.create_model("./card/vit").eval()
+    released = zoo.create_model("vit_fmnist", pretrained=True).eval()
+    assert type(model) is type(released) and same_weights(model, released)
+    assert same_weights(zoo.create_model(tmp_path / "card" / "vit"), released)  # a Path too
+    with pytest.raises(UserError, match="a whole model with its weights"):
+        zoo.create_model("./card/vit", checkpoint="x.ckpt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="a folder, but not a model card"):
+        zoo.create_model("./empty")
+    with pytest.raises(UserError, match="unknown model 'vit_fmnst'; did you mean vit_fmnist"):
+        zoo.create_model("vit_fmnst")
+
+
 def test_a_tampered_local_card_is_refused(tmp_path):
     card = _tampered_card(tmp_path, lambda card: (card / "model.safetensors").write_bytes(b"x" * 100))
     with pytest.raises(UserError, match="fails its sha256 check"):

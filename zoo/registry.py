@@ -360,13 +360,16 @@ def check_state_dict(model, state: dict, source: str) -> None:
 
 def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathLike | None = None,
                  sha256: str | None = None, **overrides):
-    """The registered model `name` (`hf-hub:ORG/NAME`: a model card), with its released weights
+    """The registered model `name` (`hf-hub:ORG/NAME` or a local card folder: a model card), with its released weights
     (`pretrained`) or a `checkpoint` (pinned by `sha256`); `overrides` replace the recipe's values."""
     overrides = _head_override(overrides)
-    if hub.is_hub_id(name):
+    if hub.is_hub_id(name) or hub.is_card(name):  # a hub repository, or a local folder in its layout
         if checkpoint is not None:
             raise UserError(f"{name} is a whole model with its weights; give it without checkpoint=...")
         return load_checkpoint(name, sha256, **overrides)
+    if isinstance(name, os.PathLike) or (name not in _entries() and Path(name).is_dir()):
+        raise UserError(f"{name}: a folder, but not a model card (no {hub.CARD_CONFIG} beside a "
+                        f"{hub.CARD_WEIGHTS}, as `zoo card` writes)")
     entry = get_entry(name)
     if pretrained and checkpoint:
         raise UserError("give either pretrained=True or checkpoint=..., not both")
