@@ -59,6 +59,33 @@ def test_list_models_patterns():
     assert "base_trainer" not in everything  # the shared trainer part is not a model
 
 
+def test_list_models_takes_timms_signature(monkeypatch):
+    everything = zoo.list_models()
+    assert zoo.list_models(filter="baseline_*") == zoo.list_models("baseline_*")  # the older positional use
+    assert zoo.list_models(pattern="baseline_*") == zoo.list_models("baseline_*")  # and its keyword
+    both = zoo.list_models(filter=["baseline_mlp_*", "*_cluttered60"])
+    assert set(both) == set(zoo.list_models("baseline_mlp_*")) | set(zoo.list_models("*_cluttered60"))
+    assert both == sorted(both)
+    kept = zoo.list_models("baseline_*", exclude_filters=["*_mlp_*", "*translated"])
+    assert kept and all("_mlp_" not in n and not n.endswith("translated") for n in kept)
+    assert set(kept) == {n for n in zoo.list_models("baseline_*") if n not in zoo.list_models(
+        ["*_mlp_*", "*translated"])}
+    assert zoo.list_models("", "", False, "", False, None) == everything  # timm's defaults, positionally
+    for family in {registry.family_of(registry.get_entry(n)) for n in everything}:
+        mine = zoo.list_models(module=family)
+        assert mine and all(registry.family_of(registry.get_entry(n)) == family for n in mine)
+    assert zoo.list_models(module="no_such_family") == []
+    assert zoo.list_models("*", name_matches_cfg=True, include_tags=True) == everything  # no tags, no aliases
+    assert zoo.list_models("baseline_*", True) == []  # the older list_models(pattern, pretrained)
+    with pytest.raises(UserError, match="filter=3: give a wildcard pattern"):
+        zoo.list_models(filter=3)
+    # pretrained: only the names with weights, in both spellings
+    record = {"file": "x.safetensors", "sha256": "0" * 64, "config": registry.get_entry("baseline_mlp_centered").model}
+    monkeypatch.setattr(registry.hub, "manifest", lambda: {"baseline_mlp_centered": record})
+    assert zoo.list_models(pretrained=True) == zoo.list_models("vit*", "", True) + ["baseline_mlp_centered"] \
+        == zoo.list_models("baseline_*", True) == ["baseline_mlp_centered"]
+
+
 def test_unknown_name_suggests_close_matches():
     with pytest.raises(UserError, match="did you mean.*baseline_cnn_centered"):
         zoo.create_model("baseline_cnn_centred")

@@ -183,15 +183,38 @@ def linked(model: dict, data: dict) -> dict:
     return {**model, "init_args": init_args}
 
 
-def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
-    """Names of registered models matching a glob `pattern` (with released weights, when `pretrained`)."""
-    return sorted(find_entries(pattern, pretrained))
+def list_models(filter: str | list[str] = "", module: str | list[str] = "", pretrained: bool = False,
+                exclude_filters: str | list[str] = "", name_matches_cfg: bool = False,
+                include_tags: bool | None = None, *, pattern: str | None = None) -> list[str]:
+    """Names of registered models, sorted, as timm's `list_models`: those matching any wildcard
+    pattern of `filter` (a string or a list; '' or '*': all) and none of `exclude_filters`, of the
+    family (families) `module`, with released weights when `pretrained`. Zoo names carry no
+    `.tag` and no aliases, so `include_tags` and `name_matches_cfg` change nothing. `pattern` is
+    `filter`'s older name; a bool second argument, the older `list_models(pattern, pretrained)`."""
+    if isinstance(module, bool):  # list_models("ram_*", True), from before the timm signature
+        module, pretrained = "", module
+    del name_matches_cfg, include_tags  # accepted for timm's callers: nothing to choose between here
+    return sorted(find_entries(filter if pattern is None else pattern, pretrained, exclude_filters, module))
 
 
-def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entry]:
+def _patterns(given, what: str) -> list[str]:
+    """A wildcard pattern or a list (tuple, set) of them, as a list; '' gives none."""
+    patterns = [given] if isinstance(given, str) else list(given) if isinstance(given, (list, tuple, set)) else None
+    if patterns is None or not all(isinstance(p, str) for p in patterns):
+        raise UserError(f"{what}={shorten(given, 60)}: give a wildcard pattern ('vit*') or a list of them")
+    return [p for p in patterns if p]
+
+
+def find_entries(pattern: str | list[str] = "*", pretrained: bool = False, exclude: str | list[str] = "",
+                 family: str | list[str] = "") -> dict[str, Entry]:
     """The entries `list_models` names, read in one pass."""
+    include, exclude, families = (_patterns(pattern, "filter"), _patterns(exclude, "exclude_filters"),
+                                  _patterns(family, "module"))
     return {n: e for n, e in _entries().items()
-            if fnmatch.fnmatch(n, pattern) and (e.weights is not None or not pretrained)}
+            if (not include or any(fnmatch.fnmatchcase(n, p) for p in include))
+            and not any(fnmatch.fnmatchcase(n, p) for p in exclude)
+            and (e.weights is not None or not pretrained)
+            and (not families or family_of(e) in families)}
 
 
 def instantiate(spec: dict, kind: str = "model", **overrides):
