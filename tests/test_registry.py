@@ -487,3 +487,31 @@ def test_every_family_refuses_integer_and_unnormalised_images_in_one_line(name, 
         assert "\n" not in str(info.value)
     with torch.no_grad():
         face(images.clamp(0, 1))  # the images it takes
+
+
+@pytest.mark.parametrize("name, cls, hparams", tiny_models(), ids=[t[0] for t in tiny_models()])
+def test_every_family_has_timms_num_classes_and_pretrained_cfg(name, cls, hparams):
+    """timm's faces: `num_classes` an int (0 without a class head), `pretrained_cfg` the input facts
+    that timm's own data config and transform read, giving the zoo's preprocessing of an image."""
+    import timm.data
+    from PIL import Image
+
+    model = cls(**hparams)
+    expected = hparams.get("num_classes", model.hparams.get("num_classes"))
+    assert type(model.num_classes) is int and model.num_classes == (expected if isinstance(expected, int) else 0)
+    cfg = model.pretrained_cfg
+    channels, (height, width) = model.input_chans, model.input_size
+    assert cfg["input_size"] == (channels, height, width) and cfg["num_classes"] == model.num_classes
+    assert cfg["architecture"] == f"{cls.__module__}.{cls.__qualname__}" and cfg["family"] == cls.card.name
+    assert all(cfg[key] is None for key in ("name", "url", "hf_hub_id", "file", "sha256"))  # a fresh model
+    spec = zoo.preprocessing(model)
+    assert cfg["label_names"] == (list(spec.class_names) if spec.class_names else None)
+    assert (cfg["inner_mean"], cfg["inner_std"]) == (spec.mean, spec.std)  # applied inside, not by the transform
+    data_config = timm.data.resolve_data_config(model=model)
+    assert data_config["input_size"] == (channels, height, width)
+    assert data_config["mean"] == (0.0,) * channels and data_config["std"] == (1.0,) * channels
+    pixels = torch.randint(0, 256, (height, width, channels), generator=torch.Generator().manual_seed(0),
+                           dtype=torch.uint8).numpy()
+    image = Image.fromarray(pixels[..., 0] if channels == 1 else pixels)
+    timm_input = timm.data.create_transform(**data_config)(image)  # the model's size: nothing to resize
+    assert torch.allclose(timm_input, zoo.preprocessing(model)(image), atol=1e-6)

@@ -403,10 +403,14 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
         new_head = "num_classes" in overrides and overrides["num_classes"] != released.get("num_classes")
         if new_head and released.get("class_names") and "class_names" not in overrides:
             overrides["class_names"] = None  # the release's names are not this label set's
-        return load_into(build(config, **overrides), hub.fetch_release(name), new_head=new_head)
+        model = load_into(build(config, **overrides), hub.fetch_release(name), new_head=new_head)
+        model._zoo_source = {"name": name, "url": hub.release_url(entry.weights), "file": entry.weights["file"],
+                             "sha256": entry.weights["sha256"]}  # for its pretrained_cfg
+        return model
     model = build(entry.recipe_config(), **overrides)
     if checkpoint is not None:
         load_into(model, checkpoint, sha256, new_head="num_classes" in overrides)
+        model._zoo_source = _source(checkpoint, sha256)
     return model
 
 
@@ -482,7 +486,28 @@ def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overri
     model = build(scrub_paths(config), **overrides)
     check_state_dict(model, state, source=str(path))
     model.load_state_dict(state)
+    model._zoo_source = _source(path, sha256)
     return model
+
+
+def _source(location, sha256: str | None) -> dict:
+    """Where a loaded model's weights came from, as its `pretrained_cfg` names it."""
+    if hub.is_hub_id(location):
+        repo_id = str(location)[len(hub.HUB_PREFIX):]
+        return {"name": repo_id.partition("@")[0].rsplit("/", 1)[-1], "hf_hub_id": repo_id}
+    if hub.is_card(location):
+        card = hub.read_card_config(Path(location) / hub.CARD_CONFIG, str(location))
+        return {"name": card.get("name"), "file": str(Path(location) / hub.CARD_WEIGHTS),
+                "sha256": card["files"][hub.CARD_WEIGHTS]["sha256"]}
+    where = {"url": str(location)} if hub.is_url(str(location)) else {"file": str(location)}
+    return {"name": Path(urlparse_path(str(location))).stem, **where, "sha256": sha256}
+
+
+def urlparse_path(location: str) -> str:
+    """The path part of a URL (a local path as is)."""
+    from urllib.parse import urlparse
+
+    return urlparse(location).path if hub.is_url(location) else location
 
 
 def scrub_paths(config: dict) -> dict:
