@@ -77,8 +77,8 @@ def did_you_mean(detail: str, keys: list[str], classes: list[str], parser=None) 
         known = [f"--{key}" for key in parser.get_defaults().keys()]
         choices, given, prefix = known, unknown.group(1), ""
     elif section and parser is not None:  # a config file's top-level key (`modle:`): the verb's own sections
-        verbs = getattr(getattr(parser, "_subcommands_action", None), "_name_parser_map", {})  # jsonargparse 4.53
-        named = [verbs[section.group(1)]] if section.group(1) in verbs else list(verbs.values()) or [parser]
+        by_verb = getattr(getattr(parser, "_subcommands_action", None), "_name_parser_map", {})  # jsonargparse 4.53
+        named = [by_verb[section.group(1)]] if section.group(1) in by_verb else list(by_verb.values()) or [parser]
         sections = sorted({key.split(".", 1)[0] for verb in named for key in verb.get_defaults().keys()})
         close = difflib.get_close_matches(section.group(2), sections, n=1)
         return f"; did you mean {close[0]}{section.group(3)}?" if close else ""
@@ -152,6 +152,13 @@ class ZooCLI(LightningCLI):
                             help="pin a --ckpt_path or --init_from URL (or file) to its sha256 (8+ hex digits)")
         parser.add_argument("--accel", type=Literal[MODES], default="auto",
                             help="speed, the run's choice (zoo.models.accel): auto | eager | compile | reduce-overhead")
+
+    def _add_subcommands(self, parser, **kwargs) -> None:
+        super()._add_subcommands(parser, **kwargs)
+        # the verbs' list in --help: their own first sentences, not the Trainer methods' (cut short)
+        for action in getattr(parser._subcommands_action, "_choices_actions", ()):  # jsonargparse 4.53
+            if action.dest in verbs.HELP:
+                action.help = verbs.SHORT_HELP[action.dest]
 
     def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
@@ -297,7 +304,7 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
         check_environment(logging=True)
         argv = recipe_args.prepare(sys.argv[1:] if args is None else args)
         ZooCLI(ZooModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-               parser_kwargs={"prog": PROG, "fit": base, "validate": base, "test": base, "predict": base},
+               parser_kwargs={"prog": PROG, "description": verbs.DESCRIPTION, **{verb: {**base, "description": text} for verb, text in verbs.HELP.items()}},
                save_config_callback=SaveConfigToRunDir, save_config_kwargs={"overwrite": True},
                args=argv)
     except (SIGTERMException, KeyboardInterrupt) as exc:
