@@ -262,11 +262,16 @@ def test_create_model_takes_a_local_card_folder(tmp_path, monkeypatch):
         "name": "vit_fmnist", "sha256": record["sha256"], "url": None}
     assert model.pretrained_cfg["input_size"] == released.pretrained_cfg["input_size"] == (1, 28, 28)
     assert model.num_classes == released.num_classes == len(model.pretrained_cfg["label_names"]) == 10
+    weights = tmp_path / "card" / "vit" / "model.safetensors"
+    assert {k: zoo.load_checkpoint(weights).pretrained_cfg[k] for k in ("name", "file", "url")} == {
+        "name": None, "file": str(weights), "url": None}  # a weights file: no release name
     with pytest.raises(UserError, match="a whole model with its weights"):
         zoo.create_model("./card/vit", checkpoint="x.ckpt")
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="a folder, but not a model card"):
         zoo.create_model("./empty")
+    with pytest.raises(UserError, match="a weights file loads with zoo.load_checkpoint"):
+        zoo.create_model(tmp_path / "card" / "vit" / "model.safetensors")
     with pytest.raises(UserError, match="unknown model 'vit_fmnst'; did you mean vit_fmnist"):
         zoo.create_model("vit_fmnst")
 

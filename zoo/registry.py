@@ -392,7 +392,8 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
         return load_checkpoint(name, sha256, **overrides)
     if isinstance(name, os.PathLike) or (name not in _entries() and Path(name).is_dir()):
         raise UserError(f"{name}: a folder, but not a model card (no {hub.CARD_CONFIG} beside a "
-                        f"{hub.CARD_WEIGHTS}, as `zoo card` writes)")
+                        f"{hub.CARD_WEIGHTS}, as `zoo card` writes)" if Path(name).is_dir() else
+                        f"{name}: not a model card folder; a weights file loads with zoo.load_checkpoint(PATH)")
     entry = get_entry(name)
     if pretrained and checkpoint:
         raise UserError("give either pretrained=True or checkpoint=..., not both")
@@ -499,15 +500,8 @@ def _source(location, sha256: str | None) -> dict:
         card = hub.read_card_config(Path(location) / hub.CARD_CONFIG, str(location))
         return {"name": card.get("name"), "file": str(Path(location) / hub.CARD_WEIGHTS),
                 "sha256": card["files"][hub.CARD_WEIGHTS]["sha256"]}
-    where = {"url": str(location)} if hub.is_url(str(location)) else {"file": str(location)}
-    return {"name": Path(urlparse_path(str(location))).stem, **where, "sha256": sha256}
-
-
-def urlparse_path(location: str) -> str:
-    """The path part of a URL (a local path as is)."""
-    from urllib.parse import urlparse
-
-    return urlparse(location).path if hub.is_url(location) else location
+    # a checkpoint or weights file: no release name (a run's last.ckpt is no model's name)
+    return {"url" if hub.is_url(str(location)) else "file": str(location), "sha256": sha256}
 
 
 def scrub_paths(config: dict) -> dict:
