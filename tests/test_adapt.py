@@ -204,6 +204,28 @@ def test_command_line_mistakes_name_the_field_with_a_did_you_mean(tmp_path, args
     assert code == 2 and len(lines) == 1 and expected in lines[0], err[-1500:]
 
 
+@pytest.mark.parametrize("recipe, args, expected", [
+    # a block's field given flat: the class's own arguments and its blocks' fields are the choices
+    ("configs/ram/fmnist_centered.yaml", ["--model.init_args.glimpse_szie", "8"],
+     "model (RAM): Option 'glimpse_szie' is not accepted; did you mean --model.init_args.network.glimpse_dim?"),
+    ("configs/ram/fmnist_centered.yaml", ["--model.init_args.num_glimpse", "8"],
+     "did you mean --model.init_args.num_glimpses?"),
+    # a config file's misspelt section: the config's own sections are the choices
+    ("modle", [], "'modle.class_path' is not accepted; did you mean model.class_path?"),
+    ("tranier", [], "'tranier.max_epochs' is not accepted; did you mean trainer.max_epochs?"),
+])
+def test_a_recipe_key_typo_gets_a_did_you_mean_from_the_recipes_own_keys(tmp_path, recipe, args, expected):
+    if not recipe.startswith("configs/"):  # a YAML config with one top-level key misspelt
+        text = (REPO / "configs/ram/fmnist_centered.yaml").read_text()
+        text = text.replace("model:", "modle:") if recipe == "modle" else text.replace("trainer:", "tranier:")
+        (tmp_path / "typo.yaml").write_text(text)
+    config = REPO / recipe if recipe.startswith("configs/") else tmp_path / "typo.yaml"
+    code, out, err = run_main(["train.py", "fit", "--config", config, *args, "--print_config"],
+                              cwd=tmp_path, env=cli_env(None))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and expected in lines[0], err[-1500:]
+
+
 @pytest.mark.slow
 def test_a_folder_without_classes_is_one_line(tmp_path):
     for split in ("train", "val"):

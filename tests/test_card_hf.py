@@ -109,6 +109,18 @@ def test_every_release_round_trips_through_its_card(name, tmp_path):
     (result,) = front["model-index"][0]["results"]
     assert front["model-index"][0]["name"] == name and result["metrics"]
     assert all(isinstance(m["value"], (int, float)) and m["type"] for m in result["metrics"])
+    # the hub's names: a data set's id and title, metric types such as `accuracy` with a readable name
+    data = MANIFEST[name]["config"]["data"]
+    data_class = zoo.classes.resolve_class(data["class_path"], "data")
+    dataset_id, dataset_name = data_class.dataset_for(**data_class.arguments(**data["init_args"]))
+    assert result["dataset"] == {"type": dataset_id, "name": dataset_name, "split": "test"}
+    assert re.fullmatch(r"[a-z][a-z0-9_]*", dataset_id) and "DataModule" not in dataset_name
+    logged = {m: v["value"] if isinstance(v, dict) else v for m, v in
+              (MANIFEST[name].get("metadata") or {}).get("metrics", {}).items()}
+    named = {(m["type"], m["name"]): m["value"] for m in result["metrics"]}
+    if "test/acc" in logged:
+        assert named[("accuracy", "Top-1 accuracy")] == logged["test/acc"]
+    assert not any(m["type"] in ("acc", "error_pct") or "/" in m["name"] for m in result["metrics"])
     assert f'zoo.create_model("hf-hub:my-lab/{name}")' in (out / "README.md").read_text()
 
     card_model = zoo.load_checkpoint(out).eval()
@@ -124,6 +136,7 @@ def test_hf_hub_name_loads_the_card_through_huggingface_hub(name, hub, tmp_path)
     model = zoo.create_model(f"hf-hub:my-lab/{name}").eval()
     released = zoo.create_model(name, pretrained=True).eval()
     assert same_weights(model, released)
+    assert model.pretrained_cfg["hf_hub_id"] == f"my-lab/{name}" and model.pretrained_cfg["name"] == name
     assert release.golden_output(model) == release.golden_output(released)
     assert any(p.name == "model.safetensors" for p in cached_files(tmp_path))  # huggingface_hub's cache
     # the commands' --checkpoint takes it too (zoo.load_checkpoint), and a --sha256 pin must agree
@@ -198,6 +211,69 @@ def test_an_unknown_repository_or_an_unreachable_hub_is_one_line(hub, tmp_path, 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline, and nothing in the cache
     with pytest.raises(UserError, match="cannot reach the hub"):
         zoo.create_model("hf-hub:my-lab/nothing")
+
+
+def _refusing_endpoint() -> str:
+    """A loopback address nothing listens on: every connection is refused at once."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_an_unreachable_hub_is_one_line_after_one_try_and_a_cached_card_still_loads(hub, tmp_path, monkeypatch):
+    import huggingface_hub.utils._http as hf_http
+
+    hf.write_card("ram_fmnist_centered", tmp_path / "card")
+    hub["repos"]["my-lab/ram"] = tmp_path / "card"
+    zoo.create_model("hf-hub:my-lab/ram")  # now in huggingface_hub's cache
+    monkeypatch.setenv("HF_ENDPOINT", _refusing_endpoint())
+    attempts = []
+    real_request = hf_http.get_session().request
+    monkeypatch.setattr(hf_http.get_session(), "request", lambda *a, **k: attempts.append(a) or real_request(*a, **k))
+    # huggingface_hub's backoff sleeps between retries (1+2+4+8+8 s): no retry loop may run
+    monkeypatch.setattr(hf_http.time, "sleep", lambda s: pytest.fail(f"a retry loop ran (slept {s} s)"))
+    with pytest.raises(UserError) as error:
+        zoo.create_model("hf-hub:my-lab/nothing")
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("hf-hub:my-lab/nothing: cannot reach the hub (")
+    assert "refused" in message and "not in the cache" in message
+    assert len(attempts) == 1  # one HEAD, then the cache
+    attempts.clear()
+    released = zoo.create_model("ram_fmnist_centered", pretrained=True)
+    assert same_weights(zoo.create_model("hf-hub:my-lab/ram"), released)  # offline, from the cache
+    assert len(attempts) == 2  # config.json and model.safetensors: one try each
+
+
+def test_create_model_takes_a_local_card_folder(tmp_path, monkeypatch):
+    hf.write_card("vit_fmnist", tmp_path / "card" / "vit")
+    monkeypatch.chdir(tmp_path)
+    model = zoo.create_model("./card/vit").eval()
+    released = zoo.create_model("vit_fmnist", pretrained=True).eval()
+    assert type(model) is type(released) and same_weights(model, released)
+    assert same_weights(zoo.create_model(tmp_path / "card" / "vit"), released)  # a Path too
+    # timm's pretrained_cfg names where the weights came from: the release, or the card
+    record = MANIFEST["vit_fmnist"]
+    assert {k: released.pretrained_cfg[k] for k in ("name", "file", "sha256", "hf_hub_id")} == {
+        "name": "vit_fmnist", "file": record["file"], "sha256": record["sha256"], "hf_hub_id": None}
+    assert released.pretrained_cfg["url"].endswith("/" + record["file"])
+    assert {k: model.pretrained_cfg[k] for k in ("name", "sha256", "url")} == {
+        "name": "vit_fmnist", "sha256": record["sha256"], "url": None}
+    assert model.pretrained_cfg["input_size"] == released.pretrained_cfg["input_size"] == (1, 28, 28)
+    assert model.num_classes == released.num_classes == len(model.pretrained_cfg["label_names"]) == 10
+    weights = tmp_path / "card" / "vit" / "model.safetensors"
+    assert {k: zoo.load_checkpoint(weights).pretrained_cfg[k] for k in ("name", "file", "url")} == {
+        "name": None, "file": str(weights), "url": None}  # a weights file: no release name
+    with pytest.raises(UserError, match="a whole model with its weights"):
+        zoo.create_model("./card/vit", checkpoint="x.ckpt")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="a folder, but not a model card"):
+        zoo.create_model("./empty")
+    with pytest.raises(UserError, match="a weights file loads with zoo.load_checkpoint"):
+        zoo.create_model(tmp_path / "card" / "vit" / "model.safetensors")
+    with pytest.raises(UserError, match="unknown model 'vit_fmnst'; did you mean vit_fmnist"):
+        zoo.create_model("vit_fmnst")
 
 
 def test_a_tampered_local_card_is_refused(tmp_path):

@@ -153,3 +153,13 @@ def test_a_data_set_registers_by_its_card_and_its_limits_follow(monkeypatch):
         Instrumented(canvas_size=65)
     monkeypatch.setenv("ZOO_LIMITS", "canvas_size=100")
     assert Instrumented(canvas_size=65).hparams.canvas_size == 65
+
+
+@pytest.mark.parametrize("path, cls", SETS, ids=[cls.__name__ for _, cls in SETS])
+def test_every_data_set_names_itself_as_a_hub_card_does(path, cls):
+    """`dataset_for`: the id and title a model card's model-index gives the data set (zoo card)."""
+    dataset_id, name = cls.dataset_for(**cls.arguments())
+    assert dataset_id.isidentifier() and dataset_id == dataset_id.lower() and "datamodule" not in dataset_id
+    assert name and name[0].isupper() and "DataModule" not in name and "\n" not in name
+    size = cls.image_size_for(**cls.arguments())
+    assert size is None or f"{size[1]}x{size[0]}" in name  # the served size tells the variants apart

@@ -448,3 +448,51 @@ def test_init_vocab_release_without_init_from_is_one_line(tmp_path, capsys, tiny
     assert line == ("train.py: error: --init_vocab release takes the vocabulary of the --init_from weights: give "
                     "--init_from NAME|PATH|URL too (or drop --init_vocab)")
     assert not (tmp_path / "run").exists() and not (tmp_path / "wandb").exists()
+
+
+# ----------------------------------------------------------------------------- small frictions (issue 45)
+def test_caption_says_the_default_only_when_it_was_taken(tmp_path, monkeypatch, capsys):
+    """Before: `--model sat_soft_scenes`, typed, was announced as "(the default)" too."""
+    from zoo.commands import caption
+
+    taken = []
+    def stop(args, *_, **__):  # the model it would load, and no further work
+        taken.append(args.model)
+        raise UserError("stopped before loading")
+    monkeypatch.setattr(caption, "resolve_model", stop)
+    assert cli.main(["caption", _image(tmp_path)]) == 2
+    assert f"model {caption.DEFAULT_MODEL} (the default;" in capsys.readouterr().err
+    assert cli.main(["caption", _image(tmp_path), "--model", caption.DEFAULT_MODEL]) == 2
+    assert "the default" not in capsys.readouterr().err
+    assert taken == [caption.DEFAULT_MODEL] * 2
+
+
+def _help(run, capsys) -> str:
+    with pytest.raises(SystemExit) as done:
+        run()
+    assert done.value.code in (0, None)
+    return " ".join(capsys.readouterr().out.split())  # argparse's line breaks undone
+
+
+def test_eval_help_is_whole_sentences_and_every_option_says_what_it_does(capsys):
+    from zoo.commands import evaluate
+
+    text = _help(lambda: cli.main(["eval", "--help"]), capsys)
+    assert " ".join(evaluate.DESCRIPTION.split()) in text and evaluate.DESCRIPTION.endswith(".")
+    assert "`zoo eval`." not in text  # the docstring's fragment it printed before
+    for option in ("--split {val,test} the data's split", "--accelerator ACCELERATOR Lightning's accelerator"):
+        assert option in text
+
+
+def test_train_verbs_help_is_their_own_not_lightnings(capsys):
+    """Before: every verb's --help said "Runs the full optimization routine." (fit's, through a shared
+    parser_kwargs dict) and the list cut test's sentence at "never run on your"."""
+    from zoo.training import verbs
+
+    listing = _help(lambda: TRAIN.main(["--help"]), capsys)
+    assert "Runs the full optimization routine" not in listing and "never run on your" not in listing
+    assert all(line in listing for line in verbs.SHORT_HELP.values())
+    for verb, text in verbs.HELP.items():
+        shown = _help(lambda: TRAIN.main([verb, "--help"]), capsys)
+        assert text.endswith(".") and shown.index(" ".join(text.split())) < shown.index("options:")
+        assert "Runs the full optimization routine." not in shown  # (fit's own method options keep it as their title)

@@ -59,6 +59,33 @@ def test_list_models_patterns():
     assert "base_trainer" not in everything  # the shared trainer part is not a model
 
 
+def test_list_models_takes_timms_signature(monkeypatch):
+    everything = zoo.list_models()
+    assert zoo.list_models(filter="baseline_*") == zoo.list_models("baseline_*")  # the older positional use
+    assert zoo.list_models(pattern="baseline_*") == zoo.list_models("baseline_*")  # and its keyword
+    both = zoo.list_models(filter=["baseline_mlp_*", "*_cluttered60"])
+    assert set(both) == set(zoo.list_models("baseline_mlp_*")) | set(zoo.list_models("*_cluttered60"))
+    assert both == sorted(both)
+    kept = zoo.list_models("baseline_*", exclude_filters=["*_mlp_*", "*translated"])
+    assert kept and all("_mlp_" not in n and not n.endswith("translated") for n in kept)
+    assert set(kept) == {n for n in zoo.list_models("baseline_*") if n not in zoo.list_models(
+        ["*_mlp_*", "*translated"])}
+    assert zoo.list_models("", "", False, "", False, None) == everything  # timm's defaults, positionally
+    for family in {registry.family_of(registry.get_entry(n)) for n in everything}:
+        mine = zoo.list_models(module=family)
+        assert mine and all(registry.family_of(registry.get_entry(n)) == family for n in mine)
+    assert zoo.list_models(module="no_such_family") == []
+    assert zoo.list_models("*", name_matches_cfg=True, include_tags=True) == everything  # no tags, no aliases
+    assert zoo.list_models("baseline_*", True) == []  # the older list_models(pattern, pretrained)
+    with pytest.raises(UserError, match="filter=3: give a wildcard pattern"):
+        zoo.list_models(filter=3)
+    # pretrained: only the names with weights, in both spellings
+    record = {"file": "x.safetensors", "sha256": "0" * 64, "config": registry.get_entry("baseline_mlp_centered").model}
+    monkeypatch.setattr(registry.hub, "manifest", lambda: {"baseline_mlp_centered": record})
+    assert zoo.list_models(pretrained=True) == zoo.list_models("vit*", "", True) + ["baseline_mlp_centered"] \
+        == zoo.list_models("baseline_*", True) == ["baseline_mlp_centered"]
+
+
 def test_unknown_name_suggests_close_matches():
     with pytest.raises(UserError, match="did you mean.*baseline_cnn_centered"):
         zoo.create_model("baseline_cnn_centred")
@@ -460,3 +487,31 @@ def test_every_family_refuses_integer_and_unnormalised_images_in_one_line(name, 
         assert "\n" not in str(info.value)
     with torch.no_grad():
         face(images.clamp(0, 1))  # the images it takes
+
+
+@pytest.mark.parametrize("name, cls, hparams", tiny_models(), ids=[t[0] for t in tiny_models()])
+def test_every_family_has_timms_num_classes_and_pretrained_cfg(name, cls, hparams):
+    """timm's faces: `num_classes` an int (0 without a class head), `pretrained_cfg` the input facts
+    that timm's own data config and transform read, giving the zoo's preprocessing of an image."""
+    import timm.data
+    from PIL import Image
+
+    model = cls(**hparams)
+    expected = hparams.get("num_classes", model.hparams.get("num_classes"))
+    assert type(model.num_classes) is int and model.num_classes == (expected if isinstance(expected, int) else 0)
+    cfg = model.pretrained_cfg
+    channels, (height, width) = model.input_chans, model.input_size
+    assert cfg["input_size"] == (channels, height, width) and cfg["num_classes"] == model.num_classes
+    assert cfg["architecture"] == f"{cls.__module__}.{cls.__qualname__}" and cfg["family"] == cls.card.name
+    assert all(cfg[key] is None for key in ("name", "url", "hf_hub_id", "file", "sha256"))  # a fresh model
+    spec = zoo.preprocessing(model)
+    assert cfg["label_names"] == (list(spec.class_names) if spec.class_names else None)
+    assert (cfg["inner_mean"], cfg["inner_std"]) == (spec.mean, spec.std)  # applied inside, not by the transform
+    data_config = timm.data.resolve_data_config(model=model)
+    assert data_config["input_size"] == (channels, height, width)
+    assert data_config["mean"] == (0.0,) * channels and data_config["std"] == (1.0,) * channels
+    pixels = torch.randint(0, 256, (height, width, channels), generator=torch.Generator().manual_seed(0),
+                           dtype=torch.uint8).numpy()
+    image = Image.fromarray(pixels[..., 0] if channels == 1 else pixels)
+    timm_input = timm.data.create_transform(**data_config)(image)  # the model's size: nothing to resize
+    assert torch.allclose(timm_input, zoo.preprocessing(model)(image), atol=1e-6)

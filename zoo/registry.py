@@ -183,15 +183,38 @@ def linked(model: dict, data: dict) -> dict:
     return {**model, "init_args": init_args}
 
 
-def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
-    """Names of registered models matching a glob `pattern` (with released weights, when `pretrained`)."""
-    return sorted(find_entries(pattern, pretrained))
+def list_models(filter: str | list[str] = "", module: str | list[str] = "", pretrained: bool = False,
+                exclude_filters: str | list[str] = "", name_matches_cfg: bool = False,
+                include_tags: bool | None = None, *, pattern: str | None = None) -> list[str]:
+    """Names of registered models, sorted, as timm's `list_models`: those matching any wildcard
+    pattern of `filter` (a string or a list; '' or '*': all) and none of `exclude_filters`, of the
+    family (families) `module`, with released weights when `pretrained`. Zoo names carry no
+    `.tag` and no aliases, so `include_tags` and `name_matches_cfg` change nothing. `pattern` is
+    `filter`'s older name; a bool second argument, the older `list_models(pattern, pretrained)`."""
+    if isinstance(module, bool):  # list_models("ram_*", True), from before the timm signature
+        module, pretrained = "", module
+    del name_matches_cfg, include_tags  # accepted for timm's callers: nothing to choose between here
+    return sorted(find_entries(filter if pattern is None else pattern, pretrained, exclude_filters, module))
 
 
-def find_entries(pattern: str = "*", pretrained: bool = False) -> dict[str, Entry]:
+def _patterns(given, what: str) -> list[str]:
+    """A wildcard pattern or a list (tuple, set) of them, as a list; '' gives none."""
+    patterns = [given] if isinstance(given, str) else list(given) if isinstance(given, (list, tuple, set)) else None
+    if patterns is None or not all(isinstance(p, str) for p in patterns):
+        raise UserError(f"{what}={shorten(given, 60)}: give a wildcard pattern ('vit*') or a list of them")
+    return [p for p in patterns if p]
+
+
+def find_entries(pattern: str | list[str] = "*", pretrained: bool = False, exclude: str | list[str] = "",
+                 family: str | list[str] = "") -> dict[str, Entry]:
     """The entries `list_models` names, read in one pass."""
+    include, exclude, families = (_patterns(pattern, "filter"), _patterns(exclude, "exclude_filters"),
+                                  _patterns(family, "module"))
     return {n: e for n, e in _entries().items()
-            if fnmatch.fnmatch(n, pattern) and (e.weights is not None or not pretrained)}
+            if (not include or any(fnmatch.fnmatchcase(n, p) for p in include))
+            and not any(fnmatch.fnmatchcase(n, p) for p in exclude)
+            and (e.weights is not None or not pretrained)
+            and (not families or family_of(e) in families)}
 
 
 def instantiate(spec: dict, kind: str = "model", **overrides):
@@ -360,13 +383,17 @@ def check_state_dict(model, state: dict, source: str) -> None:
 
 def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathLike | None = None,
                  sha256: str | None = None, **overrides):
-    """The registered model `name` (`hf-hub:ORG/NAME`: a model card), with its released weights
+    """The registered model `name` (`hf-hub:ORG/NAME` or a local card folder: a model card), with its released weights
     (`pretrained`) or a `checkpoint` (pinned by `sha256`); `overrides` replace the recipe's values."""
     overrides = _head_override(overrides)
-    if hub.is_hub_id(name):
+    if hub.is_hub_id(name) or hub.is_card(name):  # a hub repository, or a local folder in its layout
         if checkpoint is not None:
             raise UserError(f"{name} is a whole model with its weights; give it without checkpoint=...")
         return load_checkpoint(name, sha256, **overrides)
+    if isinstance(name, os.PathLike) or (name not in _entries() and Path(name).is_dir()):
+        raise UserError(f"{name}: a folder, but not a model card (no {hub.CARD_CONFIG} beside a "
+                        f"{hub.CARD_WEIGHTS}, as `zoo card` writes)" if Path(name).is_dir() else
+                        f"{name}: not a model card folder; a weights file loads with zoo.load_checkpoint(PATH)")
     entry = get_entry(name)
     if pretrained and checkpoint:
         raise UserError("give either pretrained=True or checkpoint=..., not both")
@@ -377,10 +404,14 @@ def create_model(name: str, pretrained: bool = False, checkpoint: str | os.PathL
         new_head = "num_classes" in overrides and overrides["num_classes"] != released.get("num_classes")
         if new_head and released.get("class_names") and "class_names" not in overrides:
             overrides["class_names"] = None  # the release's names are not this label set's
-        return load_into(build(config, **overrides), hub.fetch_release(name), new_head=new_head)
+        model = load_into(build(config, **overrides), hub.fetch_release(name), new_head=new_head)
+        model._zoo_source = {"name": name, "url": hub.release_url(entry.weights), "file": entry.weights["file"],
+                             "sha256": entry.weights["sha256"]}  # for its pretrained_cfg
+        return model
     model = build(entry.recipe_config(), **overrides)
     if checkpoint is not None:
         load_into(model, checkpoint, sha256, new_head="num_classes" in overrides)
+        model._zoo_source = _source(checkpoint, sha256)
     return model
 
 
@@ -456,7 +487,21 @@ def load_checkpoint(path: str | os.PathLike, sha256: str | None = None, **overri
     model = build(scrub_paths(config), **overrides)
     check_state_dict(model, state, source=str(path))
     model.load_state_dict(state)
+    model._zoo_source = _source(path, sha256)
     return model
+
+
+def _source(location, sha256: str | None) -> dict:
+    """Where a loaded model's weights came from, as its `pretrained_cfg` names it."""
+    if hub.is_hub_id(location):
+        repo_id = str(location)[len(hub.HUB_PREFIX):]
+        return {"name": repo_id.partition("@")[0].rsplit("/", 1)[-1], "hf_hub_id": repo_id}
+    if hub.is_card(location):
+        card = hub.read_card_config(Path(location) / hub.CARD_CONFIG, str(location))
+        return {"name": card.get("name"), "file": str(Path(location) / hub.CARD_WEIGHTS),
+                "sha256": card["files"][hub.CARD_WEIGHTS]["sha256"]}
+    # a checkpoint or weights file: no release name (a run's last.ckpt is no model's name)
+    return {"url" if hub.is_url(str(location)) else "file": str(location), "sha256": sha256}
 
 
 def scrub_paths(config: dict) -> dict:

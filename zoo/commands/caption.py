@@ -37,7 +37,8 @@ def run(args) -> int:
     for name in unique_names(args.images, ".png") if attention_dir else ():  # every overlay, before any work
         output_in(attention_dir, name, "--attention-dir", args.overwrite)
 
-    if not args.checkpoint and args.model == DEFAULT_MODEL:
+    if not args.checkpoint and args.model is None:  # said only when the default was taken, not typed
+        args.model = DEFAULT_MODEL
         print(f"zoo caption: model {DEFAULT_MODEL} (the default; --model NAME or --checkpoint PATH picks another)",
               file=sys.stderr)
     model = resolve_model(args, lambda card: card.output == "caption", "a captioner")

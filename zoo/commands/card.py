@@ -44,6 +44,46 @@ def card_config(record: dict, zoo_config: dict, weights: Path) -> dict:
     }
 
 
+#: a logged metric -> (the hub's metric type, its name on the card); `acc_<how>` and `<what>_acc` are
+#: accuracies too (hub_metric). Types are the hub's (Hugging Face `evaluate`) ids where one exists.
+HUB_METRICS = {
+    "acc": ("accuracy", "Top-1 accuracy"), "error_pct": ("error_rate", "Top-1 error (%)"),
+    "loss": ("loss", "Loss"), "nelbo": ("nelbo", "Negative ELBO (nats)"),
+    "kl": ("kl_divergence", "KL divergence (nats)"), "rec": ("reconstruction_nll", "Reconstruction NLL (nats)"),
+    "iwae_k1000": ("nll", "Negative log-likelihood (IWAE, 1000 samples; nats)"),
+    "CIDEr": ("cider", "CIDEr"), "METEOR": ("meteor", "METEOR"), "ROUGE_L": ("rouge", "ROUGE-L"),
+    **{f"Bleu_{n}": ("bleu", f"BLEU-{n}") for n in range(1, 5)},
+}
+
+
+def hub_metric(key: str) -> dict:
+    """{"type", "name"} of the logged metric `key` ("acc", "acc_mc10", "item_acc") on a hub card."""
+    if key in HUB_METRICS:
+        kind, name = HUB_METRICS[key]
+    elif key.startswith("acc_") or key.endswith("_acc"):
+        how = key.removeprefix("acc_") if key.startswith("acc_") else key.removesuffix("_acc")
+        kind, name = "accuracy", f"Top-1 accuracy ({how.replace('_', ' ')})"
+    else:
+        kind, name = key.lower(), key.replace("_", " ")
+    return {"type": kind, "name": name}
+
+
+def hub_dataset(data: dict | None) -> tuple[str, str]:
+    """(type, name) of the data set a card's model was evaluated on ("fashion_mnist", "Fashion-MNIST
+    (cluttered 60x60)"), from its data config (the data module's `dataset_for`)."""
+    from zoo.classes import is_allowed, resolve_class
+
+    data = data if isinstance(data, dict) else {}
+    init_args = data.get("init_args") if isinstance(data.get("init_args"), dict) else {}
+    if is_allowed(data.get("class_path"), "data"):
+        cls = resolve_class(data["class_path"], "data")
+        return cls.dataset_for(**cls.arguments(**init_args))
+    # not one of ours (read_card_config refuses such a card): its class's name, as an id
+    data_class = str(data.get("class_path", "unknown")).rsplit(".", 1)[-1]
+    dataset = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", data_class.removesuffix("DataModule")).lower()
+    return dataset, dataset
+
+
 def card_readme(record: dict, config: dict, repo_id: str) -> str:
     """README.md: YAML front matter (library, tags, pipeline, model-index) and the card's text, the
     manifest's text kept inert (zoo.guards.text); a metric that is not a number stays out of the
@@ -56,22 +96,20 @@ def card_readme(record: dict, config: dict, repo_id: str) -> str:
     def finite(value) -> bool:
         return is_number(value) and math.isfinite(value)
 
-    metrics = [{"type": key.split("/", 1)[1], "value": value["value"], "name": key}
+    metrics = [{**hub_metric(key.split("/", 1)[1]), "value": value["value"]}
                for key, value in summary_metrics(record.get("metrics")).items() if finite(value.get("value"))]
     attention = record.get("attention") if isinstance(record.get("attention"), dict) else {}
-    metrics += [{"type": f"attention_{key}", "value": attention[key], "name": f"attention {key.replace('_', ' ')}"}
+    metrics += [{"type": f"attention_{key}", "name": f"attention {key.replace('_', ' ')}", "value": attention[key]}
                 for key in ("pointing", "pointing_centre", "deletion_gap", "deletion_gap_centre")
                 if finite(attention.get(key))]
     pipeline = PIPELINE_TAGS.get(record.get("output_kind"), "image-classification")
-    # the data module's name as a dataset id: FashionMNISTDataModule -> fashion_mnist
-    data_class = str((config["zoo_config"].get("data") or {}).get("class_path", "unknown")).rsplit(".", 1)[-1]
-    dataset = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", data_class.removesuffix("DataModule")).lower()
+    dataset, dataset_name = hub_dataset(config["zoo_config"].get("data"))
     front = {
         "library_name": LIBRARY, "license": "mit", "pipeline_tag": pipeline,
         "tags": [LIBRARY, "visual-attention", record["family"]],
         "model-index": [{"name": record["name"], "results": [{
             "task": {"type": pipeline},
-            "dataset": {"name": record.get("dataset") or "?", "type": dataset, "split": "test"},
+            "dataset": {"name": dataset_name, "type": dataset, "split": "test"},
             "metrics": metrics}]}],
     }
     lines = [

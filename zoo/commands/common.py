@@ -9,8 +9,10 @@ from zoo.guards.errors import UserError, printable, shorten
 
 def add_model_arguments(parser, default_model: str | None = None) -> None:
     source = parser.add_mutually_exclusive_group(required=default_model is None)
-    source.add_argument("--model", default=default_model,
-                        help="registered model name (pretrained weights are loaded)")
+    # no parser default: the command tells a typed name from the default it takes (caption's notice)
+    source.add_argument("--model", default=None,
+                        help="registered model name (pretrained weights are loaded)"
+                             + (f"; default: {default_model}" if default_model else ""))
     source.add_argument("--checkpoint", help="a .ckpt or .safetensors file (path or URL) of this model family")
     parser.add_argument("--sha256", metavar="HASH",
                         help="pin --checkpoint: its sha256 (or first 8+ hex digits); a URL without a pin "

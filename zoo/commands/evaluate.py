@@ -1,4 +1,4 @@
-"""Evaluate a checkpoint or a registry model on a split: prints a table, writes JSON. `zoo eval`.
+"""`zoo eval` (and the clone's `python eval.py`): evaluate a checkpoint or a registry model on a split.
 
     python eval.py --checkpoint runs/baseline_cnn_centered/checkpoints/last.ckpt --split test
     python eval.py --model ram_fmnist_centered --split val --json results/x.json
@@ -15,16 +15,24 @@ from zoo.commands.common import add_model_arguments, key_values, resolve_model
 from zoo.guards.errors import OneLineParser, quiet_lightning, report_user_errors
 
 
+#: `--help`'s description, whole sentences (the docstring's first line was cut into a fragment before)
+DESCRIPTION = ("Evaluate a checkpoint or a registry model on a split of the data it was trained with: prints "
+               "a table of its metrics and, with --json, writes them with the config, the weights' sha256 and "
+               "the seed.")
+
+
 def parse_args(argv=None, prog: str = "eval.py"):
-    parser = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=prog, description=DESCRIPTION)
     add_model_arguments(parser)
-    parser.add_argument("--split", choices=["val", "test"], default="test")
+    parser.add_argument("--split", choices=["val", "test"], default="test",
+                        help="the data's split to evaluate on (default: test; select on val)")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--overwrite", action="store_true", help="replace the --json file if it exists")
     parser.add_argument("--seed", type=int, default=0, help="seed for stochastic metrics")
     parser.add_argument("--batch-size", type=int, help="override the data module's batch size")
     parser.add_argument("--limit", type=int, help="evaluate only the first N examples")
-    parser.add_argument("--accelerator", default="auto")
+    parser.add_argument("--accelerator", default="auto",
+                        help="Lightning's accelerator: auto (a GPU when there is one), cpu, gpu, ...")
     parser.add_argument("--accel", choices=["auto", "eager", "compile", "reduce-overhead"], default="auto",
                         help="speed (zoo.models.accel): compile the evaluation step, or not")
     parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 import lightning as L
 import torch
@@ -79,6 +80,15 @@ class SplitDataModule(L.LightningDataModule):
     @classmethod
     def image_chans_for(cls, **init_args) -> int | None:
         return cls.image_chans
+
+    @classmethod
+    def dataset_for(cls, **init_args) -> tuple[str, str]:
+        """(id, name) of the data set it serves, as a Hugging Face model card names one
+        ("fashion_mnist", "Fashion-MNIST (cluttered 60x60)"): by default its class's words."""
+        words = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", cls.__name__.removesuffix("DataModule"))
+        size = cls.image_size_for(**cls.arguments(**init_args))
+        name = " ".join(words[:1] + [w.lower() for w in words[1:]]) + (f" ({size[1]}x{size[0]})" if size else "")
+        return "_".join(w.lower() for w in words), name
 
     @classmethod
     def eval_resize_for(cls, size: tuple[int, int], **init_args) -> int | None:

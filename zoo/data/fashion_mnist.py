@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import re
 import zlib
 from pathlib import Path
 
@@ -186,6 +187,12 @@ class FashionMNISTDataModule(SplitDataModule):
     @classmethod
     def image_size_for(cls, variant: str = "centered", **_) -> tuple[int, int] | None:
         return (VARIANTS[variant][0],) * 2 if variant in VARIANTS else None  # an unknown variant: refused later
+
+    @classmethod
+    def dataset_for(cls, variant: str = "centered", **_) -> tuple[str, str]:
+        size = VARIANTS[variant][0] if variant in VARIANTS else None
+        kind = re.sub(r"\d+$", "", variant).replace("_", " ")
+        return "fashion_mnist", f"Fashion-MNIST ({kind}{f' {size}x{size}' if size else ''})"
 
     def __init__(self, variant: str = "centered", batch_size: int = 128, seed: int = 0,
                  val_size: int = 5000, split_seed: int = 0, test_seed: int = 1234,

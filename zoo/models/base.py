@@ -227,6 +227,41 @@ class ZooModule(L.LightningModule):
         for config in self.trainer.lr_scheduler_configs:  # resumed with a longer horizon?
             optim.refresh(config.scheduler)
 
+    # ------------------------------------------------------------------ timm's faces
+    @property
+    def num_classes(self) -> int:
+        """The classifier head's outputs, as timm's `model.num_classes` (0: no class head, as a
+        captioner's or a generator's)."""
+        value = self.hparams.get("num_classes")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def pretrained_cfg(self) -> dict:
+        """timm's `model.pretrained_cfg`, so that `timm.data.resolve_data_config(model=model)` and
+        `create_transform` prepare its input: `input_size` (C, H, W), the resize as `crop_pct` and
+        `crop_mode`, `mean`/`std` for that transform (zeros and ones: the model takes images in
+        [0, 1] and applies its own normalisation, recorded as `inner_mean`/`inner_std`),
+        `num_classes`, `label_names`, and where its weights came from (the release's `name`, `url`,
+        `file`, `sha256`, a card's `hf_hub_id`: zoo.registry sets them; None for a fresh model)."""
+        from zoo.guards.files import INTERPOLATION
+        from zoo.preprocess import for_model
+
+        spec, source = for_model(self), dict(self.__dict__.get("_zoo_source") or {})
+        height, width = spec.size
+        # timm resizes the shorter side to size / crop_pct, then crops the centre ("squash": no crop)
+        crop_pct = min(height, width) / spec.resize_size if spec.resize == "crop" and spec.resize_size else 1.0
+        return {
+            "architecture": class_path(self), "family": self.family, "tag": None,
+            **{key: source.get(key) for key in ("name", "url", "hf_hub_id", "file", "sha256")},
+            "input_size": (self.input_chans, height, width), "fixed_input_size": not self.takes_any_image_size(),
+            "resize": spec.resize, "interpolation": INTERPOLATION, "crop_pct": crop_pct,
+            "crop_mode": "squash" if spec.resize == "squash" else "center",
+            "mean": (0.0,) * self.input_chans, "std": (1.0,) * self.input_chans,
+            "inner_mean": spec.mean, "inner_std": spec.std,
+            "num_classes": self.num_classes, "label_names": list(spec.class_names) if spec.class_names else None,
+            "classifier": self.head_keys[0].rstrip(".") if self.head_keys else None,
+        }
+
     @property
     def input_size(self) -> tuple[int, int]:
         """(height, width) of the images the model takes."""

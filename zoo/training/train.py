@@ -30,7 +30,7 @@ from zoo import registry
 from zoo.guards.budget import check_environment
 from zoo.guards.errors import UserError, environment_error, one_line_warnings, printable, quiet_lightning
 from zoo.guards.writes import atomic_write_bytes
-from zoo.hparams import renamed_for
+from zoo.hparams import block_defaults, renamed_for
 from zoo.models.accel import MODES
 from zoo.models.base import ZooModule
 from zoo.training import recipe_args, runs, verbs
@@ -71,15 +71,29 @@ def one_line(message: str, parser=None) -> str:
 def did_you_mean(detail: str, keys: list[str], classes: list[str], parser=None) -> str:
     unknown = re.search(r"nrecognized arguments: (--[\w.]+)", detail)
     option = re.search(r"Option '(\w+)' is not accepted", detail)
+    section = (re.search(r"Subcommand '(\w+)' does not accept option '(\w+)(\.[\w.]+)'", detail)
+               or re.search(r"^()Option '(\w+)(\.[\w.]+)' is not accepted", detail))
     if unknown and parser is not None:  # the options of the command (flattened: --trainer.max_epochs)
         known = [f"--{key}" for key in parser.get_defaults().keys()]
         choices, given, prefix = known, unknown.group(1), ""
+    elif section and parser is not None:  # a config file's top-level key (`modle:`): the verb's own sections
+        by_verb = getattr(getattr(parser, "_subcommands_action", None), "_name_parser_map", {})  # jsonargparse 4.53
+        named = [by_verb[section.group(1)]] if section.group(1) in by_verb else list(by_verb.values()) or [parser]
+        sections = sorted({key.split(".", 1)[0] for verb in named for key in verb.get_defaults().keys()})
+        close = difflib.get_close_matches(section.group(2), sections, n=1)
+        return f"; did you mean {close[0]}{section.group(3)}?" if close else ""
     elif option and classes:
         owner, given = classes[-1], option.group(1)
         if renamed_for(owner).get(given):  # a recipe older than a rename
             return f"; its name is now {renamed_for(owner)[given]}"
-        choices, prefix = _names_in(owner, lambda cls: list(inspect.signature(cls).parameters)), \
-            f"--{keys[0]}.init_args." + "".join(f"{k}." for k in keys[1:])
+        prefix = f"--{keys[0]}.init_args." + "".join(f"{k}." for k in keys[1:])
+        # the class's own arguments, and (given flat) the fields of its blocks: glimpse_szie -> network.glimpse_dim
+        named = {name: name for name in _names_in(owner, lambda cls: list(inspect.signature(cls).parameters))}
+        if len(keys) == 1:
+            named.update({path.rsplit(".", 1)[-1]: path for path in _names_in(owner, lambda c: list(block_defaults(c)))
+                          if path.rsplit(".", 1)[-1] not in named})
+        close = difflib.get_close_matches(given, list(named), n=1)
+        return f"; did you mean {prefix}{named[close[0]]}?" if close else ""
     elif re.search(r"has no attribute|No module named", detail) and classes:
         module, _, given = classes[-1].rpartition(".")
         choices, prefix = _names_in(module, lambda mod: [n for n in dir(mod) if n[:1].isupper()], True), f"{module}."
@@ -138,6 +152,13 @@ class ZooCLI(LightningCLI):
                             help="pin a --ckpt_path or --init_from URL (or file) to its sha256 (8+ hex digits)")
         parser.add_argument("--accel", type=Literal[MODES], default="auto",
                             help="speed, the run's choice (zoo.models.accel): auto | eager | compile | reduce-overhead")
+
+    def _add_subcommands(self, parser, **kwargs) -> None:
+        super()._add_subcommands(parser, **kwargs)
+        # the verbs' list in --help: their own first sentences, not the Trainer methods' (cut short)
+        for action in getattr(parser._subcommands_action, "_choices_actions", ()):  # jsonargparse 4.53
+            if action.dest in verbs.HELP:
+                action.help = verbs.SHORT_HELP[action.dest]
 
     def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
@@ -283,7 +304,7 @@ def main(args: list[str] | None = None, prog: str = "train.py") -> None:
         check_environment(logging=True)
         argv = recipe_args.prepare(sys.argv[1:] if args is None else args)
         ZooCLI(ZooModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-               parser_kwargs={"prog": PROG, "fit": base, "validate": base, "test": base, "predict": base},
+               parser_kwargs={"prog": PROG, "description": verbs.DESCRIPTION, **{verb: {**base, "description": text} for verb, text in verbs.HELP.items()}},
                save_config_callback=SaveConfigToRunDir, save_config_kwargs={"overwrite": True},
                args=argv)
     except (SIGTERMException, KeyboardInterrupt) as exc:

@@ -13,6 +13,25 @@ from zoo.models.predict import TOP_K, PredictionWriter, check_predicts, check_ta
 from zoo.training.callbacks import AttentionImageLogger
 
 READ_ONLY = ("validate", "test", "predict")
+DESCRIPTION = "Train zoo models from recipes and use a run's checkpoints (LightningCLI; VERB --help for each)."
+#: each verb's line in `train.py --help`
+SHORT_HELP = {"fit": "Train a model from a recipe.", "validate": "Evaluate a run's checkpoint on the validation split.",
+              "test": "Evaluate a run's checkpoint on the test split.",
+              "predict": "Write a run's checkpoint's predictions, one JSON line per image."}
+#: each verb's `--help` text, whole: Lightning's (the Trainer methods' first docstring lines) cut a
+#: sentence short and, with one parser_kwargs dict shared by the verbs, gave all of them fit's
+HELP = {
+    "fit": "Train a model from a recipe (--config FILE or a registry name): fit on the training split, validate "
+           "every epoch, and save config.yaml and checkpoints in trainer.default_root_dir. --ckpt_path continues "
+           "the run that wrote it; --init_from starts a new run from other weights.",
+    "validate": "Evaluate a run's checkpoint (--config RUN/config.yaml --ckpt_path) once on the validation split "
+                "and print its val/ metrics; the run's folder is read, never written.",
+    "test": "Evaluate a run's checkpoint (--config RUN/config.yaml --ckpt_path) once on the test split and print "
+            "its test/ metrics; the run's folder is read, never written. Select on validation, test once.",
+    "predict": "Predict with a run's checkpoint (--config RUN/config.yaml --ckpt_path) on the data's test split: "
+               "one JSON line per image (the top classes with their names, or a caption) written to "
+               "--predictions FILE; the run's folder is read, never written.",
+}
 #: callbacks that write into the run folder (checkpoints, attention PNGs): for `fit` only
 RUN_WRITERS = (ModelCheckpoint, AttentionImageLogger)
 

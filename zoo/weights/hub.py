@@ -231,11 +231,15 @@ def _download_from_hub(location: str, repo_id: str, filename: str, revision: str
     home = os.environ.get("HF_HOME")
     cache = os.environ.get("HF_HUB_CACHE") or (os.path.join(home, "hub") if home else None)
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    endpoint = os.environ.get("HF_ENDPOINT")
+    unreachable = None if offline else _hub_unreachable(repo_id, filename, revision, endpoint)
     try:
-        path = Path(hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache, local_files_only=offline,
-                                    endpoint=os.environ.get("HF_ENDPOINT")))
+        path = Path(hf_hub_download(repo_id, filename, revision=revision, cache_dir=cache,
+                                    local_files_only=offline or unreachable is not None, endpoint=endpoint))
     except LocalEntryNotFoundError:
-        raise UserError(f"{location}: cannot reach the hub for {filename}, and it is not in the cache "
+        why = f"cannot reach the hub ({unreachable})" if unreachable else "cannot reach the hub (HF_HUB_OFFLINE is set)" \
+            if offline else "cannot reach the hub"
+        raise UserError(f"{location}: {why} for {filename}, and it is not in the cache "
                         "(offline? HF_ENDPOINT points elsewhere?)") from None
     except EntryNotFoundError:
         raise UserError(f"{location}: the repository has no {filename}") from None
@@ -248,6 +252,27 @@ def _download_from_hub(location: str, repo_id: str, filename: str, revision: str
         raise UserError(f"{location}: could not download {filename} ({shorten(reason, 120)})") from None
     fetched.append(path)
     return path
+
+
+def _hub_unreachable(repo_id: str, filename: str, revision: str | None, endpoint: str | None) -> str | None:
+    """Why the hub cannot be reached (None when it answers at all), asked once: hf_hub_download retries
+    a network error with backoff (~23 s, 5 tries) when the file is not cached, where an offline user
+    wants one line at once. One HEAD, no retries, within $HF_HUB_ETAG_TIMEOUT (the hub's own setting);
+    an HTTP error is an answer, left to hf_hub_download to name."""
+    import httpx2
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
+    timeout = env_number("HF_HUB_ETAG_TIMEOUT", constants.DEFAULT_ETAG_TIMEOUT)
+    try:
+        get_hf_file_metadata(url, timeout=timeout, retry_on_errors=False)
+    except HfHubHTTPError:
+        return None
+    except (httpx2.TransportError, OSError) as exc:  # refused, no route, no DNS, timed out
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return shorten(reason, 100)
+    return None
 
 
 def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
