@@ -130,3 +130,18 @@ def test_help_tells_samples_from_sample(capsys):
     listed = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
     assert "write example inputs per family" in listed and "not zoo sample" in listed
     assert "from DRAW (inputs to try: zoo samples)" in listed
+
+
+def test_model_writes_only_that_release_or_recipes_folder(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert cli.main(["samples", "--out", str(out), "--model", "ram_fmnist_centered", "--n", "1"]) == 0
+    assert [p.relative_to(out).as_posix() for p in sorted(out.rglob("*"))] == [
+        "ram_fmnist_centered", "ram_fmnist_centered/boxes.json", "ram_fmnist_centered/test_00000.png"]
+    assert capsys.readouterr().out.startswith(f"{out / 'ram_fmnist_centered'}: 1 test images")
+
+
+def test_an_unknown_model_is_one_line_with_the_names_it_may_mean(tmp_path, capsys):
+    assert cli.main(["samples", "--out", str(tmp_path / "s"), "--model", "ram_fmnist_centred"]) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith("zoo samples: error: unknown model 'ram_fmnist_centred'; did you mean ram_fmnist_centered")
+    assert not (tmp_path / "s").exists()

@@ -3,6 +3,7 @@ release (a family without one: its first recipe), the first N test images of its
 its data config, and a boxes.json of their items (what `zoo attend --boxes` reads).
 
     zoo samples --out samples
+    zoo samples --out samples --model sat_soft_scenes     # that release's (or recipe's) folder only
     zoo attend --model ram_fmnist_cluttered60 --out attend samples/ram_fmnist_cluttered60/*.png \
         --boxes samples/ram_fmnist_cluttered60/boxes.json
 """
@@ -13,10 +14,21 @@ import json
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the samples (new or empty)")
+    parser.add_argument("--model", metavar="NAME",
+                        help="only this release's or recipe's folder (default: every release, and each other "
+                             "family's first recipe)")
     parser.add_argument("--n", type=int, default=4, help="test images per folder (1-100, default 4)")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into a folder that is not empty (files of the same names are replaced; "
                              "symbolic links in it are refused, never followed)")
+
+
+def _data(entry) -> dict | None:
+    """The data config a registry entry was (its release) or would be (its recipe) trained on, paths scrubbed."""
+    from zoo import registry
+
+    data = (entry.weights["config"].get("data") if entry.weights else None) or entry.data
+    return registry.scrub_paths({"data": data})["data"] if data else None
 
 
 def folders() -> dict[str, tuple[str, dict]]:
@@ -29,11 +41,22 @@ def folders() -> dict[str, tuple[str, dict]]:
     for family in families():
         mine = sorted(name for name, entry in entries.items() if registry.family_of(entry) == family)
         for name in [n for n in mine if entries[n].weights] or mine[:1]:
-            entry = entries[name]
-            data = (entry.weights["config"].get("data") if entry.weights else None) or entry.data
+            data = _data(entries[name])
             if data:
-                chosen[name] = (family, registry.scrub_paths({"data": data})["data"])
+                chosen[name] = (family, data)
     return chosen
+
+
+def folder_of(name: str) -> dict[str, tuple[str, dict]]:
+    """{name: (family, data config)} of one release or recipe; an unknown name is one line (did you mean)."""
+    from zoo import registry
+    from zoo.guards.errors import UserError
+
+    entry = registry.get_entry(name)
+    data = _data(entry)
+    if not data:
+        raise UserError(f"--model {name}: its recipe names no data to take examples from")
+    return {name: (registry.family_of(entry), data)}
 
 
 def run(args) -> int:
@@ -46,10 +69,10 @@ def run(args) -> int:
 
     if not 1 <= args.n <= 100:
         raise UserError(f"--n must be 1 to 100, got {args.n}")
+    chosen = folder_of(args.model) if args.model else folders()  # an unknown name: before --out is looked at
     out = check_writable(args.out, "--out", directory=True)
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
         raise UserError(f"--out {out}: not empty; give --overwrite to write into it, or name a new folder")
-    chosen = folders()
     for name in chosen:  # every file, before any work: none through a link, none out of --out
         for file in [*(f"test_{i:05d}.png" for i in range(args.n)), "boxes.json"]:
             output_in(out, f"{name}/{file}", "--out", args.overwrite)
