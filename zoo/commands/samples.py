@@ -10,6 +10,7 @@ its data config, and a boxes.json of their items (what `zoo attend --boxes` read
 from __future__ import annotations
 
 import json
+import sys
 
 
 def add_arguments(parser) -> None:
@@ -69,15 +70,19 @@ def run(args) -> int:
 
     if not 1 <= args.n <= 100:
         raise UserError(f"--n must be 1 to 100, got {args.n}")
-    chosen = folder_of(args.model) if args.model else folders()  # an unknown name: before --out is looked at
+    chosen = folder_of(args.model) if args.model else None  # an unknown name: before --out is looked at
     out = check_writable(args.out, "--out", directory=True)
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
         raise UserError(f"--out {out}: not empty; give --overwrite to write into it, or name a new folder")
+    # what follows takes seconds before the first folder is written (torch, every family and data set)
+    print(f"zoo samples: building the test data of {args.model or 'every release and family'} ...",
+          file=sys.stderr, flush=True)
+    chosen = chosen or folders()
     for name in chosen:  # every file, before any work: none through a link, none out of --out
         for file in [*(f"test_{i:05d}.png" for i in range(args.n)), "boxes.json"]:
             output_in(out, f"{name}/{file}", "--out", args.overwrite)
     built: dict[str, dict] = {}  # releases trained on the same data share its examples
-    for name, (family, data) in chosen.items():
+    for name, (family, data) in chosen.items():  # a line each on stdout as it is written
         key = json.dumps(data, sort_keys=True)
         if key not in built:
             few = registry.resolve_class(data.get("class_path"), "data").few_examples(args.n)
