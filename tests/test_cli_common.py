@@ -346,6 +346,11 @@ def test_caption_and_attend_read_a_folder_its_images_sorted_by_path(tmp_path, ca
         skipped = [line for line in captured.err.splitlines() if "skipped" in line]
         assert skipped == [f"zoo {command[0]}: skipped 1 file(s) in the folder(s) given that are not images by "
                            "their suffix"]
+    # the count is a note: a mistake that refuses the command is still its one line
+    assert cli.main([*[a.replace("sat_soft_scenes", "nothing").replace("vit_fmnist", "nothing") for a in argv],
+                     str(folder), "--overwrite"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"zoo {command[0]}: error: unknown model 'nothing'; "
+                                                            "`zoo list` shows them all"]
 
 
 @pytest.mark.parametrize("command", [

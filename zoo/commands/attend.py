@@ -47,7 +47,7 @@ def run(args) -> int:
     from zoo.preprocess import for_model, load_batch
     from zoo.viz.record import html_report, prediction_text, strip
 
-    args.images = expand_images(args.images, args.recursive, "attend")
+    args.images, notes = expand_images(args.images, args.recursive)
     out_dir = check_writable(args.out, "--out", directory=True)
     if args.html:
         check_output(args.html, "--html", args.overwrite)
@@ -63,7 +63,7 @@ def run(args) -> int:
     if unknown:
         raise UserError(f"--record {unknown[0]}: {type(model).__name__}'s attention record takes "
                         f"{', '.join(takes) or 'no options'}")
-    spec, notes, sizes = for_model(model), [], []
+    spec, sizes = for_model(model), []
     batch, good, errors = load_batch(args.images, spec, notes, sizes)
     given = read_boxes(args.boxes, good, sizes) if args.boxes else {}
     targets = to_input(spec, given, good, sizes)

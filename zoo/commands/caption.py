@@ -33,7 +33,7 @@ def run(args) -> int:
     from zoo.preprocess import for_model, load_batch
 
     check_flags({"--beam-size": args.beam_size, "--max-len": args.max_len, "--batch-size": args.batch_size})
-    args.images = expand_images(args.images, args.recursive, "caption")
+    args.images, notes = expand_images(args.images, args.recursive)
     attention_dir = args.attention_dir and check_writable(args.attention_dir, "--attention-dir",
                                                           directory=True)
     for name in unique_names(args.images, ".png") if attention_dir else ():  # every overlay, before any work
@@ -46,7 +46,6 @@ def run(args) -> int:
     if getattr(model, "embed", None) is None:
         raise UserError("the model has an empty vocabulary (it was never trained)")
     beam_size = args.beam_size or int(model.hparams.get("beam_size", 3))
-    notes: list[str] = []
     images, good, errors = load_batch(args.images, for_model(model), notes)
     names = unique_names(good, ".png")  # the readable images' overlays (numbered among themselves)
     for name in names if attention_dir else ():  # may refuse the command: before the bad files' lines

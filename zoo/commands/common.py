@@ -55,11 +55,11 @@ def image_suffixes() -> set[str]:
     return {suffix for suffix, kind in Image.registered_extensions().items() if kind in Image.OPEN}
 
 
-def expand_images(given: list[str], recursive: bool, command: str) -> list[str]:
-    """The image paths of `given`: a file as it is (a bad one is reported when read), a folder as its
-    image files sorted by path (`recursive`: those of its subfolders too). Files of a folder that are
-    no image by their suffix are skipped, counted in one line on stderr; a folder without an image
-    is refused in one line (UserError)."""
+def expand_images(given: list[str], recursive: bool) -> tuple[list[str], list[str]]:
+    """(the image paths of `given`, notes): a file as it is (a bad one is reported when read), a folder
+    as its image files sorted by path (`recursive`: those of its subfolders too). Files of a folder
+    that are no image by their suffix are skipped, counted in one note (report_bad_files prints it,
+    after what may refuse the command); a folder without an image is refused in one line (UserError)."""
     suffixes, paths, skipped = image_suffixes(), [], 0
     for item in given:
         folder = Path(item)
@@ -78,10 +78,8 @@ def expand_images(given: list[str], recursive: bool, command: str) -> list[str]:
             raise UserError(f"{item}: no image files in this folder ({len(files)} other file(s){deeper})")
         skipped += len(files) - len(images)
         paths += images
-    if skipped:
-        print(f"zoo {command}: skipped {skipped} file(s) in the folder(s) given that are not images by their "
-              "suffix", file=sys.stderr)
-    return paths
+    notes = [f"skipped {skipped} file(s) in the folder(s) given that are not images by their suffix"] * bool(skipped)
+    return paths, notes
 
 
 def report_bad_files(errors: list[str], command: str, notes: list[str] = ()) -> None:

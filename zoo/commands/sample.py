@@ -77,8 +77,9 @@ def run(args) -> int:
 
     if args.reconstruct is not None and args.n is not None:
         raise UserError("--n does not apply to --reconstruct IMAGE... (every image given is redrawn)")
+    notes: list[str] = []
     if args.reconstruct is not None:
-        args.reconstruct = expand_images(args.reconstruct, args.recursive, "sample")
+        args.reconstruct, notes = expand_images(args.reconstruct, args.recursive)
     n = args.n if args.n is not None else DEFAULT_N["split" if args.reconstruct_split else "sample"]
     if not 1 <= n <= MAX_SAMPLES:
         raise UserError(f"--n must be between 1 and {MAX_SAMPLES}, got {n}")
@@ -103,7 +104,6 @@ def run(args) -> int:
     errors: list[str] = []
     if args.reconstruct is not None or args.reconstruct_split is not None:
         if args.reconstruct is not None:  # prepared as the model's own data were
-            notes: list[str] = []
             images, _, errors = load_batch(args.reconstruct, for_model(model), notes)
             report_bad_files(errors, "sample", notes)
             if not len(images):
