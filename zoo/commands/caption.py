@@ -1,4 +1,4 @@
-"""zoo caption IMAGE... : caption images with a Show-Attend-Tell model, optionally with per-word
+"""zoo caption IMAGE|FOLDER... : caption images with a Show-Attend-Tell model, optionally with per-word
 attention overlays (one PNG per image) or JSON of every word's alpha map and gate beta. Bad files
 are one line each on stderr; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad argument)."""
 from __future__ import annotations
