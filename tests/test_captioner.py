@@ -380,7 +380,8 @@ def test_cli_captions_to_stdout_and_json_with_overlays(cli_files, capsys):
 @pytest.mark.parametrize("bad", ["missing", "directory", "text", "truncated"])
 def test_cli_bad_images_exit_2_with_one_line(cli_files, capsys, bad):
     f = cli_files
-    path = {"missing": f["root"] / "nope.png", "directory": f["root"], "text": f["text"],
+    (f["root"] / "no_images").mkdir(exist_ok=True)  # a folder stands for its images (zoo.commands.common): none
+    path = {"missing": f["root"] / "nope.png", "directory": f["root"] / "no_images", "text": f["text"],
             "truncated": f["truncated"]}[bad]
     code, out, err = run_zoo(["caption", path, "--checkpoint", f["weights"]], capsys)
     assert code == 2 and out == ""

@@ -254,3 +254,15 @@ def test_a_given_vocabulary_says_how_many_training_words_become_unk(coco, caplog
     with caplog.at_level("WARNING", logger="zoo"):
         coco_dm(*coco).setup("fit")  # a vocabulary built from these captions loses nothing to say
     assert "read as <unk>" not in caplog.text
+
+
+def test_caption_files_name_each_rows_image_file_for_predict_records(coco):
+    """`train.py predict` on caption files writes each image's path (zoo.models.predict.item_source)."""
+    from zoo.models.predict import item_source
+
+    dm = coco_dm(*coco)
+    dm.setup("test")
+    test = dm.datasets["test"]
+    files = [item_source(test, i) for i in range(len(test))]
+    assert files == [{"path": str(record.path)} for record in dm.records("test")]
+    assert files[0]["path"].endswith("val2014_000010.png")

@@ -318,3 +318,56 @@ def test_zoo_list_and_import_zoo_leave_torch_unloaded(tmp_path):
              "print(light, type(model).__name__, zoo.registry.data_config is zoo.data_config)")
     rc, out, err = run_cli(["-c", probe], cwd=tmp_path, env=cli_env())
     assert rc == 0 and out.strip().splitlines()[-1] == "True Classifier True", err[-2000:]
+
+
+# ----------------------------------------------------------------------------- folders of images
+def _folder_of_images(root):
+    """root/b.png, root/a.PNG, root/notes.txt, root/deeper/c.png: two images here, one deeper."""
+    root.mkdir()
+    for name in ("b.png", "a.PNG", "deeper/c.png"):
+        (root / name).parent.mkdir(exist_ok=True)
+        Image.fromarray(np.full((28, 28), 90, dtype=np.uint8)).save(root / name, format="PNG")
+    (root / "notes.txt").write_text("not an image\n")
+    return root
+
+
+@pytest.mark.parametrize("command", [
+    ["attend", "--model", "vit_fmnist", "--out", "{out}"],
+    ["caption", "--model", "sat_soft_scenes", "--max-len", "2"],
+])
+def test_caption_and_attend_read_a_folder_its_images_sorted_by_path(tmp_path, capsys, command):
+    folder = _folder_of_images(tmp_path / "pics")
+    argv = [a.replace("{out}", str(tmp_path / "out")) for a in command]
+    for extra, expected in (([], ["a.PNG", "b.png"]), (["--recursive"], ["a.PNG", "b.png", "deeper/c.png"])):
+        assert cli.main([*argv, str(folder), *extra, "--overwrite"]) == 0
+        captured = capsys.readouterr()
+        read = [line.split(":" if command[0] == "attend" else "\t")[0] for line in captured.out.splitlines()]
+        assert read == [str(folder / name) for name in expected]
+        skipped = [line for line in captured.err.splitlines() if "skipped" in line]
+        assert skipped == [f"zoo {command[0]}: skipped 1 file(s) in the folder(s) given that are not images by "
+                           "their suffix"]
+    # the count is a note: a mistake that refuses the command is still its one line
+    assert cli.main([*[a.replace("sat_soft_scenes", "nothing").replace("vit_fmnist", "nothing") for a in argv],
+                     str(folder), "--overwrite"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"zoo {command[0]}: error: unknown model 'nothing'; "
+                                                            "`zoo list` shows them all"]
+
+
+@pytest.mark.parametrize("command", [
+    ["attend", "--model", "vit_fmnist", "--out", "{out}"],
+    ["caption", "--model", "sat_soft_scenes"],
+    ["sample", "--model", "draw_fmnist_t16", "--out", "{out}.png", "--reconstruct"],
+])
+def test_a_folder_without_images_is_one_line_and_exit_2(tmp_path, capsys, command):
+    argv = [a.replace("{out}", str(tmp_path / "out")) for a in command]
+    empty, texts = tmp_path / "empty", tmp_path / "texts"
+    empty.mkdir()
+    (texts / "deeper").mkdir(parents=True)
+    (texts / "notes.txt").write_text("x")
+    for folder, message in ((empty, "no image files in this folder (0 other file(s))"),
+                            (texts, "no image files in this folder (1 other file(s); --recursive reads its "
+                                    "subfolders)")):
+        assert cli.main([*argv, str(folder)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"zoo {command[0]}: error: {folder}: {message}"
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.png").exists()

@@ -163,3 +163,30 @@ def test_every_data_set_names_itself_as_a_hub_card_does(path, cls):
     assert name and name[0].isupper() and "DataModule" not in name and "\n" not in name
     size = cls.image_size_for(**cls.arguments())
     assert size is None or f"{size[1]}x{size[0]}" in name  # the served size tells the variants apart
+
+
+def test_loaders_pin_memory_only_for_a_trainer_on_cuda(tmp_path, recwarn):
+    """Pinned batches help copies to CUDA only; on a CPU trainer (or none) torch would warn that they
+    are unused: every data module's loaders (SplitDataModule.plain_loader, bucketed_loader) ask the trainer."""
+    import types
+
+    import lightning as L
+    import numpy as np
+    from lightning.pytorch.accelerators import CUDAAccelerator
+    from PIL import Image
+
+    from zoo.data.imagefolder import ImageFolderDataModule
+
+    for split in ("train", "val"):
+        (tmp_path / split / "cat").mkdir(parents=True)
+        Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / split / "cat" / "0.png")
+    data = ImageFolderDataModule(str(tmp_path), image_size=8, batch_size=1, num_workers=0)
+    data.setup("fit")
+    assert not data.val_dataloader().pin_memory  # no trainer
+    data.trainer = L.Trainer(accelerator="cpu", logger=False)
+    loader = data.train_dataloader()
+    assert not loader.pin_memory
+    next(iter(loader))
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)]
+    data.trainer = types.SimpleNamespace(accelerator=CUDAAccelerator())  # a trainer on CUDA (no GPU needed)
+    assert data.train_dataloader().pin_memory and data.val_dataloader().pin_memory

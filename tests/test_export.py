@@ -126,3 +126,11 @@ def test_the_torch_free_onnx_example_captions_as_zoo_caption_does(tmp_path, caps
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout == expected and len(expected.splitlines()) == 5
+
+
+def test_export_says_which_program_it_is_exporting(tmp_path, capsys):
+    """Each program takes seconds (a captioner's three, ~40 s): a line on stderr before each."""
+    assert cli.main(["export", "--model", "vit_fmnist", "--out", str(tmp_path / "exported"), "--format", "torch"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["zoo export: exporting model (1 of 1) to model.pt2"]
+    assert captured.out.splitlines()[0] == f"wrote {tmp_path / 'exported' / 'model.pt2'}"

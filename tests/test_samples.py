@@ -119,7 +119,8 @@ def test_without_fashion_mnist_it_says_where_it_looked(tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(torchvision.datasets, "FashionMNIST", offline)
     assert cli.main(["samples", "--out", "samples"]) == 2
-    err = _one_line_error(capsys)
+    progress, err = capsys.readouterr().err.strip().splitlines()  # what it was doing, then the error's one line
+    assert progress.startswith("zoo samples: building the test data of ")
     assert err.startswith("zoo samples: error: Fashion-MNIST not found (looked in ") and str(tmp_path / "empty") in err
     assert not list(tmp_path.glob("samples/*/*.png"))
 
@@ -130,3 +131,22 @@ def test_help_tells_samples_from_sample(capsys):
     listed = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
     assert "write example inputs per family" in listed and "not zoo sample" in listed
     assert "from DRAW (inputs to try: zoo samples)" in listed
+
+
+def test_model_writes_only_that_release_or_recipes_folder(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert cli.main(["samples", "--out", str(out), "--model", "ram_fmnist_centered", "--n", "1"]) == 0
+    assert [p.relative_to(out).as_posix() for p in sorted(out.rglob("*"))] == [
+        "ram_fmnist_centered", "ram_fmnist_centered/boxes.json", "ram_fmnist_centered/test_00000.png"]
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{out / 'ram_fmnist_centered'}: 1 test images")
+    # before the seconds of imports and data building: a line on stderr (then one per folder on stdout)
+    assert captured.err.splitlines() == ["zoo samples: building the test data of 1 model(s), a line per folder as "
+                                         "it is written"]
+
+
+def test_an_unknown_model_is_one_line_with_the_names_it_may_mean(tmp_path, capsys):
+    assert cli.main(["samples", "--out", str(tmp_path / "s"), "--model", "ram_fmnist_centred"]) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith("zoo samples: error: unknown model 'ram_fmnist_centred'; did you mean ram_fmnist_centered")
+    assert not (tmp_path / "s").exists()

@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, TINY_VAL, cli_env, run_cli, tiny_fit_args
+from conftest import REPO, TINY_VAL, cli_env, run_cli, run_main, tiny_fit_args
 from helpers import read_wandb_records
 
 pytestmark = pytest.mark.slow
@@ -228,3 +228,21 @@ def test_last_checkpoint_follows_every_epoch_even_without_a_new_best(tmp_path):
     assert [p.name for p in sorted(tmp_path.glob("best-*.ckpt"))] == ["best-epoch=000.ckpt"]
     last = torch.load(tmp_path / "last.ckpt", weights_only=True)
     assert last["epoch"] == 2  # the third epoch, finished: not the best one
+
+
+def test_a_plain_cpu_fit_prints_its_model_summary_without_a_flops_count_or_warnings(tmp_path, tiny_data_dir):
+    """Lightning counts FLOPs only through an `example_input_array` (no family sets one) and printed
+    "Total FLOPs: 0" and a column of zeros (zoo.training.callbacks.ZooModelSummary drops them); nor
+    does a loader pin memory on a CPU trainer (torch's pin_memory warning)."""
+    rc, out, err = run_main(tiny_fit_args("configs/baseline/mlp_centered.yaml", tmp_path / "run", "--trainer.max_epochs=1",
+                                          "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1",
+                                          "--trainer.accelerator=cpu", "--trainer.enable_model_summary=true"),
+                            cwd=tmp_path, env=cli_env(tiny_data_dir))
+    assert rc == 0, err[-3000:]
+    assert "Total params" in out and "Modules in eval mode" in out  # the summary is there
+    assert "flops" not in (out + err).lower() and "pin_memory" not in err
+    assert "already configured with model summary" not in out + err  # Lightning adds none beside it
+    rc, out, err = run_main(tiny_fit_args("configs/baseline/mlp_centered.yaml", tmp_path / "off", "--trainer.max_epochs=1",
+                                          "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1",
+                                          "--trainer.accelerator=cpu"), cwd=tmp_path, env=cli_env(tiny_data_dir))
+    assert rc == 0 and "Total params" not in out  # --trainer.enable_model_summary=false: none

@@ -8,6 +8,7 @@ import inspect
 import json
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 
@@ -63,6 +64,8 @@ def test_validate_test_and_predict_read_a_run_and_never_write_it(tmp_path, tiny_
 
     lines = [json.loads(line) for line in predictions.read_text().splitlines()]
     assert [line["index"] for line in lines] == list(range(TINY_TEST))  # the test split, in order
+    # which image each answers: the split predict served, and (no files: IDX arrays) the data set's index
+    assert all(line["split"] == "test" and line["data_index"] == line["index"] and "path" not in line for line in lines)
     names = FashionMNISTDataModule.class_names  # the run's data named its classes
     assert all(c["name"] == names[c["class"]] and 0 <= c["prob"] <= 1 for line in lines for c in line["classes"])
     assert all(len(line["classes"]) == 5 for line in lines)
@@ -113,6 +116,8 @@ def test_predict_writes_what_each_family_answers(name, cls, hparams, tmp_path):
         return
     lines = _predict(model, batch, path, top_k=3)
     assert [line["index"] for line in lines] == list(range(6))
+    # a loader given without a data module: no split; its batches hold more images than indices
+    assert all(line["split"] is None and line["data_index"] == line["index"] for line in lines)
     with torch.no_grad():
         if cls.card.output == "caption":
             captions = [" ".join(r["words"]) for r in model.caption(images)]
@@ -131,3 +136,31 @@ def test_predict_writes_what_each_family_answers(name, cls, hparams, tmp_path):
         assert sum(c["prob"] for c in ranked) <= 1 + 1e-5
         if names:
             assert [c["name"] for c in ranked] == [names[c["class"]] for c in ranked]
+
+
+def test_predict_records_name_each_image_file_of_a_folder_and_the_split(tmp_path):
+    """ImageFolder data: each line carries its image's path and the split predict served
+    (`test_split`, as eval.py --split sets it), in the loader's order."""
+    from PIL import Image
+
+    from zoo.data.imagefolder import ImageFolderDataModule
+    from zoo.models.baselines import Classifier
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val", "test"):
+        for cls in ("cat", "dog"):
+            (tmp_path / split / cls).mkdir(parents=True)
+            for i in range(2 if split == "test" else 1):
+                Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(tmp_path / split / cls / f"{i}.png")
+    model = Classifier(arch="mlp", image_size=16, in_chans=3, num_classes=2, hidden=[8], class_names=["cat", "dog"])
+    for split, expected in (("test", ["cat/0.png", "cat/1.png", "dog/0.png", "dog/1.png"]), ("val", ["cat/0.png", "dog/0.png"])):
+        data = ImageFolderDataModule(str(tmp_path), image_size=16, batch_size=3, num_workers=0)
+        data.test_split = split
+        path = tmp_path / f"{split}.jsonl"
+        trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, accelerator="cpu", callbacks=[PredictionWriter(path, top_k=1)])
+        trainer.predict(model, datamodule=data, return_predictions=False)
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [line["path"] for line in lines] == [str(tmp_path / split / name) for name in expected]
+        assert all(line["split"] == split and "data_index" not in line for line in lines)
+        assert [line["index"] for line in lines] == list(range(len(expected)))

@@ -14,14 +14,15 @@ from __future__ import annotations
 import sys
 
 from zoo.commands.boxes import FRAME, read_boxes, summary, to_input
-from zoo.commands.common import add_model_arguments, exit_code, key_values, report_bad_files, resolve_model, unique_names
+from zoo.commands.common import (add_image_arguments, add_model_arguments, exit_code, expand_images, key_values,
+                                 report_bad_files, resolve_model, unique_names)
 from zoo.guards.errors import UserError, printable
 
 CHUNK = 64  # images per forward pass
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any size, colour or gray)")
+    add_image_arguments(parser, help="image files (any size, colour or gray)")
     add_model_arguments(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help="directory for the figures")
     parser.add_argument("--json", action="store_true", help="print the attention records as JSON")
@@ -46,6 +47,7 @@ def run(args) -> int:
     from zoo.preprocess import for_model, load_batch
     from zoo.viz.record import html_report, prediction_text, strip
 
+    args.images, notes = expand_images(args.images, args.recursive)
     out_dir = check_writable(args.out, "--out", directory=True)
     if args.html:
         check_output(args.html, "--html", args.overwrite)
@@ -61,7 +63,7 @@ def run(args) -> int:
     if unknown:
         raise UserError(f"--record {unknown[0]}: {type(model).__name__}'s attention record takes "
                         f"{', '.join(takes) or 'no options'}")
-    spec, notes, sizes = for_model(model), [], []
+    spec, sizes = for_model(model), []
     batch, good, errors = load_batch(args.images, spec, notes, sizes)
     given = read_boxes(args.boxes, good, sizes) if args.boxes else {}
     targets = to_input(spec, given, good, sizes)

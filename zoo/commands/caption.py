@@ -1,11 +1,12 @@
-"""zoo caption IMAGE... : caption images with a Show-Attend-Tell model, optionally with per-word
+"""zoo caption IMAGE|FOLDER... : caption images with a Show-Attend-Tell model, optionally with per-word
 attention overlays (one PNG per image) or JSON of every word's alpha map and gate beta. Bad files
 are one line each on stderr; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad argument)."""
 from __future__ import annotations
 
 import sys
 
-from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model, unique_names
+from zoo.commands.common import (add_image_arguments, add_model_arguments, exit_code, expand_images, report_bad_files,
+                                 resolve_model, unique_names)
 from zoo.guards.errors import UserError, printable
 
 DEFAULT_MODEL = "sat_soft_scenes"
@@ -13,7 +14,7 @@ CUT_MARK = "cut"  # plain-text output: the caption reached --max-len before its 
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...)")
+    add_image_arguments(parser)
     add_model_arguments(parser, default_model=DEFAULT_MODEL)
     parser.add_argument("--beam-size", type=int, default=None,
                         help="beam width (1 = greedy; default: the model's own setting)")
@@ -32,6 +33,7 @@ def run(args) -> int:
     from zoo.preprocess import for_model, load_batch
 
     check_flags({"--beam-size": args.beam_size, "--max-len": args.max_len, "--batch-size": args.batch_size})
+    args.images, notes = expand_images(args.images, args.recursive)
     attention_dir = args.attention_dir and check_writable(args.attention_dir, "--attention-dir",
                                                           directory=True)
     for name in unique_names(args.images, ".png") if attention_dir else ():  # every overlay, before any work
@@ -45,7 +47,6 @@ def run(args) -> int:
     if getattr(model, "embed", None) is None:
         raise UserError("the model has an empty vocabulary (it was never trained)")
     beam_size = args.beam_size or int(model.hparams.get("beam_size", 3))
-    notes: list[str] = []
     images, good, errors = load_batch(args.images, for_model(model), notes)
     names = unique_names(good, ".png")  # the readable images' overlays (numbered among themselves)
     for name in names if attention_dir else ():  # may refuse the command: before the bad files' lines

@@ -1,6 +1,8 @@
-"""Pieces every subcommand shares: choosing the model, reporting bad files, naming outputs, KEY=VALUE flags."""
+"""Pieces every subcommand shares: choosing the model, the images given (files and folders),
+reporting bad files, naming outputs, KEY=VALUE flags."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -32,6 +34,54 @@ def resolve_model(args, fits=lambda card: True, what: str = "a zoo model", **ove
     if not fits(model.card):
         raise UserError(f"{source} is a {model.family} model, not {what}")
     return model.eval()
+
+
+FOLDERS_HELP = ", or folders of them (their image files, sorted by path)"
+
+
+def add_image_arguments(parser, help: str = "image files (PNG, JPEG, ...)") -> None:
+    """The images a command reads (files or folders: expand_images) and `--recursive`."""
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help=help + FOLDERS_HELP)
+    add_recursive(parser)
+
+
+def add_recursive(parser) -> None:
+    parser.add_argument("--recursive", action="store_true",
+                        help="a folder given: the images in its subfolders too (links to folders are not followed)")
+
+
+def image_suffixes() -> set[str]:
+    """The file suffixes of the formats PIL can open (lower case, with the dot)."""
+    from PIL import Image
+
+    return {suffix for suffix, kind in Image.registered_extensions().items() if kind in Image.OPEN}
+
+
+def expand_images(given: list[str], recursive: bool) -> tuple[list[str], list[str]]:
+    """(the image paths of `given`, notes): a file as it is (a bad one is reported when read), a folder
+    as its image files sorted by path (`recursive`: those of its subfolders too). Files of a folder
+    that are no image by their suffix are skipped, counted in one note (report_bad_files prints it,
+    after what may refuse the command); a folder without an image is refused in one line (UserError)."""
+    suffixes, paths, skipped = image_suffixes(), [], 0
+    for item in given:
+        folder = Path(item)
+        if not folder.is_dir():
+            paths.append(item)
+            continue
+        files = []
+        for root, subfolders, names in os.walk(folder):  # links to folders are not followed: no loops
+            files += [os.path.join(root, name) for name in names]
+            if not recursive:
+                break
+        images = sorted(f for f in files if Path(f).suffix.lower() in suffixes)
+        if not images:
+            deeper = "" if recursive or not any(p.is_dir() for p in folder.iterdir()) else \
+                "; --recursive reads its subfolders"
+            raise UserError(f"{item}: no image files in this folder ({len(files)} other file(s){deeper})")
+        skipped += len(files) - len(images)
+        paths += images
+    notes = [f"skipped {skipped} file(s) in the folder(s) given that are not images by their suffix"] * bool(skipped)
+    return paths, notes
 
 
 def report_bad_files(errors: list[str], command: str, notes: list[str] = ()) -> None:

@@ -29,10 +29,13 @@ def run(args) -> int:
     from zoo.weights.export import MANIFEST, check_target, export
 
     check_flags({"--max-len": args.max_len}, limit_name="export_max_len")
+    def progress(line: str) -> None:  # each stage takes seconds (a captioner's three programs, ~40 s)
+        print(f"zoo export: {line}", file=sys.stderr, flush=True)
+
     check_target(args.out, args.overwrite)  # before the model loads: someone else's folder is refused at once
     model = resolve_model(args)
     try:
-        paths = export(model, args.out, args.format, args.max_len, args.overwrite)
+        paths = export(model, args.out, args.format, args.max_len, args.overwrite, progress)
     except SystemExit as exc:
         if exc.code != 143:
             raise

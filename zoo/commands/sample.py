@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zoo.commands.common import add_model_arguments, exit_code, report_bad_files, resolve_model
+from zoo.commands.common import (FOLDERS_HELP, add_model_arguments, add_recursive, exit_code, expand_images,
+                                 report_bad_files, resolve_model)
 from zoo.guards.errors import UserError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
@@ -31,9 +32,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace --out (and the GIF) if they exist")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--reconstruct", nargs="+", metavar="IMAGE",
-                        help="encode and redraw these grayscale images of the model's size")
+                        help="encode and redraw these grayscale images of the model's size" + FOLDERS_HELP)
     source.add_argument("--reconstruct-split", choices=["val", "test"],
                         help="encode and redraw the first --n images of this split of the model's data set")
+    add_recursive(parser)
     parser.add_argument("--seed", type=int, default=0, help="random seed of the latent draws")
     parser.add_argument("--scale", type=int, default=2, help="pixel upscaling of the figures")
     parser.add_argument("--frame-ms", type=int, default=80, help="GIF frame duration in ms")
@@ -75,6 +77,9 @@ def run(args) -> int:
 
     if args.reconstruct is not None and args.n is not None:
         raise UserError("--n does not apply to --reconstruct IMAGE... (every image given is redrawn)")
+    notes: list[str] = []
+    if args.reconstruct is not None:
+        args.reconstruct, notes = expand_images(args.reconstruct, args.recursive)
     n = args.n if args.n is not None else DEFAULT_N["split" if args.reconstruct_split else "sample"]
     if not 1 <= n <= MAX_SAMPLES:
         raise UserError(f"--n must be between 1 and {MAX_SAMPLES}, got {n}")
@@ -99,7 +104,6 @@ def run(args) -> int:
     errors: list[str] = []
     if args.reconstruct is not None or args.reconstruct_split is not None:
         if args.reconstruct is not None:  # prepared as the model's own data were
-            notes: list[str] = []
             images, _, errors = load_batch(args.reconstruct, for_model(model), notes)
             report_bad_files(errors, "sample", notes)
             if not len(images):

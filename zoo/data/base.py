@@ -125,12 +125,21 @@ class SplitDataModule(L.LightningDataModule):
 
     predict_dataloader = test_dataloader
 
+    def pin_memory(self) -> bool:
+        """Whether loaders pin their batches: only for a trainer on CUDA, the one accelerator whose
+        copies pinned host memory speeds up (elsewhere torch warns that it is unused)."""
+        from lightning.pytorch.accelerators import CUDAAccelerator
+
+        trainer = self.trainer  # None outside a trainer (`zoo sample`, tests): batches stay on the CPU
+        return trainer is not None and isinstance(trainer.accelerator, CUDAAccelerator)
+
     def plain_loader(self, dataset, train: bool = False, collate_fn=None, **kwargs) -> DataLoader:
         """A loader over `dataset` at this module's `batch_size` (`eval_batch_size` outside training)."""
         hp = self.hparams
         batch_size = hp.batch_size if train else (hp.eval_batch_size or hp.batch_size)
         return DataLoader(dataset, batch_size=batch_size, shuffle=train, collate_fn=collate_fn,
-                          num_workers=hp.num_workers, persistent_workers=hp.num_workers > 0, **kwargs)
+                          num_workers=hp.num_workers, persistent_workers=hp.num_workers > 0,
+                          pin_memory=self.pin_memory(), **kwargs)
 
     def bucketed_loader(self, data, collate_fn) -> DataLoader:
         """Training batches of captions of similar length (BucketBatchSampler of `data.lengths`)."""
@@ -139,4 +148,4 @@ class SplitDataModule(L.LightningDataModule):
         batches = BucketBatchSampler(sampler, data.lengths.numpy(), hp.batch_size, drop_last=False,
                                      pool_batches=hp.bucket_pool, seed=hp.seed)
         return DataLoader(data, batch_sampler=batches, collate_fn=collate_fn, num_workers=hp.num_workers,
-                          persistent_workers=hp.num_workers > 0)
+                          persistent_workers=hp.num_workers > 0, pin_memory=self.pin_memory())

@@ -40,6 +40,10 @@ class CaptionBatches(Dataset, ABC):
     def image_ids(self, image: torch.Tensor) -> list:
         return image.tolist()
 
+    def file_of(self, row: int):
+        """The image file of caption row `row`, or None where images are not files (predict records)."""
+        return None
+
     def extras(self, rows: torch.Tensor, image: torch.Tensor, width: int) -> dict:
         """What else the batch of caption `rows` (of images `image`, `width` columns) holds."""
         return {}

@@ -173,6 +173,9 @@ class CaptionedFiles(CaptionBatches):
     def image_ids(self, image: torch.Tensor) -> list:
         return [self.records[k].image_id for k in image.tolist()]
 
+    def file_of(self, row: int):
+        return self.records[int(self.row_image[row])].path
+
     def extras(self, rows: torch.Tensor, image: torch.Tensor, width: int) -> dict:
         return {"references": [list(self.records[k].references) for k in image.tolist()]} if self.references else {}
 

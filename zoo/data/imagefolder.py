@@ -91,5 +91,5 @@ class ImageFolderDataModule(SplitDataModule):
         dataset = self.datasets.get(split)
         if dataset is None:
             raise UserError(f"no '{split}' images under {self.hparams.root}")
-        return self.plain_loader(dataset, train=shuffle, pin_memory=True, drop_last=shuffle)
+        return self.plain_loader(dataset, train=shuffle, drop_last=shuffle)
 

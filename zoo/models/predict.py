@@ -1,9 +1,15 @@
 """What a model answers for each image (`ZooModule.predict_step`), and `train.py predict`'s writer of
 those answers: JSON lines, one per image in the data's order, in the file `--predictions` names (whole
-or not at all), by the family's card (`card.output`):
-- "logits": `{"index": 0, "classes": [{"class": 7, "name": "Sneaker", "prob": 0.43}, ...]}`, the
-  `top_k` most probable classes; an output per position ([B, L, classes]) gives `"cells"`;
-- "caption": `{"index": 0, "caption": "a red shirt", "words": [...]}`;
+or not at all). Each line says which image it answers: `index` (its line number, from 0), `split`
+(the split the data module serves for predict, its `test_split`: "test" for `train.py predict`;
+null for loaders given without a data module) and `path` (the
+image's file, where the data reads files: ImageFolder, caption files) or else `data_index` (its
+index in the split's data set); then the answer, by the family's card (`card.output`):
+- "logits": `{"index": 0, "split": "test", "path": "ROOT/test/cat/1.jpg", "classes": [{"class": 7,
+  "name": "Sneaker", "prob": 0.43}, ...]}`, the `top_k` most probable classes; an output per position
+  ([B, L, classes]) gives `"cells"`;
+- "caption": `{"index": 0, "split": "test", "data_index": 0, "image_id": 0, "caption": "a red shirt",
+  "words": [...]}`;
 - "sample": refused in one line (a generator answers no image: `zoo sample` draws from it).
 """
 from __future__ import annotations
@@ -56,6 +62,17 @@ def predictions(model, images: torch.Tensor, top_k: int = TOP_K) -> list[dict]:
     return records
 
 
+def item_source(dataset, index: int) -> dict:
+    """Where a data set's item `index` comes from: {"path": its file} where the data set reads files
+    (a `file_of(index)` method, or torchvision's DatasetFolder `samples`), else {"data_index": index}."""
+    path = None
+    if hasattr(dataset, "file_of"):
+        path = dataset.file_of(index)
+    elif isinstance(getattr(dataset, "samples", None), list):  # torchvision's ImageFolder: (path, class) pairs
+        path = dataset.samples[index][0]
+    return {"path": str(path)} if path is not None else {"data_index": int(index)}
+
+
 class PredictionWriter(BasePredictionWriter):
     """Writes each predict batch's records (`predict_step`'s list of dicts) as JSON lines, numbered
     in the data's order, to a temporary file renamed over `path` when prediction ends."""
@@ -82,8 +99,15 @@ class PredictionWriter(BasePredictionWriter):
         self._file = self._stack.enter_context(open(self._temp, "w"))
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
-        for record in prediction:
-            self._file.write(json.dumps({"index": self._count, **record}) + "\n")
+        loaders = trainer.predict_dataloaders
+        loader = loaders[dataloader_idx] if isinstance(loaders, (list, tuple)) else loaders
+        dataset = getattr(loader, "dataset", None)
+        split = getattr(trainer.datamodule, "test_split", None)  # SplitDataModule: predict serves test_split
+        # Lightning's batch indices: the data set's items this batch holds (none from an iterable data set)
+        known = batch_indices is not None and len(batch_indices) == len(prediction)
+        for k, record in enumerate(prediction):
+            source = item_source(dataset, batch_indices[k] if known else self._count)
+            self._file.write(json.dumps({"index": self._count, "split": split, **source, **record}) + "\n")
             self._count += 1
 
     def on_predict_end(self, trainer, pl_module) -> None:

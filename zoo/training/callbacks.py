@@ -3,6 +3,7 @@ fine-tuning from released weights, speed, progress lines, and the attention figu
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary, RichModelSummary
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -214,6 +215,52 @@ class Accelerate(L.Callback):
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         pl_module.accel.request(self.mode)
+
+
+class ZooModelSummary(ModelSummary):
+    """Lightning's model summary at the start of `fit` (its Rich table where Rich is installed, as
+    Lightning's default), less the FLOPs column and total where it counted none: Lightning counts
+    FLOPs only by a forward pass of the model's `example_input_array`, which no family sets (a batch
+    of its input size, run before training), and would print "Total FLOPs: 0". `zoo info NAME` gives
+    a model's GMACs per image."""
+
+    def summarize(self, summary_data, total_parameters, trainable_parameters, model_size, total_training_modes,
+                  total_flops, **kwargs) -> None:
+        from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
+        from lightning.pytorch.utilities.model_summary.model_summary import (
+            _format_summary_table, get_formatted_model_size, get_human_readable_count)
+
+        lightning = RichModelSummary if _RICH_AVAILABLE else ModelSummary
+        if total_flops:
+            return lightning.summarize(summary_data, total_parameters, trainable_parameters, model_size,
+                                       total_training_modes, total_flops, **kwargs)
+        columns = [column for column in summary_data if column[0] != "FLOPs"]
+        if not _RICH_AVAILABLE:  # Lightning's plain table; its last line is the FLOPs total
+            table = _format_summary_table(total_parameters, trainable_parameters, model_size, total_training_modes,
+                                          total_flops, *columns)
+            logging.getLogger(ModelSummary.__module__).info("\n" + table.rsplit("\n", 1)[0])
+            return
+        from rich import get_console
+        from rich.table import Table
+
+        table = Table(header_style=kwargs.get("header_style", "bold magenta"))
+        for name, _ in columns:  # as Lightning's: counts and sizes right-aligned
+            table.add_column(name, style="dim" if name == " " else None,
+                             justify="right" if name in ("Params", "Params per Device", "In sizes", "Out sizes") else "left",
+                             no_wrap=name == "Name")
+        for row in zip(*(values for _, values in columns)):
+            table.add_row(*row)
+        totals = Table.grid(expand=True)
+        totals.add_column()
+        for label, value in (("Trainable params", get_human_readable_count(int(trainable_parameters))),
+                             ("Non-trainable params", get_human_readable_count(int(total_parameters - trainable_parameters))),
+                             ("Total params", get_human_readable_count(int(total_parameters))),
+                             ("Total estimated model params size (MB)", get_formatted_model_size(model_size)),
+                             ("Modules in train mode", total_training_modes["train"]),
+                             ("Modules in eval mode", total_training_modes["eval"])):
+            totals.add_row(f"[bold]{label}[/]: {value}")
+        get_console().print(table)
+        get_console().print(totals)
 
 
 class EpochSummary(L.Callback):

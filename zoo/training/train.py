@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from lightning.pytorch import LightningDataModule
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, RichProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
@@ -34,7 +34,7 @@ from zoo.hparams import block_defaults, renamed_for
 from zoo.models.accel import MODES
 from zoo.models.base import ZooModule
 from zoo.training import recipe_args, runs, verbs
-from zoo.training.callbacks import Accelerate, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint
+from zoo.training.callbacks import Accelerate, AtomicCheckpointIO, EpochSummary, InitFrom, ZooCheckpoint, ZooModelSummary
 
 PROG = "train.py"  # main(prog="zoo train") names the command that was run
 FINETUNE_RECIPE = "finetune"  # a recipe whose file name says so is meant to start from trained weights
@@ -218,6 +218,10 @@ class ZooCLI(LightningCLI):
             # Rich draws nothing without a terminal (a log, CI, `| tee`): report each epoch instead
             callbacks = [c for c in callbacks if not isinstance(c, (RichProgressBar, EpochSummary))] + [EpochSummary()]
             config["enable_progress_bar"] = False
+        if config.get("enable_model_summary") is not False and not any(isinstance(c, ModelSummary) for c in callbacks):
+            # Lightning's summary less a FLOPs count it cannot make (ZooModelSummary); the flag off, or
+            # Lightning adds its own beside it with a line saying so
+            callbacks, config["enable_model_summary"] = [*callbacks, ZooModelSummary()], False
         try:
             return super().instantiate_trainer(**{**config, "callbacks": callbacks,
                                                   "plugins": config.get("plugins") or [AtomicCheckpointIO()]})

@@ -234,8 +234,9 @@ def earlier_export_problem(folder: Path) -> str | None:
 
 
 def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | None = None,
-           overwrite: bool = True) -> list[Path]:
-    """Export every program of `model` into `out_dir` as one set (an earlier one replaced with `overwrite`)."""
+           overwrite: bool = True, progress=None) -> list[Path]:
+    """Export every program of `model` into `out_dir` as one set (an earlier one replaced with `overwrite`);
+    `progress(line)` hears of each program before its export (each takes seconds: `zoo export` prints them)."""
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
     out_dir = check_target(out_dir, overwrite)
@@ -244,7 +245,10 @@ def export(model, out_dir: str | os.PathLike, fmt: str = "onnx", max_len: int | 
     metadata = {METADATA_KEY: json.dumps(info)}
     with sigterm_stops(), writing(out_dir) as staging:
         staging.mkdir()
-        for written, (name, program) in enumerate(programs(model, max_len).items(), 1):
+        todo = programs(model, max_len)
+        for written, (name, program) in enumerate(todo.items(), 1):
+            if progress is not None:
+                progress(f"exporting {name} ({written} of {len(todo)}) to {name}{suffix}")
             export_program(program, staging / f"{name}{suffix}", fmt, metadata)
             _test_hook(written)
         # every file the exporters wrote (an ONNX file's external data too) is in the set
