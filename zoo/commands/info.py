@@ -238,7 +238,11 @@ def attention_line(scores: dict) -> str:
     def num(key):
         return number_text(scores.get(key), "+.3f")
 
-    return (f"pointing {pct('pointing')} (uniform {pct('pointing_uniform')}, centre prior {pct('pointing_centre')}); "
+    from zoo.metrics.attention import FILLS_INPUT, fills_input
+
+    pointing = (FILLS_INPUT if fills_input(scores.get("pointing_uniform")) else
+                f"{pct('pointing')} (uniform {pct('pointing_uniform')}, centre prior {pct('pointing_centre')})")
+    return (f"pointing {pointing}; "
             f"deletion gap {num('deletion_gap')} vs random, {num('deletion_gap_centre')} vs centre prior; "
             f"{scores.get('examples', '?')} {scores.get('split', '')} images ({scores.get('source')})")
 

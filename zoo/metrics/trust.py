@@ -53,10 +53,10 @@ def distrust(stats: dict[str, float], thresholds: dict) -> list[str]:
     reasons = []
     if not math.isnan(stats["median_spread"]) and stats["median_spread"] > thresholds["median_spread_max"]:
         reasons.append(f"its attention is near uniform on most words (median spread {stats['median_spread']:.2f} > "
-                       f"{thresholds['median_spread_max']:.2f}, the test split's {thresholds['percentile_high']}th "
-                       "percentile)")
+                       f"{thresholds['median_spread_max']:.2f}, percentile {thresholds['percentile_high']:g} of the "
+                       "test split)")
     if stats["score_per_word"] < thresholds["score_per_word_min"]:
         reasons.append(f"its score is far below the test split's (log-probability per word "
-                       f"{stats['score_per_word']:.2f} < {thresholds['score_per_word_min']:.2f}, the "
-                       f"{100 - thresholds['percentile_high']}th percentile)")
+                       f"{stats['score_per_word']:.2f} < {thresholds['score_per_word_min']:.2f}, percentile "
+                       f"{100 - thresholds['percentile_high']:g})")
     return reasons
