@@ -40,8 +40,9 @@ def caption_stats(result: dict) -> dict[str, float]:
     return {"median_spread": median, "score_per_word": float(result["score"]) / max(1, words + 1)}
 
 
-def load_thresholds(model_name: str | None, path: Path = THRESHOLDS) -> dict | None:
+def load_thresholds(model_name: str | None, path: Path | None = None) -> dict | None:
     """The calibration of the named release, or None (a checkpoint or an uncalibrated model)."""
+    path = path or THRESHOLDS
     if not model_name or not path.exists():
         return None
     return json.loads(path.read_text()).get(model_name)
