@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import math
 from itertools import cycle
 from typing import Any
 
@@ -242,7 +241,7 @@ def html_report(record, images: torch.Tensor, names: list[str], title: str, metr
         table = ""
         if metrics and metrics[b]:
             keys = list(metrics[b][0])
-            cell = lambda v: html.escape(f"{v:.3f}" if isinstance(v, float) else str(v))
+            cell = lambda v: html.escape(f"{v:.3f}" if isinstance(v, float) else "-" if v is None else str(v))
             rows = "".join("<tr>" + "".join(f"<td>{cell(m[k])}</td>" for k in keys) + "</tr>"
                            for m in metrics[b])
             table = f"<table><tr>{''.join(f'<th>{html.escape(k)}</th>' for k in keys)}</tr>{rows}</table>"
