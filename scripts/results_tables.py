@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tools.model_index import at as _at  # noqa: E402
-from zoo.metrics.attention import FILLS_INPUT, fills_input  # noqa: E402
+from zoo.commands.info import FILLS_INPUT, fills_input  # noqa: E402
 
 LAYOUT = ROOT / "docs" / "tables.yaml"
 DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "results.md", ROOT / "docs" / "draw.md", ROOT / "docs" / "attention.md",

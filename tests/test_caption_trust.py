@@ -144,8 +144,7 @@ def test_attend_boxes_scores_a_captions_item_words_as_the_localisation_metric_do
 
 # ----------------------------------------------------------------------------- pointing where the item fills the input
 def test_pointing_where_the_item_fills_the_input_is_not_a_number():
-    from zoo.commands.info import attention_line
-    from zoo.metrics.attention import FILLS_INPUT
+    from zoo.commands.info import FILLS_INPUT, attention_line
 
     spec = importlib.util.spec_from_file_location("results_tables_h45", REPO / "scripts" / "results_tables.py")
     tables = importlib.util.module_from_spec(spec)

@@ -305,13 +305,3 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
                                "rows": int(sum(len(r[3]) for r in rows))}
     return out
 
-
-# ----------------------------------------------------------------------------- reporting
-#: what a table shows for pointing (or mass in box) where the target box is the whole input
-FILLS_INPUT = "n/a (the item fills the input)"
-
-
-def fills_input(uniform_level) -> bool:
-    """A uniform map's pointing (the box's share of the input) of 1: the item fills the input, so every
-    map points inside it and the number says nothing about where the model looked."""
-    return isinstance(uniform_level, (int, float)) and uniform_level >= 1 - 1e-6
