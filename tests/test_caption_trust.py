@@ -142,6 +142,30 @@ def test_attend_boxes_scores_a_captions_item_words_as_the_localisation_metric_do
         assert caption["spread"] == pytest.approx([step["spread"] for step in r["steps"]], abs=2e-3)
 
 
+def test_item_steps_score_item_words_on_their_own_boxes_and_list_the_rest():
+    from zoo.commands.boxes import item_steps
+
+    boxes = torch.tensor([[0.0, 0, 10, 10], [20, 20, 30, 30]])
+    labels = ["a", "red", "bag", "and", "a", "shirt", "dress"]
+    vocab = {"bag", "shirt", "dress"}
+    targets, kinds = item_steps(labels, boxes, ["shirt", "bag"], vocab)
+    assert kinds == ["other", "other", "item", "other", "other", "item", "absent"]
+    assert targets[2].tolist() == [[-1.0] * 4, [20.0, 20, 30, 30]] and targets[5].tolist() == [[0.0, 0, 10, 10], [-1.0] * 4]
+    assert all(targets[k] is None for k in (0, 1, 3, 4, 6))
+    targets, kinds = item_steps(labels, boxes, None, vocab)  # no box_words: every box of the image
+    assert kinds == ["other", "other", "item", "other", "other", "item", "item"] and torch.equal(targets[6], boxes)
+
+
+def test_box_words_that_do_not_match_the_boxes_are_one_line_exit_2(scenes, tmp_path, capsys):
+    paths, _ = scenes
+    bad = tmp_path / "boxes.json"
+    bad.write_text(json.dumps({paths[0].name: {"boxes": [[1, 1, 9, 9]], "box_words": ["bag", "shirt"]}}))
+    code = main(["attend", "--model", "sat_soft_scenes", str(paths[0]), "--out", str(tmp_path / "o"),
+                 "--boxes", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and '"box_words" must be one word per box (1)' in err
+
+
 # ----------------------------------------------------------------------------- pointing where the item fills the input
 def test_pointing_where_the_item_fills_the_input_is_not_a_number():
     from zoo.commands.info import FILLS_INPUT, attention_line
