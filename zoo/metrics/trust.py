@@ -33,11 +33,13 @@ def spread(maps: torch.Tensor) -> torch.Tensor:
 
 def caption_stats(result: dict) -> dict[str, float]:
     """One `Captioner.caption()` entry -> its median word spread and its score per word (the summed
-    log-probability over the words and the end token, as the decoder scored them)."""
+    log-probability over the steps the decoder scored: the words, and the end token when it
+    finished)."""
     alpha = torch.as_tensor(result["alpha"], dtype=torch.float32)
     words = len(result["words"])
     median = float(spread(alpha[:words]).median()) if words else float("nan")
-    return {"median_spread": median, "score_per_word": float(result["score"]) / max(1, words + 1)}
+    steps = words + int(bool(result.get("finished", True)))
+    return {"median_spread": median, "score_per_word": float(result["score"]) / max(1, steps)}
 
 
 def load_thresholds(model_name: str | None, path: Path | None = None) -> dict | None:
