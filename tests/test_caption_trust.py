@@ -91,6 +91,20 @@ def test_an_out_of_domain_caption_gets_one_line_and_a_json_field(scenes, capsys)
     assert "exp(H) / N" in record["spread_unit"]
 
 
+def test_the_overlay_of_a_caption_not_to_trust_says_so(scenes, tmp_path, capsys, monkeypatch):
+    import zoo.viz.record as pictures
+
+    seen, real = [], pictures.caption_figure
+    monkeypatch.setattr(pictures, "caption_figure",
+                        lambda image, result, **kw: seen.append(kw.get("warnings")) or real(image, result, **kw))
+    paths, grey = scenes
+    _run(["caption", str(grey), str(paths[0]), "--attention-dir", str(tmp_path / "maps")], capsys)
+    assert seen[0][:2] == ["do not trust this caption:", "attention is near uniform on most words"] and seen[1] == []
+    result = {"words": ["a", "bag"], "alpha": torch.full((2, 8, 8), 1 / 64), "beta": torch.ones(2)}
+    plain, warned = real(torch.zeros(3, 64, 64), result), real(torch.zeros(3, 64, 64), result, warnings=["x", "y", "z"])
+    assert warned.height > plain.height  # under the input, more lines than under any panel
+
+
 def test_a_checkpoint_without_calibration_is_not_judged(scenes, capsys, monkeypatch):
     import zoo.metrics.trust as trust
 

@@ -57,7 +57,8 @@ def run(args) -> int:
     for start in range(0, len(good), args.batch_size):
         results += model.caption(images[start:start + args.batch_size], beam_size=beam_size, max_len=args.max_len)
 
-    from zoo.metrics.trust import SPREAD_UNIT, THRESHOLDS, caption_stats, distrust, load_thresholds, spread
+    from zoo.metrics.trust import (SPREAD_UNIT, THRESHOLDS, caption_stats, distrust, load_thresholds, short_reasons,
+                                   spread)
 
     thresholds = None if args.checkpoint else load_thresholds(args.model)
     trust = {}
@@ -81,7 +82,9 @@ def run(args) -> int:
 
         for path, name, image, result in zip(good, names, images, results):
             target = attention_dir / name
-            atomic_save_image(caption_figure(image, result), target)
+            warnings = (["do not trust this caption:", *short_reasons(trust[path], thresholds)]
+                        if trust[path]["trusted"] is False else [])
+            atomic_save_image(caption_figure(image, result, warnings=warnings), target)
             overlays[path] = str(target)
 
     if args.json:

@@ -50,6 +50,11 @@ def load_thresholds(model_name: str | None, path: Path | None = None) -> dict | 
     return json.loads(path.read_text()).get(model_name)
 
 
+def short_reasons(stats: dict[str, float], thresholds: dict) -> list[str]:
+    """`distrust`'s reasons in a few words each (a figure's legend)."""
+    return [reason.split(" (")[0].replace("its ", "", 1) for reason in distrust(stats, thresholds)]
+
+
 def distrust(stats: dict[str, float], thresholds: dict) -> list[str]:
     """The reasons not to trust a caption (empty: nothing unusual), against `thresholds`
     {"median_spread_max", "score_per_word_min", ...}."""

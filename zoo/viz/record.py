@@ -121,10 +121,11 @@ def strip(record, b: int, image: torch.Tensor, targets=None, size: int = 128, co
 
 
 def caption_figure(image: Any, result: dict, panel_size: int = 160, columns: int = 5,
-                   show_beta: bool = True) -> Image.Image:
+                   show_beta: bool = True, warnings: list[str] = ()) -> Image.Image:
     """Show-Attend-Tell: image [3, H, W] in [0, 1] (or PIL); result one `Captioner.caption()` entry
     (`words`, `alpha` [n, h, w], `beta` [n], optional `locations` [n, 2] (row, column): hard
-    attention's chosen cell, outlined) -> the input, a panel per word (its gate beta_t), the bar."""
+    attention's chosen cell, outlined) -> the input, a panel per word (its gate beta_t), the bar;
+    `warnings` (short lines: why not to trust the caption) under the input."""
     words, beta, locations = list(result.get("words", [])), result.get("beta"), result.get("locations")
     alpha = torch.as_tensor(result.get("alpha", torch.zeros(0, 1, 1)), dtype=torch.float32)[: len(words)]
     H, W = to_rgb_uint8(image).shape[:2]
@@ -136,7 +137,7 @@ def caption_figure(image: Any, result: dict, panel_size: int = 160, columns: int
     boxes += [[] for _ in range(len(words) - len(boxes))]
     panels, bars, _ = attention_panels(image, alpha, labels, boxes=boxes, size=panel_size)
     legend = [f"{BOX_COLOURS[0][0]} box: chosen cell"] if locations is not None else []
-    return layout([(_plain(image, panel_size), ["input", *legend])] + panels + bars, columns)
+    return layout([(_plain(image, panel_size), ["input", *legend, *warnings])] + panels + bars, columns)
 
 
 def _plain(image: Any, size: int) -> Image.Image:
