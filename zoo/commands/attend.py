@@ -1,7 +1,9 @@
 """zoo attend: where any model looked, the same way for every family whose card names an attention
 kind. Per image DIR/<name>_attend.png (the input and a panel per step, zoo/viz/record.py) and the
 prediction; `--json` the attention record (`--maps` with the per-pixel maps), `--html FILE` one page
-with a step slider, `--boxes FILE` scores of known targets per step (zoo/commands/boxes.py).
+with a step slider, `--boxes FILE` scores of known targets per step (zoo/commands/boxes.py; a caption's
+item words only, each on its own item's boxes, as the localisation metric scores them). Every step's
+spread, exp(H)/N (zoo/metrics/trust.py), is in the JSON and under its panel.
 `--record KEY=VALUE` is an option of the family's `attention_record` (RAM's `policy`, ViT's `heads`).
 Coordinates are the prepared image's pixels (`zoo.preprocessing(model)`); docs/attention.md says more.
 
@@ -40,10 +42,10 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import inspect
 
-    from zoo.guards.writes import (atomic_save_image, atomic_write_bytes, check_output, check_writable, json_text,
-                                   output_in)
     import torch
 
+    from zoo.guards.writes import (atomic_save_image, atomic_write_bytes, check_output, check_writable, json_text,
+                                   output_in)
     from zoo.metrics.attention import mass_in_box, pointing_game
     from zoo.metrics.trust import SPREAD_UNIT, spread
     from zoo.preprocess import for_model, load_batch
