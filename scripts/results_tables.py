@@ -70,6 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tools.model_index import at as _at  # noqa: E402
+from zoo.commands.info import FILLS_INPUT, fills_input  # noqa: E402
 
 from tools import result_csvs  # noqa: E402
 
@@ -177,6 +178,8 @@ def values_cell(record: dict, paths: list[str], scale: float = 1.0, digits: int 
             return ", ".join(number(x) for x in v)
         return "-" if not isinstance(v, (int, float)) or v != v else f"{v * scale:.{digits}f}"
 
+    if fills_input(_at(record, f"{paths[0]}_uniform")):  # a box as large as the input: chance is 100%
+        return FILLS_INPUT
     shown = [_at(record, path) for path in paths]
     text = [number(v) for v in shown]
     if interval:

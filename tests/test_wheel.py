@@ -50,6 +50,7 @@ def test_wheel_installed_outside_the_clone_lists_downloads_and_captions(tmp_path
     recipes = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").glob("*/*.yaml"))
     assert sorted(n[len("zoo/recipes/"):] for n in names if n.startswith("zoo/recipes/")) == recipes
     assert "zoo/releases/MANIFEST.json" in names and "zoo/model_index.json" in names
+    assert "zoo/metrics/caption_trust.json" in names  # zoo caption's calibrated trust check
     assert not any(n.endswith((".safetensors", ".ckpt")) for n in names)
     assert not any(n.startswith("tools/") or n == "zoo/release.py" for n in names)  # our tooling stays home
     assert "zoo/training/train.py" in names and "zoo/commands/evaluate.py" in names

@@ -1,6 +1,8 @@
 """zoo caption IMAGE|FOLDER... : caption images with a Show-Attend-Tell model, optionally with per-word
 attention overlays (one PNG per image) or JSON of every word's alpha map and gate beta. Bad files
-are one line each on stderr; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad argument)."""
+are one line each on stderr; exit code 0 (all good), 1 (some bad), 2 (all bad, or a bad argument).
+A caption not to trust (attention near uniform on most words, or a score far below the test split's:
+zoo/metrics/trust.py, calibrated per release) gets one line on stderr and `trust` in the JSON."""
 from __future__ import annotations
 
 import sys
@@ -57,13 +59,34 @@ def run(args) -> int:
     for start in range(0, len(good), args.batch_size):
         results += model.caption(images[start:start + args.batch_size], beam_size=beam_size, max_len=args.max_len)
 
+    from zoo.metrics.trust import (SPREAD_UNIT, THRESHOLDS, caption_stats, distrust, load_thresholds, short_reasons,
+                                   spread)
+
+    thresholds = None if args.checkpoint else load_thresholds(args.model)
+    trust = {}
+    for path, result in zip(good, results):
+        stats = caption_stats(result)
+        if thresholds is None:
+            trust[path] = {"trusted": None, **stats,
+                           "reasons": ["no calibration for this model (only the releases in "
+                                       f"{THRESHOLDS.name} have one)"]}
+            continue
+        reasons = distrust(stats, thresholds)
+        trust[path] = {"trusted": not reasons, **stats, "reasons": reasons,
+                       "calibration": {key: thresholds[key] for key in ("median_spread_max", "score_per_word_min")}
+                       | {"split": thresholds["provenance"]["split"], "n": thresholds["provenance"]["n"]}}
+        if reasons:
+            print(f"zoo caption: {printable(path)}: do not trust this caption: {'; '.join(reasons)}", file=sys.stderr)
+
     overlays = {}
     if attention_dir and good:
         from zoo.viz.record import caption_figure
 
         for path, name, image, result in zip(good, names, images, results):
             target = attention_dir / name
-            atomic_save_image(caption_figure(image, result), target)
+            warnings = (["do not trust this caption:", *short_reasons(trust[path], thresholds)]
+                        if trust[path]["trusted"] is False else [])
+            atomic_save_image(caption_figure(image, result, warnings=warnings), target)
             overlays[path] = str(target)
 
     if args.json:
@@ -73,7 +96,9 @@ def run(args) -> int:
                       "beta": [round(float(b), 6) for b in result["beta"]],
                       "alpha": [[[round(float(v), 6) for v in row] for row in word] for word in result["alpha"].tolist()],
                       "grid": list(result["alpha"].shape[1:]) or None, "score": result["score"],
-                      "finished": result["finished"]}
+                      "finished": result["finished"], "trust": trust[path],
+                      "spread": [round(float(v), 4) for v in spread(result["alpha"][:len(result["words"])])],
+                      "spread_unit": SPREAD_UNIT}
             if "locations" in result:
                 record["locations"] = result["locations"].tolist()
             if path in overlays:

@@ -229,6 +229,17 @@ def render(record: dict) -> str:
     return "\n".join(lines)
 
 
+#: what a table shows for pointing where the target box is the whole input (here, not in
+#: zoo.metrics: `zoo info` never imports torch)
+FILLS_INPUT = "n/a (the item fills the input)"
+
+
+def fills_input(uniform_level) -> bool:
+    """A uniform map's pointing (the box's share of the input) of 1: the item fills the input, so every
+    map points inside it and the number says nothing about where the model looked."""
+    return is_number(uniform_level) and uniform_level >= 1 - 1e-6
+
+
 def attention_line(scores: dict) -> str:
     """Pointing game and deletion gap beside their chance levels, in one line."""
     def pct(key):
@@ -238,7 +249,9 @@ def attention_line(scores: dict) -> str:
     def num(key):
         return number_text(scores.get(key), "+.3f")
 
-    return (f"pointing {pct('pointing')} (uniform {pct('pointing_uniform')}, centre prior {pct('pointing_centre')}); "
+    pointing = (FILLS_INPUT if fills_input(scores.get("pointing_uniform")) else
+                f"{pct('pointing')} (uniform {pct('pointing_uniform')}, centre prior {pct('pointing_centre')})")
+    return (f"pointing {pointing}; "
             f"deletion gap {num('deletion_gap')} vs random, {num('deletion_gap_centre')} vs centre prior; "
             f"{scores.get('examples', '?')} {scores.get('split', '')} images ({scores.get('source')})")
 

@@ -304,3 +304,4 @@ def evaluate(model, examples: dict, batch_size: int = 100, curve_steps: int = 10
         out["faithfulness"] = {**_summary(per_row, torch.cat([r[3] for r in rows]), seed),
                                "rows": int(sum(len(r[3]) for r in rows))}
     return out
+

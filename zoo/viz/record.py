@@ -1,17 +1,17 @@
 """Pictures of attention, the same wherever they show (`zoo attend`'s strips and HTML report, the
 W&B panels, `zoo caption --attention-dir`): `attention_panels` draws every one.
 
-Honest by construction: a map is drawn on an absolute scale from 0 in multiples of the uniform
-level 1/N (N cells), never stretched to its own range; steps of one kind share a scale (a headline
-step that sums up the others, as rollout does, gets its own), and no scale tops below `CONTRAST` x
-uniform, so a near-uniform map looks dark and flat. Each scale's colour bar marks the uniform level;
-each step prints its peak (x uniform) and entropy in nats. A degenerate map is a grey panel."""
+Every map is visible at its own scale: each is drawn from 0 to its own top, its peak, but never below
+`CONTRAST` x the uniform level 1/N (N cells), so a sharp map (DRAW's filters peak at hundreds x
+uniform) shows however much sharper than its neighbours it is, and a near-uniform map still looks
+dark and flat. The figure says so (the colour bar's legend), and each step prints its peak (x
+uniform), its scale and its spread, exp(H) / N (`zoo.metrics.trust.spread`: 1 = uniform; the one
+entropy unit of every figure and JSON of the zoo). A degenerate map is a grey panel."""
 from __future__ import annotations
 
 import base64
 import html
 import io
-import math
 from itertools import cycle
 from typing import Any
 
@@ -29,12 +29,13 @@ TARGET_COLOUR = ("white", (255, 255, 255))
 DEGENERATE_GREY = (110, 110, 110)
 
 
-def attention_panels(image: Any, maps: torch.Tensor, labels: list[str], groups=None, boxes=None,
-                     degenerate=None, size: int = 128):
+def attention_panels(image: Any, maps: torch.Tensor, labels: list[str], boxes=None, degenerate=None,
+                     size: int = 128):
     """image [C, H, W] in [0, 1] (or PIL); maps [T, h, w] over the image on any grid; labels T strings;
-    groups T values (one colour scale per value); boxes T lists of (x0, y0, x1, y1, rgb) in image
-    pixels; degenerate [T] bool -> (panels, bars, bar_of): (picture, text lines) per step and per
-    colour scale, and each step's bar index."""
+    boxes T lists of (x0, y0, x1, y1, rgb) in image pixels; degenerate [T] bool -> (panels, bars,
+    bar_of): (picture, text lines) per step and for the colour bar, and each step's bar index."""
+    from zoo.metrics.trust import spread
+
     base = to_rgb_uint8(image)
     H, W = base.shape[:2]
     scale = size / max(H, W)
@@ -42,46 +43,40 @@ def attention_panels(image: Any, maps: torch.Tensor, labels: list[str], groups=N
     base = np.asarray(Image.fromarray(base).resize((pw, ph), Image.NEAREST if scale >= 2 else Image.BILINEAR),
                       dtype=np.float32)
     T = len(labels)
-    groups = [0] * T if groups is None else list(groups)
     bad = [False] * T if degenerate is None else [bool(d) for d in degenerate]
-    # each map's peak in multiples of the uniform weight 1/N, its entropy and the uniform one, ln N
+    # each map's peak in multiples of the uniform weight 1/N, and its spread exp(H) / N
     flat = torch.nan_to_num(maps.detach().flatten(1).double().cpu(), nan=0.0, posinf=0.0, neginf=0.0)
-    peak, entropy = flat.amax(1) * flat.shape[1], -(flat * flat.clamp_min(1e-300).log()).sum(1)
-    uniform = math.log(flat.shape[1]) if T else 0.0
-    order = list(dict.fromkeys(groups))  # one bar per group, in the order of its first step
-    tops = {g: max([CONTRAST] + [float(peak[t]) for t in range(T) if groups[t] == g and not bad[t]]) for g in order}
-    levels = F.interpolate(torch.nan_to_num(maps.detach().float().cpu())[:, None] * maps[0].numel(),
-                           size=(ph, pw), mode="nearest-exact")[:, 0] if T else None  # x uniform
+    peak, spreads = flat.amax(1) * flat.shape[1], spread(maps.detach().cpu()) if T else None
+    levels = torch.nan_to_num(maps.detach().float().cpu())[:, None] * maps[0].numel() if T else None  # x uniform
+    if T:  # a panel smaller than the map keeps each block's highest level: a peak a pixel wide still shows
+        levels = (F.adaptive_max_pool2d(levels, (ph, pw)) if ph < levels.shape[-2] or pw < levels.shape[-1]
+                  else F.interpolate(levels, size=(ph, pw), mode="nearest-exact"))[:, 0]
     panels = []
     for t in range(T):
         if bad[t]:
-            picture, stats = np.full_like(base, DEGENERATE_GREY[0]), "degenerate map (zero or NaN)"
+            picture, stats = np.full_like(base, DEGENERATE_GREY[0]), ["degenerate map (zero or NaN)"]
         else:
-            level = (levels[t] / tops[groups[t]]).clamp(0, 1).numpy()
+            top = max(CONTRAST, float(peak[t]))
+            level = (levels[t] / top).clamp(0, 1).numpy()
             picture = base * (0.3 + 0.7 * level[..., None]) * 0.6 + colormap(level).astype(np.float32) * 0.4
-            stats = f"peak {float(peak[t]):.1f}x  H {float(entropy[t]):.2f}"
+            stats = [f"peak {float(peak[t]):.1f}x  spread {float(spreads[t]):.2f}", f"scale 0 to {top:.1f}x"]
         picture = Image.fromarray(picture.clip(0, 255).astype(np.uint8))
         draw = ImageDraw.Draw(picture)
         for x0, y0, x1, y1, rgb in ([] if boxes is None else boxes[t]):
             draw.rectangle([x0 * pw / W, y0 * ph / H, x1 * pw / W - 1, y1 * ph / H - 1], outline=rgb, width=2)
-        panels.append((picture, [labels[t][:24], stats]))
-    bars = []
-    for g in order:
-        steps = [labels[t] for t in range(T) if groups[t] == g]
-        scope = [f"{steps[0]}" + (f" .. {steps[-1]}" if len(steps) > 1 else "")] if len(order) > 1 else []
-        bars.append((colour_bar(tops[g], ph), scope + [f"0 to {tops[g]:.1f}x uniform", f"uniform H {uniform:.2f}"]))
-    return panels, bars, [order.index(g) for g in groups]
+        panels.append((picture, [labels[t][:24], *stats]))
+    bars = [(colour_bar(ph), ["each map from 0 to its peak", f"(at least {CONTRAST:g}x uniform)",
+                              "spread exp(H)/N: 1 = uniform"])]
+    return panels, bars, [0] * T
 
 
-def colour_bar(top: float, height: int) -> Image.Image:
-    """A vertical colour scale from 0 (bottom) to `top` x uniform, the uniform level marked."""
+def colour_bar(height: int) -> Image.Image:
+    """A vertical colour scale from 0 (bottom) to a map's own top."""
     strip_width = max(8, height // 10)
     bar = Image.new("RGB", (strip_width + 64, height), (255, 255, 255))
     bar.paste(Image.fromarray(colormap(np.linspace(1, 0, height)[:, None].repeat(strip_width, 1))), (0, 0))
     draw, small = ImageDraw.Draw(bar), font(10)
-    y = round((height - 1) * (1 - 1 / top))
-    draw.line([(0, y), (strip_width + 3, y)], fill=(0, 200, 255), width=2)
-    for text, at in ((f"{top:.1f}x", 0), ("1x uniform", min(max(y - 5, 12), height - 24)), ("0", height - 12)):
+    for text, at in (("its top", 0), ("0", height - 12)):
         draw.text((strip_width + 5, at), text, fill=(0, 0, 0), font=small)
     return bar
 
@@ -115,8 +110,7 @@ def record_panels(record, b: int, image: torch.Tensor, targets=None, size: int =
              + [(*box, TARGET_COLOUR[1]) for box in known] for t in steps]
     legend = [f"{colour} box: {name}" for name, (colour, _) in kinds + [("known target", TARGET_COLOUR)] * bool(known)]
     panels, bars, bar_of = attention_panels(image, record.maps[b, steps], [record.labels[b][t] for t in steps],
-                                            record.headline_steps()[b, steps].tolist(), boxes,
-                                            record.degenerate()[b, steps], size)
+                                            boxes, record.degenerate()[b, steps], size)
     return panels, bars, bar_of, legend
 
 
@@ -127,10 +121,11 @@ def strip(record, b: int, image: torch.Tensor, targets=None, size: int = 128, co
 
 
 def caption_figure(image: Any, result: dict, panel_size: int = 160, columns: int = 5,
-                   show_beta: bool = True) -> Image.Image:
+                   show_beta: bool = True, warnings: list[str] = ()) -> Image.Image:
     """Show-Attend-Tell: image [3, H, W] in [0, 1] (or PIL); result one `Captioner.caption()` entry
     (`words`, `alpha` [n, h, w], `beta` [n], optional `locations` [n, 2] (row, column): hard
-    attention's chosen cell, outlined) -> the input, a panel per word (its gate beta_t), the bar."""
+    attention's chosen cell, outlined) -> the input, a panel per word (its gate beta_t), the bar;
+    `warnings` (short lines: why not to trust the caption) under the input."""
     words, beta, locations = list(result.get("words", [])), result.get("beta"), result.get("locations")
     alpha = torch.as_tensor(result.get("alpha", torch.zeros(0, 1, 1)), dtype=torch.float32)[: len(words)]
     H, W = to_rgb_uint8(image).shape[:2]
@@ -142,7 +137,7 @@ def caption_figure(image: Any, result: dict, panel_size: int = 160, columns: int
     boxes += [[] for _ in range(len(words) - len(boxes))]
     panels, bars, _ = attention_panels(image, alpha, labels, boxes=boxes, size=panel_size)
     legend = [f"{BOX_COLOURS[0][0]} box: chosen cell"] if locations is not None else []
-    return layout([(_plain(image, panel_size), ["input", *legend])] + panels + bars, columns)
+    return layout([(_plain(image, panel_size), ["input", *legend, *warnings])] + panels + bars, columns)
 
 
 def _plain(image: Any, size: int) -> Image.Image:
@@ -247,7 +242,7 @@ def html_report(record, images: torch.Tensor, names: list[str], title: str, metr
         table = ""
         if metrics and metrics[b]:
             keys = list(metrics[b][0])
-            cell = lambda v: html.escape(f"{v:.3f}" if isinstance(v, float) else str(v))
+            cell = lambda v: html.escape(f"{v:.3f}" if isinstance(v, float) else "-" if v is None else str(v))
             rows = "".join("<tr>" + "".join(f"<td>{cell(m[k])}</td>" for k in keys) + "</tr>"
                            for m in metrics[b])
             table = f"<table><tr>{''.join(f'<th>{html.escape(k)}</th>' for k in keys)}</tr>{rows}</table>"
@@ -259,9 +254,10 @@ def html_report(record, images: torch.Tensor, names: list[str], title: str, metr
             f'<div><div class="label"></div><div class="step">{frames}</div>'
             f'<input type="range" min="0" max="{max(len(panels) - 1, 0)}" value="0" aria-label="step"></div>'
             f"{table}</div></section>")
-    legend = html.escape(f"{record.family} ({record.kind} attention): each step's map over the input on an "
-                         "absolute scale from 0 in multiples of the uniform level (the colour bar beside it marks "
-                         "uniform), with its peak and entropy H in nats; the bar gives the uniform map's H")
+    legend = html.escape(f"{record.family} ({record.kind} attention): each step's map over the input from 0 to "
+                         f"its own peak (at least {CONTRAST:g}x the uniform level, so a near-uniform map stays dark), "
+                         "with its peak (x uniform) and its spread exp(H)/N (H the entropy in nats over the map's N "
+                         "pixels; 1 = uniform)")
     data = script_json(record.as_dict(maps=False))
     return PAGE.format(title=html.escape(title), legend=legend, sections="\n".join(sections), data=data)
 
