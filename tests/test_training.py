@@ -3,6 +3,7 @@ checkpoints (best + last), resume from last, W&B offline logs, a real 2-process 
 and a config mistake reported as one line with exit code 2."""
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -71,6 +72,8 @@ def test_checkpoints_best_and_last(trained_run):
         assert monitors and monitors[0]["monitor"] == "val/acc"
         # last.ckpt is written after the epoch's validation, so it knows the best score too
         assert monitors[0]["best_model_score"] is not None
+    # saved at the same step, best and last are one file stored once
+    assert os.path.samefile(best[0], trained_run["last"])
     # the resolved config (base + recipe + command line) is saved beside the checkpoints
     saved = yaml.safe_load((trained_run["root"] / "config.yaml").read_text())
     assert saved["data"]["init_args"]["val_size"] == TINY_VAL
@@ -82,6 +85,7 @@ def test_resume_from_last_continues_at_saved_step(tmp_path, trained_run, tiny_da
     shutil.copytree(trained_run["root"], root)
     before = _ckpt(root / "checkpoints" / "last.ckpt")
     assert before["global_step"] == 4 and before["epoch"] == 0
+    best_before = {p.name: p.read_bytes() for p in root.glob("checkpoints/best-*.ckpt")}
     # 3 batches in the second epoch: resumed -> 4 + 3 = 7 steps; a fresh start would give 6
     rc, out, err = run_cli(tiny_fit_args("configs/baseline/cnn_centered.yaml", root, "--trainer.max_epochs=2",
                                          "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2",
@@ -95,6 +99,24 @@ def test_resume_from_last_continues_at_saved_step(tmp_path, trained_run, tiny_da
     # the optimizer state was restored too: Adam's step count continues
     steps = [s["step"] for s in after["optimizer_states"][0]["state"].values()]
     assert all(float(s) == 7 for s in steps)
+    # the best is last.ckpt's file exactly when it was saved at the last step; an earlier best keeps its bytes
+    # (the copy's folder is not the one its best was saved in: Lightning leaves that best where it is)
+    for best in root.glob("checkpoints/best-*.ckpt"):
+        shared = os.path.samefile(best, root / "checkpoints" / "last.ckpt")
+        assert shared == (_ckpt(best)["global_step"] == 7)
+        assert shared or best_before[best.name] == best.read_bytes()
+
+
+def test_a_shared_file_keeps_its_bytes_when_the_other_name_is_rewritten(tmp_path):
+    """zoo.guards.writes.share_file: best and last stored once, until last's next atomic save."""
+    from zoo.guards.writes import atomic_write_bytes, share_file
+
+    last, best = tmp_path / "last.ckpt", tmp_path / "best-epoch=000.ckpt"
+    last.write_bytes(b"epoch 0"), best.write_bytes(b"epoch 0, saved at validation")
+    assert share_file(last, best) and os.path.samefile(last, best) and best.read_bytes() == b"epoch 0"
+    atomic_write_bytes(last, b"epoch 1")
+    assert best.read_bytes() == b"epoch 0" and last.read_bytes() == b"epoch 1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best-epoch=000.ckpt", "last.ckpt"]  # no temporaries
 
 
 def test_wandb_offline_run_has_config_and_metrics(trained_run):

@@ -262,6 +262,20 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         os.replace(tmp, path)
 
 
+def share_file(source: str | os.PathLike, path: str | os.PathLike) -> bool:
+    """Make `path` a hard link of `source` (same bytes, stored once), renamed over `path` so that it is
+    never missing or half-made. A later atomic write of either name renames a new file over that name
+    and leaves the other's bytes as they were. False, and `path` untouched, where the file system
+    makes no hard links."""
+    with writing(path) as tmp:
+        try:
+            os.link(source, tmp)
+        except OSError:
+            return False
+        os.replace(tmp, path)
+    return True
+
+
 def atomic_save_image(img: Image.Image, path: str | os.PathLike, **save_kwargs) -> None:
     import io
 

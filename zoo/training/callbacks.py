@@ -19,7 +19,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from zoo.guards.errors import UserError
-from zoo.guards.writes import atomic_save_image, sweep_stale, writing
+from zoo.guards.writes import atomic_save_image, share_file, sweep_stale, writing
 from zoo.weights import hub
 
 OFFLINE_MODES = ("offline", "dryrun", "disabled")
@@ -98,7 +98,9 @@ class _WriteErrors:
 class ZooCheckpoint(ModelCheckpoint):
     """ModelCheckpoint that keeps the best on validation and rewrites `last.ckpt` after every epoch's
     validation (Lightning 2.6's `save_last` lags after a non-improving epoch), and where an
-    interrupted run (SIGTERM, Ctrl-C) stopped; each checkpoint records its run and W&B run."""
+    interrupted run (SIGTERM, Ctrl-C) stopped; each checkpoint records its run and W&B run. When the
+    epoch's validation made a new best, best and last hold the same step's weights: they are stored
+    once (the best file becomes a hard link of last.ckpt)."""
 
     #: where the last interrupted run saved its checkpoint (read by train.py for its message)
     interrupted_path: str | None = None
@@ -108,6 +110,11 @@ class ZooCheckpoint(ModelCheckpoint):
     def __init__(self, *args, write_last: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.write_last = write_last
+        self._best_saved_at: tuple[str, int] | None = None  # (file, global step) of the latest top-k save
+
+    def _save_checkpoint(self, trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+        self._best_saved_at = (filepath, trainer.global_step)
 
     def _last_path(self) -> str:
         return os.path.join(self.dirpath, f"{self.CHECKPOINT_NAME_LAST}.ckpt")
@@ -122,6 +129,16 @@ class ZooCheckpoint(ModelCheckpoint):
         super().on_train_epoch_end(trainer, pl_module)
         if self.write_last and self.dirpath and not trainer.fast_dev_run:
             trainer.save_checkpoint(self._last_path())  # the full training state (optimizer, epoch)
+            self._share_with_best(trainer)
+
+    def _share_with_best(self, trainer) -> None:
+        """The best checkpoint saved at this step becomes last.ckpt's bytes: the same weights, and the
+        epoch's end state, which resumes as last.ckpt does. The next save of last.ckpt renames a new
+        file over its name; the best keeps these bytes."""
+        path, step = self._best_saved_at or (None, None)
+        if (step == trainer.global_step and path == self.best_model_path and trainer.is_global_zero
+                and _is_local_file_protocol(path) and os.path.isfile(path)):
+            share_file(self._last_path(), path)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         from zoo.training.runs import run_id
