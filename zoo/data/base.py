@@ -131,7 +131,7 @@ class SplitDataModule(L.LightningDataModule):
         from lightning.pytorch.accelerators import CUDAAccelerator
 
         trainer = self.trainer  # None outside a trainer (`zoo sample`, tests): batches stay on the CPU
-        return trainer is not None and isinstance(trainer.accelerator, CUDAAccelerator)
+        return trainer is not None and isinstance(getattr(trainer, "accelerator", None), CUDAAccelerator)
 
     def plain_loader(self, dataset, train: bool = False, collate_fn=None, **kwargs) -> DataLoader:
         """A loader over `dataset` at this module's `batch_size` (`eval_batch_size` outside training)."""
