@@ -316,6 +316,56 @@ def test_an_earlier_card_is_replaced_whole_and_a_failed_write_keeps_it(tmp_path,
         hf.write_card("ram_fmnist_centered", out)
 
 
+def test_a_checkpoint_of_your_own_becomes_a_card_that_loads_back(trained_run, tmp_path, monkeypatch, capsys):
+    """fine-tune -> card -> zoo.create_model("./card/ft"): the card's model is the checkpoint's; its
+    README names no metric it did not measure."""
+    out = tmp_path / "card" / "ft"
+    assert cli.main(["card", "--checkpoint", str(trained_run["last"]), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(hf.CARD_FILES)
+    assert capsys.readouterr().out.count("wrote ") == 3
+    monkeypatch.chdir(tmp_path)
+    card_model = zoo.create_model("./card/ft").eval()
+    trained = zoo.load_checkpoint(trained_run["last"]).eval()
+    assert type(card_model) is type(trained) and same_weights(card_model, trained)
+    x = torch.rand(3, *trained.pretrained_cfg["input_size"], generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(card_model(x), trained(x))
+    # the weights file is a release's: its zoo config in the safetensors metadata, as config.json's
+    config = json.loads((out / "config.json").read_text())
+    state, embedded = zoo_hub.load_weights(out / "model.safetensors")
+    assert embedded == zoo_hub.current_config(config["zoo_config"])
+    assert embedded["class_path"] == config["architecture"]
+    assert config["name"] == "ft" and card_model.pretrained_cfg["name"] == "ft"
+    assert config["num_classes"] == trained.num_classes == card_model.num_classes > 0
+    assert config["label_names"] == trained.class_names == card_model.class_names
+    assert tuple(config["pretrained_cfg"]["input_size"]) == trained.pretrained_cfg["input_size"]
+    assert config["recipe"] is None and config["seed"] is None
+    readme = (out / "README.md").read_text()
+    front = yaml.safe_load(readme.split("---")[1])
+    assert "model-index" not in front and front["tags"][-1] == trained.family  # no results it did not measure
+    assert "Not measured" in readme and "last.ckpt" in readme and "accuracy" not in readme.lower()
+    assert 'zoo.create_model("hf-hub:attention-zoo/ft")' in readme and "weights of a checkpoint" in readme
+    # named by --repo-id; an earlier card of it is replaced only with --overwrite
+    args = ["card", "--checkpoint", str(trained_run["last"]), "--out", str(out), "--repo-id", "my-lab/ft"]
+    assert cli.main(args) == 2 and "--overwrite" in capsys.readouterr().err
+    assert cli.main([*args, "--overwrite"]) == 0
+    assert 'zoo.create_model("hf-hub:my-lab/ft")' in (out / "README.md").read_text()
+
+
+def test_zoo_card_takes_exactly_one_of_a_name_or_a_checkpoint(trained_run, tmp_path, capsys):
+    out = tmp_path / "card"
+    for argv in (["ram_fmnist_centered", "--checkpoint", str(trained_run["last"])], [],
+                 ["--checkpoint", str(tmp_path / "missing.ckpt")], ["ram_fmnist_centered", "--sha256", "ab" * 6]):
+        try:
+            code = cli.main(["card", *argv, "--out", str(out)])
+        except SystemExit as stopped:  # argparse's usage errors stop the process (the console script: exit 2)
+            code = stopped.code
+        assert code == 2, argv
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+        assert not out.exists()
+
+
 # ----------------------------------------------------------------------------- fuzzing the loader's inputs
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

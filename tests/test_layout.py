@@ -158,7 +158,7 @@ PATH_METHODS = {"unlink": 0, "rename": 1, "replace": 1, "rmdir": 0, "write_bytes
 #: (its target is a temporary `zoo.guards.writes.writing` holds, renamed over the target) or
 #: removes what the zoo itself made
 WRITERS = {
-    ("zoo/commands/card.py", "write_card"):
+    ("zoo/commands/card.py", "write_card.put_weights"):
         "copies the release into the staging folder `writing(out_dir)` holds, which swap_in_folder puts in place",
     ("zoo/models/predict.py", "PredictionWriter.on_predict_start"):
         "opens the temporary `writing(path)` holds, for the JSON lines",

@@ -19,7 +19,8 @@ SUBCOMMANDS = {
     "attend": ("zoo.commands.attend", "where any model looked: overlays, JSON and an HTML report"),
     "export": ("zoo.commands.export", "export a model as ONNX or a torch.export program"),
     "info": ("zoo.commands.info", "what a model is: input, classes, parameters, GMACs, file, metrics (no torch)"),
-    "card": ("zoo.commands.card", "write a release as a Hugging Face hub repository (README, config, weights)"),
+    "card": ("zoo.commands.card",
+             "write a release or a checkpoint as a Hugging Face hub repository (README, config, weights)"),
 }
 #: commands that parse their own arguments: name -> (module with main(argv, prog), help)
 PASSTHROUGH = {

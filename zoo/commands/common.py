@@ -15,6 +15,11 @@ def add_model_arguments(parser, default_model: str | None = None) -> None:
     source.add_argument("--model", default=None,
                         help="registered model name (pretrained weights are loaded)"
                              + (f"; default: {default_model}" if default_model else ""))
+    add_checkpoint_arguments(parser, source)
+
+
+def add_checkpoint_arguments(parser, source) -> None:
+    """`--checkpoint` (in the mutually exclusive group `source`) and its `--sha256` pin."""
     source.add_argument("--checkpoint", help="a .ckpt or .safetensors file (path or URL) of this model family")
     parser.add_argument("--sha256", metavar="HASH",
                         help="pin --checkpoint: its sha256 (or first 8+ hex digits); a URL without a pin "

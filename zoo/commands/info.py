@@ -174,8 +174,10 @@ def _number(value, digits: int = 4) -> str:
 def render(record: dict) -> str:
     """`zoo info`'s text: one fact per line, every line printable (text from a manifest, a recipe or
     the index shows its control characters escaped: no line breaks in two, no ESC reaches a terminal)."""
-    lines = [printable(f"{record['name']}  ({record['family']}, "
-                       f"{'released weights' if record['pretrained'] else 'recipe only, no released weights'})")]
+    # `weights`: where a record not of a registered model has its weights from (zoo card --checkpoint)
+    weights = record.get("weights") or (
+        "released weights" if record["pretrained"] else "recipe only, no released weights")
+    lines = [printable(f"{record['name']}  ({record['family']}, {weights})")]
     if record.get("description"):
         lines.append(printable(f"  {record['description']}"))
 
