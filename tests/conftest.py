@@ -229,6 +229,14 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
     return int(code or 0), out.getvalue(), err.getvalue()
 
 
+def load_script(path: str, name: str):
+    """A script of the repository (scripts/, benchmarks/: not a package) imported from its path as `name`."""
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def wandb_runs(folder: Path) -> list[tuple[str, Path]]:
     """(run id, folder) of each W&B offline run folder under folder/wandb, sorted. W&B names one
     `offline-run-<yyyymmdd_hhmmss>-<id>` and adds `-<n>` when a run of that id already has a folder

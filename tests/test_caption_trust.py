@@ -5,7 +5,6 @@ the localisation metric does; one spread unit, exp(H)/N, in every figure and JSO
 "n/a" where the item fills the input."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import REPO
+from conftest import REPO, load_script
 from zoo.attention.record import maps_from_cells
 from zoo.commands.cli import main
 from zoo.metrics.trust import THRESHOLDS, caption_stats, distrust, load_thresholds, spread
@@ -184,9 +183,7 @@ def test_box_words_that_do_not_match_the_boxes_are_one_line_exit_2(scenes, tmp_p
 def test_pointing_where_the_item_fills_the_input_is_not_a_number():
     from zoo.commands.info import FILLS_INPUT, attention_line
 
-    spec = importlib.util.spec_from_file_location("results_tables_h45", REPO / "scripts" / "results_tables.py")
-    tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tables)
+    tables = load_script("scripts/results_tables.py", "results_tables_h45")
     paths = ["trained.correctness.pointing", "trained.correctness.pointing_centre"]
     full = {"trained": {"correctness": {"pointing": 1.0, "pointing_uniform": 1.0, "pointing_centre": 1.0}}}
     part = {"trained": {"correctness": {"pointing": 0.5, "pointing_uniform": 0.2, "pointing_centre": 0.7}}}

@@ -7,28 +7,20 @@ results and those CSVs (one row per release, checked by test_results_run's table
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, load_script
 from zoo import registry
 
 MANIFEST = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
 INDEX = json.loads(registry.INDEX_PATH.read_text())["entries"]
 
 
-def _load(path, name):
-    spec = importlib.util.spec_from_file_location(name, REPO / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load("benchmarks/releases.py", "bench_releases")
-tables = _load("scripts/results_tables.py", "results_tables_script")
+bench = load_script("benchmarks/releases.py", "bench_releases")
+tables = load_script("scripts/results_tables.py", "results_tables_script")
 
 TINY = ["--warmup", "0", "--repeats", "1", "--min-repeat-s", "0", "--threads", "1"]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import importlib.util
 import json
 import re
 import statistics
@@ -17,7 +16,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, load_script
 from zoo import registry
 
 MANIFEST = json.loads((REPO / "weights" / "MANIFEST.json").read_text())
@@ -25,14 +24,7 @@ INDEX = json.loads(registry.INDEX_PATH.read_text())["entries"]
 LAYOUT = yaml.safe_load((REPO / "docs" / "tables.yaml").read_text())
 
 
-def _load(path, name):
-    spec = importlib.util.spec_from_file_location(name, REPO / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tables = _load("scripts/results_tables.py", "results_tables_timm")
+tables = load_script("scripts/results_tables.py", "results_tables_timm")
 result_csvs = tables.result_csvs
 
 
