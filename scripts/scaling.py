@@ -70,6 +70,9 @@ CSV_PATH = RESULTS / "scaling.csv"
 SCALE_DATA = "zoo.data.cluttered_scale.ClutteredScaleDataModule"
 MEGAPIXEL_DATA = "zoo.data.megapixel.MegapixelFashionDataModule"
 TASKS = {SCALE_DATA: "scale", MEGAPIXEL_DATA: "megapixel"}
+#: data of another module that is the scale task at one side: FashionMNISTDataModule's cluttered60 is
+#: the RAM paper's cluttered task at 60 px (4 distractors), which zoo.data.cluttered_scale generalises
+SAME_TASK = {("zoo.data.fashion_mnist.FashionMNISTDataModule", "cluttered60"): ("scale", 60)}
 MEGAPIXEL_SIDE = 1500  # the paper's canvas (zoo.data.megapixel's default)
 #: test canvases of the scale family: one per Fashion-MNIST test item (zoo.data.cluttered_scale)
 FASHION_MNIST_TEST = 10_000
@@ -87,7 +90,13 @@ class Plan:
     family: str
     recipe: str
     coarse: str | None = None
+    #: recipes that train the same architecture (other optimisation, or a stage of a curriculum):
+    #: their results join this family's rows too (tests/test_scaling.py holds them to it)
+    same_model: tuple[str, ...] = ()
 
+
+#: model arguments that change how a model is trained, not what it is (a `same_model` recipe may differ in them)
+OPTIMISATION = frozenset({"lr", "weight_decay", "lr_schedule", "betas", "min_lr", "warmup_epochs"})
 
 #: the families of issue 43, item 3, each at every side with one architecture
 PLANS = (
@@ -97,7 +106,7 @@ PLANS = (
     Plan("STN", "stn_fmnist_cluttered60", coarse="loc_downsample"),
     Plan("DRAW", "draw_cluttered100_classifier"),
     Plan("ViT", "vit_fmnist_cluttered60"),  # its 6 px patches at every side: tokens grow with the area
-    Plan("ATS", "ats_scale400"),
+    Plan("ATS", "ats_scale400", same_model=("ats_fmnist_cluttered60",)),  # the curriculum's 60 px stage
 )
 #: Megapixel Fashion: every plan on the full 1,500 px canvas, and these recipes of the task as they are
 #: (the small CNN on the canvas served at 500 px; ATS's Megapixel model in place of its 400 px one)
@@ -474,18 +483,22 @@ def training_results(results: Path) -> dict[tuple, dict]:
             continue
         config = record.get("config") if isinstance(record, dict) else None
         data = (config or {}).get("data") or {}
-        task = TASKS.get(data.get("class_path"))
+        task, side = SAME_TASK.get((data.get("class_path"), (data.get("init_args") or {}).get("variant")),
+                                   (TASKS.get(data.get("class_path")), None))
         acc = (record.get("metrics") or {}).get("test/acc")
         if task is None or acc is None:
             continue
         init = config.get("init_args") or {}
-        if init.get("image_size") is None:
+        side = side or (init.get("image_size") and _side(init["image_size"]))  # (a ViT's is its backbone's)
+        if side is None:
             continue
         recipe = str(record.get("recipe") or "")
         recipe = Path(recipe).relative_to(ROOT).as_posix() if Path(recipe).is_absolute() and \
             Path(recipe).is_relative_to(ROOT) else recipe
-        key = (recipe, task, _side(init["image_size"]), json.dumps(record.get("train_args") or []))
-        group = groups.setdefault(key, {"summary": None, "seeds": {}, "n_test": _test_examples(data), "names": []})
+        key = (recipe, task, side, json.dumps(record.get("train_args") or []))
+        group = groups.setdefault(key, {"summary": None, "seeds": {}, "n_test": _test_examples(data), "names": [],
+                                        "data": None if data.get("class_path") in TASKS else
+                                        f"{data['class_path'].rsplit('.', 1)[-1]} {data['init_args']['variant']}"})
         group["names"].append(path.stem)
         if isinstance(acc, dict):
             group["summary"] = (list(record.get("seeds") or range(len(acc["per_seed"]))), list(acc["per_seed"]))
@@ -498,7 +511,8 @@ def training_results(results: Path) -> dict[tuple, dict]:
         if not pairs:
             continue
         out[(recipe, task, size, train_args)] = {"seeds": [s for s, _ in pairs], "per_seed": [v for _, v in pairs],
-                                                 "n_test": group["n_test"], "names": sorted(group["names"])}
+                                                 "n_test": group["n_test"], "names": sorted(group["names"]),
+                                                 "data": group["data"]}
     return out
 
 
@@ -535,6 +549,15 @@ def _num(value, digits: int) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def recipe_files(row: dict) -> set[str]:
+    """The recipe files whose results join a cost row: its own, and its plan's `same_model` ones."""
+    from zoo import registry
+
+    plan = next((p for p in PLANS if p.family == row["family"]), None)
+    same = plan.same_model if plan and row["recipe"] == plan.recipe else ()
+    return {row["recipe_file"], *(registry.get_entry(n).metadata.get("recipe_file") for n in same)}
+
+
 def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
     """One row per cost row and device, with the accuracy of the training results of its recipe at its
     size; training results no cost row has get rows of their own."""
@@ -547,12 +570,15 @@ def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
         for r in record["rows"]:
             # runs of the row's recipe on its task at its size; arguments that change the model's
             # architecture make another model (their own row), others (a budget) are stated in the notes
-            found = [k for k in trained if k[0] == r["recipe_file"] and k[1] == r["task"] and k[2] == r["img_size"]
+            found = [k for k in trained if k[0] in recipe_files(r) and k[1] == r["task"] and k[2] == r["img_size"]
                      and not any(str(a).startswith("--model") for a in json.loads(k[3]))]
             key = max(found, key=lambda k: (len(trained[k]["seeds"]), k[3] == "[]"), default=None)
             acc = accuracy(trained[key]) if key else {}
             joined.add(key)
             trained_with = [f"trained with {' '.join(json.loads(key[3]))}"] if key and key[3] != "[]" else []
+            if key and (key[0] != r["recipe_file"] or trained[key]["data"]):  # whose top-1 it is, where not the row's
+                trained_with.append(f"top-1 of {min(trained[key]['names'], key=len)}" + (f" on {trained[key]['data']}"
+                                                                       if trained[key]["data"] else ""))
             lat, thr, mem, macs = r.get("latency") or {}, r.get("throughput") or {}, r.get("train_memory") or {}, r["macs"]
             rows.append({
                 "model": r["recipe"], "family": r["family"], "task": r["task"], "device": device, "img_size": r["img_size"],
@@ -572,7 +598,7 @@ def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
                 "notes": "; ".join(trained_with + (["MACs counted on the meta device"] if macs["counted_on"] == "meta"
                                                    else []) + r["notes"])})
     for key, entry in sorted(trained.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        if key in joined:
+        if key in joined or entry["data"]:  # (other recipes on another module's data of the task: the leaderboard's)
             continue
         recipe, task, size, train_args = key
         rows.append({c: "" for c in CSV_COLUMNS} | {

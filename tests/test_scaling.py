@@ -154,3 +154,48 @@ def test_report_joins_training_results_with_their_seed_spread_and_bootstrap_inte
     assert "| DRAM | scale | 48 |" in text and "72.00 ± 2.00 [" in text
     doc.write_text(text.replace("| DRAM | scale | 48 |", "| DRAM | scale | 49 |"))
     assert scaling.main(["report", *paths, "--check"]) == 1  # a hand edit is caught
+
+
+def test_results_of_the_same_architecture_and_of_the_same_task_join_a_row_and_say_whose(tiny, tmp_path, monkeypatch):
+    record, path = tiny
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(path, results / path.name)
+    plan = next(p for p in scaling.PLANS if p.family == "DRAM")
+    monkeypatch.setattr(scaling, "PLANS", (scaling.Plan("DRAM", plan.recipe, same_model=("ram_fmnist_cluttered60",)),))
+    monkeypatch.setattr(scaling, "SAME_TASK", {("some.data.Module", "small"): ("scale", 32)})
+    from zoo import registry
+
+    for name, recipe, data, acc in (
+            ("ram_stage_seed0", registry.get_entry("ram_fmnist_cluttered60").metadata["recipe_file"],
+             {"class_path": scaling.SCALE_DATA, "init_args": {"canvas_size": 48}}, 0.8),
+            ("ram_other_data_seed0", next(r for r in record["rows"] if r["family"] == "DRAM")["recipe_file"],
+             {"class_path": "some.data.Module", "init_args": {"variant": "small"}}, 0.7),
+            ("ram_unplanned_seed0", "configs/ram/other.yaml",  # another recipe on that data: not a row of its own
+             {"class_path": "some.data.Module", "init_args": {"variant": "small"}}, 0.6)):
+        (results / f"{name}.json").write_text(json.dumps(
+            {"recipe": recipe, "train_args": [], "seed": 0, "metrics": {"test/acc": acc},
+             "config": {"class_path": "zoo.models.ram.RAM", "init_args": {"image_size": 48}, "data": data}}))
+    rows = scaling.report_rows(scaling._load_costs(results), scaling.training_results(results))
+    at = {r["img_size"]: r for r in rows if r["family"] == "DRAM"}
+    assert at[48]["top1"] == "80.00" and at[48]["notes"] == "top-1 of ram_stage_seed0"
+    assert at[32]["top1"] == "70.00" and at[32]["notes"] == "top-1 of ram_other_data_seed0 on Module small"
+    assert not [r for r in rows if "ram_unplanned" in r["notes"]]
+
+
+@pytest.mark.parametrize("plan", [p for p in scaling.PLANS if p.same_model], ids=lambda p: p.family)
+def test_a_plans_same_model_recipes_train_its_architecture(plan):
+    """Their results stand for the plan's cost rows: only optimisation and the linked image size may differ."""
+    from zoo import registry
+
+    def model(name):  # the recipe's model arguments over its class's defaults
+        import inspect
+
+        entry = registry.get_entry(name)
+        defaults = {k: p.default for k, p in inspect.signature(
+            registry.resolve_class(entry.model["class_path"], "model")).parameters.items()}
+        init = {**defaults, **(entry.model.get("init_args") or {})}
+        return {k: v for k, v in init.items() if k not in scaling.OPTIMISATION | {"image_size"}}
+
+    for name in plan.same_model:
+        assert model(name) == model(plan.recipe), name
