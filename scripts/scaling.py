@@ -270,7 +270,7 @@ def measure_row(plan: Plan, task: str, side: int, recipe: str | None, args, rate
     row = {"family": plan.family, "task": task, "img_size": img_size,
            "canvas_size": int((config["data"]["init_args"] or {}).get("canvas_size") or img_size),
            "recipe": name, "recipe_file": registry.get_entry(name).metadata.get("recipe_file"),
-           "overrides": overrides, "notes": []}
+           "overrides": overrides, "model": init_args, "notes": []}
     budget = limit("memory_mb") * 2 ** 20
     try:
         model = registry.build(config).eval()
@@ -765,11 +765,37 @@ def figure_png(rows: list[dict], budget_mb: float | None = None, memory_batch: i
     return buffer.getvalue()
 
 
+def stale_rows(costs: list[tuple[str, dict]]) -> list[str]:
+    """The cost rows that measured another model than their recipe builds now (a recipe changed since
+    `measure`): each as "family task side px (the arguments that differ)"."""
+    stale = []
+    for _, record in costs:
+        for r in record["rows"]:
+            plan = next((p for p in PLANS if p.family == r["family"]), None)
+            own = r["recipe"] if plan and r["recipe"] != plan.recipe else None
+            try:
+                now = json.loads(json.dumps(config_for(plan, r["task"], r["canvas_size"], own)[0]["init_args"])) \
+                    if plan else None  # (as the JSON holds it)
+            except Exception as exc:  # noqa: BLE001 (a recipe gone or renamed is stale too)
+                now = {"error": str(exc)}
+            if now != r.get("model"):
+                keys = sorted(k for k in set(now or {}) | set(r.get("model") or {})
+                              if (now or {}).get(k) != (r.get("model") or {}).get(k))
+                stale.append(f"{r['family']} {r['task']} {r['img_size']} px ({', '.join(keys) or 'no plan'})")
+    return stale
+
+
 def report(args) -> int:
     from zoo.guards.writes import atomic_write_bytes
 
     results = Path(args.results)
     costs = _load_costs(results)
+    stale = stale_rows(costs)
+    if stale:
+        print(f"scaling: {len(stale)} cost row(s) measured another model than their recipe builds now: "
+              f"{'; '.join(stale[:4])}{' ...' if len(stale) > 4 else ''}; run python scripts/scaling.py measure",
+              file=sys.stderr)
+        return 1
     rows = report_rows(costs, training_results(results))
     csv_new = csv_text(rows)
     doc_path = Path(args.doc)

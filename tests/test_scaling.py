@@ -199,3 +199,21 @@ def test_a_plans_same_model_recipes_train_its_architecture(plan):
 
     for name in plan.same_model:
         assert model(name) == model(plan.recipe), name
+
+
+def test_report_refuses_a_cost_row_that_measured_another_model_than_its_recipe_builds_now(tiny, tmp_path, capsys):
+    record, path = tiny
+    results = tmp_path / "results"
+    results.mkdir()
+    args = ["report", "--results", str(results), "--csv", str(tmp_path / "s.csv"), "--doc", str(tmp_path / "d.md"),
+            "--figure", str(tmp_path / "s.png")]
+    shutil.copy(REPO / "docs" / "scaling.md", tmp_path / "d.md")
+    changed = json.loads(json.dumps(record))
+    row = next(r for r in changed["rows"] if r["family"] == "DRAM")
+    row["model"] = {**row["model"], "num_glimpses": 99}  # as if the recipe had changed since `measure`
+    (results / path.name).write_text(json.dumps(changed))
+    assert scaling.main(args) == 1
+    assert f"DRAM scale {row['img_size']} px (num_glimpses)" in capsys.readouterr().err
+    assert not (tmp_path / "s.csv").exists()
+    (results / path.name).write_text(json.dumps(record))
+    assert scaling.main(args) == 0
