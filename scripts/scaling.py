@@ -101,7 +101,8 @@ OPTIMISATION = frozenset({"lr", "weight_decay", "lr_schedule", "betas", "min_lr"
 #: the families of issue 43, item 3, each at every side with one architecture
 PLANS = (
     Plan("SmallCNN", "baseline_smallcnn_scale400"),  # the modern small CNN (conv-BN-ReLU, global pooling)
-    Plan("PaperCNN", "baseline_cnn_cluttered60", same_model=("baseline_cnn_scale400",)),  # RAM's CNN baseline (8 10x10 filters, stride 5, FC 256)
+    # RAM's CNN baseline (8 10x10 filters, stride 5, FC 256), and the same model's 400 px recipe
+    Plan("PaperCNN", "baseline_cnn_cluttered60", same_model=("baseline_cnn_scale400",)),
     Plan("DRAM", "ram_scale400_dram"),  # context 25x25, 4 glimpses
     Plan("STN", "stn_fmnist_cluttered60", coarse="loc_downsample"),
     Plan("DRAW", "draw_cluttered100_classifier"),
