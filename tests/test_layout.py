@@ -161,22 +161,11 @@ WRITERS = {
     ("zoo/commands/card.py", "write_card.put_weights"):
         "copies the release into the staging folder `writing(out_dir)` holds, which swap_in_folder puts in place",
     ("zoo/models/predict.py", "PredictionWriter.on_predict_start"):
-        "opens the temporary `writing(path)` holds, for the JSON lines",
-    ("zoo/models/predict.py", "PredictionWriter.on_predict_end"):
-        "renames that temporary over --predictions once every line is written and synced",
+        "opens the temporary `replacing(path)` holds, for the JSON lines (renamed over --predictions when it closes)",
     ("zoo/training/callbacks.py", "AtomicCheckpointIO.save_checkpoint"):
-        "torch.save into the temporary `writing(path)` holds, synced, then renamed over the checkpoint",
-    ("zoo/weights/export.py", "export_program"):
-        "renames an ONNX program from the temporary `writing(path)` holds, inside the export's staging folder",
+        "torch.save into the temporary `replacing(path)` holds, synced, then renamed over the checkpoint",
     ("zoo/weights/hub.py", "_download"):
-        "streams a download into the `writing(target, 'part')` temporary that fetch holds",
-    ("zoo/weights/hub.py", "fetch"):
-        "the download cache is the zoo's own folder: a link, a damaged or a re-pinned entry is evicted, and a "
-        "verified download renamed into place from its temporary",
-    ("zoo/weights/hub.py", "fetch_card"):
-        "removes what huggingface_hub just put in its cache for a repository the zoo refused (the link, its blob)",
-    ("zoo/weights/hub.py", "load_fetched"):
-        "evicts a cached download that does not load, so that it is not served again",
+        "streams a download into the `replacing(target, 'part')` temporary that fetch holds",
 }
 
 

@@ -255,11 +255,23 @@ def held_lock(path: str | os.PathLike, holder: str) -> Iterator[None]:
         os.close(fd)
 
 
+@contextmanager
+def replacing(path: str | os.PathLike, kind: str = "tmp") -> Iterator[Path]:
+    """`writing(path)`, and the temporary renamed over `path` when the block ends without an error."""
+    with writing(path, kind) as tmp:
+        yield tmp
+        os.replace(tmp, path)
+
+
+def discard(path: str | os.PathLike) -> None:
+    """Remove a file this process wrote itself (a refused download, a link in its own cache), if there."""
+    Path(path).unlink(missing_ok=True)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename: never a half-written file."""
-    with writing(path) as tmp:
+    with replacing(path) as tmp:
         tmp.write_bytes(data)
-        os.replace(tmp, path)
 
 
 def share_file(source: str | os.PathLike, path: str | os.PathLike) -> bool:

@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from zoo.guards.errors import UserError
-from zoo.guards.writes import check_output, writing
+from zoo.guards.writes import check_output, replacing
 
 TOP_K = 5  # classes per image written by default (--top_k)
 
@@ -95,7 +95,7 @@ class PredictionWriter(BasePredictionWriter):
 
     def on_predict_start(self, trainer, pl_module) -> None:
         self._stack, self._count = ExitStack(), 0
-        self._temp = self._stack.enter_context(writing(self.path))
+        self._temp = self._stack.enter_context(replacing(self.path))  # renamed over the path when the stack closes
         self._file = self._stack.enter_context(open(self._temp, "w"))
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
@@ -113,10 +113,10 @@ class PredictionWriter(BasePredictionWriter):
     def on_predict_end(self, trainer, pl_module) -> None:
         self._file.flush()
         os.fsync(self._file.fileno())
-        os.replace(self._temp, self.path)
         self._stack.close()
         print(f"predict: {self._count:,} predictions in {self.path}", flush=True)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if self._stack is not None:
-            self._stack.close()  # the temporary goes; no half-written file
+            # the temporary goes, never renamed over the path: no half-written file
+            self._stack.__exit__(type(exception), exception, exception.__traceback__)

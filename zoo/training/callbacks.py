@@ -19,7 +19,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from zoo.guards.errors import UserError
-from zoo.guards.writes import atomic_save_image, share_file, sweep_stale, writing
+from zoo.guards.writes import atomic_save_image, replacing, share_file, sweep_stale
 from zoo.weights import hub
 
 OFFLINE_MODES = ("offline", "dryrun", "disabled")
@@ -48,20 +48,19 @@ class ZooWandbLogger(WandbLogger):
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints written to a temporary beside them, synced, then renamed over the target: a kill
-    or a full disk mid-write leaves the previous one intact (zoo.guards.writes.writing)."""
+    or a full disk mid-write leaves the previous one intact (zoo.guards.writes.replacing)."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if storage_options is not None or not _is_local_file_protocol(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         sink = None
         try:
-            with writing(path) as tmp:
+            with replacing(path) as tmp:
                 with open(tmp, "xb") as f:
                     sink = _WriteErrors(f)
                     torch.save(checkpoint, sink)
                     f.flush()
                     os.fsync(f.fileno())
-                os.replace(tmp, path)
         except BaseException as exc:
             # torch's zip writer turns an error inside write() (a full disk, Ctrl-C) into its own
             # "unexpected pos" RuntimeError: raise what really happened, for one clear line

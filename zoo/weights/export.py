@@ -21,7 +21,8 @@ from torch import nn
 
 from zoo.guards.errors import UserError, shorten, sigterm_stops
 from zoo.guards.files import plain_name, read_json, sha256_file
-from zoo.guards.writes import OVERWRITE_HINT, atomic_write_bytes, check_writable, output_folder, swap_in_folder, writing
+from zoo.guards.writes import (OVERWRITE_HINT, atomic_write_bytes, check_writable, output_folder, replacing,
+                               swap_in_folder, writing)
 from zoo.preprocess import for_model, image_rules
 from zoo.weights.export_set import MANIFEST, MANIFEST_DIGEST, METADATA_KEY, check_set, manifest_digest
 
@@ -135,14 +136,13 @@ def export_program(program: Program, path: str | os.PathLike, fmt: str = "onnx",
         raise UserError(f"exporting ONNX needs {exc.name}: {EXPORT_EXTRA}") from None
     onnx_program = torch.onnx.export(exported, input_names=program.input_names,
                                      output_names=program.output_names, dynamo=True, verbose=False)
-    with writing(path) as tmp:
+    with replacing(path) as tmp:
         onnx_program.save(str(tmp))
         if metadata:
             proto = onnx.load(str(tmp))
             for key, value in metadata.items():
                 proto.metadata_props.add(key=key, value=value)
             onnx.save(proto, str(tmp))
-        os.replace(tmp, path)
     return path
 
 

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from zoo.guards.budget import NUMERIC_ENVIRONMENT, check_tree, env_number
 from zoo.guards.errors import UserError, shorten, sigterm_stops
 from zoo.guards.files import parse_json, plain_name, read_json, sha256_file
-from zoo.guards.writes import atomic_write_bytes, writing
+from zoo.guards.writes import atomic_write_bytes, discard, replacing
 from zoo.hparams import current_config
 
 #: the largest zoo config a weights file may carry (a COCO captioner's, vocabulary and all, is ~1 MB)
@@ -156,8 +156,8 @@ def fetch_card(location, pin: str | None = None) -> Path:
         except UserError:
             for path in fetched:  # a refused repository leaves nothing in the cache: link and blob
                 blob = path.resolve()
-                path.unlink(missing_ok=True)
-                blob.unlink(missing_ok=True)
+                discard(path)
+                discard(blob)
             raise
         return weights
     folder = Path(location)
@@ -311,7 +311,7 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
     key = pin[:16] if pin else "url-" + hashlib.sha256(url.encode()).hexdigest()[:16]
     target = cache_dir() / key / name
     if target.is_symlink():
-        target.unlink()  # the cache holds files it wrote itself, never a link to elsewhere
+        discard(target)  # the cache holds files it wrote itself, never a link to elsewhere
     if target.is_file():
         try:
             if pin is not None and sha256_file(target).startswith(pin):
@@ -321,17 +321,16 @@ def fetch(location: str | os.PathLike, sha256: str | None = None) -> Path:
                 return served(target)
         except UserError:
             pass
-        target.unlink()  # a cached file that is damaged or no longer matches its pin is not served again
+        discard(target)  # a cached file that is damaged or no longer matches its pin is not served again
     try:
         # SIGTERM or Ctrl-C mid-download: the .part and its lock go on the way out (a SIGKILL'd one's: swept next time)
-        with sigterm_stops(), writing(target, "part") as part:
+        with sigterm_stops(), replacing(target, "part") as part:
             _download(url, part)
             if pin is None:
                 check_whole(part, url)  # unpinned: opened the way it will be loaded before it enters the cache
             elif not sha256_file(part).startswith(pin):
                 raise UserError(f"{url}: the downloaded file fails its sha256 check (expected {pin[:12]}…, "
                                 f"got {sha256_file(part)[:12]}…); refusing it, nothing was cached")
-            os.replace(part, target)
     except OSError as exc:  # the cache folder: a file, read-only or full
         raise UserError(f"the download cache {cache_dir()}: cannot write there ({exc.strerror or exc}); set "
                         "ZOO_CACHE_DIR to a writable folder") from None
@@ -568,7 +567,7 @@ def load_fetched(location: str | os.PathLike, sha256: str | None = None) -> tupl
     except UserError as exc:
         if not is_url(str(location)):
             raise
-        path.unlink(missing_ok=True)
+        discard(path)
         raise UserError(f"{shorten(location)}: the download does not load ({str(exc).split(': ', 1)[-1]}); "
                         "it was removed from the cache") from None
 
