@@ -110,8 +110,13 @@ PLANS = (
     Plan("ATS", "ats_scale400", same_model=("ats_fmnist_cluttered60",)),  # the curriculum's 60 px stage
 )
 #: Megapixel Fashion: every plan on the full 1,500 px canvas, and these recipes of the task as they are
-#: (the small CNN on the canvas served at 500 px; ATS's Megapixel model in place of its 400 px one)
-MEGAPIXEL_RECIPES = {"SmallCNN": "baseline_smallcnn_megapixel", "ATS": "ats_megapixel"}
+#: (the small CNN on the canvas served at 500 px, and at 192 px; ATS's Megapixel model in place of its 400 px one)
+MEGAPIXEL_RECIPES = {"SmallCNN": ("baseline_smallcnn_megapixel", "baseline_smallcnn_megapixel192"),
+                     "ATS": ("ats_megapixel",)}
+#: the issue's Megapixel comparison: (ATS's recipe, the small CNN's on the canvas downsampled to ATS's
+#: training memory), and the least top-1 lead in points ATS must have
+MEGAPIXEL_SAME_MEMORY = ("ats_megapixel", "baseline_smallcnn_megapixel192")
+MEGAPIXEL_LEAD = 10.0
 
 
 # ============================================================================= measure
@@ -387,6 +392,35 @@ def checks(rows: list[dict], device: str = "cpu") -> list[dict]:
     out.append(check("ats_over_smallcnn_macs_400", "ATS / small CNN MACs per image at 400 px",
                      _ratio(get("ATS", 400, "macs", "total"), get("SmallCNN", 400, "macs", "total")),
                      None, 0.1, "<= 1/10"))
+    megapixel = {r["recipe"]: r for r in rows if r["task"] == "megapixel"}
+    ats, cnn = (((megapixel.get(name) or {}).get("train_memory") or {}).get("bytes") for name in MEGAPIXEL_SAME_MEMORY)
+    out.append(check("megapixel_cnn_over_ats_train_memory", f"Megapixel: {MEGAPIXEL_SAME_MEMORY[1]} / ATS peak "
+                     "training memory (the CNN's canvas downsampled to ATS's memory)", _ratio(cnn, ats), None, 1.0,
+                     "<= 1x"))
+    return out
+
+
+def accuracy_checks(rows: list[dict]) -> list[dict]:
+    """The issue's accuracy comparisons, from one device's report rows (`checks`' form; `shown` the
+    value as the table prints it): ATS against the small CNN at 400 px, and on Megapixel Fashion
+    against the small CNN on the canvas downsampled to ATS's training memory."""
+    def top1(**match):
+        row = next((r for r in rows if r["top1"] and all(r[k] == v for k, v in match.items())), None)
+        return (float(row["top1"]), f"{row['model']} {row['top1']} ({row['seeds']} seed{'s' * (row['seeds'] != 1)})") \
+            if row else (None, None)
+
+    out = []
+    for what, name, (ats, ats_says), (cnn, cnn_says), low, target in (
+            ("ATS - small CNN top-1 at 400 px (points)", "ats_minus_smallcnn_top1_400",
+             top1(family="ATS", task="scale", img_size=400), top1(family="SmallCNN", task="scale", img_size=400),
+             0.0, ">= 0"),
+            ("Megapixel: ATS - the small CNN at ATS's training memory, top-1 (points)", "megapixel_ats_lead",
+             top1(model=MEGAPIXEL_SAME_MEMORY[0]), top1(model=MEGAPIXEL_SAME_MEMORY[1]),
+             MEGAPIXEL_LEAD, f">= {MEGAPIXEL_LEAD:g}")):
+        value = None if ats is None or cnn is None else ats - cnn
+        out.append({"name": name, "what": what, "value": value, "target": target,
+                    "meets": None if value is None else value >= low, "shown": "-" if value is None else f"{value:+.2f}",
+                    "also": {"ATS": ats_says or "not trained", "small CNN": cnn_says or "not trained"}})
     return out
 
 
@@ -414,11 +448,11 @@ def measure(args) -> int:
     plans = [p for p in PLANS if p.family in args.families]
     jobs = [(p, "scale", s, None) for p in plans for s in args.sizes]
     if args.megapixel:
-        for p in plans:  # the task's own recipe where there is one, and the plan on the full canvas
-            own = MEGAPIXEL_RECIPES.get(p.family)
-            served = _image_side(config_for(p, "megapixel", MEGAPIXEL_SIDE, own)[0]) if own else None
-            jobs += [(p, "megapixel", served, own)] if own else []
-            jobs += [(p, "megapixel", MEGAPIXEL_SIDE, None)] if served != MEGAPIXEL_SIDE else []
+        for p in plans:  # the task's own recipes where there are some, and the plan on the full canvas
+            served = {_image_side(config_for(p, "megapixel", MEGAPIXEL_SIDE, own)[0]): own
+                      for own in MEGAPIXEL_RECIPES.get(p.family, ())}
+            jobs += [(p, "megapixel", side, own) for side, own in served.items()]
+            jobs += [] if MEGAPIXEL_SIDE in served else [(p, "megapixel", MEGAPIXEL_SIDE, None)]
     start = time.perf_counter()
     rate = calibrate(args.device)
     rows = []
@@ -672,12 +706,13 @@ def cost_table(rows: list[dict], record: dict) -> str:
     return "\n".join(lines)
 
 
-def checks_table(record: dict) -> str:
+def checks_table(record: dict, rows: list[dict]) -> str:
+    """The cost checks of one device's JSON, then the accuracy checks of its report rows."""
     lines = ["| check | measured | target | meets it | also |", "|---|---|---|---|---|"]
-    for c in checks(record["rows"], record["setting"]["device"]):
-        also = ", ".join(f"{k}: {_fmt_ratio(v)}" for k, v in (c.get("also") or {}).items())
+    for c in checks(record["rows"], record["setting"]["device"]) + accuracy_checks(rows):
+        also = ", ".join(f"{k}: {v if isinstance(v, str) else _fmt_ratio(v)}" for k, v in (c.get("also") or {}).items())
         verdict = "-" if c["meets"] is None else "yes" if c["meets"] else "no"
-        lines.append(f"| {c['what']} | {_fmt_ratio(c['value'])} | {c['target']} | {verdict} | {also} |")
+        lines.append(f"| {c['what']} | {c.get('shown') or _fmt_ratio(c['value'])} | {c['target']} | {verdict} | {also} |")
     return "\n".join(lines)
 
 
@@ -693,7 +728,7 @@ def document_tables(costs: list[tuple[str, dict]], rows: list[dict]) -> tuple[st
                 f"of up to {setting['repeats']} runs after {setting['warmup']} warm-up; load average "
                 f"{', '.join(f'{v:.1f}' for v in setting.get('load_average') or [])}")
         tables.append(what + "\n\n" + cost_table(mine, record))
-        check_tables.append(f"*{device}*\n\n" + checks_table(record))
+        check_tables.append(f"*{device}*\n\n" + checks_table(record, mine))
     orphans = [r for r in rows if not r["device"]]
     if orphans:
         tables.append("Training results without a cost row:\n\n" + cost_table(orphans, costs[0][1] if costs else

@@ -217,3 +217,31 @@ def test_report_refuses_a_cost_row_that_measured_another_model_than_its_recipe_b
     assert not (tmp_path / "s.csv").exists()
     (results / path.name).write_text(json.dumps(record))
     assert scaling.main(args) == 0
+
+
+def test_the_accuracy_checks_compare_ats_with_the_small_cnn_at_400_px_and_at_atss_megapixel_memory():
+    blank = {c: "" for c in scaling.CSV_COLUMNS}
+    ats, cnn = scaling.MEGAPIXEL_SAME_MEMORY
+    rows = [blank | {"model": "ats_scale400", "family": "ATS", "task": "scale", "img_size": 400, "top1": "82.00",
+                     "seeds": 3},
+            blank | {"model": "baseline_smallcnn_scale400", "family": "SmallCNN", "task": "scale", "img_size": 400,
+                     "top1": "84.50", "seeds": 1},
+            blank | {"model": ats, "family": "ATS", "task": "megapixel", "img_size": 1500, "top1": "57.10", "seeds": 1},
+            blank | {"model": cnn, "family": "SmallCNN", "task": "megapixel", "img_size": 192, "top1": "40.00",
+                     "seeds": 1}]
+    by = {c["name"]: c for c in scaling.accuracy_checks(rows)}
+    assert by["ats_minus_smallcnn_top1_400"]["value"] == pytest.approx(-2.5)
+    assert by["ats_minus_smallcnn_top1_400"]["meets"] is False and by["ats_minus_smallcnn_top1_400"]["shown"] == "-2.50"
+    lead = by["megapixel_ats_lead"]
+    assert lead["value"] == pytest.approx(17.1) and lead["meets"] is True
+    assert lead["also"] == {"ATS": f"{ats} 57.10 (1 seed)", "small CNN": f"{cnn} 40.00 (1 seed)"}
+    rows[3]["top1"] = "50.00"  # a lead of 7.1 points is short of the 10
+    assert scaling.accuracy_checks(rows)[1]["meets"] is False
+    unmeasured = scaling.accuracy_checks(rows[:1] + rows[2:3])
+    assert all(c["value"] is None and c["meets"] is None for c in unmeasured)
+    assert unmeasured[1]["also"]["small CNN"] == "not trained"
+    # the memory check beside it: the CNN's canvas is downsampled to at most ATS's training memory
+    memory = [{"task": "megapixel", "recipe": ats, "train_memory": {"bytes": 800.0}},
+              {"task": "megapixel", "recipe": cnn, "train_memory": {"bytes": 780.0}}]
+    check = next(c for c in scaling.checks(memory) if c["name"] == "megapixel_cnn_over_ats_train_memory")
+    assert check["value"] == pytest.approx(780 / 800) and check["meets"] is True
