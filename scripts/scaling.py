@@ -107,7 +107,8 @@ PLANS = (
     Plan("STN", "stn_fmnist_cluttered60", coarse="loc_downsample"),
     Plan("DRAW", "draw_cluttered100_classifier"),
     Plan("ViT", "vit_fmnist_cluttered60"),  # its 6 px patches at every side: tokens grow with the area
-    Plan("ATS", "ats_scale400", same_model=("ats_fmnist_cluttered60",)),  # the curriculum's 60 px stage
+    # the curriculum: its 60 px stage, and its fine-tunes at 100 and 200 px
+    Plan("ATS", "ats_scale400", same_model=("ats_fmnist_cluttered60", "ats_scale100", "ats_scale200")),
 )
 #: Megapixel Fashion: every plan on the full 1,500 px canvas, and these recipes of the task as they are
 #: (the small CNN on the canvas served at 500 px, and at 192 px; ATS's Megapixel model in place of its 400 px one)
