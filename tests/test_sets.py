@@ -15,18 +15,25 @@ from zoo.weights.export import export, load_export
 
 EXPORT = """
 import sys, torch
-from zoo.data.vocab import SPECIALS
+from test_sets import captioner
 from zoo.weights.export import export
-from zoo.models.captioner import Captioner
-torch.manual_seed(int(sys.argv[2]))
-model = Captioner(vocab=[*SPECIALS, "a", "red", "shirt"], image_size=[32, 32],
-                  decoder=dict(embed_dim=8, hidden_dim=16, attention_dim=8), backbone={"kind": "stem", "in_chans": 3, "channels": [8], "strides": [8]},
-                  decode_max_len=4).eval()
-export(model, sys.argv[1])
+export(captioner(int(sys.argv[2])), sys.argv[1])
 """
 
 
+def captioner(seed: int):
+    """A tiny captioner: its export is a set of three programs."""
+    from zoo.data.vocab import SPECIALS
+    from zoo.models.captioner import Captioner
+
+    torch.manual_seed(seed)
+    return Captioner(vocab=[*SPECIALS, "a", "red", "shirt"], image_size=[32, 32],
+                     decoder=dict(embed_dim=8, hidden_dim=16, attention_dim=8),
+                     backbone={"kind": "stem", "in_chans": 3, "channels": [8], "strides": [8]}, decode_max_len=4).eval()
+
+
 def _export(target, seed: int, kill_after: int | None = None) -> int:
+    """An export in a process of its own (a user's next command), killed (-9) after its `kill_after`-th file."""
     env = cli_env(None, **({"ZOO_TEST_KILL_EXPORT_AFTER": str(kill_after)} if kill_after else {}))
     return subprocess.run([sys.executable, "-c", EXPORT, str(target), str(seed)], env=env, cwd=target.parent,
                           capture_output=True, timeout=300).returncode
@@ -36,7 +43,7 @@ def _export(target, seed: int, kill_after: int | None = None) -> int:
 @pytest.mark.parametrize("kill_after", [1, 3])  # after the first program; after the last, before the swap
 def test_a_killed_export_leaves_the_earlier_set_whole(tmp_path, kill_after):
     target = tmp_path / "exported"
-    assert _export(target, seed=0) == 0
+    export(captioner(0), target)  # the earlier set, written in this process
     before = load_export(target)
     assert sorted(before["files"]) == ["decoder_step.onnx", "encoder.onnx", "greedy.onnx"]
     assert before["vocabulary"][:4] == ["<pad>", "<start>", "<end>", "<unk>"]
