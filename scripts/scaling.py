@@ -100,7 +100,8 @@ OPTIMISATION = frozenset({"lr", "weight_decay", "lr_schedule", "betas", "min_lr"
 
 #: the families of issue 43, item 3, each at every side with one architecture
 PLANS = (
-    Plan("SmallCNN", "baseline_smallcnn_scale400"),  # the modern small CNN (conv-BN-ReLU, global pooling)
+    # the modern small CNN (conv-BN-ReLU, global pooling), and the same model's 60 px recipe
+    Plan("SmallCNN", "baseline_smallcnn_scale400", same_model=("baseline_smallcnn_cluttered60",)),
     # RAM's CNN baseline (8 10x10 filters, stride 5, FC 256), and the same model's 400 px recipe
     Plan("PaperCNN", "baseline_cnn_cluttered60", same_model=("baseline_cnn_scale400",)),
     Plan("DRAM", "ram_scale400_dram"),  # context 25x25, 4 glimpses
