@@ -36,7 +36,7 @@ XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 test test-fast: export PYTHONDONTWRITEBYTECODE =
 
 test: setup
-	$(PY) -m pytest -q --timeout 900 $(XDIST) tests
+	$(PY) -m pytest -q --timeout 900 --durations=25 $(XDIST) tests
 
 # The quick loop: everything but the tests marked `slow` (subprocesses, several processes, the Java
 # scorers, real fits and compiles, the seeded writer fuzz; `make test` runs them). It still runs one

@@ -6,14 +6,16 @@ supported format: Karpathy split JSON (COCO-style with filepath, Flickr8k-style 
 COCO captions JSON, and an ImageFolder tree.
 
 The recipes' real sizes (VGG-19 at 224 px, ViT-B/16) stay: the point is that the recipe as
-committed starts, trains a step, validates, checkpoints and reloads."""
+committed starts, trains a step, validates, checkpoints and reloads. Each command runs in this
+process through the scripts' own entry point (`conftest.run_main`): what a command does, not the
+process it starts in (tests/test_lifecycle.py runs the processes)."""
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
-from conftest import cli_env, run_cli
+from conftest import cli_env, run_main
 from PIL import Image
 from test_captions_data import TRAIN_CAPTIONS, VAL_CAPTIONS, write_coco, write_karpathy
 
@@ -26,13 +28,14 @@ CAPTION_BUDGET = [*TINY_BUDGET, "--data.init_args.min_freq", "1", "--model.init_
 
 
 def _fit(recipe: str, root, *args: str):
-    rc, out, err = run_cli(["train.py", "fit", "--config", recipe, f"--trainer.default_root_dir={root}", *args],
-                           cwd=root.parent, env=cli_env(), timeout=600)
+    """The last checkpoint of `recipe` fitted under `root`, and the command's stderr."""
+    rc, out, err = run_main(["train.py", "fit", "--config", recipe, f"--trainer.default_root_dir={root}", *args],
+                            cwd=root.parent, env=cli_env())
     assert rc == 0, err[-3000:]
     checkpoints = sorted((root / "checkpoints").glob("*.ckpt"))
     assert checkpoints, f"no checkpoint under {root}"
     assert list(root.parent.glob("wandb/offline-run-*/run-*.wandb")), "W&B (offline) logged nothing"
-    return checkpoints[-1]
+    return checkpoints[-1], err
 
 
 def _data(**paths) -> list[str]:
@@ -42,14 +45,14 @@ def _data(**paths) -> list[str]:
 
 def _eval_and_caption(checkpoint, image, tmp_path, data: list[str]):
     out = tmp_path / "eval.json"
-    rc, _, err = run_cli(["eval.py", "--checkpoint", checkpoint, "--split", "test", "--json", out, *data],
-                         cwd=tmp_path, env=cli_env(), timeout=600)
+    rc, _, err = run_main(["eval.py", "--checkpoint", checkpoint, "--split", "test", "--json", out, *data],
+                          cwd=tmp_path, env=cli_env())
     assert rc == 0, err[-3000:]
     assert "paths come from you" not in err  # every path was given
     metrics = json.loads(out.read_text())["metrics"]
     assert {"test/Bleu_4", "test/CIDEr"} <= metrics.keys()
-    rc, stdout, err = run_cli(["-m", "zoo.commands.cli", "caption", "--checkpoint", checkpoint, "--json", image],
-                              cwd=tmp_path, env=cli_env(), timeout=600)
+    rc, stdout, err = run_main(["-m", "zoo.commands.cli", "caption", "--checkpoint", checkpoint, "--json", image],
+                               cwd=tmp_path, env=cli_env())
     assert rc == 0, err[-3000:]
     answer = json.loads(stdout)
     (record,) = answer["results"]
@@ -64,8 +67,8 @@ def test_caption_recipe_trains_on_a_karpathy_split(recipe, with_filepath, tmp_pa
 
     split_file = write_karpathy(tmp_path, with_filepath=with_filepath)
     root = tmp_path / "run"
-    checkpoint = _fit(str(REPO / recipe), root, *CAPTION_BUDGET, "--data.init_args.karpathy_json", str(split_file),
-                      "--data.init_args.image_root", str(tmp_path / "images"))
+    checkpoint, _ = _fit(str(REPO / recipe), root, *CAPTION_BUDGET, "--data.init_args.karpathy_json",
+                         str(split_file), "--data.init_args.image_root", str(tmp_path / "images"))
     image = next((tmp_path / "images").rglob("img_11.jpg"))
     _eval_and_caption(checkpoint, image, tmp_path, _data(karpathy_json=split_file, image_root=tmp_path / "images"))
 
@@ -76,21 +79,25 @@ def test_caption_recipe_trains_on_coco_caption_files(tmp_path):
     train = write_coco(tmp_path / "captions_train.json", TRAIN_CAPTIONS, "train2014", tmp_path)
     val = write_coco(tmp_path / "captions_val.json", VAL_CAPTIONS, "val2014", tmp_path)
     root = tmp_path / "run"
-    checkpoint = _fit(str(REPO / "configs/sat/coco_hard.yaml"), root, *CAPTION_BUDGET,
-                      "--data.init_args.format", "coco", "--data.init_args.karpathy_json", "null",
-                      "--data.init_args.train_annotations", str(train), "--data.init_args.val_annotations", str(val),
-                      "--data.init_args.test_annotations", str(val),
-                      "--data.init_args.train_image_root", str(tmp_path / "train2014"),
-                      "--data.init_args.val_image_root", str(tmp_path / "val2014"),
-                      "--data.init_args.test_image_root", str(tmp_path / "val2014"))
+    checkpoint, _ = _fit(str(REPO / "configs/sat/coco_hard.yaml"), root, *CAPTION_BUDGET,
+                         "--data.init_args.format", "coco", "--data.init_args.karpathy_json", "null",
+                         "--data.init_args.train_annotations", str(train), "--data.init_args.val_annotations", str(val),
+                         "--data.init_args.test_annotations", str(val),
+                         "--data.init_args.train_image_root", str(tmp_path / "train2014"),
+                         "--data.init_args.val_image_root", str(tmp_path / "val2014"),
+                         "--data.init_args.test_image_root", str(tmp_path / "val2014"))
     _eval_and_caption(checkpoint, next((tmp_path / "val2014").glob("*.png")), tmp_path,
                       _data(train_annotations=train, val_annotations=val, test_annotations=val,
                             train_image_root=tmp_path / "train2014", val_image_root=tmp_path / "val2014",
                             test_image_root=tmp_path / "val2014", image_root=tmp_path))
 
 
-def test_vit_finetune_recipe_trains_on_an_image_folder(tmp_path):
+def test_vit_finetune_recipe_trains_on_an_image_folder(tmp_path, monkeypatch):
+    import zoo.models.vit as vit
     from conftest import REPO
+
+    # the recipe's bf16 on a CPU without bf16 kernels (this one's, whatever the machine): fp32, said once
+    monkeypatch.setattr(vit, "CPU_BF16", False)
 
     rng = np.random.default_rng(0)
     for split in ("train", "val"):
@@ -100,16 +107,17 @@ def test_vit_finetune_recipe_trains_on_an_image_folder(tmp_path):
             for i in range(2):
                 Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(folder / f"{i}.jpg")
     root = tmp_path / "run"
-    checkpoint = _fit(str(REPO / "configs/vit/imagenet_finetune.yaml"), root, *TINY_BUDGET,
-                      "--data.init_args.root", str(tmp_path / "imagenet"), "--data.init_args.eval_batch_size", "2",
-                      "--model.init_args.backbone.pretrained", "false")  # offline: no timm hub
+    checkpoint, err = _fit(str(REPO / "configs/vit/imagenet_finetune.yaml"), root, *TINY_BUDGET,
+                           "--data.init_args.root", str(tmp_path / "imagenet"), "--data.init_args.eval_batch_size", "2",
+                           "--model.init_args.backbone.pretrained", "false")  # offline: no timm hub
+    assert "bf16: this CPU has no bf16 kernels" in err
     out = tmp_path / "eval.json"
-    rc, _, err = run_cli(["eval.py", "--checkpoint", checkpoint, "--split", "val", "--json", out,
-                          *_data(root=tmp_path / "imagenet")], cwd=tmp_path, env=cli_env(), timeout=600)
+    rc, _, err = run_main(["eval.py", "--checkpoint", checkpoint, "--split", "val", "--json", out,
+                           *_data(root=tmp_path / "imagenet")], cwd=tmp_path, env=cli_env())
     assert rc == 0, err[-3000:]
     assert "val/acc" in json.loads(out.read_text())["metrics"]
-    rc, _, err = run_cli(["-m", "zoo.commands.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
-                          next((tmp_path / "imagenet" / "val" / "cat").glob("*.jpg"))],
-                         cwd=tmp_path, env=cli_env(), timeout=600)
+    rc, _, err = run_main(["-m", "zoo.commands.cli", "attend", "--checkpoint", checkpoint, "--out", tmp_path / "maps",
+                           next((tmp_path / "imagenet" / "val" / "cat").glob("*.jpg"))],
+                          cwd=tmp_path, env=cli_env())
     assert rc == 0, err[-3000:]
     assert list((tmp_path / "maps").glob("*.png"))

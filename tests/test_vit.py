@@ -48,12 +48,19 @@ def test_forward_shapes_and_backbone_tokens():
         model(torch.rand(1, 3, 28, 28))
 
 
-def test_speed_switches_keep_results_on_cpu():
+def test_speed_switches_keep_results_on_cpu(monkeypatch):
+    import zoo.models.vit as vit
+
     x = torch.rand(2, 1, 28, 28)
     ref = tiny().eval()(x)
     assert torch.allclose(tiny(channels_last=True).eval()(x), ref, atol=1e-5)
+    # a CPU with bf16 kernels autocasts (emulated here: the same numbers, slower)
+    monkeypatch.setattr(vit, "CPU_BF16", True)
     bf16 = tiny(bf16=True).eval()(x)
-    assert bf16.dtype == torch.float32 and torch.allclose(bf16, ref, atol=0.1)
+    assert bf16.dtype == torch.float32 and torch.allclose(bf16, ref, atol=0.1) and not torch.equal(bf16, ref)
+    # one without them runs fp32: exactly the reference
+    monkeypatch.setattr(vit, "CPU_BF16", False)
+    assert torch.equal(tiny(bf16=True).eval()(x), ref)
 
 
 def test_conv_stem_replaces_patchify_with_the_same_token_grid():
