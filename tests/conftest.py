@@ -192,20 +192,8 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
                 for h in getattr(lg, "handlers", []) if type(h) is logging.StreamHandler]
     streams = [h.stream for h in handlers]
     last_resort = _LastResort(err)
-    # In a fresh process Lightning, imported while the root logger has no handler, gives its logger
-    # a stderr handler at INFO that does not propagate (its rank-zero notes print once). Here it may
-    # have been imported under pytest's handlers, by the order the tests ran: then it is given one.
-    lightning_log = logging.getLogger("lightning.pytorch")
-    lightning_state = lightning_log.level, lightning_log.propagate
-    lightning_handler = None
-    if not any(type(h) is logging.StreamHandler for h in lightning_log.handlers):
-        lightning_handler = logging.StreamHandler(err)
     try:
         logging.root.addHandler(last_resort)
-        if lightning_handler is not None:
-            lightning_log.addHandler(lightning_handler)
-            lightning_log.setLevel(logging.INFO)
-            lightning_log.propagate = False
         os.environ.update(env or {})
         os.chdir(cwd)
         sys.argv = [str(REPO / args[0]), *args[1:]]
@@ -229,10 +217,6 @@ def run_main(args: list[str], cwd: str | os.PathLike, env: dict | None = None):
         if "wandb" in sys.modules:
             sys.modules["wandb"].teardown()
         logging.root.removeHandler(last_resort)
-        if lightning_handler is not None:
-            lightning_log.removeHandler(lightning_handler)
-            lightning_log.setLevel(lightning_state[0])
-            lightning_log.propagate = lightning_state[1]
         for handler, stream in zip(handlers, streams):
             handler.stream = stream
         sys.argv = saved_argv

@@ -28,14 +28,14 @@ CAPTION_BUDGET = [*TINY_BUDGET, "--data.init_args.min_freq", "1", "--model.init_
 
 
 def _fit(recipe: str, root, *args: str):
-    """The last checkpoint of `recipe` fitted under `root`, and the command's stderr."""
-    rc, out, err = run_main(["train.py", "fit", "--config", recipe, f"--trainer.default_root_dir={root}", *args],
-                            cwd=root.parent, env=cli_env())
+    """The last checkpoint of `recipe` fitted under `root`."""
+    rc, _, err = run_main(["train.py", "fit", "--config", recipe, f"--trainer.default_root_dir={root}", *args],
+                          cwd=root.parent, env=cli_env())
     assert rc == 0, err[-3000:]
     checkpoints = sorted((root / "checkpoints").glob("*.ckpt"))
     assert checkpoints, f"no checkpoint under {root}"
     assert list(root.parent.glob("wandb/offline-run-*/run-*.wandb")), "W&B (offline) logged nothing"
-    return checkpoints[-1], err
+    return checkpoints[-1]
 
 
 def _data(**paths) -> list[str]:
@@ -67,8 +67,8 @@ def test_caption_recipe_trains_on_a_karpathy_split(recipe, with_filepath, tmp_pa
 
     split_file = write_karpathy(tmp_path, with_filepath=with_filepath)
     root = tmp_path / "run"
-    checkpoint, _ = _fit(str(REPO / recipe), root, *CAPTION_BUDGET, "--data.init_args.karpathy_json",
-                         str(split_file), "--data.init_args.image_root", str(tmp_path / "images"))
+    checkpoint = _fit(str(REPO / recipe), root, *CAPTION_BUDGET, "--data.init_args.karpathy_json",
+                      str(split_file), "--data.init_args.image_root", str(tmp_path / "images"))
     image = next((tmp_path / "images").rglob("img_11.jpg"))
     _eval_and_caption(checkpoint, image, tmp_path, _data(karpathy_json=split_file, image_root=tmp_path / "images"))
 
@@ -79,13 +79,13 @@ def test_caption_recipe_trains_on_coco_caption_files(tmp_path):
     train = write_coco(tmp_path / "captions_train.json", TRAIN_CAPTIONS, "train2014", tmp_path)
     val = write_coco(tmp_path / "captions_val.json", VAL_CAPTIONS, "val2014", tmp_path)
     root = tmp_path / "run"
-    checkpoint, _ = _fit(str(REPO / "configs/sat/coco_hard.yaml"), root, *CAPTION_BUDGET,
-                         "--data.init_args.format", "coco", "--data.init_args.karpathy_json", "null",
-                         "--data.init_args.train_annotations", str(train), "--data.init_args.val_annotations", str(val),
-                         "--data.init_args.test_annotations", str(val),
-                         "--data.init_args.train_image_root", str(tmp_path / "train2014"),
-                         "--data.init_args.val_image_root", str(tmp_path / "val2014"),
-                         "--data.init_args.test_image_root", str(tmp_path / "val2014"))
+    checkpoint = _fit(str(REPO / "configs/sat/coco_hard.yaml"), root, *CAPTION_BUDGET,
+                      "--data.init_args.format", "coco", "--data.init_args.karpathy_json", "null",
+                      "--data.init_args.train_annotations", str(train), "--data.init_args.val_annotations", str(val),
+                      "--data.init_args.test_annotations", str(val),
+                      "--data.init_args.train_image_root", str(tmp_path / "train2014"),
+                      "--data.init_args.val_image_root", str(tmp_path / "val2014"),
+                      "--data.init_args.test_image_root", str(tmp_path / "val2014"))
     _eval_and_caption(checkpoint, next((tmp_path / "val2014").glob("*.png")), tmp_path,
                       _data(train_annotations=train, val_annotations=val, test_annotations=val,
                             train_image_root=tmp_path / "train2014", val_image_root=tmp_path / "val2014",
@@ -111,9 +111,9 @@ def test_vit_finetune_recipe_trains_on_an_image_folder(tmp_path, monkeypatch):
             for i in range(2):
                 Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(folder / f"{i}.jpg")
     root = tmp_path / "run"
-    checkpoint, err = _fit(str(REPO / "configs/vit/imagenet_finetune.yaml"), root, *TINY_BUDGET,
-                           "--data.init_args.root", str(tmp_path / "imagenet"), "--data.init_args.eval_batch_size", "2",
-                           "--model.init_args.backbone.pretrained", "false")  # offline: no timm hub
+    checkpoint = _fit(str(REPO / "configs/vit/imagenet_finetune.yaml"), root, *TINY_BUDGET,
+                      "--data.init_args.root", str(tmp_path / "imagenet"), "--data.init_args.eval_batch_size", "2",
+                      "--model.init_args.backbone.pretrained", "false")  # offline: no timm hub
     assert [m for m in said if m.startswith("bf16:")] == [
         "bf16: this CPU has no bf16 kernels (AVX512-BF16 or AMX): autocast is off, steps run fp32"], said
     out = tmp_path / "eval.json"
