@@ -20,7 +20,10 @@ stable choice of most public ports).
 - `where_layer` (Ba, Mnih, Kavukcuoglu 2015, DRAM, sec. 3): a second recurrent layer r2 ("where")
   reads the core r1 ("what", detached unless `reinforce_to_core`) and alone feeds the location
   network and the baseline; `context: conv` (DRAM's context network) sets r2's initial state from
-  a coarse view of the whole canvas, so the first glimpse is proposed from the image;
+  a coarse view of the whole canvas, so the first glimpse is proposed from the image; `context: map`
+  (not in the paper) proposes it as the soft arg max of a convolutional score map over that view
+  (the spatial softmax of Levine et al. 2016), which finds an item anywhere on a large canvas where
+  a linear read-out of the whole view must learn every position apart;
 - `reward: log_prob`: R = log p(y | glimpses), the score function of DRAM's bound (eq. 4-5), which
   moves with every change of the prediction, not only where the arg max flips;
 - `reward_at: every_glimpse`: r_t from the running prediction after every glimpse, glimpse t
@@ -110,7 +113,7 @@ class RemediesSpec(Block):
 
     where_layer: bool = False
     where_hidden: int = 256
-    context: Literal["none", "conv"] = "none"
+    context: Literal["none", "conv", "map"] = "none"
     context_size: int = 12
     context_channels: list[int] | None = None
     reward: Literal["correct", "log_prob"] = "correct"
@@ -173,6 +176,34 @@ class ContextNetwork(nn.Module):
         return F.relu(self.out(self.convs(view).flatten(1)))
 
 
+class ContextMap(nn.Module):
+    """The first glimpse's mean from a coarse view (`context: map`): the canvas area-averaged to
+    view_size squared, 3x3 convolutions to one score per cell, their softmax p over the cells, and
+    the expected cell centre sum_i p_i c_i (a spatial soft arg max, Levine et al. 2016). Fully
+    convolutional: a score depends on the cell's neighbourhood, not on where it lies.
+    [B, C, H, W] -> [B, 2] (x, y) in [-1, 1]."""
+
+    def __init__(self, in_chans: int, view_size: int, channels: list[int]):
+        super().__init__()
+        self.view_size = int(view_size)
+        layers, width = [], in_chans
+        for out in channels:
+            layers += [nn.Conv2d(width, out, 3, padding=1), nn.ReLU()]
+            width = out
+        self.convs = nn.Sequential(*layers, nn.Conv2d(width, 1, 3, padding=1))  # the scores: no ReLU
+        centres = (torch.arange(self.view_size) * 2 + 1) / self.view_size - 1  # cell centres in [-1, 1]
+        grid = torch.stack(torch.meshgrid(centres, centres, indexing="xy"), -1)  # [s, s, (x, y)]
+        self.register_buffer("centres", grid.reshape(-1, 2), persistent=False)  # [s*s, 2], row-major
+
+    def probs(self, images: torch.Tensor) -> torch.Tensor:
+        """images [B, C, H, W] -> p [B, s*s], row-major over the view's cells."""
+        view = F.adaptive_avg_pool2d(images, self.view_size)  # [B, C, s, s]
+        return self.convs(view).flatten(1).softmax(-1)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.probs(images) @ self.centres.to(images.dtype)
+
+
 class RAM(ZooModule):
     """images [B, C, H, W] in [0, 1] -> logits [B, num_classes] after `num_glimpses` glimpses."""
 
@@ -196,7 +227,9 @@ class RAM(ZooModule):
                               "remedies": {"where_layer": True, "where_hidden": 16, "context": "conv", "context_size": 5,
                                            "context_channels": [2], "reward": "log_prob",
                                            "reward_at": "every_glimpse", "classify_every_glimpse": True,
-                                           "baseline": "per_glimpse"}}})
+                                           "baseline": "per_glimpse"}},
+              "dram_map": {**TINY, "remedies": {"where_layer": True, "where_hidden": 16, "context": "map",
+                                                "context_size": 5, "context_channels": [2]}}})
 
     def __init__(
         self,
@@ -261,8 +294,10 @@ class RAM(ZooModule):
         self.classifier = nn.Linear(net.hidden_size, num_classes)  # f_a on h_T
         if fix.where_layer:  # DRAM's r2 on r1 (built last: the paper's RAM initialises as it did)
             self.where = cell(net.hidden_size, fix.where_hidden)
-        if fix.context != "none":
+        if fix.context == "conv":
             self.context_net = ContextNetwork(in_chans, fix.context_size, context_channels, fix.where_hidden)
+        elif fix.context == "map":
+            self.context_net = ContextMap(in_chans, fix.context_size, context_channels)
 
     # ------------------------------------------------------------------ policy
     def current_std(self) -> torch.Tensor | float:
@@ -315,8 +350,9 @@ class RAM(ZooModule):
         h = images.new_zeros(B, net.hidden_size)
         c = torch.zeros_like(h) if net.core == "lstm" else None
         if fix.where_layer:  # r2_0: the context network's proposal, or an empty state
-            w = self.context_net(images) if fix.context != "none" else images.new_zeros(B, fix.where_hidden)
+            w = self.context_net(images) if fix.context == "conv" else images.new_zeros(B, fix.where_hidden)
             wc = torch.zeros_like(w) if net.core == "lstm" else None
+        first = self.context_net(images) if fix.context == "map" else None  # mu_1 [B, 2], the map's soft arg max
         if std is None:
             std = self.current_std()  # a float, or a 0-d tensor when learnable (no host round trip)
         log_std = torch.log(std) if isinstance(std, torch.Tensor) else math.log(std)
@@ -325,8 +361,11 @@ class RAM(ZooModule):
             # The switch: a detached state keeps REINFORCE inside the location network (with a
             # where layer, r2 is the location network's own state; its input r1 is detached below).
             h_policy = w if fix.where_layer else h if loc.reinforce_to_core else h.detach()
-            mu = self.locator(h_policy)  # [B, 2], the policy's mean
-            mu = torch.tanh(mu) if loc.location_mean == "tanh" else mu
+            if t == 0 and first is not None:
+                mu = first  # already in [-1, 1]
+            else:
+                mu = self.locator(h_policy)  # [B, 2], the policy's mean
+                mu = torch.tanh(mu) if loc.location_mean == "tanh" else mu
             if policy == "sample":
                 raw = (mu + std * noise[t]).detach()  # the action is a constant for every gradient
             elif policy == "mean":
