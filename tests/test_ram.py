@@ -393,7 +393,7 @@ DRAM = dict(where_layer=True, where_hidden=20, context="conv", context_size=5, c
 
 @pytest.mark.parametrize("core", ["rnn", "lstm"])
 @pytest.mark.parametrize("to_core", [False, True])
-@pytest.mark.parametrize("context", ["none", "conv"])
+@pytest.mark.parametrize("context", ["none", "conv", "map"])
 def test_where_layer_and_context_gradients_flow_exactly_where_intended(core, to_core, context):
     """DRAM: cross-entropy trains the what-pathway (r1, glimpse network, classifier) and never the
     where layer or the context network; REINFORCE trains the where-pathway (locator, r2, context)
@@ -402,7 +402,7 @@ def test_where_layer_and_context_gradients_flow_exactly_where_intended(core, to_
     images, labels = batch()
     terms = model.losses(model.rollout(images, "sample"), labels)
     assert reached(model, terms["ce"]) == {"classifier", "core", "glimpse"}
-    where = {"locator", "log_std", "where"} | ({"context"} if context == "conv" else set())
+    where = {"locator", "log_std", "where"} | ({"context"} if context != "none" else set())
     assert reached(model, terms["reinforce"]) == where | ({"core", "glimpse"} if to_core else set())
     assert reached(model, terms["baseline_mse"]) == {"baseline"}
     assert reached(model, terms["loss"]) == where | {"classifier", "core", "glimpse", "baseline"}
@@ -477,8 +477,9 @@ def test_per_glimpse_baseline_has_its_own_weights_per_glimpse():
     assert tiny().baseline.out_features == 1  # the paper's shared baseline
 
 
-def test_the_context_proposes_the_first_glimpse_but_the_classifier_never_reads_it():
-    model = tiny(**DRAM).eval()
+@pytest.mark.parametrize("context", ["conv", "map"])
+def test_the_context_proposes_the_first_glimpse_but_the_classifier_never_reads_it(context):
+    model = tiny(**{**DRAM, "context": context}).eval()
     images, _ = batch(5)
     with torch.no_grad():
         first = model.rollout(images, "mean")["locations"][:, 0]
@@ -492,7 +493,8 @@ def test_the_context_proposes_the_first_glimpse_but_the_classifier_never_reads_i
         torch.testing.assert_close(model.rollout(images, "random", noise=placed)["logits"], logits, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("options", [DRAM, {**DRAM, "core": "lstm", "baseline": "per_glimpse"}])
+@pytest.mark.parametrize("options", [DRAM, {**DRAM, "core": "lstm", "baseline": "per_glimpse"},
+                                     {**DRAM, "context": "map"}])
 def test_dram_batched_rollout_equals_one_image_at_a_time(options):
     model = tiny(**options).eval()
     images, _ = batch(5)
@@ -502,6 +504,35 @@ def test_dram_batched_rollout_equals_one_image_at_a_time(options):
         single = [model.rollout(images[i:i + 1], "sample", noise=noise[:, i:i + 1]) for i in range(5)]
     for key in ("logits", "locations", "log_probs", "baselines"):
         torch.testing.assert_close(out[key], torch.cat([s[key] for s in single]), rtol=1e-5, atol=1e-6)
+
+
+def test_the_context_map_is_a_soft_arg_max_over_the_view_cells():
+    """context: map's first glimpse is sum_i p_i c_i over the coarse view's cells (a slow loop
+    here), and its scores are local: a bright item moved anywhere moves the glimpse with it."""
+    from zoo.models.ram import ContextMap
+
+    torch.manual_seed(0)
+    net = ContextMap(1, 6, [3])
+    images = torch.rand(3, 1, 24, 24)
+    view = torch.nn.functional.adaptive_avg_pool2d(images, 6)
+    scores = net.convs(view)[:, 0]  # [B, 6, 6]
+    for b in range(3):
+        p = scores[b].flatten().softmax(0).view(6, 6)
+        expected = torch.zeros(2)
+        for row in range(6):
+            for col in range(6):
+                expected += p[row, col] * torch.tensor([(2 * col + 1) / 6 - 1, (2 * row + 1) / 6 - 1])
+        torch.testing.assert_close(net(images)[b], expected)
+    detector = ContextMap(1, 10, [])  # one 3x3 convolution: score = 50 x the cell's brightness
+    with torch.no_grad():
+        detector.convs[0].weight.zero_()
+        detector.convs[0].weight[0, 0, 1, 1] = 50.0
+        detector.convs[0].bias.zero_()
+    for row, col in [(0, 0), (3, 7), (9, 2), (5, 5)]:
+        canvas = torch.zeros(1, 1, 40, 40)
+        canvas[..., 4 * row:4 * row + 4, 4 * col:4 * col + 4] = 1.0  # one bright cell
+        torch.testing.assert_close(detector(canvas)[0], torch.tensor([(2 * col + 1) / 10 - 1, (2 * row + 1) / 10 - 1]),
+                                   atol=1e-3, rtol=0)
 
 
 def test_location_supervision_trains_only_the_location_network_and_needs_boxes():
@@ -521,6 +552,8 @@ def test_location_supervision_trains_only_the_location_network_and_needs_boxes()
 
 @pytest.mark.parametrize("args,message", [
     ({"context": "conv"}, "needs remedies.where_layer"),
+    ({"context": "map"}, "needs remedies.where_layer"),
+    ({**DRAM, "context": "map", "context_size": 0}, "context view is empty"),
     ({**DRAM, "context_size": 0}, "context view is empty"),
     ({**DRAM, "context_channels": [3, 0]}, "context view is empty"),
     ({**DRAM, "context_size": -3}, "sane range"),
