@@ -523,6 +523,9 @@ def test_the_context_map_is_a_soft_arg_max_over_the_view_cells():
             for col in range(6):
                 expected += p[row, col] * torch.tensor([(2 * col + 1) / 6 - 1, (2 * row + 1) / 6 - 1])
         torch.testing.assert_close(net(images)[b], expected)
+    sharp = ContextMap(1, 6, [3], temperature=0.25)
+    sharp.load_state_dict(net.state_dict())
+    torch.testing.assert_close(sharp.probs(images), (scores.flatten(1) * 4).softmax(-1))
     detector = ContextMap(1, 10, [])  # one 3x3 convolution: score = 50 x the cell's brightness
     with torch.no_grad():
         detector.convs[0].weight.zero_()
@@ -554,6 +557,8 @@ def test_location_supervision_trains_only_the_location_network_and_needs_boxes()
     ({"context": "conv"}, "needs remedies.where_layer"),
     ({"context": "map"}, "needs remedies.where_layer"),
     ({**DRAM, "context": "map", "context_size": 0}, "context view is empty"),
+    ({**DRAM, "context": "map", "context_temperature": 0.0}, "context_temperature must be positive"),
+    ({**DRAM, "context": "map", "context_temperature": float("nan")}, "context_temperature must be positive"),
     ({**DRAM, "context_size": 0}, "context view is empty"),
     ({**DRAM, "context_channels": [3, 0]}, "context view is empty"),
     ({**DRAM, "context_size": -3}, "sane range"),

@@ -116,6 +116,7 @@ class RemediesSpec(Block):
     context: Literal["none", "conv", "map"] = "none"
     context_size: int = 12
     context_channels: list[int] | None = None
+    context_temperature: float = 1.0
     reward: Literal["correct", "log_prob"] = "correct"
     reward_at: Literal["last", "every_glimpse"] = "last"
     classify_every_glimpse: bool = False
@@ -179,13 +180,14 @@ class ContextNetwork(nn.Module):
 class ContextMap(nn.Module):
     """The first glimpse's mean from a coarse view (`context: map`): the canvas area-averaged to
     view_size squared, 3x3 convolutions to one score per cell, their softmax p over the cells, and
-    the expected cell centre sum_i p_i c_i (a spatial soft arg max, Levine et al. 2016). Fully
-    convolutional: a score depends on the cell's neighbourhood, not on where it lies.
-    [B, C, H, W] -> [B, 2] (x, y) in [-1, 1]."""
+    the expected cell centre sum_i p_i c_i (a spatial soft arg max, Levine et al. 2016), with
+    p = softmax(scores / temperature). Fully convolutional: a score depends on the cell's
+    neighbourhood, not on where it lies; a lower temperature keeps the many background cells of a
+    large view from pulling the mean toward the centre. [B, C, H, W] -> [B, 2] (x, y) in [-1, 1]."""
 
-    def __init__(self, in_chans: int, view_size: int, channels: list[int]):
+    def __init__(self, in_chans: int, view_size: int, channels: list[int], temperature: float = 1.0):
         super().__init__()
-        self.view_size = int(view_size)
+        self.view_size, self.temperature = int(view_size), float(temperature)
         layers, width = [], in_chans
         for out in channels:
             layers += [nn.Conv2d(width, out, 3, padding=1), nn.ReLU()]
@@ -198,7 +200,7 @@ class ContextMap(nn.Module):
     def probs(self, images: torch.Tensor) -> torch.Tensor:
         """images [B, C, H, W] -> p [B, s*s], row-major over the view's cells."""
         view = F.adaptive_avg_pool2d(images, self.view_size)  # [B, C, s, s]
-        return self.convs(view).flatten(1).softmax(-1)
+        return (self.convs(view).flatten(1) / self.temperature).softmax(-1)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.probs(images) @ self.centres.to(images.dtype)
@@ -267,6 +269,8 @@ class RAM(ZooModule):
         if fix.context != "none" and (fix.context_size < 1 or fix.where_hidden < 1 or 0 in context_channels):
             raise UserError(f"RAM: the context view is empty (context_size {fix.context_size}, "
                             f"context_channels {context_channels}); give a coarse view of at least 1x1 pixel")
+        if not 0 < fix.context_temperature < math.inf:
+            raise UserError(f"RAM: remedies.context_temperature must be positive, got {fix.context_temperature}")
         if fix.location_supervision < 0 or not math.isfinite(fix.location_supervision):
             raise UserError(f"RAM: remedies.location_supervision must be >= 0, got {fix.location_supervision}")
         if opt.location_lr_scale <= 0:
@@ -297,7 +301,7 @@ class RAM(ZooModule):
         if fix.context == "conv":
             self.context_net = ContextNetwork(in_chans, fix.context_size, context_channels, fix.where_hidden)
         elif fix.context == "map":
-            self.context_net = ContextMap(in_chans, fix.context_size, context_channels)
+            self.context_net = ContextMap(in_chans, fix.context_size, context_channels, fix.context_temperature)
 
     # ------------------------------------------------------------------ policy
     def current_std(self) -> torch.Tensor | float:
