@@ -104,7 +104,7 @@ PLANS = (
     Plan("SmallCNN", "baseline_smallcnn_scale400", same_model=("baseline_smallcnn_cluttered60",)),
     # RAM's CNN baseline (8 10x10 filters, stride 5, FC 256), and the same model's 400 px recipe
     Plan("PaperCNN", "baseline_cnn_cluttered60", same_model=("baseline_cnn_scale400",)),
-    Plan("DRAM", "ram_scale400_dram"),  # context 25x25, 4 glimpses
+    Plan("DRAM", "ram_scale400_dram"),  # a score map over a 50x50 view, 4 glimpses of 16 px at 3 scales
     Plan("STN", "stn_fmnist_cluttered60", coarse="loc_downsample"),
     Plan("DRAW", "draw_cluttered100_classifier"),
     Plan("ViT", "vit_fmnist_cluttered60"),  # its 6 px patches at every side: tokens grow with the area
