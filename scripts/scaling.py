@@ -119,6 +119,10 @@ MEGAPIXEL_RECIPES = {"SmallCNN": ("baseline_smallcnn_megapixel", "baseline_small
 #: training memory), and the least top-1 lead in points ATS must have
 MEGAPIXEL_SAME_MEMORY = ("ats_megapixel", "baseline_smallcnn_megapixel192")
 MEGAPIXEL_LEAD = 10.0
+#: the issue's DRAM at 400 px: at least this top-1 (%) over this many seeds
+DRAM_TOP1, DRAM_SEEDS = 65.0, 3
+#: the families whose pointing must beat the centre prior at every size
+POINTING = ("DRAM", "ATS")
 
 
 # ============================================================================= measure
@@ -423,6 +427,88 @@ def accuracy_checks(rows: list[dict]) -> list[dict]:
         out.append({"name": name, "what": what, "value": value, "target": target,
                     "meets": None if value is None else value >= low, "shown": "-" if value is None else f"{value:+.2f}",
                     "also": {"ATS": ats_says or "not trained", "small CNN": cnn_says or "not trained"}})
+    # DRAM at 400 px: at least DRAM_TOP1 over DRAM_SEEDS seeds, at least the paper's CNN; its gap to the
+    # small CNN reported, whatever it is
+    dram_row = next((r for r in rows if r["top1"] and r["family"] == "DRAM" and r["task"] == "scale"
+                     and r["img_size"] == 400), None)
+    dram, dram_says = top1(family="DRAM", task="scale", img_size=400)
+    seeds = int(dram_row["seeds"]) if dram_row else 0
+    out.append({"name": "dram_top1_400", "what": f"DRAM top-1 at 400 px (%, over {DRAM_SEEDS} seeds)", "value": dram,
+                "target": f">= {DRAM_TOP1:g}", "meets": None if dram is None else dram >= DRAM_TOP1 and seeds >= DRAM_SEEDS,
+                "shown": "-" if dram is None else f"{dram:.2f} ({seeds} seed{'s' * (seeds != 1)})",
+                "also": {"DRAM": dram_says or "not trained"}})
+    for family, label, low in (("PaperCNN", "the paper's CNN", 0.0), ("SmallCNN", "small CNN", None)):
+        other, other_says = top1(family=family, task="scale", img_size=400)
+        value = None if dram is None or other is None else dram - other
+        out.append({"name": f"dram_minus_{family.lower()}_top1_400", "what": f"DRAM - {label} top-1 at 400 px (points)",
+                    "value": value, "target": ">= 0" if low is not None else "reported",
+                    "meets": None if value is None or low is None else value >= low,
+                    "shown": "-" if value is None else f"{value:+.2f}",
+                    "also": {"DRAM": dram_says or "not trained", label: other_says or "not trained"}})
+    return out
+
+
+def _attention_numbers(record: dict) -> tuple[dict, list[list[float]], int] | None:
+    """({pointing, pointing_centre, pointing_minus_centre}, the bootstrap 95% intervals of the last
+    (one per seed), seeds) of an attention result (scripts/attention_results.py: one run's, or a
+    summary over seeds)."""
+    keys = ("pointing", "pointing_centre", "pointing_minus_centre")
+    if isinstance(record.get("metrics"), dict) and all(k in record["metrics"] for k in keys):
+        metrics = record["metrics"]
+        return ({k: metrics[k]["mean"] for k in keys}, metrics["pointing_minus_centre"]["per_seed_ci95"],
+                len(metrics["pointing_minus_centre"]["per_seed"]))
+    correctness = (record.get("trained") or {}).get("correctness") or {}
+    if all(k in correctness for k in keys):
+        return {k: correctness[k] for k in keys}, [correctness["ci95"]["pointing_minus_centre"]], 1
+    return None
+
+
+def pointing_checks(results: Path) -> list[dict]:
+    """Pointing against the centre prior (issue 43), for the families of POINTING at every task and
+    side one of their recipes has an attention result for (attention_<name>.json, or its
+    attention_<name>_seeds.json summary): the recipes whose top-1 joins the family's rows (its plan's
+    and `same_model` ones, and any recipe of its class on the scale or Megapixel data). It beats the
+    prior when every seed's bootstrap interval of pointing minus the prior lies above 0."""
+    import inspect
+
+    from zoo import registry
+    from zoo.classes import resolve_class
+    from zoo.guards.errors import UserError
+
+    out = []
+    for plan in (p for p in PLANS if p.family in POINTING):
+        class_path = registry.get_entry(plan.recipe).model["class_path"]
+        joined = {plan.recipe, *plan.same_model}
+        found = {}
+        for path in sorted(results.glob("attention_*.json")):
+            name = path.stem.removeprefix("attention_")
+            if re.search(r"_seed\d+$", name):
+                continue  # one seed's: its summary stands for it
+            name = name.removesuffix("_seeds")
+            try:
+                entry, record = registry.get_entry(name), json.loads(path.read_text())
+            except (OSError, ValueError, UserError):
+                continue
+            data = entry.data or {}
+            if entry.model["class_path"] != class_path or (data.get("class_path") not in TASKS and name not in joined):
+                continue
+            task, side = SAME_TASK.get((data.get("class_path"), (data.get("init_args") or {}).get("variant")),
+                                       (TASKS.get(data.get("class_path")), None))
+            side = side or (data.get("init_args") or {}).get("canvas_size") or inspect.signature(
+                resolve_class(data["class_path"], "data")).parameters["canvas_size"].default
+            numbers = _attention_numbers(record)
+            if numbers and (name not in found or numbers[2] > found[name][3][2]):
+                found[name] = (task, int(side), path.name, numbers)
+        for name, (task, side, file, (values, intervals, seeds)) in sorted(found.items(), key=lambda kv: kv[1][:2]):
+            low, high = min(i[0] for i in intervals), max(i[1] for i in intervals)
+            out.append({"name": f"{plan.family.lower()}_pointing_{task}_{side}",
+                        "what": f"{plan.family} pointing - centre prior, {task} {side} px (points)",
+                        "value": 100 * values["pointing_minus_centre"], "target": "> 0, every interval above 0",
+                        "meets": all(i[0] > 0 for i in intervals),
+                        "shown": f"{100 * values['pointing_minus_centre']:+.1f} [{100 * low:.1f}, {100 * high:.1f}]",
+                        "also": {"pointing": f"{100 * values['pointing']:.1f}%",
+                                 "centre prior": f"{100 * values['pointing_centre']:.1f}%",
+                                 "from": f"{file} ({seeds} seed{'s' * (seeds != 1)})"}})
     return out
 
 
@@ -708,17 +794,17 @@ def cost_table(rows: list[dict], record: dict) -> str:
     return "\n".join(lines)
 
 
-def checks_table(record: dict, rows: list[dict]) -> str:
-    """The cost checks of one device's JSON, then the accuracy checks of its report rows."""
+def checks_table(record: dict, rows: list[dict], pointing: list[dict]) -> str:
+    """The cost checks of one device's JSON, then the accuracy checks of its report rows, then pointing."""
     lines = ["| check | measured | target | meets it | also |", "|---|---|---|---|---|"]
-    for c in checks(record["rows"], record["setting"]["device"]) + accuracy_checks(rows):
+    for c in checks(record["rows"], record["setting"]["device"]) + accuracy_checks(rows) + pointing:
         also = ", ".join(f"{k}: {v if isinstance(v, str) else _fmt_ratio(v)}" for k, v in (c.get("also") or {}).items())
         verdict = "-" if c["meets"] is None else "yes" if c["meets"] else "no"
         lines.append(f"| {c['what']} | {c.get('shown') or _fmt_ratio(c['value'])} | {c['target']} | {verdict} | {also} |")
     return "\n".join(lines)
 
 
-def document_tables(costs: list[tuple[str, dict]], rows: list[dict]) -> tuple[str, str]:
+def document_tables(costs: list[tuple[str, dict]], rows: list[dict], pointing: list[dict]) -> tuple[str, str]:
     """(the cost tables, the checks tables), one of each per device, with what produced it."""
     tables, check_tables = [], []
     for device, record in costs:
@@ -730,7 +816,7 @@ def document_tables(costs: list[tuple[str, dict]], rows: list[dict]) -> tuple[st
                 f"of up to {setting['repeats']} runs after {setting['warmup']} warm-up; load average "
                 f"{', '.join(f'{v:.1f}' for v in setting.get('load_average') or [])}")
         tables.append(what + "\n\n" + cost_table(mine, record))
-        check_tables.append(f"*{device}*\n\n" + checks_table(record, mine))
+        check_tables.append(f"*{device}*\n\n" + checks_table(record, mine, pointing))
     orphans = [r for r in rows if not r["device"]]
     if orphans:
         tables.append("Training results without a cost row:\n\n" + cost_table(orphans, costs[0][1] if costs else
@@ -838,7 +924,7 @@ def report(args) -> int:
     csv_new = csv_text(rows)
     doc_path = Path(args.doc)
     doc = doc_path.read_text()
-    tables, check_tables = document_tables(costs, rows)
+    tables, check_tables = document_tables(costs, rows, pointing_checks(results))
     doc_new = fill(fill(doc, TABLE_MARKERS, tables), CHECK_MARKERS, check_tables)
     csv_path = Path(args.csv)
     if args.check:
