@@ -393,12 +393,13 @@ DRAM = dict(where_layer=True, where_hidden=20, context="conv", context_size=5, c
 
 @pytest.mark.parametrize("core", ["rnn", "lstm"])
 @pytest.mark.parametrize("to_core", [False, True])
-@pytest.mark.parametrize("context", ["none", "conv", "map"])
+@pytest.mark.parametrize("context", ["none", "conv", "map", "map+steps"])
 def test_where_layer_and_context_gradients_flow_exactly_where_intended(core, to_core, context):
     """DRAM: cross-entropy trains the what-pathway (r1, glimpse network, classifier) and never the
     where layer or the context network; REINFORCE trains the where-pathway (locator, r2, context)
     and reaches r1 only with reinforce_to_core; the baseline only by its MSE."""
-    model = tiny(core=core, reinforce_to_core=to_core, std_mode="learnable", **{**DRAM, "context": context})
+    steps = {"context": "map", "step_pixels": 3.0} if context == "map+steps" else {"context": context}
+    model = tiny(core=core, reinforce_to_core=to_core, std_mode="learnable", **{**DRAM, **steps})
     images, labels = batch()
     terms = model.losses(model.rollout(images, "sample"), labels)
     assert reached(model, terms["ce"]) == {"classifier", "core", "glimpse"}
@@ -494,7 +495,7 @@ def test_the_context_proposes_the_first_glimpse_but_the_classifier_never_reads_i
 
 
 @pytest.mark.parametrize("options", [DRAM, {**DRAM, "core": "lstm", "baseline": "per_glimpse"},
-                                     {**DRAM, "context": "map"}])
+                                     {**DRAM, "context": "map"}, {**DRAM, "context": "map", "step_pixels": 3.0}])
 def test_dram_batched_rollout_equals_one_image_at_a_time(options):
     model = tiny(**options).eval()
     images, _ = batch(5)
@@ -538,6 +539,21 @@ def test_the_context_map_is_a_soft_arg_max_over_the_view_cells():
                                    atol=1e-3, rtol=0)
 
 
+@pytest.mark.parametrize("policy", ["mean", "sample"])
+def test_with_step_pixels_each_later_glimpse_moves_at_most_that_far_from_the_last(policy):
+    """mu_t = l_{t-1} + s tanh(f_l(r2_t)): each later mean lies within s pixels of where the last
+    glimpse looked (the read location, a constant), whatever the weights."""
+    model = tiny(**{**DRAM, "context": "map", "step_pixels": 2.5}).eval()
+    with torch.no_grad():
+        model.locator.weight.mul_(100)  # saturate the tanh: moves of the full step
+    images, _ = batch(6)
+    out = model.rollout(images, policy, generator=torch.Generator().manual_seed(0))
+    moves = (out["means"][:, 1:] - out["locations"][:, :-1]) * 20 / 2  # [B, T-1, 2] in pixels (20 px canvas)
+    assert moves.abs().max() <= 2.5 + 1e-5 and moves.abs().max() > 2.4
+    absolute = tiny(**{**DRAM, "context": "map"}).eval()
+    assert absolute._step_scale.abs().sum() == 0  # the paper's absolute means by default
+
+
 def test_location_supervision_trains_only_the_location_network_and_needs_boxes():
     model = tiny(location_supervision=1.0, **DRAM)
     images, labels = batch(4)
@@ -558,6 +574,8 @@ def test_location_supervision_trains_only_the_location_network_and_needs_boxes()
     ({"context": "map"}, "needs remedies.where_layer"),
     ({**DRAM, "context": "map", "context_size": 0}, "context view is empty"),
     ({**DRAM, "context": "map", "context_temperature": 0.0}, "context_temperature must be positive"),
+    ({**DRAM, "step_pixels": -1.0}, "step_pixels must be >= 0"),
+    ({**DRAM, "step_pixels": float("inf")}, "step_pixels must be >= 0"),
     ({**DRAM, "context": "map", "context_temperature": float("nan")}, "context_temperature must be positive"),
     ({**DRAM, "context_size": 0}, "context view is empty"),
     ({**DRAM, "context_channels": [3, 0]}, "context view is empty"),

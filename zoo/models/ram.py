@@ -24,6 +24,9 @@ stable choice of most public ports).
   (not in the paper) proposes it as the soft arg max of a convolutional score map over that view
   (the spatial softmax of Levine et al. 2016), which finds an item anywhere on a large canvas where
   a linear read-out of the whole view must learn every position apart;
+- `step_pixels` s > 0 (not in the paper): after the first glimpse the policy moves from where the
+  last one looked, mu_t = l_{t-1} + s tanh(f_l(r2_t)) in pixels, so that later glimpses stay on what
+  the first found at any canvas size (absolute means learnt on a small canvas jump off the item);
 - `reward: log_prob`: R = log p(y | glimpses), the score function of DRAM's bound (eq. 4-5), which
   moves with every change of the prediction, not only where the arg max flips;
 - `reward_at: every_glimpse`: r_t from the running prediction after every glimpse, glimpse t
@@ -117,6 +120,7 @@ class RemediesSpec(Block):
     context_size: int = 12
     context_channels: list[int] | None = None
     context_temperature: float = 1.0
+    step_pixels: float = 0.0
     reward: Literal["correct", "log_prob"] = "correct"
     reward_at: Literal["last", "every_glimpse"] = "last"
     classify_every_glimpse: bool = False
@@ -231,7 +235,8 @@ class RAM(ZooModule):
                                            "reward_at": "every_glimpse", "classify_every_glimpse": True,
                                            "baseline": "per_glimpse"}},
               "dram_map": {**TINY, "remedies": {"where_layer": True, "where_hidden": 16, "context": "map",
-                                                "context_size": 5, "context_channels": [2]}}})
+                                                "context_size": 5, "context_channels": [2],
+                                                "step_pixels": 3}}})
 
     def __init__(
         self,
@@ -271,6 +276,8 @@ class RAM(ZooModule):
                             f"context_channels {context_channels}); give a coarse view of at least 1x1 pixel")
         if not 0 < fix.context_temperature < math.inf:
             raise UserError(f"RAM: remedies.context_temperature must be positive, got {fix.context_temperature}")
+        if not 0 <= fix.step_pixels < math.inf:
+            raise UserError(f"RAM: remedies.step_pixels must be >= 0, got {fix.step_pixels}")
         if fix.location_supervision < 0 or not math.isfinite(fix.location_supervision):
             raise UserError(f"RAM: remedies.location_supervision must be >= 0, got {fix.location_supervision}")
         if opt.location_lr_scale <= 0:
@@ -285,6 +292,9 @@ class RAM(ZooModule):
                             subpixel=retina.subpixel, image_size=self.image_hw)
         except ValueError as exc:
             raise UserError(f"RAM: retina: {exc}") from None
+        # step_pixels as a move in [-1, 1] coordinates, (x, y): half the width, half the height
+        self.register_buffer("_step_scale", torch.tensor([2 * fix.step_pixels / self.image_hw[1],
+                                                          2 * fix.step_pixels / self.image_hw[0]]), persistent=False)
         self.glimpse = GlimpseNetwork(reader, in_chans, net.glimpse_hidden, net.location_hidden, net.glimpse_dim)
         cell = nn.LSTMCell if net.core == "lstm" else partial(nn.RNNCell, nonlinearity="relu")
         # f_h: h_t = ReLU(Linear(h_{t-1}) + Linear(g_t)) (sec. 4), or an LSTM
@@ -367,6 +377,8 @@ class RAM(ZooModule):
             h_policy = w if fix.where_layer else h if loc.reinforce_to_core else h.detach()
             if t == 0 and first is not None:
                 mu = first  # already in [-1, 1]
+            elif t > 0 and fix.step_pixels > 0:  # a move of at most step_pixels from l_{t-1} (a constant)
+                mu = steps[-1][1] + torch.tanh(self.locator(h_policy)) * self._step_scale.to(images.dtype)
             else:
                 mu = self.locator(h_policy)  # [B, 2], the policy's mean
                 mu = torch.tanh(mu) if loc.location_mean == "tanh" else mu
