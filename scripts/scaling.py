@@ -412,8 +412,11 @@ def accuracy_checks(rows: list[dict]) -> list[dict]:
     against the small CNN on the canvas downsampled to ATS's training memory."""
     def top1(**match):
         row = next((r for r in rows if r["top1"] and all(r[k] == v for k, v in match.items())), None)
-        return (float(row["top1"]), f"{row['model']} {row['top1']} ({row['seeds']} seed{'s' * (row['seeds'] != 1)})") \
-            if row else (None, None)
+        if not row:
+            return None, None
+        whose = re.search(r"top-1 of (\S+)", row["notes"])  # a same-model recipe's top-1 on the plan's row
+        return float(row["top1"]), (f"{whose.group(1) if whose else row['model']} {row['top1']} "
+                                    f"({row['seeds']} seed{'s' * (row['seeds'] != 1)})")
 
     out = []
     for what, name, (ats, ats_says), (cnn, cnn_says), low, target in (
@@ -499,7 +502,7 @@ def pointing_checks(results: Path) -> list[dict]:
             numbers = _attention_numbers(record)
             if numbers and (name not in found or numbers[2] > found[name][3][2]):
                 found[name] = (task, int(side), path.name, numbers)
-        for name, (task, side, file, (values, intervals, seeds)) in sorted(found.items(), key=lambda kv: kv[1][:2]):
+        for name, (task, side, file, (values, intervals, seeds)) in sorted(found.items(), key=lambda kv: (kv[1][0] != "scale", kv[1][1])):
             low, high = min(i[0] for i in intervals), max(i[1] for i in intervals)
             out.append({"name": f"{plan.family.lower()}_pointing_{task}_{side}",
                         "what": f"{plan.family} pointing - centre prior, {task} {side} px (points)",
