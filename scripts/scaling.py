@@ -257,12 +257,12 @@ def _image_side(config: dict) -> int:
     return _side(init["image_size"] if "image_size" in init else _default(config, "image_size"))
 
 
-def _default(config: dict, key: str):
+def _default(config: dict, key: str, kind: str = "model"):
     import inspect
 
     from zoo.classes import resolve_class
 
-    return inspect.signature(resolve_class(config["class_path"])).parameters[key].default
+    return inspect.signature(resolve_class(config["class_path"], kind)).parameters[key].default
 
 
 def measure_row(plan: Plan, task: str, side: int, recipe: str | None, args, rate: float) -> dict:
@@ -413,13 +413,13 @@ def accuracy_checks(rows: list[dict]) -> list[dict]:
     def top1(**match):
         row = next((r for r in rows if r["top1"] and all(r[k] == v for k, v in match.items())), None)
         if not row:
-            return None, None
+            return None, None, 0
         whose = re.search(r"top-1 of (\S+)", row["notes"])  # a same-model recipe's top-1 on the plan's row
         return float(row["top1"]), (f"{whose.group(1) if whose else row['model']} {row['top1']} "
-                                    f"({row['seeds']} seed{'s' * (row['seeds'] != 1)})")
+                                    f"({row['seeds']} seed{'s' * (row['seeds'] != 1)})"), int(row["seeds"])
 
     out = []
-    for what, name, (ats, ats_says), (cnn, cnn_says), low, target in (
+    for what, name, (ats, ats_says, _), (cnn, cnn_says, _), low, target in (
             ("ATS - small CNN top-1 at 400 px (points)", "ats_minus_smallcnn_top1_400",
              top1(family="ATS", task="scale", img_size=400), top1(family="SmallCNN", task="scale", img_size=400),
              0.0, ">= 0"),
@@ -432,16 +432,13 @@ def accuracy_checks(rows: list[dict]) -> list[dict]:
                     "also": {"ATS": ats_says or "not trained", "small CNN": cnn_says or "not trained"}})
     # DRAM at 400 px: at least DRAM_TOP1 over DRAM_SEEDS seeds, at least the paper's CNN; its gap to the
     # small CNN reported, whatever it is
-    dram_row = next((r for r in rows if r["top1"] and r["family"] == "DRAM" and r["task"] == "scale"
-                     and r["img_size"] == 400), None)
-    dram, dram_says = top1(family="DRAM", task="scale", img_size=400)
-    seeds = int(dram_row["seeds"]) if dram_row else 0
+    dram, dram_says, seeds = top1(family="DRAM", task="scale", img_size=400)
     out.append({"name": "dram_top1_400", "what": f"DRAM top-1 at 400 px (%, over {DRAM_SEEDS} seeds)", "value": dram,
                 "target": f">= {DRAM_TOP1:g}", "meets": None if dram is None else dram >= DRAM_TOP1 and seeds >= DRAM_SEEDS,
                 "shown": "-" if dram is None else f"{dram:.2f} ({seeds} seed{'s' * (seeds != 1)})",
                 "also": {"DRAM": dram_says or "not trained"}})
     for family, label, low in (("PaperCNN", "the paper's CNN", 0.0), ("SmallCNN", "small CNN", None)):
-        other, other_says = top1(family=family, task="scale", img_size=400)
+        other, other_says, _ = top1(family=family, task="scale", img_size=400)
         value = None if dram is None or other is None else dram - other
         out.append({"name": f"dram_minus_{family.lower()}_top1_400", "what": f"DRAM - {label} top-1 at 400 px (points)",
                     "value": value, "target": ">= 0" if low is not None else "reported",
@@ -472,10 +469,7 @@ def pointing_checks(results: Path) -> list[dict]:
     attention_<name>_seeds.json summary): the recipes whose top-1 joins the family's rows (its plan's
     and `same_model` ones, and any recipe of its class on the scale or Megapixel data). It beats the
     prior when every seed's bootstrap interval of pointing minus the prior lies above 0."""
-    import inspect
-
     from zoo import registry
-    from zoo.classes import resolve_class
     from zoo.guards.errors import UserError
 
     out = []
@@ -497,8 +491,7 @@ def pointing_checks(results: Path) -> list[dict]:
                 continue
             task, side = SAME_TASK.get((data.get("class_path"), (data.get("init_args") or {}).get("variant")),
                                        (TASKS.get(data.get("class_path")), None))
-            side = side or (data.get("init_args") or {}).get("canvas_size") or inspect.signature(
-                resolve_class(data["class_path"], "data")).parameters["canvas_size"].default
+            side = side or (data.get("init_args") or {}).get("canvas_size") or _default(data, "canvas_size", "data")
             numbers = _attention_numbers(record)
             if numbers and (name not in found or numbers[2] > found[name][3][2]):
                 found[name] = (task, int(side), path.name, numbers)

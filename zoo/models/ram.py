@@ -162,6 +162,12 @@ class GlimpseNetwork(nn.Module):
         return F.relu(self.what_out(h_g) + self.where_out(h_l))
 
 
+def _convs(in_chans: int, channels: list[int]) -> list[nn.Module]:
+    """3x3 convolutions (padding 1), each followed by a ReLU: in_chans -> channels[0] -> ... -> channels[-1]."""
+    widths = [in_chans] + list(channels)
+    return [layer for a, b in zip(widths, widths[1:]) for layer in (nn.Conv2d(a, b, 3, padding=1), nn.ReLU())]
+
+
 class ContextNetwork(nn.Module):
     """DRAM's context network (Ba et al. 2015, sec. 3): the canvas area-averaged to view_size squared,
     3x3 convolutions, a linear layer to the where layer's initial state. [B, C, H, W] -> [B, out_dim]."""
@@ -169,12 +175,8 @@ class ContextNetwork(nn.Module):
     def __init__(self, in_chans: int, view_size: int, channels: list[int], out_dim: int):
         super().__init__()
         self.view_size = int(view_size)
-        layers, width = [], in_chans
-        for out in channels:
-            layers += [nn.Conv2d(width, out, 3, padding=1), nn.ReLU()]
-            width = out
-        self.convs = nn.Sequential(*layers)
-        self.out = nn.Linear(width * self.view_size ** 2, out_dim)
+        self.convs = nn.Sequential(*_convs(in_chans, channels))
+        self.out = nn.Linear(([in_chans] + channels)[-1] * self.view_size ** 2, out_dim)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         view = F.adaptive_avg_pool2d(images, self.view_size)  # [B, C, s, s]
@@ -192,11 +194,8 @@ class ContextMap(nn.Module):
     def __init__(self, in_chans: int, view_size: int, channels: list[int], temperature: float = 1.0):
         super().__init__()
         self.view_size, self.temperature = int(view_size), float(temperature)
-        layers, width = [], in_chans
-        for out in channels:
-            layers += [nn.Conv2d(width, out, 3, padding=1), nn.ReLU()]
-            width = out
-        self.convs = nn.Sequential(*layers, nn.Conv2d(width, 1, 3, padding=1))  # the scores: no ReLU
+        self.convs = nn.Sequential(*_convs(in_chans, channels),  # then the scores: no ReLU
+                                   nn.Conv2d(([in_chans] + channels)[-1], 1, 3, padding=1))
         centres = (torch.arange(self.view_size) * 2 + 1) / self.view_size - 1  # cell centres in [-1, 1]
         grid = torch.stack(torch.meshgrid(centres, centres, indexing="xy"), -1)  # [s, s, (x, y)]
         self.register_buffer("centres", grid.reshape(-1, 2), persistent=False)  # [s*s, 2], row-major
