@@ -93,6 +93,9 @@ class Plan:
     #: recipes that train the same architecture (other optimisation, or a stage of a curriculum):
     #: their results join this family's rows too (tests/test_scaling.py holds them to it)
     same_model: tuple[str, ...] = ()
+    #: the recipes of the family's size curriculum that train another model than `recipe` (a view sized
+    #: for their canvas): each measured as it is, at its own canvas, on a row of its own ("<family>, own recipe")
+    stages: tuple[str, ...] = ()
 
 
 #: model arguments that change how a model is trained, not what it is (a `same_model` recipe may differ in them)
@@ -104,7 +107,9 @@ PLANS = (
     Plan("SmallCNN", "baseline_smallcnn_scale400", same_model=("baseline_smallcnn_cluttered60",)),
     # RAM's CNN baseline (8 10x10 filters, stride 5, FC 256), and the same model's 400 px recipe
     Plan("PaperCNN", "baseline_cnn_cluttered60", same_model=("baseline_cnn_scale400",)),
-    Plan("DRAM", "ram_scale400_dram"),  # a score map over a 50x50 view, 4 glimpses of 16 px at 3 scales
+    # a score map over a 50x50 view, 4 glimpses of 16 px at 3 scales; and the curriculum's stages, whose
+    # views keep ~8 px cells (8x8 at 60 px, 13x13 at 100, 25x25 at 200)
+    Plan("DRAM", "ram_scale400_dram", stages=("ram_scale60_dram", "ram_scale100_dram", "ram_scale200_dram")),
     Plan("STN", "stn_fmnist_cluttered60", coarse="loc_downsample"),
     Plan("DRAW", "draw_cluttered100_classifier"),
     Plan("ViT", "vit_fmnist_cluttered60"),  # its 6 px patches at every side: tokens grow with the area
@@ -247,6 +252,14 @@ def config_for(plan: Plan, task: str, side: int, recipe: str | None = None) -> t
     return config, name, overrides
 
 
+def _stage_side(recipe: str) -> int:
+    """The canvas side a stage recipe trains on."""
+    from zoo import registry
+
+    data = registry.get_entry(recipe).data
+    return int((data.get("init_args") or {}).get("canvas_size") or _default(data, "canvas_size", "data"))
+
+
 def _side(size) -> int:
     return int(size if isinstance(size, int) else size[-1])
 
@@ -280,9 +293,9 @@ def measure_row(plan: Plan, task: str, side: int, recipe: str | None, args, rate
     img_size = _image_side(config)
     chans = int(init_args.get("in_chans", 1))
     row = {"family": plan.family, "task": task, "img_size": img_size,
-           "canvas_size": int((config["data"]["init_args"] or {}).get("canvas_size") or img_size),
+           "canvas_size": int((config["data"].get("init_args") or {}).get("canvas_size") or img_size),
            "recipe": name, "recipe_file": registry.get_entry(name).metadata.get("recipe_file"),
-           "overrides": overrides, "model": init_args, "notes": []}
+           "overrides": overrides, "model": init_args, "notes": [], **({"stage": True} if recipe in plan.stages else {})}
     budget = limit("memory_mb") * 2 ** 20
     try:
         model = registry.build(config).eval()
@@ -354,7 +367,7 @@ def _ratio(a, b):
 def checks(rows: list[dict], device: str = "cpu") -> list[dict]:
     """The issue's cost checks (issue 43, "Done when") as ratios of the measured rows; a check whose
     rows are missing has value None."""
-    by = {(r["family"], r["img_size"]): r for r in rows if r["task"] == "scale"}
+    by = {(r["family"], r["img_size"]): r for r in rows if r["task"] == "scale" and not r.get("stage")}
     stat = "cpu_min_s" if device == "cpu" else "median_s"
 
     def get(family, side, *path):
@@ -530,7 +543,10 @@ def measure(args) -> int:
     if unknown:
         raise SystemExit(f"scaling: unknown families {', '.join(unknown)} (known: {', '.join(p.family for p in PLANS)})")
     plans = [p for p in PLANS if p.family in args.families]
-    jobs = [(p, "scale", s, None) for p in plans for s in args.sizes]
+    jobs = []
+    for p in plans:  # the plan at every side, then the stages of its curriculum at theirs
+        jobs += [(p, "scale", s, None) for s in args.sizes]
+        jobs += [(p, "scale", _stage_side(own), own) for own in p.stages if _stage_side(own) in args.sizes]
     if args.megapixel:
         for p in plans:  # the task's own recipes where there are some, and the plan on the full canvas
             served = {_image_side(config_for(p, "megapixel", MEGAPIXEL_SIDE, own)[0]): own
@@ -700,7 +716,8 @@ def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
                                                                        if trained[key]["data"] else ""))
             lat, thr, mem, macs = r.get("latency") or {}, r.get("throughput") or {}, r.get("train_memory") or {}, r["macs"]
             rows.append({
-                "model": r["recipe"], "family": r["family"], "task": r["task"], "device": device, "img_size": r["img_size"],
+                "model": r["recipe"], "family": f"{r['family']}, own recipe" if r.get("stage") else r["family"],
+                "task": r["task"], "device": device, "img_size": r["img_size"],
                 **_acc_cells(acc),
                 "infer_samples_per_sec": _num(thr.get(rate), 2),
                 "infer_step_time": _num(thr.get(stat) and 1e3 * thr[stat], 3),

@@ -183,6 +183,36 @@ def test_results_of_the_same_architecture_and_of_the_same_task_join_a_row_and_sa
     assert not [r for r in rows if "ram_unplanned" in r["notes"]]
 
 
+def test_a_plans_stage_recipes_get_rows_of_their_own_that_their_results_join(tmp_path, monkeypatch):
+    """A curriculum stage that trains another model (DRAM's views sized for their canvas) is measured as
+    it is at its own canvas, beside the plan's architecture there; its results join its row, not the
+    plan's, and the issue's cost checks read the plan's rows only."""
+    plan = next(p for p in scaling.PLANS if p.stages)
+    stage = plan.stages[0]
+    side = scaling._stage_side(stage)
+    monkeypatch.setattr(scaling, "PLANS", (scaling.Plan(plan.family, plan.recipe, stages=(stage,)),))
+    results = tmp_path / "results"
+    results.mkdir()
+    out = results / "scaling_cost_cpu.json"
+    sizes = TINY.index("--sizes")
+    assert scaling.main(["measure", "--families", plan.family, *TINY[:sizes + 1], str(side), *TINY[sizes + 3:],
+                         "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    mine, theirs = (next(r for r in record["rows"] if (r["recipe"] == stage) == own) for own in (True, False))
+    assert mine["stage"] and "stage" not in theirs and mine["img_size"] == theirs["img_size"] == side
+    assert mine["model"] != theirs["model"] and mine["macs"]["total"] != theirs["macs"]["total"]
+    assert scaling.checks(record["rows"]) == scaling.checks([theirs])
+    from zoo import registry
+
+    (results / f"{stage}_seed0.json").write_text(json.dumps(
+        {"recipe": registry.get_entry(stage).metadata["recipe_file"], "train_args": [], "seed": 0,
+         "metrics": {"test/acc": 0.75}, "config": {"class_path": "zoo.models.ram.RAM", "init_args": {"image_size": side},
+                                                   "data": registry.get_entry(stage).data}}))
+    rows = {r["family"]: r for r in scaling.report_rows(scaling._load_costs(results), scaling.training_results(results))}
+    assert rows[f"{plan.family}, own recipe"]["top1"] == "75.00" and rows[plan.family]["top1"] == ""
+    assert scaling.stale_rows(scaling._load_costs(results)) == []
+
+
 @pytest.mark.parametrize("plan", [p for p in scaling.PLANS if p.same_model], ids=lambda p: p.family)
 def test_a_plans_same_model_recipes_train_its_architecture(plan):
     """Their results stand for the plan's cost rows: only optimisation and the linked image size may differ."""
