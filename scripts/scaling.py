@@ -711,6 +711,7 @@ def report_rows(costs: list[tuple[str, dict]], trained: dict) -> list[dict]:
             acc = accuracy(trained[key]) if key else {}
             joined.add(key)
             trained_with = [f"trained with {' '.join(json.loads(key[3]))}"] if key and key[3] != "[]" else []
+            trained_with = ([f"{r['recipe']} as it is"] if r.get("stage") else []) + trained_with
             if key and (key[0] != r["recipe_file"] or trained[key]["data"]):  # whose top-1 it is, where not the row's
                 trained_with.append(f"top-1 of {min(trained[key]['names'], key=len)}" + (f" on {trained[key]['data']}"
                                                                        if trained[key]["data"] else ""))
