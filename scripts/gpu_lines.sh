@@ -1,7 +1,8 @@
 # Sourced by scripts/gpu_runs_<name>.sh: what every GPU results script does with its lines. The
 # caller sets PREFIX (its results' prefix, results/<PREFIX>_<recipe>_seed<N>.json, and its recipes'
 # folder, configs/<PREFIX>) and JOBS before sourcing, then TIER1, TIER2, ... ("recipe seed seed ..."
-# per line), and may define `after_summary NAME RECIPE SEEDS` (more scoring per recipe, in the background).
+# per line), and may define `after_summary NAME RECIPE SEEDS` (more scoring per recipe, in the background);
+# SCORE_ATTENTION=0 leaves out the attention scoring (recipes that do not attend).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -40,7 +41,7 @@ score() {  # each recipe trained here: its summary over the seeds that finished,
     # the summary once more, after every seed has written its own JSON (parallel seeds race for it)
     "$PY" scripts/results_run.py "$recipe" --seeds $ok --eval-only ${EXTRA:+-- $EXTRA} >"$LOGS/${name}_summary.log" 2>&1
     echo "$name seeds$ok: summary exit $?"
-    ( "$PY" scripts/attention_results.py --results-run "$name" --seeds $ok --n 500 >"$LOGS/${name}_attention.log" 2>&1
+    [ "${SCORE_ATTENTION:-1}" = 0 ] || ( "$PY" scripts/attention_results.py --results-run "$name" --seeds $ok --n 500 >"$LOGS/${name}_attention.log" 2>&1
       echo "$name: attention exit $?" ) &
     if declare -F after_summary >/dev/null; then after_summary "$name" "$recipe" "$ok"; fi
   done

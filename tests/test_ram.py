@@ -605,17 +605,28 @@ def test_train_py_refuses_an_absurd_estimator_setting_before_training(tmp_path):
     assert not (tmp_path / "checkpoints").exists()
 
 
-def test_the_gpu_run_list_names_recipes_that_exist_and_refuses_an_unknown_tier():
-    """scripts/gpu_runs_ram.sh: every line is `results_run.py RECIPE --seeds N` of a committed
-    recipe, each (recipe, seed) once; a tier it does not have is one line and exit 2."""
+@pytest.mark.parametrize("script", sorted(p.name for p in (Path(__file__).resolve().parent.parent / "scripts")
+                                           .glob("gpu_runs_*.sh")))
+def test_the_gpu_run_list_names_recipes_that_exist_and_refuses_an_unknown_tier(script):
+    """scripts/gpu_runs_<prefix>.sh: every line is `results_run.py RECIPE --seeds N` of a committed
+    recipe of configs/<prefix>, whose registry name is the results' name, each (recipe, seed) once; a
+    tier it does not have is one line and exit 2."""
+    from zoo import registry
+
     repo = Path(__file__).resolve().parent.parent
-    listed = subprocess.run(["bash", "scripts/gpu_runs_ram.sh", "list", "1", "2", "3"], cwd=repo,
+    listed = subprocess.run(["bash", f"scripts/{script}", "list", "1", "2", "3"], cwd=repo,
                             capture_output=True, text=True, timeout=60)
+    if listed.returncode == 2 and "no tier 3" in listed.stderr:
+        listed = subprocess.run(["bash", f"scripts/{script}", "list", "1", "2"], cwd=repo,
+                                capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     runs = [line.split()[-3::2] for line in listed.stdout.splitlines()]  # [recipe, seed]
     assert runs and len({tuple(r) for r in runs}) == len(runs)
     assert all((repo / recipe).is_file() and seed.isdigit() for recipe, seed in runs)
-    bad = subprocess.run(["bash", "scripts/gpu_runs_ram.sh", "list", "9"], cwd=repo, capture_output=True,
+    prefix = script.removeprefix("gpu_runs_").removesuffix(".sh")
+    for recipe, _ in runs:  # results/<prefix>_<recipe stem>_seed<N>.json is the registry name's
+        assert registry.get_entry(f"{prefix}_{Path(recipe).stem}").metadata["recipe_file"] == recipe
+    bad = subprocess.run(["bash", f"scripts/{script}", "list", "9"], cwd=repo, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
