@@ -252,12 +252,16 @@ def config_for(plan: Plan, task: str, side: int, recipe: str | None = None) -> t
     return config, name, overrides
 
 
+def _canvas_side(data: dict) -> int:
+    """The canvas side of a scale or Megapixel data config (its class default where it sets none)."""
+    return int((data.get("init_args") or {}).get("canvas_size") or _default(data, "canvas_size", "data"))
+
+
 def _stage_side(recipe: str) -> int:
     """The canvas side a stage recipe trains on."""
     from zoo import registry
 
-    data = registry.get_entry(recipe).data
-    return int((data.get("init_args") or {}).get("canvas_size") or _default(data, "canvas_size", "data"))
+    return _canvas_side(registry.get_entry(recipe).data)
 
 
 def _side(size) -> int:
@@ -504,7 +508,7 @@ def pointing_checks(results: Path) -> list[dict]:
                 continue
             task, side = SAME_TASK.get((data.get("class_path"), (data.get("init_args") or {}).get("variant")),
                                        (TASKS.get(data.get("class_path")), None))
-            side = side or (data.get("init_args") or {}).get("canvas_size") or _default(data, "canvas_size", "data")
+            side = side or _canvas_side(data)
             numbers = _attention_numbers(record)
             if numbers and (name not in found or numbers[2] > found[name][3][2]):
                 found[name] = (task, int(side), path.name, numbers)
@@ -546,7 +550,8 @@ def measure(args) -> int:
     jobs = []
     for p in plans:  # the plan at every side, then the stages of its curriculum at theirs
         jobs += [(p, "scale", s, None) for s in args.sizes]
-        jobs += [(p, "scale", _stage_side(own), own) for own in p.stages if _stage_side(own) in args.sizes]
+        stages = {own: _stage_side(own) for own in p.stages}
+        jobs += [(p, "scale", side, own) for own, side in stages.items() if side in args.sizes]
     if args.megapixel:
         for p in plans:  # the task's own recipes where there are some, and the plan on the full canvas
             served = {_image_side(config_for(p, "megapixel", MEGAPIXEL_SIDE, own)[0]): own
