@@ -11,7 +11,8 @@ its run, its W&B run included. The other commands go through the same entry poin
 its imports, seconds each).
 
 Each family trains its card's first tiny configuration on the data of its representative recipe
-(the first of the card's `bench_recipes`, else its first recipe), made tiny; what the data decides
+(the first of the card's `bench_recipes`, else its first recipe), made tiny by the data card's `tiny`
+settings (zoo.data.card; no table of data sets here); what the data decides
 (image size, channels, label set, a vocabulary) is left to the data, as in the recipes. The family
 with the smallest tiny model runs in `make test-fast`; every family in `make test`.
 
@@ -27,20 +28,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY_VAL, cli_env, run_cli, run_main, wandb_runs
+from conftest import REPO, cli_env, run_cli, run_main, wandb_runs
 from PIL import Image
 
 from zoo import registry
 from zoo.models.base import class_path
 from zoo.models.card import families
 
-#: data modules' arguments for a lifecycle of a few batches (a registered data module that a family's
-#: recipe uses and that is missing here fails the test that needs it, naming it)
-TINY_DATA = {
-    "zoo.data.fashion_mnist.FashionMNISTDataModule": dict(val_size=TINY_VAL, limit_train=32, limit_eval=16),
-    "zoo.data.scenes.FashionScenesDataModule": dict(num_train=16, num_val=8, num_test=8, cache=False),
-    "zoo.data.item_canvases.ItemCanvasesDataModule": dict(num_train=16, num_val=8, num_test=8, val_items=8),
-}
 SERVING = dict(batch_size=8, eval_batch_size=8, num_workers=0)
 #: what a model takes from its data (zoo.registry.link_data), never from a recipe's model block
 LINKED = ("image_size", "in_chans", "num_classes", "class_names")
@@ -49,14 +43,22 @@ BUDGET = ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "-
           "--trainer.enable_progress_bar=false", "--trainer.log_every_n_steps=1"]
 
 
+def _data_card(path: str | None):
+    """The data card (zoo.data.card) of a data module's class path: its `tiny` settings make the
+    lifecycle's data cheap, as in every registry-wide test (empty for a path that is not a data set)."""
+    from zoo.data.card import DataCard, data_sets
+
+    return getattr(data_sets().get(path), "card", DataCard())
+
+
 def _recipe(family: str) -> str:
     """The family's representative recipe: the first of its card's `bench_recipes` (else of its
     recipes) whose data a test can make tiny."""
     entries = registry.find_entries()
     mine = sorted(name for name, entry in entries.items() if registry.family_of(entry) == family)
     candidates = [name for name in [*families()[family].card.bench_recipes, *mine] if name in mine]
-    usable = [name for name in candidates if entries[name].data.get("class_path") in TINY_DATA]
-    assert usable, f"family {family}: no recipe on data TINY_DATA makes tiny ({candidates})"
+    usable = [name for name in candidates if _data_card(entries[name].data.get("class_path")).tiny]
+    assert usable, f"family {family}: no recipe on a data set whose card has a tiny configuration ({candidates})"
     return usable[0]
 
 
@@ -68,7 +70,7 @@ def _tiny_config(family: str) -> dict:
     data = registry.get_entry(_recipe(family)).data
     return {"model": {"class_path": class_path(cls), "init_args": model},
             "data": {"class_path": data["class_path"],
-                     "init_args": {**(data.get("init_args") or {}), **TINY_DATA[data["class_path"]], **SERVING}}}
+                     "init_args": {**(data.get("init_args") or {}), **_data_card(data["class_path"]).tiny, **SERVING}}}
 
 
 @functools.cache
@@ -206,17 +208,20 @@ def _karpathy(tmp_path) -> dict:
                 image_size=32, resize_size=36)
 
 
-#: every zoo data module with a training split of a few examples (fewer than a batch of 64)
-SMALL_SPLIT = {
-    "zoo.data.fashion_mnist.FashionMNISTDataModule": lambda tmp: dict(val_size=TINY_VAL, limit_train=24),
-    "zoo.data.scenes.FashionScenesDataModule": lambda tmp: dict(num_train=4, num_val=2, num_test=2, cache=False),
-    "zoo.data.item_canvases.ItemCanvasesDataModule": lambda tmp: dict(num_train=4, num_val=2, num_test=2, val_items=2),
+#: the data sets without a tiny configuration, because they read files that only a test writes (their
+#: card.skip["tiny"] says so): those files, made here. Every other data set's training split of a few
+#: examples (fewer than a batch of 64) is its card's tiny configuration.
+ON_DISK = {
     "zoo.data.imagefolder.ImageFolderDataModule": lambda tmp: (_image_folder(tmp / "images", 12),
                                                                dict(root=str(tmp / "images"), image_size=28))[1],
     "zoo.data.captions.CaptionsDataModule": _karpathy,
-    "zoo.data.cluttered_scale.ClutteredScaleDataModule": lambda tmp: dict(val_size=TINY_VAL, limit_train=24),
-    "zoo.data.megapixel.MegapixelFashionDataModule": lambda tmp: dict(num_train=8, num_val=4, num_test=4, val_size=100),
 }
+
+
+def _small_split(path: str, tmp) -> dict:
+    tiny = _data_card(path).tiny
+    assert tiny or path in ON_DISK, f"{path}: a card.tiny configuration, or its files in ON_DISK"
+    return dict(tiny) if tiny else ON_DISK[path](tmp)
 
 
 def _zoo_data_modules() -> list[str]:
@@ -232,8 +237,7 @@ def test_a_training_split_smaller_than_a_batch_trains_on_it_or_is_one_line(path,
     from zoo.guards.errors import UserError
     from zoo.training.train import check_batches
 
-    assert path in SMALL_SPLIT, f"{path}: add a training split of a few examples to SMALL_SPLIT"
-    data = registry.instantiate({"class_path": path, "init_args": {**SMALL_SPLIT[path](tmp_path), "batch_size": 64,
+    data = registry.instantiate({"class_path": path, "init_args": {**_small_split(path, tmp_path), "batch_size": 64,
                                                                    "num_workers": 0}}, "data")
     data.prepare_data()
     data.setup("fit")
