@@ -4,8 +4,8 @@
 # then each recipe's seeds are summarised. The CNNs do not attend: no attention scoring.
 #
 #   bash scripts/gpu_runs_baseline.sh                 # tier 1: train in parallel, then summarise
-#   bash scripts/gpu_runs_baseline.sh train 1 2       # only train those tiers
-#   bash scripts/gpu_runs_baseline.sh list 1 2        # print the lines, do nothing
+#   bash scripts/gpu_runs_baseline.sh train 1         # only train that tier
+#   bash scripts/gpu_runs_baseline.sh list 1          # print the lines, do nothing
 #
 #   PY=python3   the interpreter (default .venv/bin/python)     JOBS=3   training processes at a time
 #   OUT=<dir>    also pack the results JSON and logs into $OUT/baseline_results.tgz
@@ -21,10 +21,6 @@ source "$(dirname "$0")/gpu_lines.sh"
 # tier 1: the modern small CNN at 400 px, the issue's reference (3 seeds, a headline row)
 TIER1="
 configs/baseline/smallcnn_scale400.yaml 0 1 2
-"
-# tier 2: the paper's CNN at 400 px, its 2 more seeds
-TIER2="
-configs/baseline/cnn_scale400.yaml 1 2
 "
 
 stage=${1:-all}
